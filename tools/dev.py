@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Sets up the development environment from nothing but python3, then runs a command in it.
+
+    python3 tools/dev.py test          lint, typecheck, protos_check, layers and all tests
+    python3 tools/dev.py nox [ARGS]    any nox session, e.g. `nox -s bench`
+    python3 tools/dev.py run CMD...    any command inside the project environment
+
+Poetry lives in `.tools/`, the project (every package in develop mode plus the dev tools)
+in `.venv/`. The install step is skipped while pyproject files and poetry.lock are unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ROOT / ".tools"
+POETRY_SPEC = "poetry>=2.1,<3"
+TEST_SESSIONS = ["lint", "typecheck", "protos_check", "layers", "tests"]
+
+
+def _bin(env: Path, name: str) -> Path:
+    return env / ("Scripts" if os.name == "nt" else "bin") / name
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["POETRY_VIRTUALENVS_IN_PROJECT"] = "true"
+    env["POETRY_NO_INTERACTION"] = "1"
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
+def _fingerprint() -> str:
+    digest = hashlib.sha256()
+    files = sorted(ROOT.glob("**/pyproject.toml"))
+    files = [f for f in files if ".venv" not in f.parts and ".tools" not in f.parts]
+    for path in [*files, ROOT / "poetry.lock"]:
+        if path.exists():
+            digest.update(str(path.relative_to(ROOT)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def ensure_environment() -> None:
+    """Creates `.tools` (poetry) and `.venv` (the project) if they are missing or stale."""
+    poetry = _bin(TOOLS, "poetry")
+    if not poetry.exists():
+        print("dev: installing poetry into .tools/", flush=True)
+        venv.create(TOOLS, with_pip=True, clear=True)
+        pip = [str(_bin(TOOLS, "python")), "-m", "pip", "install", "-q"]
+        subprocess.run([*pip, "--upgrade", "pip"], check=True)
+        subprocess.run([*pip, POETRY_SPEC], check=True)
+    stamp = ROOT / ".venv" / ".dev-installed"
+    fingerprint = _fingerprint()
+    if stamp.exists() and stamp.read_text() == fingerprint:
+        return
+    print("dev: installing the project into .venv/", flush=True)
+    subprocess.run([str(poetry), "install"], cwd=ROOT, env=_env(), check=True)
+    stamp.write_text(fingerprint)
+
+
+def run(cmd: list[str]) -> int:
+    """Runs `cmd` with the project's virtual environment first on PATH."""
+    env = _env()
+    venv_dir = ROOT / ".venv"
+    env["VIRTUAL_ENV"] = str(venv_dir)
+    env["PATH"] = str(_bin(venv_dir, "")) + os.pathsep + env.get("PATH", "")
+    return subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in {"-h", "--help"}:
+        print(__doc__)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    ensure_environment()
+    if command == "test":
+        return run(["nox", "-s", *TEST_SESSIONS, *rest])
+    if command == "nox":
+        return run(["nox", *rest])
+    if command == "run":
+        return run(rest)
+    print(f"dev: unknown command {command!r}; see `python3 tools/dev.py --help`", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
