@@ -3,7 +3,47 @@
 from importlib.metadata import version as _version
 
 from protozero._errors import ProtozeroError
+from protozero._heap_buffered import HeapBuffered, ScatteredHeapBuffer
+from protozero._message import Message, field_tag
+from protozero._proto_utils import (
+    MAX_MESSAGE_LENGTH,
+    MESSAGE_LENGTH_FIELD_SIZE,
+    WIRE_TYPE_FIXED32,
+    WIRE_TYPE_FIXED64,
+    WIRE_TYPE_LENGTH_DELIMITED,
+    WIRE_TYPE_VARINT,
+    WritableBuffer,
+    encode_tag,
+    encode_varint,
+    make_tag,
+    write_redundant_varint,
+    zigzag_decode,
+    zigzag_encode,
+)
+from protozero._scattered_stream_writer import ScatteredStreamWriter, ScatteredStreamWriterDelegate
 
 __version__: str = _version("perfetto-protozero")
 
-__all__ = ["ProtozeroError", "__version__"]
+__all__ = [
+    "MAX_MESSAGE_LENGTH",
+    "MESSAGE_LENGTH_FIELD_SIZE",
+    "WIRE_TYPE_FIXED32",
+    "WIRE_TYPE_FIXED64",
+    "WIRE_TYPE_LENGTH_DELIMITED",
+    "WIRE_TYPE_VARINT",
+    "HeapBuffered",
+    "Message",
+    "ProtozeroError",
+    "ScatteredHeapBuffer",
+    "ScatteredStreamWriter",
+    "ScatteredStreamWriterDelegate",
+    "WritableBuffer",
+    "__version__",
+    "encode_tag",
+    "encode_varint",
+    "field_tag",
+    "make_tag",
+    "write_redundant_varint",
+    "zigzag_decode",
+    "zigzag_encode",
+]

@@ -1,0 +1,79 @@
+"""Wire-format constants and small encoders shared by the writer, the decoder and the generator."""
+
+from __future__ import annotations
+
+import mmap
+from typing import Final
+
+from protozero._errors import ProtozeroError
+
+WritableBuffer = bytearray | mmap.mmap | memoryview
+"""Anything the writer can store bytes into with `buf[i] = b` and `buf[a:b] = data`."""
+
+WIRE_TYPE_VARINT: Final = 0
+WIRE_TYPE_FIXED64: Final = 1
+WIRE_TYPE_LENGTH_DELIMITED: Final = 2
+WIRE_TYPE_START_GROUP: Final = 3
+WIRE_TYPE_END_GROUP: Final = 4
+WIRE_TYPE_FIXED32: Final = 5
+
+MESSAGE_LENGTH_FIELD_SIZE: Final = 4
+"""Bytes reserved for the size of a nested message (a redundant varint)."""
+
+MAX_MESSAGE_LENGTH: Final = (1 << (7 * MESSAGE_LENGTH_FIELD_SIZE)) - 1
+"""The largest size a 4-byte redundant varint can hold (256 MiB - 1)."""
+
+MAX_FIELD_ID: Final = (1 << 29) - 1
+
+UINT64_MASK: Final = 0xFFFF_FFFF_FFFF_FFFF
+
+
+def make_tag(field_id: int, wire_type: int) -> int:
+    """The numeric tag (field id and wire type) that precedes a field on the wire."""
+    if not 0 < field_id <= MAX_FIELD_ID:
+        raise ProtozeroError(f"field id {field_id} is out of range 1..{MAX_FIELD_ID}")
+    return (field_id << 3) | wire_type
+
+
+def encode_varint(value: int) -> bytes:
+    """The shortest varint encoding of `value` (negative values as 64-bit two's complement)."""
+    value &= UINT64_MASK
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_tag(field_id: int, wire_type: int) -> bytes:
+    """The encoded tag bytes for a field; generated code keeps these as constants."""
+    return encode_varint(make_tag(field_id, wire_type))
+
+
+def zigzag_encode(value: int) -> int:
+    """Maps a signed 64-bit integer to the unsigned value sint32/sint64 fields store."""
+    return ((value << 1) ^ (value >> 63)) & UINT64_MASK
+
+
+def zigzag_decode(value: int) -> int:
+    """The inverse of `zigzag_encode`."""
+    return (value >> 1) ^ -(value & 1)
+
+
+def write_redundant_varint(
+    buf: WritableBuffer, offset: int, value: int, size: int = MESSAGE_LENGTH_FIELD_SIZE
+) -> None:
+    """Writes `value` as a varint padded to exactly `size` bytes at `buf[offset]`.
+
+    Every byte but the last has its continuation bit set, so readers see one varint of `size`
+    bytes whatever the value (e.g. 7 in 4 bytes is `87 80 80 00`).
+    """
+    if not 0 <= value < 1 << (7 * size):
+        raise ProtozeroError(f"{value} does not fit a {size}-byte redundant varint")
+    last = offset + size - 1
+    while offset < last:
+        buf[offset] = (value & 0x7F) | 0x80
+        value >>= 7
+        offset += 1
+    buf[last] = value

@@ -1,0 +1,99 @@
+"""A byte stream written across a sequence of non-contiguous buffers."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from protozero._errors import ProtozeroError
+from protozero._proto_utils import WritableBuffer
+
+
+class ScatteredStreamWriterDelegate(Protocol):
+    """Supplies the buffers a `ScatteredStreamWriter` writes into."""
+
+    def get_new_buffer(self) -> tuple[WritableBuffer, int, int]:
+        """Next range to write into: (buffer, begin, end); bytes go to buffer[begin:end]."""
+        ...
+
+
+class ScatteredStreamWriter:
+    """Writes bytes into the current range and asks its delegate for a new one when it is full.
+
+    `buffer`, `write_ptr` and `end` are plain attributes so that `Message` can write small
+    fields straight into the buffer; everything else goes through the methods below.
+    """
+
+    __slots__ = ("_begin", "_delegate", "_written_previously", "buffer", "end", "write_ptr")
+
+    def __init__(self, delegate: ScatteredStreamWriterDelegate) -> None:
+        self._delegate = delegate
+        self.buffer: WritableBuffer = bytearray()
+        self.write_ptr = 0
+        self.end = 0
+        self._begin = 0
+        self._written_previously = 0
+
+    def reset(self, buffer: WritableBuffer, begin: int, end: int) -> None:
+        """Starts writing into `buffer[begin:end]`; bytes written so far stay counted."""
+        self._written_previously += self.write_ptr - self._begin
+        self.buffer = buffer
+        self.write_ptr = begin
+        self.end = end
+        self._begin = begin
+
+    def extend(self) -> None:
+        """Moves on to the next range the delegate provides."""
+        buffer, begin, end = self._delegate.get_new_buffer()
+        if end <= begin:
+            raise ProtozeroError(f"delegate returned an empty range [{begin}, {end})")
+        self.reset(buffer, begin, end)
+
+    def write_byte(self, value: int) -> None:
+        """Appends one byte."""
+        if self.write_ptr >= self.end:
+            self.extend()
+        self.buffer[self.write_ptr] = value
+        self.write_ptr += 1
+
+    def write_bytes(self, data: bytes | bytearray | memoryview) -> None:
+        """Appends `data`, spilling into as many new ranges as it needs."""
+        p = self.write_ptr
+        q = p + len(data)
+        if q <= self.end:
+            self.buffer[p:q] = data
+            self.write_ptr = q
+            return
+        view = memoryview(data)
+        while view:
+            if self.write_ptr >= self.end:
+                self.extend()
+            p = self.write_ptr
+            n = min(self.end - p, len(view))
+            self.buffer[p : p + n] = view[:n]
+            self.write_ptr = p + n
+            view = view[n:]
+
+    def reserve_bytes(self, size: int) -> int:
+        """Reserves `size` contiguous bytes in one range and returns their offset in `buffer`.
+
+        If they do not fit in the current range the writer moves to a new one first; the
+        unused tail of the old range is not counted as written.
+        """
+        if self.write_ptr + size > self.end:
+            self.extend()
+            if self.write_ptr + size > self.end:
+                raise ProtozeroError(
+                    f"cannot reserve {size} contiguous bytes in a range of "
+                    f"{self.end - self.write_ptr} bytes"
+                )
+        p = self.write_ptr
+        self.write_ptr = p + size
+        return p
+
+    def bytes_available(self) -> int:
+        """Bytes that fit in the current range before a new one is needed."""
+        return self.end - self.write_ptr
+
+    def written(self) -> int:
+        """Total bytes written (including reserved ones) since construction."""
+        return self._written_previously + self.write_ptr - self._begin

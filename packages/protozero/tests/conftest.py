@@ -1,0 +1,51 @@
+"""Shared fixtures: the test schema compiled by protoc, loaded as protobuf classes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="session")
+def descriptor_set_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A FileDescriptorSet of tests/data/pztest.proto and its imports, built by protoc."""
+    out = tmp_path_factory.mktemp("descriptors") / "pztest.pb"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{DATA}",
+            "--include_imports",
+            f"--descriptor_set_out={out}",
+            str(DATA / "pztest.proto"),
+        ],
+        check=True,
+        timeout=120,
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def pb(descriptor_set_path: Path) -> dict[str, Any]:
+    """protobuf (upb) message classes of the test schema, by full name (e.g. pztest.EveryField)."""
+    fds = descriptor_pb2.FileDescriptorSet.FromString(descriptor_set_path.read_bytes())
+    pool = descriptor_pool.DescriptorPool()
+    for file_proto in fds.file:
+        pool.Add(file_proto)
+    classes: dict[str, Any] = {}
+    for file_proto in fds.file:
+        prefix = file_proto.package
+        stack = [(f"{prefix}.{m.name}", m) for m in file_proto.message_type]
+        while stack:
+            name, msg = stack.pop()
+            classes[name] = message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
+            stack.extend((f"{name}.{n.name}", n) for n in msg.nested_type)
+    return classes
