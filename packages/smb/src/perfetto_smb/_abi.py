@@ -1,0 +1,389 @@
+"""The shared memory ABI: page header bitmaps, layouts, chunk headers and chunk states."""
+
+from __future__ import annotations
+
+import enum
+import mmap
+import os
+import struct
+import sys
+import time
+
+from perfetto_smb._atomics import AtomicWords
+from perfetto_smb._errors import SmbError
+from perfetto_smb._region import MAX_ABI_PAGE_SIZE, MIN_PAGE_SIZE
+
+PAGE_HEADER_SIZE = 8
+"""Bytes 0-3: the atomic bitmap; bytes 4-7: reserved."""
+CHUNK_HEADER_SIZE = 8
+"""chunk_id u32, writer_id u16, packets u16 (count in bits 0-9, flags in bits 10-15)."""
+PACKET_HEADER_SIZE = 4
+"""Size of the redundant varint that prefixes every fragment a writer starts."""
+PACKET_SIZE_DROP_PACKET = 0x0FFFFFFF
+"""Fragment size a writer stamps when it abandons a fragmented packet."""
+MAX_CHUNKS_PER_PAGE = 14
+MAX_PACKET_COUNT = 1023
+"""The packet count is a 10-bit field."""
+MAX_WRITER_ID = 32767
+MAX_CHUNK_ID = 0xFFFFFFFF
+
+LAYOUT_MASK = 0x70000000
+LAYOUT_SHIFT = 28
+ALL_CHUNKS_MASK = 0x0FFFFFFF
+CHUNK_MASK = 0x3
+CHUNK_SHIFT = 2
+
+_RETRY_ATTEMPTS = 64
+_HEADER = struct.Struct("<IHH")
+
+
+class ChunkState(enum.IntEnum):
+    """The 2-bit state of a chunk in its page's bitmap."""
+
+    FREE = 0
+    BEING_WRITTEN = 1
+    BEING_READ = 2
+    COMPLETE = 3
+
+
+class PageLayout(enum.IntEnum):
+    """How a page is split into chunks (bits 30-28 of the bitmap)."""
+
+    NOT_PARTITIONED = 0
+    DIV1 = 1
+    DIV2 = 2
+    DIV4 = 3
+    DIV7 = 4
+    DIV14 = 5
+    RESERVED1 = 6
+    RESERVED2 = 7
+
+
+NUM_CHUNKS_FOR_LAYOUT: tuple[int, ...] = (0, 1, 2, 4, 7, 14, 0, 0)
+"""Chunks per page, indexed by PageLayout."""
+
+
+class ChunkFlags(enum.IntFlag):
+    """The flags of a chunk header (bits 10-12 of the packets field)."""
+
+    FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK = 1
+    LAST_PACKET_CONTINUES_ON_NEXT_CHUNK = 2
+    CHUNK_NEEDS_PATCHING = 4
+
+
+def chunk_size_for_layout(page_size: int, layout: int) -> int:
+    """Size in bytes (header included) of each chunk of a `page_size` page split by `layout`."""
+    n = NUM_CHUNKS_FOR_LAYOUT[layout]
+    if n == 0:
+        return 0
+    return ((page_size - PAGE_HEADER_SIZE) // n) & ~3
+
+
+def layout_from_bitmap(bitmap: int) -> int:
+    """The PageLayout stored in a page header bitmap."""
+    return (bitmap & LAYOUT_MASK) >> LAYOUT_SHIFT
+
+
+def num_chunks_from_bitmap(bitmap: int) -> int:
+    """How many chunks the bitmap's layout has (0 for unpartitioned or reserved layouts)."""
+    return NUM_CHUNKS_FOR_LAYOUT[(bitmap & LAYOUT_MASK) >> LAYOUT_SHIFT]
+
+
+def chunk_state_from_bitmap(bitmap: int, chunk_idx: int) -> ChunkState:
+    """The state of chunk `chunk_idx` in a page header bitmap."""
+    return ChunkState((bitmap >> (chunk_idx * CHUNK_SHIFT)) & CHUNK_MASK)
+
+
+def used_chunks_from_bitmap(bitmap: int) -> int:
+    """A bit mask with bit i set when chunk i of the page is not Free."""
+    result = 0
+    for i in range(num_chunks_from_bitmap(bitmap)):
+        if (bitmap >> (i * CHUNK_SHIFT)) & CHUNK_MASK:
+            result |= 1 << i
+    return result
+
+
+def pack_chunk_header(chunk_id: int, writer_id: int, packet_count: int, flags: int) -> bytes:
+    """The 8 bytes of a chunk header."""
+    return _HEADER.pack(chunk_id, writer_id, (packet_count & 0x3FF) | ((flags & 0x3F) << 10))
+
+
+def unpack_chunk_header(data: bytes | bytearray | memoryview) -> tuple[int, int, int, int]:
+    """(chunk_id, writer_id, packet_count, flags) from the first 8 bytes of `data`."""
+    chunk_id, writer_id, packets = _HEADER.unpack_from(data)
+    return chunk_id, writer_id, packets & 0x3FF, packets >> 10
+
+
+def _wait_before_next_attempt(attempt: int) -> None:
+    if attempt < _RETRY_ATTEMPTS // 2:
+        os.sched_yield()
+    else:
+        time.sleep((attempt // 10) / 1000)
+
+
+class Chunk:
+    """A chunk acquired from (or located in) a SharedMemoryABI: where it is, what it holds."""
+
+    __slots__ = ("_abi", "begin", "chunk_idx", "page_idx", "size")
+
+    def __init__(
+        self, abi: SharedMemoryABI, page_idx: int, chunk_idx: int, begin: int, size: int
+    ) -> None:
+        self._abi = abi
+        self.page_idx = page_idx
+        self.chunk_idx = chunk_idx
+        self.begin = begin
+        """Offset of the chunk header in the buffer."""
+        self.size = size
+        """Chunk size, header included."""
+
+    @property
+    def payload_begin(self) -> int:
+        """Offset of the payload (after the 8-byte header) in the buffer."""
+        return self.begin + CHUNK_HEADER_SIZE
+
+    @property
+    def end(self) -> int:
+        """Offset just past the chunk in the buffer."""
+        return self.begin + self.size
+
+    @property
+    def payload_size(self) -> int:
+        """Payload bytes: the chunk size minus the header."""
+        return self.size - CHUNK_HEADER_SIZE
+
+    @property
+    def chunk_id(self) -> int:
+        """The header's chunk_id."""
+        return int(self._abi.words[self.begin >> 2])
+
+    @property
+    def writer_id(self) -> int:
+        """The header's writer_id."""
+        return int(self._abi.halves[(self.begin + 4) >> 1])
+
+    def packet_count_and_flags(self) -> tuple[int, int]:
+        """(packet count, flags) from the header."""
+        packets = int(self._abi.halves[(self.begin + 6) >> 1])
+        return packets & 0x3FF, packets >> 10
+
+    def increment_packet_count(self) -> int:
+        """Adds one to the header's packet count; returns the new count."""
+        halves = self._abi.halves
+        index = (self.begin + 6) >> 1
+        packets = halves[index]
+        count = ((packets & 0x3FF) + 1) & 0x3FF
+        halves[index] = (packets & 0xFC00) | count
+        return count
+
+    def set_flag(self, flag: int) -> None:
+        """Sets `flag` (a ChunkFlags bit) in the header."""
+        halves = self._abi.halves
+        index = (self.begin + 6) >> 1
+        halves[index] = halves[index] | ((flag & 0x3F) << 10)
+
+    def clear_needs_patching_flag(self) -> None:
+        """Clears ChunkNeedsPatching in the header."""
+        halves = self._abi.halves
+        index = (self.begin + 6) >> 1
+        halves[index] = halves[index] & ~(ChunkFlags.CHUNK_NEEDS_PATCHING << 10) & 0xFFFF
+
+    def read(self) -> bytes:
+        """A copy of the whole chunk, header included."""
+        return bytes(self._abi.view[self.begin : self.begin + self.size])
+
+    def __repr__(self) -> str:
+        return f"Chunk(page={self.page_idx}, chunk={self.chunk_idx}, size={self.size})"
+
+
+class SharedMemoryABI:
+    """Pages, chunks and their state machine over the mapped bytes of an SMB.
+
+    Every state change is an atomic compare-and-swap on the page's 32-bit header word, so it
+    is safe against another process (C++ or Python) mapping the same memory. In emulation
+    mode the producer itself frees completed chunks (their bytes travel over IPC).
+    """
+
+    __slots__ = (
+        "_atomics",
+        "buffer",
+        "chunk_sizes",
+        "emulation",
+        "halves",
+        "num_pages",
+        "page_size",
+        "size",
+        "view",
+        "words",
+    )
+
+    def __init__(
+        self, buffer: mmap.mmap | bytearray, page_size: int, *, emulation: bool = False
+    ) -> None:
+        if sys.byteorder != "little":
+            raise SmbError("the SMB ABI is little-endian; big-endian hosts are not supported")
+        size = len(buffer)
+        if not (MIN_PAGE_SIZE <= page_size <= MAX_ABI_PAGE_SIZE and page_size % MIN_PAGE_SIZE == 0):
+            raise SmbError(f"invalid SMB page size {page_size} (4-64 KiB in 4 KiB steps)")
+        if size == 0 or size % page_size:
+            raise SmbError(f"SMB size {size} is not a positive multiple of the page {page_size}")
+        self.buffer = buffer
+        self.size = size
+        self.page_size = page_size
+        self.num_pages = size // page_size
+        self.emulation = emulation
+        self.chunk_sizes: tuple[int, ...] = tuple(
+            chunk_size_for_layout(page_size, layout) for layout in range(8)
+        )
+        self._atomics = AtomicWords(buffer)
+        self.view = memoryview(buffer)
+        """The buffer as bytes (a memoryview writers write through)."""
+        self.words = self.view.cast("I")
+        """The buffer as 32-bit words (plain, relaxed access)."""
+        self.halves = self.view.cast("H")
+        """The buffer as 16-bit halves (plain access)."""
+
+    def close(self) -> None:
+        """Releases the buffer (so its mapping can be closed); the ABI is unusable after."""
+        self._atomics.close()
+        self.words.release()
+        self.halves.release()
+        self.view.release()
+
+    def _page_offset(self, page_idx: int) -> int:
+        if not 0 <= page_idx < self.num_pages:
+            raise SmbError(f"page {page_idx} out of range (the SMB has {self.num_pages} pages)")
+        return page_idx * self.page_size
+
+    def page_header_bitmap(self, page_idx: int) -> int:
+        """The page's header bitmap, loaded with acquire ordering."""
+        return self._atomics.load(self._page_offset(page_idx))
+
+    def relaxed_page_header_bitmap(self, page_idx: int) -> int:
+        """The page's header bitmap, read without ordering (a hint; may be stale)."""
+        return int(self.words[self._page_offset(page_idx) >> 2])
+
+    def is_page_free(self, page_idx: int) -> bool:
+        """Whether the page is unpartitioned with every chunk free (bitmap 0)."""
+        return self.relaxed_page_header_bitmap(page_idx) == 0
+
+    def is_page_complete(self, page_idx: int) -> bool:
+        """Whether every chunk of a partitioned page is Complete."""
+        bitmap = self.relaxed_page_header_bitmap(page_idx)
+        n = num_chunks_from_bitmap(bitmap)
+        if n == 0:
+            return False
+        all_complete = ALL_CHUNKS_MASK & ((1 << (n * CHUNK_SHIFT)) - 1)
+        return bitmap & ALL_CHUNKS_MASK == all_complete
+
+    def chunk_state(self, page_idx: int, chunk_idx: int) -> ChunkState:
+        """The current state of one chunk."""
+        return chunk_state_from_bitmap(self.relaxed_page_header_bitmap(page_idx), chunk_idx)
+
+    def get_free_chunks(self, page_idx: int) -> int:
+        """A bit mask with bit i set when chunk i of the page is Free."""
+        bitmap = self.relaxed_page_header_bitmap(page_idx)
+        result = 0
+        for i in range(num_chunks_from_bitmap(bitmap)):
+            if not (bitmap >> (i * CHUNK_SHIFT)) & CHUNK_MASK:
+                result |= 1 << i
+        return result
+
+    def try_partition_page(self, page_idx: int, layout: int) -> bool:
+        """Moves a free page (bitmap 0) to `layout` with all chunks Free; False if not free."""
+        if not PageLayout.DIV1 <= layout <= PageLayout.DIV14:
+            raise SmbError(f"cannot partition a page with layout {layout}")
+        offset = self._page_offset(page_idx)
+        desired = (layout << LAYOUT_SHIFT) & LAYOUT_MASK
+        return self._atomics.compare_exchange(offset, 0, desired) == 0
+
+    def get_chunk_unchecked(self, page_idx: int, bitmap: int, chunk_idx: int) -> Chunk:
+        """The chunk `chunk_idx` of a page whose layout is the one in `bitmap`."""
+        layout = layout_from_bitmap(bitmap)
+        if chunk_idx >= NUM_CHUNKS_FOR_LAYOUT[layout] or chunk_idx < 0:
+            raise SmbError(f"chunk {chunk_idx} out of range for layout {layout}")
+        size = self.chunk_sizes[layout]
+        begin = self._page_offset(page_idx) + PAGE_HEADER_SIZE + chunk_idx * size
+        return Chunk(self, page_idx, chunk_idx, begin, size)
+
+    def _try_acquire(self, page_idx: int, chunk_idx: int, desired: ChunkState) -> Chunk | None:
+        offset = self._page_offset(page_idx)
+        expected_state = ChunkState.FREE if desired == ChunkState.BEING_WRITTEN else 3
+        shift = chunk_idx * CHUNK_SHIFT
+        bitmap = int(self.words[offset >> 2])
+        for attempt in range(_RETRY_ATTEMPTS):
+            if not 0 <= chunk_idx < num_chunks_from_bitmap(bitmap):
+                return None
+            if (bitmap >> shift) & CHUNK_MASK != expected_state:
+                return None
+            desired_bitmap = (bitmap & ~(CHUNK_MASK << shift)) | (desired << shift)
+            found = self._atomics.compare_exchange(offset, bitmap, desired_bitmap)
+            if found == bitmap:
+                return self.get_chunk_unchecked(page_idx, bitmap, chunk_idx)
+            bitmap = found
+            _wait_before_next_attempt(attempt)
+        return None
+
+    def try_acquire_chunk_for_writing(
+        self,
+        page_idx: int,
+        chunk_idx: int,
+        *,
+        chunk_id: int,
+        writer_id: int,
+        packet_count: int = 0,
+        flags: int = 0,
+    ) -> Chunk | None:
+        """Free -> BeingWritten, then writes the header; None if the chunk is not Free."""
+        chunk = self._try_acquire(page_idx, chunk_idx, ChunkState.BEING_WRITTEN)
+        if chunk is not None:
+            begin = chunk.begin
+            self.buffer[begin : begin + CHUNK_HEADER_SIZE] = pack_chunk_header(
+                chunk_id, writer_id, packet_count, flags
+            )
+        return chunk
+
+    def try_acquire_chunk_for_reading(self, page_idx: int, chunk_idx: int) -> Chunk | None:
+        """Complete -> BeingRead; None if the chunk is not (or no longer) Complete."""
+        return self._try_acquire(page_idx, chunk_idx, ChunkState.BEING_READ)
+
+    def release_chunk_as_complete(self, chunk: Chunk) -> int:
+        """BeingWritten -> Complete; returns the page index."""
+        return self._release(chunk, ChunkState.COMPLETE)
+
+    def release_chunk_as_free(self, chunk: Chunk) -> int:
+        """BeingRead (Complete in emulation) -> Free, zeroing the header first.
+
+        Freeing the last busy chunk of a page resets its whole bitmap to 0. Returns the page
+        index.
+        """
+        self.buffer[chunk.begin : chunk.begin + CHUNK_HEADER_SIZE] = bytes(CHUNK_HEADER_SIZE)
+        return self._release(chunk, ChunkState.FREE)
+
+    def _release(self, chunk: Chunk, desired: ChunkState) -> int:
+        offset = self._page_offset(chunk.page_idx)
+        shift = chunk.chunk_idx * CHUNK_SHIFT
+        if desired == ChunkState.COMPLETE:
+            expected_state = ChunkState.BEING_WRITTEN
+        elif self.emulation:
+            expected_state = ChunkState.COMPLETE
+        else:
+            expected_state = ChunkState.BEING_READ
+        bitmap = int(self.words[offset >> 2])
+        for attempt in range(_RETRY_ATTEMPTS):
+            if self.chunk_sizes[layout_from_bitmap(bitmap)] != chunk.size:
+                raise SmbError(f"page {chunk.page_idx} changed layout under {chunk!r}")
+            state = (bitmap >> shift) & CHUNK_MASK
+            if state != expected_state:
+                raise SmbError(
+                    f"{chunk!r} is {ChunkState(state).name}, expected {expected_state.name}"
+                )
+            desired_bitmap = (bitmap & ~(CHUNK_MASK << shift)) | (desired << shift)
+            if desired_bitmap & ALL_CHUNKS_MASK == 0:
+                desired_bitmap = 0
+            found = self._atomics.compare_exchange(offset, bitmap, desired_bitmap)
+            if found == bitmap:
+                return chunk.page_idx
+            bitmap = found
+            _wait_before_next_attempt(attempt)
+        raise SmbError(f"too much contention on page {chunk.page_idx}")

@@ -1,0 +1,99 @@
+"""Hardware atomic operations on 32-bit words of a shared buffer, through libatomic."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import mmap
+from collections.abc import Callable
+
+from perfetto_smb._errors import SmbError
+
+# GCC's memory-order constants, as libatomic takes them.
+_ACQUIRE = 2
+_RELEASE = 3
+_ACQ_REL = 4
+
+_CasFunction = Callable[[int, object, int, int, int], bool]
+_LoadFunction = Callable[[int, int], int]
+_StoreFunction = Callable[[int, int, int], None]
+
+
+@functools.cache
+def _load_backend() -> tuple[_CasFunction, _LoadFunction, _StoreFunction]:
+    names = ["libatomic.so.1", ctypes.util.find_library("atomic")]
+    lib: ctypes.CDLL | None = None
+    for name in names:
+        if not name:
+            continue
+        try:
+            lib = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    if lib is None:
+        raise SmbError(
+            "no atomic backend: libatomic.so.1 could not be loaded "
+            "(install libatomic1, e.g. `apt-get install libatomic1`)"
+        )
+    cas = lib.__atomic_compare_exchange_4
+    cas.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_int]
+    cas.restype = ctypes.c_bool
+    load = lib.__atomic_load_4
+    load.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    load.restype = ctypes.c_uint32
+    store = lib.__atomic_store_4
+    store.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int]
+    store.restype = None
+    return (cas, load, store)
+
+
+class AtomicWords:
+    """Atomic load, store and compare-and-swap on the aligned 32-bit words of a buffer.
+
+    The operations are the CPU's own (lock cmpxchg on x86-64), so they synchronize with any
+    other process that maps the same memory, whatever its language. While this object is
+    open the buffer cannot be closed or resized (it holds an export of it).
+    """
+
+    __slots__ = ("_anchor", "_base", "_cas", "_limit", "_load", "_store")
+
+    def __init__(self, buffer: mmap.mmap | bytearray) -> None:
+        self._cas, self._load, self._store = _load_backend()
+        if len(buffer) < 4:
+            raise SmbError(f"buffer of {len(buffer)} bytes holds no 32-bit word")
+        anchor = (ctypes.c_char * len(buffer)).from_buffer(buffer)
+        self._anchor: ctypes.Array[ctypes.c_char] | None = anchor
+        self._base = ctypes.addressof(anchor)
+        if self._base % 4:
+            raise SmbError("buffer is not 4-byte aligned")
+        self._limit = len(buffer) - 4
+
+    def _address(self, offset: int) -> int:
+        if self._anchor is None:
+            raise SmbError("atomic access to a closed buffer")
+        if offset < 0 or offset > self._limit or offset & 3:
+            raise SmbError(f"atomic access at offset {offset} outside the buffer or unaligned")
+        return self._base + offset
+
+    def load(self, offset: int) -> int:
+        """Loads the word at `offset` with acquire ordering."""
+        return self._load(self._address(offset), _ACQUIRE)
+
+    def store(self, offset: int, value: int) -> None:
+        """Stores `value` into the word at `offset` with release ordering."""
+        self._store(self._address(offset), value, _RELEASE)
+
+    def compare_exchange(self, offset: int, expected: int, desired: int) -> int:
+        """Sets the word to `desired` if it equals `expected` (acq_rel); returns the old value.
+
+        The swap happened if and only if the returned value equals `expected`.
+        """
+        cell = ctypes.c_uint32(expected)
+        self._cas(self._address(offset), ctypes.byref(cell), desired, _ACQ_REL, _ACQUIRE)
+        return cell.value
+
+    def close(self) -> None:
+        """Releases the buffer; later operations raise SmbError."""
+        self._anchor = None

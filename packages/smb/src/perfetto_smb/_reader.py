@@ -1,0 +1,126 @@
+"""The service side of an SMB: validate, copy out and free committed chunks; scrape."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Container
+from dataclasses import dataclass
+
+from perfetto_smb._abi import (
+    CHUNK_HEADER_SIZE,
+    CHUNK_MASK,
+    CHUNK_SHIFT,
+    MAX_WRITER_ID,
+    ChunkState,
+    SharedMemoryABI,
+    num_chunks_from_bitmap,
+    unpack_chunk_header,
+)
+from perfetto_smb._errors import SmbError
+
+MAX_EMULATED_CHUNK_SIZE = 65535
+"""Chunks sent over IPC (emulation mode) are at most this big, header included."""
+
+
+@dataclass(frozen=True, slots=True)
+class CopiedChunk:
+    """A chunk copied out of an SMB (or received over IPC): its header and payload bytes."""
+
+    page: int
+    chunk: int
+    writer_id: int
+    chunk_id: int
+    packet_count: int
+    flags: int
+    complete: bool
+    """False for a chunk scraped while still BeingWritten (its last fragment may be unfinished)."""
+    payload: bytes
+
+
+class SharedMemoryReader:
+    """Reads chunks a producer committed into its SMB, defensively.
+
+    Nothing in the SMB is trusted: page and chunk indexes, layouts and states are checked
+    before a chunk is touched; a bad request is rejected and counted in `rejected` (by
+    reason), never raised.
+    """
+
+    def __init__(self, abi: SharedMemoryABI) -> None:
+        self.abi = abi
+        self.rejected: collections.Counter[str] = collections.Counter()
+        """Rejected chunks, by reason."""
+        self.chunks_read = 0
+
+    def _reject(self, reason: str) -> None:
+        self.rejected[reason] += 1
+
+    def read_chunk(self, page_idx: int, chunk_idx: int) -> CopiedChunk | None:
+        """Moves a Complete chunk to BeingRead, copies it, then frees it.
+
+        Returns None (and counts the reason) when the page or chunk index is out of range,
+        the page's layout has no such chunk, the chunk is not Complete, or its header is bad.
+        """
+        abi = self.abi
+        if not 0 <= page_idx < abi.num_pages:
+            self._reject("page_out_of_range")
+            return None
+        bitmap = abi.relaxed_page_header_bitmap(page_idx)
+        if not 0 <= chunk_idx < num_chunks_from_bitmap(bitmap):
+            self._reject("chunk_out_of_range")
+            return None
+        chunk = abi.try_acquire_chunk_for_reading(page_idx, chunk_idx)
+        if chunk is None:
+            self._reject("chunk_not_complete")
+            return None
+        data = chunk.read()
+        try:
+            abi.release_chunk_as_free(chunk)
+        except SmbError:
+            self._reject("chunk_changed_while_read")
+            return None
+        return self._make(page_idx, chunk_idx, data, complete=True)
+
+    def _make(self, page: int, chunk: int, data: bytes, *, complete: bool) -> CopiedChunk | None:
+        chunk_id, writer_id, count, flags = unpack_chunk_header(data)
+        if not 1 <= writer_id <= MAX_WRITER_ID:
+            self._reject("invalid_writer_id")
+            return None
+        self.chunks_read += 1
+        return CopiedChunk(
+            page, chunk, writer_id, chunk_id, count, flags, complete, data[CHUNK_HEADER_SIZE:]
+        )
+
+    def chunk_from_bytes(
+        self, chunk_idx: int, data: bytes, *, complete: bool = True
+    ) -> CopiedChunk | None:
+        """A chunk received over IPC (emulation mode: `data` = header + payload)."""
+        if not CHUNK_HEADER_SIZE <= len(data) <= MAX_EMULATED_CHUNK_SIZE:
+            self._reject("bad_chunk_size")
+            return None
+        return self._make(0, chunk_idx, bytes(data), complete=complete)
+
+    def scrape(self, writer_ids: Container[int] | None = None) -> list[CopiedChunk]:
+        """Copies every BeingWritten or Complete chunk, without changing any state.
+
+        A BeingWritten chunk is taken only if it holds at least one finished packet (a count
+        of 2 or more). `writer_ids` keeps only chunks of those writers.
+        """
+        abi = self.abi
+        result: list[CopiedChunk] = []
+        for page_idx in range(abi.num_pages):
+            bitmap = abi.page_header_bitmap(page_idx)
+            for chunk_idx in range(num_chunks_from_bitmap(bitmap)):
+                state = (bitmap >> (chunk_idx * CHUNK_SHIFT)) & CHUNK_MASK
+                if state not in (ChunkState.BEING_WRITTEN, ChunkState.COMPLETE):
+                    continue
+                chunk = abi.get_chunk_unchecked(page_idx, bitmap, chunk_idx)
+                complete = state == ChunkState.COMPLETE
+                count, _ = chunk.packet_count_and_flags()
+                if not complete and count < 2:
+                    continue
+                if writer_ids is not None and chunk.writer_id not in writer_ids:
+                    continue
+                copied = self._make(page_idx, chunk_idx, chunk.read(), complete=complete)
+                if copied is not None:
+                    result.append(copied)
+        return result
