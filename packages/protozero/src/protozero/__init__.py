@@ -2,6 +2,7 @@
 
 from importlib.metadata import version as _version
 
+from protozero._decoder import Field, PackedRepeated, ProtoDecoder, read_varint
 from protozero._errors import ProtozeroError
 from protozero._heap_buffered import HeapBuffered, ScatteredHeapBuffer
 from protozero._message import Message, field_tag
@@ -31,8 +32,11 @@ __all__ = [
     "WIRE_TYPE_FIXED64",
     "WIRE_TYPE_LENGTH_DELIMITED",
     "WIRE_TYPE_VARINT",
+    "Field",
     "HeapBuffered",
     "Message",
+    "PackedRepeated",
+    "ProtoDecoder",
     "ProtozeroError",
     "ScatteredHeapBuffer",
     "ScatteredStreamWriter",
@@ -43,6 +47,7 @@ __all__ = [
     "encode_varint",
     "field_tag",
     "make_tag",
+    "read_varint",
     "write_redundant_varint",
     "zigzag_decode",
     "zigzag_encode",
