@@ -2,8 +2,71 @@
 
 from importlib.metadata import version as _version
 
+from perfetto_service._buffer_reader import DrainResult, read_producer_packets
 from perfetto_service._errors import ServiceError
+from perfetto_service._packet_validator import (
+    SERVICE_RESERVED_FIELDS,
+    validate_packet,
+    validate_packet_bytes,
+)
+from perfetto_service._read_slicer import (
+    IPC_BUFFER_SIZE,
+    packet_preamble,
+    read_buffers_replies,
+    trace_file_bytes,
+)
+from perfetto_service._service_packets import (
+    SYNC_MARKER,
+    ClockReading,
+    ServicePacketWriter,
+    SystemInfo,
+    TracingServiceEventKind,
+    boot_time_ns,
+    capture_clock_snapshot,
+    collect_system_info,
+)
+from perfetto_service._trace_buffer import (
+    PACKET_SIZE_DROP_PACKET,
+    BufferedPacket,
+    BufferStats,
+    ChunkFlags,
+    OverwritePolicy,
+    PacketSequenceProperties,
+    Patch,
+    TraceBuffer,
+)
+from perfetto_service._trusted_fields import SERVICE_PACKET_SEQUENCE_ID, TrustedFieldsWriter
 
 __version__: str = _version("perfetto-service")
 
-__all__ = ["ServiceError", "__version__"]
+__all__ = [
+    "IPC_BUFFER_SIZE",
+    "PACKET_SIZE_DROP_PACKET",
+    "SERVICE_PACKET_SEQUENCE_ID",
+    "SERVICE_RESERVED_FIELDS",
+    "SYNC_MARKER",
+    "BufferStats",
+    "BufferedPacket",
+    "ChunkFlags",
+    "ClockReading",
+    "DrainResult",
+    "OverwritePolicy",
+    "PacketSequenceProperties",
+    "Patch",
+    "ServiceError",
+    "ServicePacketWriter",
+    "SystemInfo",
+    "TraceBuffer",
+    "TracingServiceEventKind",
+    "TrustedFieldsWriter",
+    "__version__",
+    "boot_time_ns",
+    "capture_clock_snapshot",
+    "collect_system_info",
+    "packet_preamble",
+    "read_buffers_replies",
+    "read_producer_packets",
+    "trace_file_bytes",
+    "validate_packet",
+    "validate_packet_bytes",
+]

@@ -1,0 +1,115 @@
+"""Validation of producer-written TracePackets before the service emits them.
+
+A producer packet is dropped when it is not well-formed protobuf at its top level
+(malformed or over-long varints, group or unknown wire types, a length above
+0x0FFFFFFF, truncation) or when it sets a field only the service may write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+SERVICE_RESERVED_FIELDS: frozenset[int] = frozenset(
+    {3, 10, 33, 35, 36, 50, 69, 79, 98, 124, 125, 133}
+)
+"""TracePacket fields a producer may not write: trusted ids, service packets, compression."""
+
+MAX_MESSAGE_LENGTH = 0x0FFFFFFF
+"""The largest length a length-delimited field may declare (protozero's kMaxMessageLength)."""
+
+_MAX_FIELD_NUMBER = (1 << 29) - 1
+_MAX_VARINT_BYTES = 10
+
+_VARINT = 0
+_FIXED64 = 1
+_LENGTH_DELIMITED = 2
+_FIXED32 = 5
+_REJECT = -1
+
+
+def _tag_action(tag: int) -> int:
+    field_number = tag >> 3
+    wire_type = tag & 7
+    if field_number == 0 or field_number in SERVICE_RESERVED_FIELDS:
+        return _REJECT
+    if wire_type in (_VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32):
+        return wire_type
+    return _REJECT
+
+
+# What to do for every one-byte tag (fields 1-15), looked up instead of decoded.
+_ONE_BYTE_TAGS: tuple[int, ...] = tuple(_tag_action(tag) for tag in range(0x80))
+
+
+def validate_packet(slices: Sequence[bytes | bytearray | memoryview]) -> bool:
+    """Whether the packet made of `slices` may be emitted (see the module docstring)."""
+    return validate_packet_bytes(slices[0] if len(slices) == 1 else b"".join(slices))
+
+
+def validate_packet_bytes(data: bytes | bytearray | memoryview) -> bool:
+    """`validate_packet` for a packet held in one buffer."""
+    end = len(data)
+    pos = 0
+    one_byte_tags = _ONE_BYTE_TAGS
+    while pos < end:
+        tag = data[pos]
+        pos += 1
+        if tag < 0x80:
+            action = one_byte_tags[tag]
+            if action < 0:
+                return False
+        else:
+            tag &= 0x7F
+            shift = 7
+            while True:
+                if pos >= end or shift >= 7 * _MAX_VARINT_BYTES:
+                    return False
+                byte = data[pos]
+                pos += 1
+                tag |= (byte & 0x7F) << shift
+                if byte < 0x80:
+                    break
+                shift += 7
+            field_number = (tag >> 3) & 0xFFFFFFFF
+            if field_number > _MAX_FIELD_NUMBER:
+                return False
+            action = _tag_action(((field_number) << 3) | (tag & 7))
+            if action < 0:
+                return False
+
+        if action == _VARINT:
+            limit = pos + _MAX_VARINT_BYTES
+            while True:
+                if pos >= end or pos >= limit:
+                    return False
+                byte = data[pos]
+                pos += 1
+                if byte < 0x80:
+                    break
+        elif action == _LENGTH_DELIMITED:
+            if pos >= end:
+                return False
+            byte = data[pos]
+            pos += 1
+            if byte < 0x80:
+                length = byte
+            else:
+                length = byte & 0x7F
+                shift = 7
+                while True:
+                    if pos >= end or shift >= 7 * _MAX_VARINT_BYTES:
+                        return False
+                    byte = data[pos]
+                    pos += 1
+                    length |= (byte & 0x7F) << shift
+                    if byte < 0x80:
+                        break
+                    shift += 7
+                if length > MAX_MESSAGE_LENGTH:
+                    return False
+            pos += length
+        elif action == _FIXED64:
+            pos += 8
+        else:
+            pos += 4
+    return pos == end

@@ -1,0 +1,82 @@
+"""Serializing read packets for a consumer: ReadBuffers replies, or trace-file bytes.
+
+A packet is a sequence of slices (its fragments, then the trusted suffix). Over IPC every
+slice becomes one ReadBuffersResponse.Slice, in order, never interleaved with another
+packet's; a reply is closed before a slice would push its estimated size (each slice's
+size + 16) past 131072 - 64 bytes. In a file every packet is one `Trace.packet` field:
+0x0A, the varint length, then the slices. Both forms carry the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from perfetto_service._field_encoding import redundant_varint4, varint
+
+IPC_BUFFER_SIZE = 131072
+"""Largest IPC frame, length prefix included (kIPCBufferSize)."""
+
+_SLICE_OVERHEAD = 16
+_REPLY_OVERHEAD = 64
+_REPLY_BUDGET = IPC_BUFFER_SIZE - _REPLY_OVERHEAD
+_SLICES_TAG = b"\x12"  # ReadBuffersResponse.slices = 2
+_DATA_TAG = b"\x0a"  # Slice.data = 1
+_LAST_SLICE = b"\x10\x01"  # Slice.last_slice_for_packet = 2
+_NOT_LAST_SLICE = b"\x10\x00"
+_TRACE_PACKET_TAG = b"\x0a"  # Trace.packet = 1
+
+Slice = bytes | bytearray | memoryview
+"""One piece of a packet."""
+
+
+def read_buffers_replies(packets: Iterable[Sequence[Slice]]) -> list[bytes]:
+    """The serialized ReadBuffersResponse messages carrying `packets`, in order.
+
+    Every reply but the last goes out with has_more = true; the last one carries the
+    read's own has_more, and exists (possibly empty) even when `packets` is empty.
+    """
+    replies: list[bytes] = []
+    parts: list[Slice] = []
+    reply_size = 0
+    for packet in packets:
+        remaining = len(packet)
+        for piece in packet:
+            size = len(piece)
+            estimate = size + _SLICE_OVERHEAD
+            if reply_size + estimate > _REPLY_BUDGET and parts:
+                replies.append(b"".join(parts))
+                parts = []
+                reply_size = 0
+            reply_size += estimate
+            remaining -= 1
+            size_varint = varint(size)
+            parts.append(
+                _SLICES_TAG
+                + redundant_varint4(1 + len(size_varint) + size + 2)
+                + _DATA_TAG
+                + size_varint
+            )
+            parts.append(piece)
+            parts.append(_NOT_LAST_SLICE if remaining else _LAST_SLICE)
+    replies.append(b"".join(parts))
+    return replies
+
+
+def packet_preamble(packet_size: int) -> bytes:
+    """The bytes preceding a packet of `packet_size` bytes in a trace file."""
+    return _TRACE_PACKET_TAG + varint(packet_size)
+
+
+def trace_file_bytes(packets: Iterable[Sequence[Slice]]) -> bytes:
+    """`packets` as a trace file (a serialized `Trace`) fragment."""
+    parts: list[Slice] = []
+    append = parts.append
+    for packet in packets:
+        append(b"")
+        start = len(parts) - 1
+        total = 0
+        for piece in packet:
+            total += len(piece)
+            append(piece)
+        parts[start] = _TRACE_PACKET_TAG + varint(total)
+    return b"".join(parts)
