@@ -1,0 +1,228 @@
+"""A connected non-blocking socket driven by an asyncio loop, feeding a protocol core."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections import deque
+from collections.abc import Callable
+
+from perfetto_wire._endpoint import FrameEndpoint
+from perfetto_wire._framing import IPC_BUFFER_SIZE
+from perfetto_wire._sockets import TruncatedMessageError, recv_with_fd, send_with_fd
+
+__all__ = ["SocketTransport"]
+
+_log = logging.getLogger("perfetto_wire")
+
+
+class _Outgoing:
+    """A frame (or what is left of it) waiting for the socket, with its fd and deadline."""
+
+    __slots__ = ("data", "deadline", "fd")
+
+    def __init__(self, data: memoryview, fd: int | None, deadline: float | None) -> None:
+        self.data = data
+        self.fd = fd
+        self.deadline = deadline
+
+
+class SocketTransport:
+    """Moves bytes between a connected socket and a `FrameEndpoint` on one event loop.
+
+    Writes go straight to the socket when it has room and are queued otherwise, so a slow
+    peer never blocks the loop. A queued frame that cannot be written within `send_timeout`
+    seconds shuts the connection down. File descriptors are duplicated when queued, so
+    callers may close theirs as soon as `send` returns.
+    """
+
+    __slots__ = (
+        "_closed",
+        "_endpoint",
+        "_loop",
+        "_on_closed",
+        "_queue",
+        "_recv_view",
+        "_send_timeout",
+        "_sock",
+        "_timer",
+        "can_pass_fds",
+    )
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        *,
+        send_timeout: float | None,
+        recv_buffer: memoryview | None = None,
+        on_closed: Callable[[SocketTransport], None] | None = None,
+    ) -> None:
+        self._loop = loop
+        self._sock = sock
+        self._send_timeout = send_timeout
+        self._recv_view = (
+            recv_buffer if recv_buffer is not None else memoryview(bytearray(IPC_BUFFER_SIZE))
+        )
+        self._on_closed = on_closed
+        self._queue: deque[_Outgoing] = deque()
+        self._timer: asyncio.TimerHandle | None = None
+        self._endpoint: FrameEndpoint | None = None
+        self._closed = False
+        self.can_pass_fds = sock.family == socket.AF_UNIX
+
+    @property
+    def socket(self) -> socket.socket:
+        """The connected socket."""
+        return self._sock
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes accepted by `send` that the socket has not taken yet."""
+        return sum(len(item.data) for item in self._queue)
+
+    def start(self, endpoint: FrameEndpoint) -> None:
+        """Starts feeding received bytes to `endpoint`."""
+        self._endpoint = endpoint
+        if not self._closed:
+            self._loop.add_reader(self._sock.fileno(), self._on_readable)
+
+    def send(self, data: bytes, fd: int | None = None) -> None:
+        """Writes `data` (with `fd` on its first byte) now, or queues it."""
+        if self._closed:
+            return
+        if fd is not None and not self.can_pass_fds:
+            _log.warning("dropping an fd: %s sockets cannot carry file descriptors", self._family)
+            fd = None
+        if self._queue:
+            self._enqueue(memoryview(data), fd)
+            return
+        try:
+            sent = self._sock.send(data) if fd is None else send_with_fd(self._sock, data, fd)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            self.lose(f"send failed: {exc}")
+            return
+        if sent < len(data):
+            self._enqueue(memoryview(data)[sent:], fd if sent == 0 else None)
+
+    def close(self) -> None:
+        """Shuts the socket down without notifying the endpoint (it asked for this)."""
+        if self._teardown():
+            self._notify_closed()
+
+    def _teardown(self) -> bool:
+        if self._closed:
+            return False
+        self._closed = True
+        fileno = self._sock.fileno()
+        if fileno >= 0:
+            self._loop.remove_reader(fileno)
+            self._loop.remove_writer(fileno)
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        while self._queue:
+            item = self._queue.popleft()
+            if item.fd is not None:
+                os.close(item.fd)
+        return True
+
+    def _notify_closed(self) -> None:
+        if self._on_closed is not None:
+            self._on_closed(self)
+
+    @property
+    def _family(self) -> str:
+        return socket.AddressFamily(self._sock.family).name
+
+    def lose(self, reason: str) -> None:
+        """Tears the connection down from this side and tells the endpoint it is gone."""
+        if not self._teardown():
+            return
+        _log.debug("IPC connection lost: %s", reason)
+        if self._endpoint is not None:
+            self._endpoint.connection_lost()
+        self._notify_closed()
+
+    def _enqueue(self, data: memoryview, fd: int | None) -> None:
+        owned_fd = os.dup(fd) if fd is not None else None
+        deadline = None
+        if self._send_timeout is not None:
+            deadline = self._loop.time() + self._send_timeout
+        self._queue.append(_Outgoing(data, owned_fd, deadline))
+        if len(self._queue) == 1:
+            self._loop.add_writer(self._sock.fileno(), self._on_writable)
+            self._arm_timer()
+
+    def _arm_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._queue:
+            deadline = self._queue[0].deadline
+            if deadline is not None:
+                self._timer = self._loop.call_at(deadline, self._on_send_timeout)
+
+    def _on_send_timeout(self) -> None:
+        self._timer = None
+        _log.warning(
+            "IPC send timed out after %.3f s with %d bytes queued; closing the connection",
+            self._send_timeout or 0.0,
+            self.queued_bytes,
+        )
+        self.lose("send timeout")
+
+    def _on_writable(self) -> None:
+        queue = self._queue
+        progressed = False
+        while queue:
+            item = queue[0]
+            try:
+                if item.fd is None:
+                    sent = self._sock.send(item.data)
+                else:
+                    sent = send_with_fd(self._sock, item.data, item.fd)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                self.lose(f"send failed: {exc}")
+                return
+            if sent and item.fd is not None:
+                os.close(item.fd)
+                item.fd = None
+            if sent < len(item.data):
+                item.data = item.data[sent:]
+                break
+            queue.popleft()
+            progressed = True
+        if not queue:
+            self._loop.remove_writer(self._sock.fileno())
+        if progressed:
+            self._arm_timer()
+
+    def _on_readable(self) -> None:
+        view = self._recv_view
+        try:
+            nbytes, fd = recv_with_fd(self._sock, view)
+        except (BlockingIOError, InterruptedError):
+            return
+        except TruncatedMessageError as exc:
+            self.lose(str(exc))
+            return
+        except OSError as exc:
+            self.lose(f"receive failed: {exc}")
+            return
+        if nbytes == 0:
+            self.lose("peer closed the connection")
+            return
+        endpoint = self._endpoint
+        if endpoint is not None:
+            endpoint.receive_data(view[:nbytes], fd)
