@@ -10,6 +10,7 @@ import pytest
 from protozero import (
     HeapBuffered,
     Message,
+    ProtoDecoder,
     ProtozeroError,
     ScatteredStreamWriter,
     WritableBuffer,
@@ -76,6 +77,14 @@ def test_negative_int32_is_ten_bytes_like_protobuf(pb: dict[str, Any]) -> None:
     ours = hb.serialize()
     assert ours == pb["pztest.EveryField"](field_int32=-1).SerializeToString()
     assert len(ours) == 11
+
+
+def test_varints_wider_than_64_bits_are_truncated_like_a_cast() -> None:
+    hb = HeapBuffered(Message)
+    hb.msg.append_varint(4, (1 << 70) + 5)
+    hb.msg.append_int(2, -(1 << 70) - 1)
+    fields = [(f.id, f.as_uint64()) for f in ProtoDecoder(hb.serialize())]
+    assert fields == [(4, 5), (2, ((-(1 << 70) - 1) & ((1 << 64) - 1)))]
 
 
 def test_packed_fields_parse_with_protobuf(pb: dict[str, Any]) -> None:

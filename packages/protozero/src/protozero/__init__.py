@@ -5,7 +5,7 @@ from importlib.metadata import version as _version
 from protozero._decoder import Field, PackedRepeated, ProtoDecoder, read_varint
 from protozero._errors import ProtozeroError
 from protozero._heap_buffered import HeapBuffered, ScatteredHeapBuffer
-from protozero._message import Message, field_tag
+from protozero._message import Message, tag_bytes, tag_word
 from protozero._proto_utils import (
     MAX_MESSAGE_LENGTH,
     MESSAGE_LENGTH_FIELD_SIZE,
@@ -45,9 +45,10 @@ __all__ = [
     "__version__",
     "encode_tag",
     "encode_varint",
-    "field_tag",
     "make_tag",
     "read_varint",
+    "tag_bytes",
+    "tag_word",
     "write_redundant_varint",
     "zigzag_decode",
     "zigzag_encode",

@@ -27,18 +27,23 @@ _pack_f32 = struct.Struct("<f").pack_into
 _pack_f64 = struct.Struct("<d").pack_into
 
 _CACHED_TAG_FIELD_IDS = 4096
-_tag_cache: dict[int, bytes] = {}
+_tag_cache: dict[int, int] = {}
 
 
-def field_tag(field_id: int, wire_type: int) -> bytes:
-    """The encoded tag of a field, cached for the field ids messages commonly use."""
+def tag_word(field_id: int, wire_type: int) -> int:
+    """A field's encoded tag bytes read as a little-endian integer: the `tag` of `put_*`."""
     key = (field_id << 3) | wire_type
-    tag = _tag_cache.get(key)
-    if tag is None:
-        tag = encode_tag(field_id, wire_type)
+    word = _tag_cache.get(key)
+    if word is None:
+        word = int.from_bytes(encode_tag(field_id, wire_type), "little")
         if field_id < _CACHED_TAG_FIELD_IDS:
-            _tag_cache[key] = tag
-    return tag
+            _tag_cache[key] = word
+    return word
+
+
+def tag_bytes(word: int) -> bytes:
+    """The encoded tag bytes of a tag word (the inverse of `tag_word`'s packing)."""
+    return word.to_bytes((word.bit_length() + 7) // 8, "little")
 
 
 class _RefusingDelegate:
@@ -141,115 +146,141 @@ class Message:
             self.nested_message = None
 
     # -- Tag-first writers (the hot path of generated code) ----------------------------------
+    #
+    # `tag` is the field's encoded tag bytes read as a little-endian integer (see `tag_word`),
+    # so a one-byte tag is stored with a single item assignment and nothing is encoded per call.
 
-    def put_varint(self, tag: bytes, value: int) -> None:
+    def put_varint(self, tag: int, value: int) -> None:
         """Writes a varint field; negative values take 10 bytes, like protobuf's int32/int64."""
         if self.nested_message is not None:
             self._end_nested_message()
         w = self._writer
         p = w.write_ptr
-        q = p + len(tag)
-        if q + 10 <= w.end:
+        if p + 15 <= w.end:
             buf = w.buffer
-            buf[p:q] = tag
+            while tag > 0xFF:
+                buf[p] = tag & 0xFF
+                tag >>= 8
+                p += 1
+            buf[p] = tag
+            p += 1
+            if value < 0x80 and value >= 0:
+                buf[p] = value
+                w.write_ptr = p + 1
+                return
             value &= 0xFFFF_FFFF_FFFF_FFFF
             while value > 0x7F:
-                buf[q] = (value & 0x7F) | 0x80
+                buf[p] = (value & 0x7F) | 0x80
                 value >>= 7
-                q += 1
-            buf[q] = value
-            w.write_ptr = q + 1
+                p += 1
+            buf[p] = value
+            w.write_ptr = p + 1
         else:
-            w.write_bytes(tag + encode_varint(value))
+            w.write_bytes(tag_bytes(tag) + encode_varint(value))
 
-    def put_zigzag(self, tag: bytes, value: int) -> None:
+    def put_zigzag(self, tag: int, value: int) -> None:
         """Writes a zigzag-encoded varint field (sint32/sint64)."""
-        self.put_varint(tag, (value << 1) ^ (value >> 63))
+        self.put_varint(tag, ((value << 1) ^ (value >> 63)) & 0xFFFF_FFFF_FFFF_FFFF)
 
-    def put_fixed32(self, tag: bytes, value: int) -> None:
+    def put_fixed32(self, tag: int, value: int) -> None:
         """Writes a 4-byte little-endian field (fixed32, or sfixed32 as two's complement)."""
         if self.nested_message is not None:
             self._end_nested_message()
         w = self._writer
         p = w.write_ptr
-        q = p + len(tag)
-        if q + 4 <= w.end:
+        if p + 9 <= w.end:
             buf = w.buffer
-            buf[p:q] = tag
-            _pack_u32(buf, q, value & 0xFFFF_FFFF)
-            w.write_ptr = q + 4
+            while tag > 0xFF:
+                buf[p] = tag & 0xFF
+                tag >>= 8
+                p += 1
+            buf[p] = tag
+            _pack_u32(buf, p + 1, value & 0xFFFF_FFFF)
+            w.write_ptr = p + 5
         else:
-            w.write_bytes(tag + struct.pack("<I", value & 0xFFFF_FFFF))
+            w.write_bytes(tag_bytes(tag) + struct.pack("<I", value & 0xFFFF_FFFF))
 
-    def put_fixed64(self, tag: bytes, value: int) -> None:
+    def put_fixed64(self, tag: int, value: int) -> None:
         """Writes an 8-byte little-endian field (fixed64, or sfixed64 as two's complement)."""
         if self.nested_message is not None:
             self._end_nested_message()
         w = self._writer
         p = w.write_ptr
-        q = p + len(tag)
-        if q + 8 <= w.end:
+        if p + 13 <= w.end:
             buf = w.buffer
-            buf[p:q] = tag
-            _pack_u64(buf, q, value & 0xFFFF_FFFF_FFFF_FFFF)
-            w.write_ptr = q + 8
+            while tag > 0xFF:
+                buf[p] = tag & 0xFF
+                tag >>= 8
+                p += 1
+            buf[p] = tag
+            _pack_u64(buf, p + 1, value & 0xFFFF_FFFF_FFFF_FFFF)
+            w.write_ptr = p + 9
         else:
-            w.write_bytes(tag + struct.pack("<Q", value & 0xFFFF_FFFF_FFFF_FFFF))
+            w.write_bytes(tag_bytes(tag) + struct.pack("<Q", value & 0xFFFF_FFFF_FFFF_FFFF))
 
-    def put_float(self, tag: bytes, value: float) -> None:
+    def put_float(self, tag: int, value: float) -> None:
         """Writes a float field (4 bytes, IEEE 754)."""
         if self.nested_message is not None:
             self._end_nested_message()
         w = self._writer
         p = w.write_ptr
-        q = p + len(tag)
-        if q + 4 <= w.end:
+        if p + 9 <= w.end:
             buf = w.buffer
-            buf[p:q] = tag
-            _pack_f32(buf, q, value)
-            w.write_ptr = q + 4
+            while tag > 0xFF:
+                buf[p] = tag & 0xFF
+                tag >>= 8
+                p += 1
+            buf[p] = tag
+            _pack_f32(buf, p + 1, value)
+            w.write_ptr = p + 5
         else:
-            w.write_bytes(tag + struct.pack("<f", value))
+            w.write_bytes(tag_bytes(tag) + struct.pack("<f", value))
 
-    def put_double(self, tag: bytes, value: float) -> None:
+    def put_double(self, tag: int, value: float) -> None:
         """Writes a double field (8 bytes, IEEE 754)."""
         if self.nested_message is not None:
             self._end_nested_message()
         w = self._writer
         p = w.write_ptr
-        q = p + len(tag)
-        if q + 8 <= w.end:
+        if p + 13 <= w.end:
             buf = w.buffer
-            buf[p:q] = tag
-            _pack_f64(buf, q, value)
-            w.write_ptr = q + 8
+            while tag > 0xFF:
+                buf[p] = tag & 0xFF
+                tag >>= 8
+                p += 1
+            buf[p] = tag
+            _pack_f64(buf, p + 1, value)
+            w.write_ptr = p + 9
         else:
-            w.write_bytes(tag + struct.pack("<d", value))
+            w.write_bytes(tag_bytes(tag) + struct.pack("<d", value))
 
-    def put_bytes(self, tag: bytes, data: bytes | bytearray | memoryview) -> None:
+    def put_bytes(self, tag: int, data: bytes | bytearray | memoryview) -> None:
         """Writes a length-delimited field holding `data` (a bytes-like object of bytes)."""
         if self.nested_message is not None:
             self._end_nested_message()
         w = self._writer
         n = len(data)
         p = w.write_ptr
-        q = p + len(tag)
-        if n < 0x80 and q + 1 + n <= w.end:
+        if n < 0x80 and p + 6 + n <= w.end:
             buf = w.buffer
-            buf[p:q] = tag
-            buf[q] = n
-            q += 1
-            buf[q : q + n] = data
-            w.write_ptr = q + n
+            while tag > 0xFF:
+                buf[p] = tag & 0xFF
+                tag >>= 8
+                p += 1
+            buf[p] = tag
+            buf[p + 1] = n
+            p += 2
+            buf[p : p + n] = data
+            w.write_ptr = p + n
         else:
-            w.write_bytes(tag + encode_varint(n))
+            w.write_bytes(tag_bytes(tag) + encode_varint(n))
             w.write_bytes(data)
 
-    def put_string(self, tag: bytes, value: str) -> None:
-        """Writes a string field (UTF-8)."""
-        self.put_bytes(tag, value.encode())
+    def put_string(self, tag: int, value: str | bytes) -> None:
+        """Writes a string field: a str is encoded as UTF-8, bytes are taken as already encoded."""
+        self.put_bytes(tag, value.encode() if isinstance(value, str) else value)
 
-    def put_packed_varints(self, tag: bytes, values: Iterable[int]) -> None:
+    def put_packed_varints(self, tag: int, values: Iterable[int]) -> None:
         """Writes a packed repeated varint field (int32/int64/uint32/uint64/bool/enum)."""
         payload = bytearray()
         for item in values:
@@ -260,48 +291,53 @@ class Message:
             payload.append(value)
         self.put_bytes(tag, payload)
 
-    def put_packed_zigzag(self, tag: bytes, values: Iterable[int]) -> None:
+    def put_packed_zigzag(self, tag: int, values: Iterable[int]) -> None:
         """Writes a packed repeated zigzag varint field (sint32/sint64)."""
         self.put_packed_varints(tag, ((v << 1) ^ (v >> 63) for v in values))
 
-    def put_packed_fixed32(self, tag: bytes, values: Iterable[int]) -> None:
+    def put_packed_fixed32(self, tag: int, values: Iterable[int]) -> None:
         """Writes a packed repeated fixed32/sfixed32 field."""
         masked = [v & 0xFFFF_FFFF for v in values]
         self.put_bytes(tag, struct.pack(f"<{len(masked)}I", *masked))
 
-    def put_packed_fixed64(self, tag: bytes, values: Iterable[int]) -> None:
+    def put_packed_fixed64(self, tag: int, values: Iterable[int]) -> None:
         """Writes a packed repeated fixed64/sfixed64 field."""
         masked = [v & 0xFFFF_FFFF_FFFF_FFFF for v in values]
         self.put_bytes(tag, struct.pack(f"<{len(masked)}Q", *masked))
 
-    def put_packed_float(self, tag: bytes, values: Iterable[float]) -> None:
+    def put_packed_float(self, tag: int, values: Iterable[float]) -> None:
         """Writes a packed repeated float field."""
         items = list(values)
         self.put_bytes(tag, struct.pack(f"<{len(items)}f", *items))
 
-    def put_packed_double(self, tag: bytes, values: Iterable[float]) -> None:
+    def put_packed_double(self, tag: int, values: Iterable[float]) -> None:
         """Writes a packed repeated double field."""
         items = list(values)
         self.put_bytes(tag, struct.pack(f"<{len(items)}d", *items))
 
-    def begin_nested(self, tag: bytes, cls: type[M]) -> M:
+    def begin_nested(self, tag: int, cls: type[M]) -> M:
         """Starts a nested message field; returns the child, bound to the same stream writer."""
         if self.nested_message is not None:
             self._end_nested_message()
         w = self._writer
         p = w.write_ptr
-        q = p + len(tag)
-        if q + 4 <= w.end:
-            w.buffer[p:q] = tag
-            w.write_ptr = q + 4
+        if p + 9 <= w.end:
+            buf = w.buffer
+            while tag > 0xFF:
+                buf[p] = tag & 0xFF
+                tag >>= 8
+                p += 1
+            buf[p] = tag
+            p += 1
+            w.write_ptr = p + 4
         else:
-            w.write_bytes(tag)
-            q = w.reserve_bytes(4)
+            w.write_bytes(tag_bytes(tag))
+            p = w.reserve_bytes(4)
         child = cls()
         child._writer = w
         child._begin = w._written_previously + w.write_ptr - w._begin
         child.size_field_buffer = w.buffer
-        child.size_field_offset = q
+        child.size_field_offset = p
         self.nested_message = child
         return child
 
@@ -309,75 +345,75 @@ class Message:
 
     def append_varint(self, field_id: int, value: int) -> None:
         """Appends a varint field (uint32/uint64/enum; negative values take 10 bytes)."""
-        self.put_varint(field_tag(field_id, WIRE_TYPE_VARINT), value)
+        self.put_varint(tag_word(field_id, WIRE_TYPE_VARINT), value)
 
     def append_int(self, field_id: int, value: int) -> None:
         """Appends an int32/int64 field; negative values take 10 bytes, like protobuf."""
-        self.put_varint(field_tag(field_id, WIRE_TYPE_VARINT), value)
+        self.put_varint(tag_word(field_id, WIRE_TYPE_VARINT), value)
 
     def append_zigzag(self, field_id: int, value: int) -> None:
         """Appends a sint32/sint64 field (zigzag varint)."""
-        self.put_zigzag(field_tag(field_id, WIRE_TYPE_VARINT), value)
+        self.put_zigzag(tag_word(field_id, WIRE_TYPE_VARINT), value)
 
     def append_bool(self, field_id: int, value: bool) -> None:
         """Appends a bool field."""
-        self.put_varint(field_tag(field_id, WIRE_TYPE_VARINT), 1 if value else 0)
+        self.put_varint(tag_word(field_id, WIRE_TYPE_VARINT), 1 if value else 0)
 
     def append_fixed32(self, field_id: int, value: int) -> None:
         """Appends a fixed32 field."""
-        self.put_fixed32(field_tag(field_id, WIRE_TYPE_FIXED32), value)
+        self.put_fixed32(tag_word(field_id, WIRE_TYPE_FIXED32), value)
 
     def append_sfixed32(self, field_id: int, value: int) -> None:
         """Appends an sfixed32 field."""
-        self.put_fixed32(field_tag(field_id, WIRE_TYPE_FIXED32), value)
+        self.put_fixed32(tag_word(field_id, WIRE_TYPE_FIXED32), value)
 
     def append_fixed64(self, field_id: int, value: int) -> None:
         """Appends a fixed64 field."""
-        self.put_fixed64(field_tag(field_id, WIRE_TYPE_FIXED64), value)
+        self.put_fixed64(tag_word(field_id, WIRE_TYPE_FIXED64), value)
 
     def append_sfixed64(self, field_id: int, value: int) -> None:
         """Appends an sfixed64 field."""
-        self.put_fixed64(field_tag(field_id, WIRE_TYPE_FIXED64), value)
+        self.put_fixed64(tag_word(field_id, WIRE_TYPE_FIXED64), value)
 
     def append_float(self, field_id: int, value: float) -> None:
         """Appends a float field."""
-        self.put_float(field_tag(field_id, WIRE_TYPE_FIXED32), value)
+        self.put_float(tag_word(field_id, WIRE_TYPE_FIXED32), value)
 
     def append_double(self, field_id: int, value: float) -> None:
         """Appends a double field."""
-        self.put_double(field_tag(field_id, WIRE_TYPE_FIXED64), value)
+        self.put_double(tag_word(field_id, WIRE_TYPE_FIXED64), value)
 
     def append_bytes(self, field_id: int, data: bytes | bytearray | memoryview) -> None:
         """Appends a bytes field."""
-        self.put_bytes(field_tag(field_id, WIRE_TYPE_LENGTH_DELIMITED), data)
+        self.put_bytes(tag_word(field_id, WIRE_TYPE_LENGTH_DELIMITED), data)
 
     def append_string(self, field_id: int, value: str) -> None:
         """Appends a string field (UTF-8)."""
-        self.put_bytes(field_tag(field_id, WIRE_TYPE_LENGTH_DELIMITED), value.encode())
+        self.put_bytes(tag_word(field_id, WIRE_TYPE_LENGTH_DELIMITED), value.encode())
 
     def append_packed_varints(self, field_id: int, values: Iterable[int]) -> None:
         """Appends a packed repeated varint field."""
-        self.put_packed_varints(field_tag(field_id, WIRE_TYPE_LENGTH_DELIMITED), values)
+        self.put_packed_varints(tag_word(field_id, WIRE_TYPE_LENGTH_DELIMITED), values)
 
     def append_packed_zigzag(self, field_id: int, values: Iterable[int]) -> None:
         """Appends a packed repeated sint32/sint64 field."""
-        self.put_packed_zigzag(field_tag(field_id, WIRE_TYPE_LENGTH_DELIMITED), values)
+        self.put_packed_zigzag(tag_word(field_id, WIRE_TYPE_LENGTH_DELIMITED), values)
 
     def append_packed_fixed32(self, field_id: int, values: Iterable[int]) -> None:
         """Appends a packed repeated fixed32/sfixed32 field."""
-        self.put_packed_fixed32(field_tag(field_id, WIRE_TYPE_LENGTH_DELIMITED), values)
+        self.put_packed_fixed32(tag_word(field_id, WIRE_TYPE_LENGTH_DELIMITED), values)
 
     def append_packed_fixed64(self, field_id: int, values: Iterable[int]) -> None:
         """Appends a packed repeated fixed64/sfixed64 field."""
-        self.put_packed_fixed64(field_tag(field_id, WIRE_TYPE_LENGTH_DELIMITED), values)
+        self.put_packed_fixed64(tag_word(field_id, WIRE_TYPE_LENGTH_DELIMITED), values)
 
     def append_packed_float(self, field_id: int, values: Iterable[float]) -> None:
         """Appends a packed repeated float field."""
-        self.put_packed_float(field_tag(field_id, WIRE_TYPE_LENGTH_DELIMITED), values)
+        self.put_packed_float(tag_word(field_id, WIRE_TYPE_LENGTH_DELIMITED), values)
 
     def append_packed_double(self, field_id: int, values: Iterable[float]) -> None:
         """Appends a packed repeated double field."""
-        self.put_packed_double(field_tag(field_id, WIRE_TYPE_LENGTH_DELIMITED), values)
+        self.put_packed_double(tag_word(field_id, WIRE_TYPE_LENGTH_DELIMITED), values)
 
     def append_raw(self, data: bytes | bytearray | memoryview) -> None:
         """Appends bytes that already are encoded fields of this message."""
@@ -387,4 +423,4 @@ class Message:
 
     def begin_nested_message(self, field_id: int, cls: type[M]) -> M:
         """Starts nested message field `field_id` of type `cls` and returns it."""
-        return self.begin_nested(field_tag(field_id, WIRE_TYPE_LENGTH_DELIMITED), cls)
+        return self.begin_nested(tag_word(field_id, WIRE_TYPE_LENGTH_DELIMITED), cls)
