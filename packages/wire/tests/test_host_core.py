@@ -1,0 +1,463 @@
+"""The sans-I/O host: binding, dispatch, replies, errors, fds, identity; fuzzed with hypothesis."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import pytest
+from google.protobuf.message import Message
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from perfetto_protos.ipc import producer_port_pb2 as pp
+from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
+from perfetto_wire import (
+    MAX_PAYLOAD_SIZE,
+    ClientInfo,
+    Deferred,
+    FrameDecoder,
+    Host,
+    HostConnection,
+    ServiceDescriptor,
+    WireError,
+    encode_frame,
+    machine_id_for,
+)
+
+PRODUCER_PORT = ServiceDescriptor.for_service("ProducerPort")
+
+
+class RecordingTransport:
+    """Collects what the host writes, decoded back into frames."""
+
+    def __init__(self) -> None:
+        self.decoder = FrameDecoder()
+        self.frames: list[IPCFrame] = []
+        self.fds: list[int | None] = []
+        self.raw: list[bytes] = []
+        self.closed = False
+
+    def send(self, data: bytes, fd: int | None = None) -> None:
+        self.raw.append(data)
+        new = self.decoder.feed(data)
+        self.frames += new
+        self.fds += [fd] * len(new)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def pop(self) -> list[IPCFrame]:
+        frames, self.frames = self.frames, []
+        self.fds = []
+        return frames
+
+
+def bind(name: str, request_id: int = 1) -> bytes:
+    frame = IPCFrame(request_id=request_id)
+    frame.msg_bind_service.service_name = name
+    return encode_frame(frame)
+
+
+def invoke(
+    method_id: int,
+    request: Message | bytes,
+    *,
+    request_id: int = 2,
+    service_id: int = 1,
+    drop_reply: bool = False,
+) -> bytes:
+    frame = IPCFrame(request_id=request_id)
+    call = frame.msg_invoke_method
+    call.service_id = service_id
+    call.method_id = method_id
+    call.args_proto = request if isinstance(request, bytes) else request.SerializeToString()
+    call.drop_reply = drop_reply
+    return encode_frame(frame)
+
+
+def method_id(name: str) -> int:
+    return PRODUCER_PORT.method(name).id
+
+
+class Handlers:
+    """A few ProducerPort handlers that record what they saw."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Message, Deferred]] = []
+        self.deferred: list[Deferred] = []
+
+    def Sync(self, request: pp.SyncRequest, call: Deferred) -> pp.SyncResponse:
+        self.calls.append(("Sync", request, call))
+        return pp.SyncResponse()
+
+    def initialize_connection(
+        self, request: pp.InitializeConnectionRequest, call: Deferred
+    ) -> pp.InitializeConnectionResponse:
+        self.calls.append(("InitializeConnection", request, call))
+        fd = call.take_received_fd()
+        if fd is not None:
+            os.close(fd)
+        return pp.InitializeConnectionResponse(using_shmem_provided_by_producer=fd is not None)
+
+    def get_async_command(self, request: pp.GetAsyncCommandRequest, call: Deferred) -> None:
+        self.deferred.append(call)
+
+    def activate_triggers(self, request: pp.ActivateTriggersRequest, call: Deferred) -> Any:
+        action = request.trigger_names[0] if request.trigger_names else ""
+        if action == "raise":
+            raise RuntimeError("boom")
+        if action == "wrong-type":
+            return pp.SyncResponse()
+        if action == "reject":
+            call.reject()
+            return None
+        return pp.ActivateTriggersResponse()
+
+
+@pytest.fixture
+def handlers() -> Handlers:
+    return Handlers()
+
+
+@pytest.fixture
+def events() -> list[tuple[str, ClientInfo]]:
+    return []
+
+
+@pytest.fixture
+def host(handlers: Handlers, events: list[tuple[str, ClientInfo]]) -> Host:
+    host = Host(
+        on_connect=lambda info: events.append(("connect", info)),
+        on_disconnect=lambda info: events.append(("disconnect", info)),
+    )
+    assert host.expose_service(PRODUCER_PORT, handlers) == 1
+    return host
+
+
+def connect(
+    host: Host, uid: int = 1000, pid: int = 4242
+) -> tuple[HostConnection, RecordingTransport]:
+    transport = RecordingTransport()
+    return host.connect(transport, uid=uid, pid=pid), transport
+
+
+def test_bind_answers_service_id_and_method_table_in_declaration_order(host: Host) -> None:
+    connection, transport = connect(host)
+    connection.receive_data(bind("ProducerPort", request_id=7))
+    (frame,) = transport.pop()
+    assert frame.request_id == 7
+    reply = frame.msg_bind_service_reply
+    assert reply.success
+    assert reply.service_id == 1
+    names = [method.name for method in reply.methods]
+    assert names[:5] == [
+        "InitializeConnection",
+        "RegisterDataSource",
+        "UnregisterDataSource",
+        "CommitData",
+        "GetAsyncCommand",
+    ]
+    assert names[-2:] == ["Sync", "UpdateDataSource"]
+    assert [method.id for method in reply.methods] == list(range(1, 13))
+
+
+def test_bind_unknown_service_fails_without_methods(host: Host) -> None:
+    connection, transport = connect(host)
+    connection.receive_data(bind("NoSuchPort"))
+    (frame,) = transport.pop()
+    assert frame.HasField("msg_bind_service_reply")
+    assert not frame.msg_bind_service_reply.success
+    assert len(frame.msg_bind_service_reply.methods) == 0
+
+
+def test_service_ids_follow_exposure_order() -> None:
+    host = Host()
+    assert host.expose_service(PRODUCER_PORT, {}) == 1
+    assert host.expose_service(ServiceDescriptor.for_service("RelayPort"), {}) == 2
+    with pytest.raises(WireError):
+        host.expose_service(PRODUCER_PORT, {})
+    connection, transport = connect(host)
+    connection.receive_data(bind("RelayPort"))
+    assert transport.pop()[0].msg_bind_service_reply.service_id == 2
+
+
+def test_handler_mapping_with_unknown_method_is_refused() -> None:
+    with pytest.raises(WireError, match="NoSuchMethod"):
+        Host().expose_service(PRODUCER_PORT, {"NoSuchMethod": lambda request, call: None})
+
+
+def test_invoke_dispatches_to_the_handler_with_the_decoded_request(
+    host: Host, handlers: Handlers
+) -> None:
+    connection, transport = connect(host, uid=1234, pid=5678)
+    request = pp.InitializeConnectionRequest(producer_name="producer", sdk_version="1.0")
+    connection.receive_data(invoke(method_id("InitializeConnection"), request, request_id=9))
+    ((name, seen, call),) = handlers.calls
+    assert (name, seen) == ("InitializeConnection", request)
+    assert call.client == ClientInfo(1, 1234, 5678)
+    (frame,) = transport.pop()
+    assert frame.request_id == 9
+    reply = frame.msg_invoke_method_reply
+    assert reply.success
+    assert not reply.has_more
+    assert pp.InitializeConnectionResponse.FromString(reply.reply_proto) == (
+        pp.InitializeConnectionResponse(using_shmem_provided_by_producer=False)
+    )
+
+
+def test_streamed_and_deferred_replies(host: Host, handlers: Handlers) -> None:
+    connection, transport = connect(host)
+    connection.receive_data(invoke(method_id("GetAsyncCommand"), pp.GetAsyncCommandRequest()))
+    assert transport.pop() == []
+    (call,) = handlers.deferred
+    for instance in (1, 2):
+        command = pp.GetAsyncCommandResponse()
+        command.start_data_source.new_instance_id = instance
+        call.resolve(command, has_more=True)
+    call.resolve(pp.GetAsyncCommandResponse())
+    frames = transport.pop()
+    assert [frame.msg_invoke_method_reply.has_more for frame in frames] == [True, True, False]
+    assert all(frame.request_id == 2 for frame in frames)
+    assert call.done
+    with pytest.raises(WireError, match="already been answered"):
+        call.resolve(pp.GetAsyncCommandResponse())
+
+
+def test_reply_of_the_wrong_type_is_refused(host: Host, handlers: Handlers) -> None:
+    connection, transport = connect(host)
+    connection.receive_data(invoke(method_id("GetAsyncCommand"), pp.GetAsyncCommandRequest()))
+    with pytest.raises(WireError, match="GetAsyncCommandResponse"):
+        handlers.deferred[0].resolve(pp.SyncResponse())
+    assert transport.pop() == []
+
+
+def test_drop_reply_is_honoured(host: Host, handlers: Handlers) -> None:
+    connection, transport = connect(host)
+    connection.receive_data(invoke(method_id("Sync"), pp.SyncRequest(), drop_reply=True))
+    assert len(handlers.calls) == 1
+    assert transport.pop() == []
+
+
+@pytest.mark.parametrize(
+    ("service_id", "method"),
+    [(2, 11), (0, 11), (1, 0), (1, 13), (1, 2**32 - 1)],
+    ids=["unknown-service", "service-0", "method-0", "method-past-end", "method-huge"],
+)
+def test_bad_ids_fail_the_call(host: Host, service_id: int, method: int) -> None:
+    connection, transport = connect(host)
+    connection.receive_data(invoke(method, b"", service_id=service_id))
+    (frame,) = transport.pop()
+    assert frame.HasField("msg_invoke_method_reply")
+    assert not frame.msg_invoke_method_reply.success
+    assert frame.msg_invoke_method_reply.HasField("success")
+
+
+def test_undecodable_args_fail_the_call(host: Host, handlers: Handlers) -> None:
+    connection, transport = connect(host)
+    connection.receive_data(invoke(method_id("Sync"), b"\xff\xff\xff"))
+    assert handlers.calls == []
+    assert not transport.pop()[0].msg_invoke_method_reply.success
+
+
+def test_method_without_handler_fails_the_call(host: Host) -> None:
+    connection, transport = connect(host)
+    connection.receive_data(invoke(method_id("UpdateDataSource"), pp.UpdateDataSourceRequest()))
+    (frame,) = transport.pop()
+    assert not frame.msg_invoke_method_reply.success
+    assert not frame.msg_invoke_method_reply.has_more
+
+
+@pytest.mark.parametrize("action", ["raise", "wrong-type", "reject"])
+def test_handler_failures_answer_success_false(
+    host: Host, action: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    connection, transport = connect(host)
+    request = pp.ActivateTriggersRequest(trigger_names=[action])
+    with caplog.at_level(logging.ERROR, logger="perfetto_wire"):
+        connection.receive_data(invoke(method_id("ActivateTriggers"), request))
+    (frame,) = transport.pop()
+    assert not frame.msg_invoke_method_reply.success
+    if action == "raise":
+        assert "RuntimeError: boom" in caplog.text
+    connection.receive_data(invoke(method_id("Sync"), pp.SyncRequest(), request_id=3))
+    assert transport.pop()[0].msg_invoke_method_reply.success
+
+
+def test_frame_without_request_gets_request_error(host: Host) -> None:
+    connection, transport = connect(host)
+    connection.receive_data(encode_frame(IPCFrame(request_id=5, data_for_testing=[b"x"])))
+    (frame,) = transport.pop()
+    assert frame.request_id == 5
+    assert frame.msg_request_error.error == "unknown request"
+
+
+def test_oversize_frame_closes_the_connection(
+    host: Host, events: list[tuple[str, ClientInfo]], caplog: pytest.LogCaptureFixture
+) -> None:
+    connection, transport = connect(host)
+    with caplog.at_level(logging.WARNING, logger="perfetto_wire"):
+        connection.receive_data((MAX_PAYLOAD_SIZE + 1).to_bytes(4, "little"))
+    assert transport.closed
+    assert connection.closed
+    assert "too large" in caplog.text
+    assert [kind for kind, _ in events] == ["connect", "disconnect"]
+    connection.receive_data(bind("ProducerPort"))
+    assert transport.pop() == []
+
+
+def test_lifecycle_callbacks_and_client_ids(
+    host: Host, events: list[tuple[str, ClientInfo]]
+) -> None:
+    first, _ = connect(host, pid=1)
+    second, _ = connect(host, pid=2)
+    assert [info.client_id for _, info in events] == [1, 2]
+    assert host.connections == [first, second]
+    first.connection_lost()
+    first.connection_lost()
+    assert events[-1] == ("disconnect", ClientInfo(1, 1000, 1))
+    assert host.connections == [second]
+
+
+def test_replies_after_disconnect_are_discarded(host: Host, handlers: Handlers) -> None:
+    connection, transport = connect(host)
+    connection.receive_data(invoke(method_id("GetAsyncCommand"), pp.GetAsyncCommandRequest()))
+    connection.connection_lost()
+    call = handlers.deferred[0]
+    assert not call.connected
+    call.resolve(pp.GetAsyncCommandResponse(), has_more=True)
+    assert transport.raw == []
+
+
+def test_fd_goes_to_the_handler_of_the_frame_it_came_with(host: Host) -> None:
+    connection, transport = connect(host)
+    read_end, write_end = os.pipe()
+    try:
+        data = bind("ProducerPort") + invoke(1, pp.InitializeConnectionRequest())
+        connection.receive_data(data, write_end)
+        frames = transport.pop()
+        reply = pp.InitializeConnectionResponse.FromString(
+            frames[1].msg_invoke_method_reply.reply_proto
+        )
+        assert reply.using_shmem_provided_by_producer
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            os.fstat(write_end)
+    finally:
+        os.close(read_end)
+
+
+def test_fd_received_with_a_partial_frame_waits_for_that_frame(host: Host) -> None:
+    connection, transport = connect(host)
+    read_end, write_end = os.pipe()
+    try:
+        data = invoke(1, pp.InitializeConnectionRequest())
+        connection.receive_data(data[:3], write_end)
+        assert transport.pop() == []
+        connection.receive_data(data[3:])
+        (frame,) = transport.pop()
+        reply = pp.InitializeConnectionResponse.FromString(
+            frame.msg_invoke_method_reply.reply_proto
+        )
+        assert reply.using_shmem_provided_by_producer
+    finally:
+        os.close(read_end)
+
+
+def test_unclaimed_fd_is_closed_with_the_connection(host: Host) -> None:
+    connection, _ = connect(host)
+    read_end, write_end = os.pipe()
+    try:
+        connection.receive_data(bind("ProducerPort"), write_end)
+        os.fstat(write_end)
+        connection.connection_lost()
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            os.fstat(write_end)
+    finally:
+        os.close(read_end)
+
+
+def test_reply_fd_reaches_the_transport(host: Host, handlers: Handlers) -> None:
+    connection, transport = connect(host)
+    connection.receive_data(invoke(method_id("GetAsyncCommand"), pp.GetAsyncCommandRequest()))
+    handlers.deferred[0].resolve(pp.GetAsyncCommandResponse(), has_more=True, fd=99)
+    assert transport.fds == [99]
+
+
+def identity(pid: int, uid: int, hint: str = "", name: str = "") -> bytes:
+    frame = IPCFrame()
+    peer = frame.set_peer_identity
+    peer.pid, peer.uid, peer.machine_id_hint, peer.machine_name = pid, uid, hint, name
+    return encode_frame(frame)
+
+
+def test_set_peer_identity_is_ignored_on_unix_sockets(host: Host) -> None:
+    connection, transport = connect(host, uid=10, pid=20)
+    connection.receive_data(identity(1, 2, "hint"))
+    assert connection.client_info == ClientInfo(1, 10, 20)
+    assert transport.pop() == []
+
+
+def test_set_peer_identity_on_tcp_first_one_wins(host: Host) -> None:
+    connection = host.connect(RecordingTransport(), peer_address="10.0.0.7:4567")
+    assert connection.client_info == ClientInfo(1, 0, -1)
+    connection.receive_data(identity(77, 1001, "", "relay-box"))
+    assert connection.client_info == ClientInfo(
+        1, 1001, 77, machine_id_for("10.0.0.7"), "relay-box"
+    )
+    connection.receive_data(identity(1, 1, "other"))
+    assert connection.client_info.pid == 77
+
+
+def test_machine_id_is_fnv1a_low_32_bits() -> None:
+    assert machine_id_for("") == 0x84222325
+    assert machine_id_for("a") == 0xAF63DC4C8601EC8C & 0xFFFFFFFF
+    assert machine_id_for("foobar") == 0x85944171F73967E8 & 0xFFFFFFFF
+
+
+valid_frames = [
+    bind("ProducerPort"),
+    bind("Nope"),
+    invoke(11, pp.SyncRequest()),
+    invoke(1, pp.InitializeConnectionRequest(producer_name="p")),
+    invoke(5, pp.GetAsyncCommandRequest()),
+    invoke(10, pp.ActivateTriggersRequest(trigger_names=["raise"])),
+    identity(1, 2),
+]
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    frames=st.lists(
+        st.one_of(
+            st.sampled_from(valid_frames),
+            st.binary(max_size=64),
+            st.binary(max_size=40).map(lambda b: len(b).to_bytes(4, "little") + b),
+        ),
+        max_size=12,
+    ),
+    flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), max_size=4),
+)
+def test_hostile_input_never_escapes_and_spares_other_connections(
+    frames: list[bytes], flips: list[tuple[int, int]]
+) -> None:
+    host = Host()
+    host.expose_service(PRODUCER_PORT, Handlers())
+    bad, bad_transport = connect(host)
+    good, good_transport = connect(host)
+    stream = bytearray(b"".join(frames))
+    for position, value in flips:
+        if stream:
+            stream[position % len(stream)] = value
+    logging.disable(logging.CRITICAL)
+    try:
+        bad.receive_data(bytes(stream))
+    finally:
+        logging.disable(logging.NOTSET)
+    assert bad.closed == bad_transport.closed
+    good.receive_data(invoke(11, pp.SyncRequest(), request_id=1))
+    (reply,) = good_transport.pop()
+    assert reply.request_id == 1
+    assert reply.msg_invoke_method_reply.success
+    assert not good.closed
