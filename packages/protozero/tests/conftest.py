@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -49,3 +52,39 @@ def pb(descriptor_set_path: Path) -> dict[str, Any]:
             classes[name] = message_factory.GetMessageClass(pool.FindMessageTypeByName(name))
             stack.extend((f"{name}.{n.name}", n) for n in msg.nested_type)
     return classes
+
+
+@pytest.fixture(scope="session")
+def generated(descriptor_set_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test schema run through `python -m protozero.codegen` into package `pzgen`.
+
+    Returns the directory to put on sys.path; the modules are `pzgen.pztest_pbzero` and
+    `pzgen.pztest_other_pbzero`.
+    """
+    root = tmp_path_factory.mktemp("generated")
+    out = root / "pzgen"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "protozero.codegen",
+            str(descriptor_set_path),
+            str(out),
+            "--package",
+            "pzgen",
+        ],
+        check=True,
+        timeout=120,
+    )
+    (out / "__init__.py").write_text('"""Generated test package."""\n')
+    return root
+
+
+@pytest.fixture(scope="session")
+def pbzero(generated: Path) -> Iterator[ModuleType]:
+    """The generated writer module of tests/data/pztest.proto, imported."""
+    sys.path.insert(0, str(generated))
+    try:
+        yield importlib.import_module("pzgen.pztest_pbzero")
+    finally:
+        sys.path.remove(str(generated))

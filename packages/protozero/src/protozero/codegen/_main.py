@@ -1,0 +1,45 @@
+"""Command line of the code generator."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from protozero.codegen._descriptors import DescriptorError, parse_descriptor_set
+from protozero.codegen._generator import generate
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Writes `OUT_DIR/<file minus prefix, minus .proto>_pbzero.py` for each selected file."""
+    parser = argparse.ArgumentParser(
+        prog="python -m protozero.codegen",
+        description="Generates ProtoZero writer classes from a FileDescriptorSet "
+        "(protoc --include_imports --descriptor_set_out=...).",
+    )
+    parser.add_argument("descriptor_set", type=Path, help="serialized FileDescriptorSet")
+    parser.add_argument("out_dir", type=Path, help="directory the modules are written under")
+    parser.add_argument(
+        "--strip-prefix",
+        default="",
+        help="only files whose name starts with this are generated; it is removed from paths",
+    )
+    parser.add_argument(
+        "--package", default="", help="import path of OUT_DIR, used for cross-file imports"
+    )
+    args = parser.parse_args(argv)
+    try:
+        data = args.descriptor_set.read_bytes()
+    except OSError as exc:
+        print(f"protozero.codegen: cannot read {args.descriptor_set}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        sources = generate(parse_descriptor_set(data), args.strip_prefix, args.package)
+    except DescriptorError as exc:
+        print(f"protozero.codegen: {args.descriptor_set}: {exc}", file=sys.stderr)
+        return 1
+    for rel, text in sorted(sources.items()):
+        path = args.out_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return 0

@@ -1,0 +1,199 @@
+"""The code generator: generated writers produce what protobuf expects; output is clean."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from protozero import HeapBuffered
+from protozero.codegen import DescriptorError, generate, main, parse_descriptor_set
+from protozero.codegen._descriptors import (
+    TYPE_GROUP,
+    TYPE_INT32,
+    FieldDesc,
+    FileDesc,
+    MessageDesc,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
+
+
+def test_generated_writers_parse_with_protobuf(pb: dict[str, Any], pbzero: ModuleType) -> None:
+    hb = HeapBuffered(pbzero.EveryField)
+    m = hb.msg
+    m.set_field_int32(-7)
+    m.set_field_int64(1 << 40)
+    m.set_field_uint32(0xFFFF_FFFF)
+    m.set_field_uint64(1 << 63)
+    m.set_field_sint32(-3)
+    m.set_field_sint64(-(1 << 62))
+    m.set_field_fixed32(5)
+    m.set_field_fixed64(6)
+    m.set_field_sfixed32(-8)
+    m.set_field_sfixed64(-9)
+    m.set_field_float(0.25)
+    m.set_field_double(-1.5)
+    m.set_field_bool(True)
+    child = m.add_field_nested()
+    child.set_field_string("child")
+    child.add_field_nested().set_small_enum(pbzero.TO_BE)
+    m.set_small_enum(pbzero.SmallEnum.TO_BE)
+    m.set_nested_enum(pbzero.EveryField.PONG)
+    m.set_color(2)
+    point = m.begin_point()
+    point.set_x(-4)
+    point.set_color(1)
+    inner = m.begin_inner()
+    inner.set_value(11)
+    inner.add_names("a")
+    inner.add_names(b"b")
+    m.set_choice_name("picked")
+    m.set_field_string("héllo")
+    m.set_field_bytes(memoryview(b"\x00\x01"))
+    m.add_repeated_string("x")
+    m.add_repeated_fixed64(12)
+    m.add_repeated_sfixed32(-13)
+    m.add_repeated_int32(14)
+    m.set_packed_int32_packed([1, -1])
+    m.set_packed_sint64_packed([-2])
+    m.set_packed_fixed32_packed([3])
+    m.set_packed_double_packed([4.5])
+    m.set_packed_float_packed([5.5])
+    m.set_packed_sfixed64_packed([-6])
+    m.set_max_id(99)
+    parsed = pb["pztest.EveryField"].FromString(hb.serialize())
+    expected = pb["pztest.EveryField"](
+        field_int32=-7,
+        field_int64=1 << 40,
+        field_uint32=0xFFFF_FFFF,
+        field_uint64=1 << 63,
+        field_sint32=-3,
+        field_sint64=-(1 << 62),
+        field_fixed32=5,
+        field_fixed64=6,
+        field_sfixed32=-8,
+        field_sfixed64=-9,
+        field_float=0.25,
+        field_double=-1.5,
+        field_bool=True,
+        small_enum=1,
+        nested_enum=2,
+        color=2,
+        point={"x": -4, "color": 1},
+        inner={"value": 11, "names": ["a", "b"]},
+        choice_name="picked",
+        field_string="héllo",
+        field_bytes=b"\x00\x01",
+        repeated_string=["x"],
+        repeated_fixed64=[12],
+        repeated_sfixed32=[-13],
+        repeated_int32=[14],
+        packed_int32=[1, -1],
+        packed_sint64=[-2],
+        packed_fixed32=[3],
+        packed_double=[4.5],
+        packed_float=[5.5],
+        packed_sfixed64=[-6],
+        max_id=99,
+    )
+    expected.field_nested.add(field_string="child").field_nested.add(small_enum=1)
+    assert parsed == expected
+
+
+def test_constants_and_types(pbzero: ModuleType, generated: Path) -> None:
+    assert pbzero.EveryField.FIELD_FIELD_NESTED == 14
+    assert pbzero.EveryField.FIELD_MAX_ID == 536870911
+    assert pbzero.EveryField.NestedEnum.PONG == 2
+    assert pbzero.EveryField.PING == 1
+    assert pbzero.SmallEnum.NOT_TO_BE == 0
+    assert pbzero.NOT_TO_BE == 0
+    assert issubclass(pbzero.EveryField.Inner, pbzero.Message)
+    other = sys.modules["pzgen.pztest_other_pbzero"]
+    assert other.GREEN == 2
+    hb = HeapBuffered(pbzero.EveryField)
+    assert isinstance(hb.msg.begin_point(), other.Point)
+    assert isinstance(hb.msg.add_field_nested(), pbzero.EveryField)
+    text = (generated / "pzgen" / "pztest_pbzero.py").read_text()
+    assert "self.put_string(0x1FA2, value)" in text
+    assert "from pzgen import pztest_other_pbzero as _pztest_other_pbzero" in text
+
+
+def test_generation_is_deterministic(descriptor_set_path: Path, generated: Path) -> None:
+    files = parse_descriptor_set(descriptor_set_path.read_bytes())
+    again = generate(files, "", "pzgen")
+    assert sorted(again) == ["pztest_other_pbzero.py", "pztest_pbzero.py"]
+    for rel, text in again.items():
+        assert (generated / "pzgen" / rel).read_text() == text
+
+
+def test_strip_prefix_selects_and_renames(descriptor_set_path: Path) -> None:
+    files = parse_descriptor_set(descriptor_set_path.read_bytes())
+    assert sorted(generate(files, "pztest_", "pkg")) == ["other_pbzero.py"]
+
+
+def test_generated_code_is_lint_format_and_type_clean(generated: Path, tmp_path: Path) -> None:
+    if not (BIN / "ruff").exists() or not (BIN / "mypy").exists():
+        pytest.skip("ruff and mypy are not installed next to this interpreter")
+    pkg = generated / "pzgen"
+    config = str(ROOT / "pyproject.toml")
+    lint = [str(BIN / "ruff"), "check", "--no-cache", "--config", config, str(pkg)]
+    subprocess.run(lint, check=True, timeout=120)
+    fmt = [str(BIN / "ruff"), "format", "--check", "--no-cache", "--config", config, str(pkg)]
+    subprocess.run(fmt, check=True, timeout=120)
+    subprocess.run(
+        [str(BIN / "mypy"), "--strict", "--no-incremental", "--config-file", config, "-p", "pzgen"],
+        check=True,
+        timeout=300,
+        cwd=generated,
+        env={"MYPYPATH": str(generated), "PATH": str(BIN)},
+    )
+
+
+def test_groups_are_refused() -> None:
+    group = FieldDesc("g", 1, 1, TYPE_GROUP, ".M.G", None)
+    files = [FileDesc(name="g.proto", messages=[MessageDesc("M", fields=[group])])]
+    with pytest.raises(DescriptorError, match="unsupported type"):
+        generate(files, "", "")
+
+
+def test_clashing_names_are_refused() -> None:
+    fields = [FieldDesc("reset", 1, 1, TYPE_INT32, "", None)]
+    clash = FileDesc(name="c.proto", messages=[MessageDesc("M", fields=fields)])
+    assert "def set_reset(self, value: int)" in generate([clash], "", "")["c_pbzero.py"]
+    bad = FileDesc(name="b.proto", messages=[MessageDesc("M", messages=[MessageDesc("reset")])])
+    with pytest.raises(DescriptorError, match="ambiguous"):
+        generate([bad], "", "")
+
+
+def test_cli_reports_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path / "missing.pb"), str(tmp_path / "out")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    bad = tmp_path / "bad.pb"
+    bad.write_bytes(b"\x0a\x05\x0a\x10")
+    assert main([str(bad), str(tmp_path / "out")]) == 1
+    assert "malformed" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_generated_module_has_no_protobuf_dependency(generated: Path) -> None:
+    script = (
+        "import sys; sys.modules['google'] = None; sys.modules['google.protobuf'] = None\n"
+        "from pzgen.pztest_pbzero import EveryField\n"
+        "from protozero import HeapBuffered, ProtoDecoder\n"
+        "hb = HeapBuffered(EveryField); hb.msg.set_field_int32(3)\n"
+        "print([f.as_int32() for f in ProtoDecoder(hb.serialize())])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(generated)},
+    )
+    assert out.stdout.strip() == "[3]"
