@@ -6,7 +6,7 @@
     python wire_peer.py stream-then-die ADDRESS
 
 The host prints `READY <address>` once listening and serves until SIGTERM. The test service
-is ProducerPort (and ConsumerPort when present) with handlers that report what the host saw.
+is ProducerPort and ConsumerPort with handlers that report what the host saw.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from google.protobuf.message import Message
+from perfetto_protos.ipc import consumer_port_pb2 as cp
 from perfetto_protos.ipc import producer_port_pb2 as pp
 from perfetto_wire import (
     Client,
@@ -34,6 +35,8 @@ from perfetto_wire import (
 )
 
 SHMEM_PATTERN = b"perfetto_shmem for client "
+READ_BUFFERS_REPLIES = 40
+SLICE_SIZE = 64 * 1024
 STREAM_PERIOD = 0.02
 COMMIT_DELAY = 0.02
 
@@ -157,17 +160,63 @@ class ProducerPortService:
         return pp.ActivateTriggersResponse()
 
 
+class ConsumerPortService:
+    """ConsumerPort handlers: a deferred EnableTracing and a heavy ReadBuffers stream."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[int, Deferred] = {}
+
+    def on_disconnect(self, client: ClientInfo) -> None:
+        self.sessions.pop(client.client_id, None)
+
+    def enable_tracing(self, request: cp.EnableTracingRequest, call: Deferred) -> None:
+        """Answers only when the same client disables tracing, like traced."""
+        self.sessions[call.client.client_id] = call
+
+    def disable_tracing(
+        self, request: cp.DisableTracingRequest, call: Deferred
+    ) -> cp.DisableTracingResponse:
+        session = self.sessions.pop(call.client.client_id, None)
+        if session is not None:
+            session.resolve(cp.EnableTracingResponse(disabled=True))
+        return cp.DisableTracingResponse()
+
+    def read_buffers(self, request: cp.ReadBuffersRequest, call: Deferred) -> None:
+        """Streams READ_BUFFERS_REPLIES replies of one SLICE_SIZE slice each."""
+        for index in range(READ_BUFFERS_REPLIES):
+            reply = cp.ReadBuffersResponse()
+            reply.slices.add(data=bytes([index % 256]) * SLICE_SIZE, last_slice_for_packet=True)
+            call.resolve(reply, has_more=index + 1 < READ_BUFFERS_REPLIES)
+
+
+class PeerServices:
+    """Both test services, with connection callbacks fanned out to them."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.producer = ProducerPortService(loop)
+        self.consumer = ConsumerPortService()
+
+    def on_connect(self, client: ClientInfo) -> None:
+        self.producer.on_connect(client)
+
+    def on_disconnect(self, client: ClientInfo) -> None:
+        self.producer.on_disconnect(client)
+        self.consumer.on_disconnect(client)
+
+
 def build_host(
     loop: asyncio.AbstractEventLoop, producer_methods: int | None = None
-) -> tuple[Host, ProducerPortService]:
-    """A Host exposing the test ProducerPort, optionally as an older version with fewer methods."""
-    service = ProducerPortService(loop)
-    host = Host(on_connect=service.on_connect, on_disconnect=service.on_disconnect)
-    descriptor = ServiceDescriptor.for_service("ProducerPort")
+) -> tuple[Host, PeerServices]:
+    """A Host exposing ProducerPort (id 1, optionally an older version with fewer methods) and
+    ConsumerPort (id 2)."""
+    services = PeerServices(loop)
+    host = Host(on_connect=services.on_connect, on_disconnect=services.on_disconnect)
+    producer_port = ServiceDescriptor.for_service("ProducerPort")
     if producer_methods is not None:
-        descriptor = descriptor.truncated(producer_methods)
-    host.expose_service(descriptor, service)
-    return host, service
+        producer_port = producer_port.truncated(producer_methods)
+    host.expose_service(producer_port, services.producer)
+    host.expose_service(ServiceDescriptor.for_service("ConsumerPort"), services.consumer)
+    return host, services
 
 
 def _serve(address: str, producer_methods: int | None, send_timeout: float) -> None:

@@ -100,6 +100,8 @@ class Client:
         def start() -> None:
             try:
                 self._async_client.bind(service, on_bound)
+            except ConnectionClosedError as exc:
+                _fail(future, ServiceUnavailableError(f"cannot bind {service}: {exc}"))
             except WireError as exc:
                 _fail(future, exc)
 
