@@ -119,7 +119,8 @@ def test_constants_and_types(pbzero: ModuleType, generated: Path) -> None:
     assert isinstance(hb.msg.begin_point(), other.Point)
     assert isinstance(hb.msg.add_field_nested(), pbzero.EveryField)
     text = (generated / "pzgen" / "pztest_pbzero.py").read_text()
-    assert "self.put_string(0x1FA2, value)" in text
+    assert "buf[p] = 0xA2\n            buf[p + 1] = 0x1F\n" in text
+    assert "self.put_bytes(0x1FA2, data)" in text
     assert "from pzgen import pztest_other_pbzero as _pztest_other_pbzero" in text
 
 
@@ -197,3 +198,22 @@ def test_generated_module_has_no_protobuf_dependency(generated: Path) -> None:
         env={"PYTHONPATH": str(generated)},
     )
     assert out.stdout.strip() == "[3]"
+
+
+def test_benchmark_writers_are_up_to_date(tmp_path: Path) -> None:
+    bench = ROOT / "packages" / "protozero" / "benchmarks"
+    descriptors = tmp_path / "bench.pb"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{bench}",
+            f"--descriptor_set_out={descriptors}",
+            str(bench / "bench_messages.proto"),
+        ],
+        check=True,
+        timeout=120,
+    )
+    fresh = generate(parse_descriptor_set(descriptors.read_bytes()), "", "")
+    assert fresh == {"bench_messages_pbzero.py": (bench / "bench_messages_pbzero.py").read_text()}

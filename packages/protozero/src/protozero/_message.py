@@ -78,21 +78,23 @@ class Message:
     `ProtozeroError`; the check is free on the hot path and therefore always on.
 
     The `put_*` methods take the field's pre-encoded tag (generated classes keep tags as
-    constants); the `append_*` methods take a field id.
+    constants); the `append_*` methods take a field id. Generated setters write common fields
+    straight into `stream_writer` (its `buffer`, `write_ptr` and `end`) when no nested message
+    is open and the field fits the current range, and call `put_*` otherwise.
     """
 
     __slots__ = (
         "_begin",
         "_size",
-        "_writer",
         "is_finalized",
         "nested_message",
         "size_field_buffer",
         "size_field_offset",
+        "stream_writer",
     )
 
     def __init__(self) -> None:
-        self._writer = _UNBOUND_WRITER
+        self.stream_writer: ScatteredStreamWriter = _UNBOUND_WRITER
         self._begin = 0
         self._size = 0
         self.nested_message: Message | None = None
@@ -102,7 +104,7 @@ class Message:
 
     def reset(self, stream_writer: ScatteredStreamWriter) -> None:
         """Makes this a fresh root message (no size field) writing into `stream_writer`."""
-        self._writer = stream_writer
+        self.stream_writer = stream_writer
         self._begin = stream_writer.written()
         self._size = 0
         self.nested_message = None
@@ -121,7 +123,7 @@ class Message:
             return self._size
         if self.nested_message is not None:
             self._end_nested_message()
-        w = self._writer
+        w = self.stream_writer
         size = w._written_previously + w.write_ptr - w._begin - self._begin
         buf = self.size_field_buffer
         if buf is not None:
@@ -136,7 +138,7 @@ class Message:
             buf[o + 3] = size >> 21
         self._size = size
         self.is_finalized = True
-        self._writer = _FINALIZED_WRITER
+        self.stream_writer = _FINALIZED_WRITER
         return size
 
     def _end_nested_message(self) -> None:
@@ -154,7 +156,7 @@ class Message:
         """Writes a varint field; negative values take 10 bytes, like protobuf's int32/int64."""
         if self.nested_message is not None:
             self._end_nested_message()
-        w = self._writer
+        w = self.stream_writer
         p = w.write_ptr
         if p + 15 <= w.end:
             buf = w.buffer
@@ -186,7 +188,7 @@ class Message:
         """Writes a 4-byte little-endian field (fixed32, or sfixed32 as two's complement)."""
         if self.nested_message is not None:
             self._end_nested_message()
-        w = self._writer
+        w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end:
             buf = w.buffer
@@ -204,7 +206,7 @@ class Message:
         """Writes an 8-byte little-endian field (fixed64, or sfixed64 as two's complement)."""
         if self.nested_message is not None:
             self._end_nested_message()
-        w = self._writer
+        w = self.stream_writer
         p = w.write_ptr
         if p + 13 <= w.end:
             buf = w.buffer
@@ -222,7 +224,7 @@ class Message:
         """Writes a float field (4 bytes, IEEE 754)."""
         if self.nested_message is not None:
             self._end_nested_message()
-        w = self._writer
+        w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end:
             buf = w.buffer
@@ -240,7 +242,7 @@ class Message:
         """Writes a double field (8 bytes, IEEE 754)."""
         if self.nested_message is not None:
             self._end_nested_message()
-        w = self._writer
+        w = self.stream_writer
         p = w.write_ptr
         if p + 13 <= w.end:
             buf = w.buffer
@@ -258,7 +260,7 @@ class Message:
         """Writes a length-delimited field holding `data` (a bytes-like object of bytes)."""
         if self.nested_message is not None:
             self._end_nested_message()
-        w = self._writer
+        w = self.stream_writer
         n = len(data)
         p = w.write_ptr
         if n < 0x80 and p + 6 + n <= w.end:
@@ -319,7 +321,7 @@ class Message:
         """Starts a nested message field; returns the child, bound to the same stream writer."""
         if self.nested_message is not None:
             self._end_nested_message()
-        w = self._writer
+        w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end:
             buf = w.buffer
@@ -334,7 +336,7 @@ class Message:
             w.write_bytes(tag_bytes(tag))
             p = w.reserve_bytes(4)
         child = cls()
-        child._writer = w
+        child.stream_writer = w
         child._begin = w._written_previously + w.write_ptr - w._begin
         child.size_field_buffer = w.buffer
         child.size_field_offset = p
@@ -419,7 +421,7 @@ class Message:
         """Appends bytes that already are encoded fields of this message."""
         if self.nested_message is not None:
             self._end_nested_message()
-        self._writer.write_bytes(data)
+        self.stream_writer.write_bytes(data)
 
     def begin_nested_message(self, field_id: int, cls: type[M]) -> M:
         """Starts nested message field `field_id` of type `cls` and returns it."""

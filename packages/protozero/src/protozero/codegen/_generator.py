@@ -11,6 +11,7 @@ from protozero._proto_utils import (
     WIRE_TYPE_FIXED64,
     WIRE_TYPE_LENGTH_DELIMITED,
     WIRE_TYPE_VARINT,
+    encode_tag,
 )
 from protozero.codegen._descriptors import (
     LABEL_REPEATED,
@@ -120,6 +121,79 @@ def _call_lines(indent: str, head: str, args: list[str], tail: str) -> list[str]
     return [f"{indent}{head}", *(f"{inner}{a}," for a in args), f"{indent}{tail}"]
 
 
+def _condition_lines(indent: str, conditions: list[str]) -> list[str]:
+    """An `if` over `conditions` joined with `and`, laid out the way ruff format does."""
+    one_line = f"{indent}if {' and '.join(conditions)}:"
+    if len(one_line) <= LINE_LENGTH:
+        return [one_line]
+    inner = indent + INDENT
+    return [
+        f"{indent}if (",
+        f"{inner}{conditions[0]}",
+        *(f"{inner}and {c}" for c in conditions[1:]),
+        f"{indent}):",
+    ]
+
+
+def _tag_store_lines(indent: str, tag: bytes) -> list[str]:
+    lines = [f"{indent}buf[p] = 0x{tag[0]:02X}"]
+    lines += [f"{indent}buf[p + {i}] = 0x{b:02X}" for i, b in enumerate(tag) if i]
+    return lines
+
+
+def _inline_varint(body: str, tag: bytes, *, zigzag: bool) -> list[str]:
+    """A varint setter whose fast path writes straight into the stream writer's buffer."""
+    inner = body + INDENT
+    word = int.from_bytes(tag, "little")
+    lines = [f"{body}value = (value << 1) ^ (value >> 63)"] if zigzag else []
+    lines += [f"{body}w = self.stream_writer", f"{body}p = w.write_ptr"]
+    lines += _condition_lines(
+        body,
+        [
+            "self.nested_message is None",
+            "0 <= value <= 0xFFFF_FFFF_FFFF_FFFF",
+            f"p + {len(tag) + 10} <= w.end",
+        ],
+    )
+    lines += [f"{inner}buf = w.buffer", *_tag_store_lines(inner, tag)]
+    lines += [
+        f"{inner}p += {len(tag)}",
+        f"{inner}while value > 0x7F:",
+        f"{inner}{INDENT}buf[p] = (value & 0x7F) | 0x80",
+        f"{inner}{INDENT}value >>= 7",
+        f"{inner}{INDENT}p += 1",
+        f"{inner}buf[p] = value",
+        f"{inner}w.write_ptr = p + 1",
+        f"{body}else:",
+        f"{inner}self.put_varint(0x{word:02X}, value)",
+    ]
+    return lines
+
+
+def _inline_bytes(body: str, tag: bytes, *, encode: bool) -> list[str]:
+    """A string/bytes setter whose fast path writes short values straight into the buffer."""
+    inner = body + INDENT
+    word = int.from_bytes(tag, "little")
+    if encode:
+        lines = [f"{body}data = value.encode() if isinstance(value, str) else value"]
+    else:
+        lines = [f"{body}data = value"]
+    lines += [f"{body}n = len(data)", f"{body}w = self.stream_writer", f"{body}p = w.write_ptr"]
+    lines += _condition_lines(
+        body, ["self.nested_message is None", "n < 0x80", f"p + {len(tag) + 1} + n <= w.end"]
+    )
+    lines += [f"{inner}buf = w.buffer", *_tag_store_lines(inner, tag)]
+    lines += [
+        f"{inner}buf[p + {len(tag)}] = n",
+        f"{inner}p += {len(tag) + 1}",
+        f"{inner}buf[p : p + n] = data",
+        f"{inner}w.write_ptr = p + n",
+        f"{body}else:",
+        f"{inner}self.put_bytes(0x{word:02X}, data)",
+    ]
+    return lines
+
+
 class _FileRenderer:
     def __init__(
         self, desc: FileDesc, index: dict[str, _TypeRef], strip_prefix: str, package: str
@@ -194,10 +268,14 @@ class _FileRenderer:
             ]
         tag = tag_word(field.number, wire_type)
         method = f"{'add' if repeated else 'set'}_{name}"
-        return [
-            *_call_lines(indent, f"def {method}(", ["self", f"value: {py_type}"], ") -> None:"),
-            f"{body}self.put_{kind}(0x{tag:02X}, value)",
-        ]
+        params = ["self", f"value: {py_type}"]
+        signature = _call_lines(indent, f"def {method}(", params, ") -> None:")
+        tag_bytes = encode_tag(field.number, wire_type)
+        if kind in ("varint", "zigzag") and py_type == "int":
+            return [*signature, *_inline_varint(body, tag_bytes, zigzag=kind == "zigzag")]
+        if kind in ("string", "bytes"):
+            return [*signature, *_inline_bytes(body, tag_bytes, encode=kind == "string")]
+        return [*signature, f"{body}self.put_{kind}(0x{tag:02X}, value)"]
 
     def _message_lines(self, message: MessageDesc, indent: str, full_name: str) -> list[str]:
         body = indent + INDENT
