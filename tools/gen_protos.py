@@ -5,8 +5,8 @@
     python tools/gen_protos.py --check   fail, listing files, if the committed code is stale
 
 For `protos/perfetto/X/Y.proto` it writes `perfetto_protos/X/Y_pb2.py` (protobuf),
-`Y_pb2.pyi` (mypy-protobuf stubs) and, once `protozero.codegen` exists, `Y_pbzero.py`
-(ProtoZero writers), plus an `__init__.py` in every generated directory.
+`Y_pb2.pyi` (mypy-protobuf stubs) and `Y_pbzero.py` (ProtoZero writers, from
+`python -m protozero.codegen`), plus an `__init__.py` in every generated directory.
 
 Every subdirectory of `protos/src/perfetto_protos/` is generated and owned by this script;
 the files directly in `perfetto_protos/` are hand-written and left alone.
@@ -81,8 +81,7 @@ def _run_protoc(files: list[str], work: Path) -> Path:
 
 def _run_pbzero(descriptor_set: Path, out: Path) -> None:
     if importlib.util.find_spec("protozero.codegen") is None:
-        print("gen_protos: protozero.codegen not available, skipping the pbzero writers")
-        return
+        sys.exit("gen_protos: protozero.codegen is not importable; install packages/protozero")
     cmd = [
         sys.executable,
         "-m",
