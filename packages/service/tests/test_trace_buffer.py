@@ -315,3 +315,17 @@ def test_stats_serialize_to_the_buffer_stats_message() -> None:
     parsed = type(proto).FromString(buffer.stats.serialize())
     assert parsed == proto
     assert BufferStats().as_dict()["abi_violations"] == 0
+
+
+def test_writer_stats_histogram_counts_the_payload_used_by_each_chunk_read() -> None:
+    buffer = TraceBuffer(4096)
+    copy(buffer, seq(writer=1), Chunk(0, 1, 0, fragment(b"x" * 10) + bytes(50)))
+    copy(buffer, seq(writer=1), Chunk(1, 2, 0, fragment(b"y" * 100) + fragment(b"z" * 100)))
+    copy(buffer, seq(writer=2), Chunk(0, 1, 0, fragment(b"w" * 3)))
+    read_all(buffer)
+    assert set(buffer.writer_stats) == {(1, 1), (1, 2)}
+    first = buffer.writer_stats[(1, 1)]
+    # 14 bytes used falls in (8, 32]; 208 bytes in (128, 512].
+    assert first.counts == [0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0]
+    assert first.sums == [0, 14, 0, 208, 0, 0, 0, 0, 0, 0, 0]
+    assert buffer.writer_stats[(1, 2)].counts[0] == 1

@@ -255,3 +255,38 @@ def test_a_hostile_producer_never_disturbs_another_producers_packets(
             copy(buffer, good, honest[step])
     indexes = [_identify(packet)[1] for props, packet, _ in read_all(buffer) if props == good]
     assert indexes == list(range(len(sizes)))
+
+
+def _read_in_runs(buffer: TraceBuffer, max_bytes: int) -> list[tuple[int, bytes, int]]:
+    buffer.begin_read()
+    out = []
+    while (run := buffer.read_next_packets(max_bytes)) is not None:
+        assert run.packets
+        for position, slices in enumerate(run.packets):
+            dropped = run.previous_packet_dropped if position == 0 else 0
+            out.append((run.sequence.writer_id, b"".join(slices), dropped))
+    return out
+
+
+@given(st.data())
+@_SETTINGS
+def test_reading_in_runs_returns_what_reading_one_by_one_does(data: st.DataObject) -> None:
+    scenario = data.draw(_scenarios())
+    order, read_points = _commit_order_and_reads(data, len(scenario.chunks))
+    size = data.draw(st.sampled_from([256, 1024, 1 << 20]))
+    max_bytes = data.draw(st.sampled_from([1, 50, 300, 1 << 20]))
+    by_run = TraceBuffer(size)
+    one_by_one = TraceBuffer(size)
+
+    def compare() -> None:
+        expected = [(p.writer_id, packet, d) for p, packet, d in read_all(one_by_one)]
+        assert _read_in_runs(by_run, max_bytes) == expected
+
+    for step, position in enumerate(order):
+        if step in read_points:
+            compare()
+        sequence, chunk = scenario.chunks[position]
+        copy(by_run, sequence, chunk)
+        copy(one_by_one, sequence, chunk)
+    compare()
+    assert by_run.stats.as_dict() == one_by_one.stats.as_dict()

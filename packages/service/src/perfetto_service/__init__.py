@@ -26,11 +26,14 @@ from perfetto_service._service_packets import (
     collect_system_info,
 )
 from perfetto_service._trace_buffer import (
+    CHUNK_PAYLOAD_HISTOGRAM_THRESHOLDS,
     PACKET_SIZE_DROP_PACKET,
     BufferedPacket,
     BufferStats,
     ChunkFlags,
+    ChunkPayloadHistogram,
     OverwritePolicy,
+    PacketRun,
     PacketSequenceProperties,
     Patch,
     TraceBuffer,
@@ -40,6 +43,7 @@ from perfetto_service._trusted_fields import SERVICE_PACKET_SEQUENCE_ID, Trusted
 __version__: str = _version("perfetto-service")
 
 __all__ = [
+    "CHUNK_PAYLOAD_HISTOGRAM_THRESHOLDS",
     "IPC_BUFFER_SIZE",
     "PACKET_SIZE_DROP_PACKET",
     "SERVICE_PACKET_SEQUENCE_ID",
@@ -48,9 +52,11 @@ __all__ = [
     "BufferStats",
     "BufferedPacket",
     "ChunkFlags",
+    "ChunkPayloadHistogram",
     "ClockReading",
     "DrainResult",
     "OverwritePolicy",
+    "PacketRun",
     "PacketSequenceProperties",
     "Patch",
     "ServiceError",

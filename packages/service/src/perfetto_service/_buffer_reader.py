@@ -33,37 +33,43 @@ def read_producer_packets(
 ) -> DrainResult:
     """Starts a read pass on `buffer` and reads packets until `threshold` bytes or the end.
 
-    Like upstream, the threshold is not a hard limit: reading stops right after the packet
-    that reaches it.
+    Like upstream, the threshold is not a hard limit: reading stops after the packet that
+    reaches it, or a little later, at the end of that packet's run in its chunk (packets
+    already taken out of the buffer are never left behind).
     """
     buffer.begin_read()
-    read_next = buffer.read_next_trace_packet
+    read_run = buffer.read_next_packets
     suffix_for = trusted_fields.suffix
+    validate = validate_packet_bytes
     packets: list[PacketSlices] = []
     append = packets.append
     total = 0
     invalid = 0
     while total < threshold:
-        packet = read_next()
-        if packet is None:
+        run = read_run(threshold - total)
+        if run is None:
             return DrainResult(packets, total, invalid, False)
-        slices, sequence, dropped = packet
-        if len(slices) == 1:
-            body = slices[0]
-            if not validate_packet_bytes(body):
-                invalid += 1
-                continue
-            suffix = suffix_for(sequence, dropped)
-            total += len(body) + len(suffix)
-            append([body, suffix])
-            continue
-        joined = b"".join(slices)
-        if not validate_packet_bytes(joined):
-            invalid += 1
-            continue
-        suffix = suffix_for(sequence, dropped)
-        total += len(joined) + len(suffix)
-        with_suffix: PacketSlices = list(slices)
-        with_suffix.append(suffix)
-        append(with_suffix)
+        run_packets, sequence, dropped = run
+        suffix = suffix_for(sequence, 0)
+        first_suffix = suffix_for(sequence, dropped) if dropped else suffix
+        for slices in run_packets:
+            if len(slices) == 1:
+                body = slices[0]
+                if not validate(body):
+                    invalid += 1
+                    first_suffix = suffix
+                    continue
+                total += len(body) + len(first_suffix)
+                append([body, first_suffix])
+            else:
+                joined = b"".join(slices)
+                if not validate(joined):
+                    invalid += 1
+                    first_suffix = suffix
+                    continue
+                total += len(joined) + len(first_suffix)
+                with_suffix: PacketSlices = list(slices)
+                with_suffix.append(first_suffix)
+                append(with_suffix)
+            first_suffix = suffix
     return DrainResult(packets, total, invalid, True)

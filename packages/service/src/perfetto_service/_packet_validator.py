@@ -30,7 +30,11 @@ _REJECT = -1
 def _tag_action(tag: int) -> int:
     field_number = tag >> 3
     wire_type = tag & 7
-    if field_number == 0 or field_number in SERVICE_RESERVED_FIELDS:
+    if (
+        field_number == 0
+        or field_number > _MAX_FIELD_NUMBER
+        or field_number in SERVICE_RESERVED_FIELDS
+    ):
         return _REJECT
     if wire_type in (_VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32):
         return wire_type
@@ -39,6 +43,21 @@ def _tag_action(tag: int) -> int:
 
 # What to do for every one-byte tag (fields 1-15), looked up instead of decoded.
 _ONE_BYTE_TAGS: tuple[int, ...] = tuple(_tag_action(tag) for tag in range(0x80))
+
+
+def _varint(data: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    """Decodes the varint at `pos`: (value, position after it). IndexError if truncated."""
+    value = 0
+    shift = 0
+    while True:
+        if shift >= 7 * _MAX_VARINT_BYTES:
+            raise IndexError("varint longer than 10 bytes")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
 
 
 def validate_packet(slices: Sequence[bytes | bytearray | memoryview]) -> bool:
@@ -51,65 +70,37 @@ def validate_packet_bytes(data: bytes | bytearray | memoryview) -> bool:
     end = len(data)
     pos = 0
     one_byte_tags = _ONE_BYTE_TAGS
-    while pos < end:
-        tag = data[pos]
-        pos += 1
-        if tag < 0x80:
-            action = one_byte_tags[tag]
-            if action < 0:
-                return False
-        else:
-            tag &= 0x7F
-            shift = 7
-            while True:
-                if pos >= end or shift >= 7 * _MAX_VARINT_BYTES:
-                    return False
-                byte = data[pos]
-                pos += 1
-                tag |= (byte & 0x7F) << shift
-                if byte < 0x80:
-                    break
-                shift += 7
-            field_number = (tag >> 3) & 0xFFFFFFFF
-            if field_number > _MAX_FIELD_NUMBER:
-                return False
-            action = _tag_action(((field_number) << 3) | (tag & 7))
-            if action < 0:
-                return False
-
-        if action == _VARINT:
-            limit = pos + _MAX_VARINT_BYTES
-            while True:
-                if pos >= end or pos >= limit:
-                    return False
-                byte = data[pos]
-                pos += 1
-                if byte < 0x80:
-                    break
-        elif action == _LENGTH_DELIMITED:
-            if pos >= end:
-                return False
-            byte = data[pos]
+    try:
+        while pos < end:
+            tag = data[pos]
             pos += 1
-            if byte < 0x80:
-                length = byte
+            if tag < 0x80:
+                action = one_byte_tags[tag]
             else:
-                length = byte & 0x7F
-                shift = 7
-                while True:
-                    if pos >= end or shift >= 7 * _MAX_VARINT_BYTES:
-                        return False
-                    byte = data[pos]
+                tag, pos = _varint(data, pos - 1)
+                action = _tag_action(tag)
+            if action == _VARINT:
+                start = pos
+                while data[pos] >= 0x80:
                     pos += 1
-                    length |= (byte & 0x7F) << shift
-                    if byte < 0x80:
-                        break
-                    shift += 7
-                if length > MAX_MESSAGE_LENGTH:
+                pos += 1
+                if pos - start > _MAX_VARINT_BYTES:
                     return False
-            pos += length
-        elif action == _FIXED64:
-            pos += 8
-        else:
-            pos += 4
+            elif action == _LENGTH_DELIMITED:
+                length = data[pos]
+                pos += 1
+                if length >= 0x80:
+                    length, pos = _varint(data, pos - 1)
+                    if length > MAX_MESSAGE_LENGTH:
+                        return False
+                pos += length
+            elif action == _FIXED64:
+                pos += 8
+            elif action == _FIXED32:
+                pos += 4
+            else:
+                return False
+    except IndexError:
+        # A varint runs past the end of the packet (or past 10 bytes).
+        return False
     return pos == end

@@ -62,8 +62,14 @@ def read_buffers_replies(packets: Iterable[Sequence[Slice]]) -> list[bytes]:
     return replies
 
 
+# Preambles of packets up to 16 KiB, the sizes nearly every packet has.
+_PREAMBLES: tuple[bytes, ...] = tuple(_TRACE_PACKET_TAG + varint(n) for n in range(1 << 14))
+
+
 def packet_preamble(packet_size: int) -> bytes:
     """The bytes preceding a packet of `packet_size` bytes in a trace file."""
+    if packet_size < len(_PREAMBLES):
+        return _PREAMBLES[packet_size]
     return _TRACE_PACKET_TAG + varint(packet_size)
 
 
@@ -71,12 +77,11 @@ def trace_file_bytes(packets: Iterable[Sequence[Slice]]) -> bytes:
     """`packets` as a trace file (a serialized `Trace`) fragment."""
     parts: list[Slice] = []
     append = parts.append
+    extend = parts.extend
+    preambles = _PREAMBLES
+    limit = len(preambles)
     for packet in packets:
-        append(b"")
-        start = len(parts) - 1
-        total = 0
-        for piece in packet:
-            total += len(piece)
-            append(piece)
-        parts[start] = _TRACE_PACKET_TAG + varint(total)
+        size = sum(map(len, packet))
+        append(preambles[size] if size < limit else packet_preamble(size))
+        extend(packet)
     return b"".join(parts)

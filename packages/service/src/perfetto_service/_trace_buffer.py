@@ -8,6 +8,7 @@ payload raises out of this module: bad input is dropped and counted in `BufferSt
 
 from __future__ import annotations
 
+import bisect
 import enum
 import struct
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ _PADDING_BIT = 0x40
 _HEADER = struct.Struct("<IHHHHB3s")
 _HEADER_MARK = b"CHU"
 _ZEROS = bytes(RECORD_HEADER_SIZE)
+_U32 = struct.Struct("<I")
 
 BytesLike = bytes | bytearray | memoryview
 """What chunk payloads may be given as (a memoryview of a shared memory mapping included)."""
@@ -84,6 +86,18 @@ class BufferedPacket(NamedTuple):
     """
 
     slices: list[memoryview]
+    sequence: PacketSequenceProperties
+    previous_packet_dropped: int
+
+
+class PacketRun(NamedTuple):
+    """Consecutive whole packets of one sequence, as `TraceBuffer.read_next_packets` returns.
+
+    `previous_packet_dropped` applies to the first packet; each later one directly follows
+    the one before it. Every packet is a list of slices (views valid until the next write).
+    """
+
+    packets: list[list[memoryview]]
     sequence: PacketSequenceProperties
     previous_packet_dropped: int
 
@@ -170,6 +184,41 @@ class BufferStats:
         return f"BufferStats({nonzero})"
 
 
+CHUNK_PAYLOAD_HISTOGRAM_THRESHOLDS: tuple[int, ...] = (
+    8,
+    32,
+    128,
+    512,
+    1024,
+    2048,
+    4096,
+    8192,
+    12288,
+    16384,
+)
+"""Upper bounds of the buckets of `ChunkPayloadHistogram`; one more bucket holds the rest."""
+
+
+class ChunkPayloadHistogram:
+    """How full the chunks read from one writer were (TraceStats.WriterStats).
+
+    Each fully read chunk adds the number of payload bytes its fragments used.
+    """
+
+    __slots__ = ("counts", "sums")
+
+    def __init__(self) -> None:
+        buckets = len(CHUNK_PAYLOAD_HISTOGRAM_THRESHOLDS) + 1
+        self.counts = [0] * buckets
+        self.sums = [0] * buckets
+
+    def add(self, value: int) -> None:
+        """Counts one chunk that used `value` payload bytes."""
+        bucket = bisect.bisect_left(CHUNK_PAYLOAD_HISTOGRAM_THRESHOLDS, value)
+        self.counts[bucket] += 1
+        self.sums[bucket] += value
+
+
 class _ChunkMeta:
     """Index entry of one chunk record."""
 
@@ -238,6 +287,24 @@ class _Sequence:
         self.resume_source: int | None = None
 
 
+def _fragment_header(data: bytearray, pos: int, end: int) -> tuple[int, int]:
+    """Decodes a fragment's size varint in data[pos:end] (at most 4 bytes).
+
+    Returns (size, payload start); (0, pos) when the varint does not end before `end`.
+    """
+    size = 0
+    shift = 0
+    cursor = pos
+    while cursor < end:
+        byte = data[cursor]
+        cursor += 1
+        size |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return size, cursor
+        shift += 7
+    return 0, pos
+
+
 def _before(chunk_id: int, other: int) -> bool:
     """Whether `chunk_id` comes strictly before `other` in wrapping chunk-id order."""
     return 0 < ((other - chunk_id) & _CHUNK_ID_MASK) < _HALF_CHUNK_ID_SPACE
@@ -274,6 +341,7 @@ class TraceBuffer:
         self._discard_writes = False
         self._has_data = False
         self._stats = BufferStats(size)
+        self._writer_stats: dict[tuple[int, int], ChunkPayloadHistogram] = {}
         # Read pass state (upstream's read_iter_).
         self._read_order: list[_Sequence] = []
         self._read_pos = 0
@@ -295,6 +363,11 @@ class TraceBuffer:
     def stats(self) -> BufferStats:
         """The live counters of this buffer."""
         return self._stats
+
+    @property
+    def writer_stats(self) -> dict[tuple[int, int], ChunkPayloadHistogram]:
+        """Chunk fill histograms by (producer id, writer id), for TraceStats.writer_stats."""
+        return self._writer_stats
 
     @property
     def has_data(self) -> bool:
@@ -594,6 +667,19 @@ class TraceBuffer:
         (producer, writer) order. Reads are destructive: a fragment is returned once.
         A write into the buffer ends the read pass.
         """
+        run = self.read_next_packets(1)
+        if run is None:
+            return None
+        return BufferedPacket(run.packets[0], run.sequence, run.previous_packet_dropped)
+
+    def read_next_packets(self, max_bytes: int) -> PacketRun | None:
+        """Like `read_next_trace_packet`, but returns consecutive packets of one sequence.
+
+        The run ends once its packets hold `max_bytes` or more, or where the next packet
+        is not a whole fragment of the same chunk. Only the first packet of a run can follow
+        a loss; the rest follow their predecessor directly.
+        """
+        max_bytes = max(max_bytes, 1)
         prev_dropped = True
         while True:
             meta = self._read_meta
@@ -630,21 +716,22 @@ class TraceBuffer:
                     )
 
                 if not read_ahead:
-                    slices: list[memoryview] = []
-                    result = self._read_fragment(meta, slices)
-                    if result == _READ_OK:
-                        return BufferedPacket(slices, meta.props, 1 if prev_dropped else 0)
-                    if result == _READ_EMPTY:
-                        continue
-                    meta.skipped = True
-                    prev_dropped = True
-                    break
+                    packets, failed = self._read_whole_fragments(meta, max_bytes)
+                    if failed:
+                        # The chunk is given up; whoever reads it next sees the loss.
+                        meta.skipped = True
+                    if packets:
+                        return PacketRun(packets, meta.props, 1 if prev_dropped else 0)
+                    if failed:
+                        prev_dropped = True
+                        break
+                    continue
 
                 props = meta.props
                 ahead, ahead_slices = self._read_ahead()
                 if ahead == _AHEAD_OK:
                     self._stats.readaheads_succeeded += 1
-                    return BufferedPacket(ahead_slices, props, 1 if prev_dropped else 0)
+                    return PacketRun([ahead_slices], props, 1 if prev_dropped else 0)
                 if ahead == _AHEAD_NEXT_SEQUENCE:
                     self._stats.readaheads_failed += 1
                     self._read_meta = None
@@ -656,6 +743,61 @@ class TraceBuffer:
                 prev_dropped = True
 
             self._move_next()
+
+    def _read_whole_fragments(
+        self, meta: _ChunkMeta, max_bytes: int
+    ) -> tuple[list[list[memoryview]], bool]:
+        """Reads the chunk's next fragments that are whole packets, up to `max_bytes`.
+
+        Returns the non-empty packets read and whether a bad fragment made the chunk be
+        given up.
+        """
+        data = self._data
+        view = self._view
+        unpack_word = _U32.unpack_from
+        payload_start = meta.record_offset + RECORD_HEADER_SIZE
+        record_end = meta.record_offset + meta.record_size
+        whole_end = meta.num_fragments
+        if meta.flags & _LAST_CONTINUES:
+            whole_end -= 1
+        reads = meta.fragments_read
+        pos = payload_start + meta.cur_offset
+        packets: list[list[memoryview]] = []
+        gathered = 0
+        while reads < whole_end and gathered < max_bytes:
+            if pos + 4 <= record_end:
+                (word,) = unpack_word(data, pos)
+                if word & 0x80808080 == 0x00808080:
+                    # The 4-byte redundant varint every TraceWriter writes.
+                    size = (
+                        (word & 0x7F)
+                        | ((word >> 1) & 0x3F80)
+                        | ((word >> 2) & 0x1FC000)
+                        | ((word >> 3) & 0xFE00000)
+                    )
+                    start = pos + 4
+                else:
+                    size, start = _fragment_header(data, pos, pos + 4)
+            elif pos < record_end:
+                size, start = _fragment_header(data, pos, record_end)
+            else:
+                size, start = 0, pos
+            following = start + size
+            if following <= pos or following > record_end:
+                meta.fragments_read = reads
+                self._fragment_error(meta, size)
+                return packets, True
+            reads += 1
+            pos = following
+            if size:
+                packets.append([view[start:following]])
+                gathered += size
+        meta.fragments_read = reads
+        meta.cur_offset = pos - payload_start
+        if reads == meta.num_fragments and meta.complete:
+            self._chunk_read(meta)
+        meta.skipped = False
+        return packets, False
 
     def _enter_sequence(self, seq: _Sequence) -> bool:
         """Positions the read cursor on `seq`; returns the drop flag carried into it."""
@@ -745,56 +887,51 @@ class TraceBuffer:
 
     def _read_fragment(self, meta: _ChunkMeta, slices: list[memoryview] | None) -> int:
         """Consumes the next fragment of `meta`'s chunk, appending its bytes to `slices`."""
+        if meta.fragments_read >= meta.num_fragments:
+            # Only a producer rewriting chunks behind the reader can lead here.
+            self._stats.abi_violations += 1
+            return _READ_INVALID
         record_end = meta.record_offset + meta.record_size
         payload_start = meta.record_offset + RECORD_HEADER_SIZE
         pos = payload_start + meta.cur_offset
-        stats = self._stats
-        if meta.fragments_read >= meta.num_fragments:
-            # Only a producer rewriting chunks behind the reader can lead here.
-            stats.abi_violations += 1
-            return _READ_INVALID
-        if pos >= record_end:
-            stats.abi_violations += 1
-            self._give_up_chunk(meta)
-            return _READ_INVALID
-
-        data = self._data
-        # Fragment sizes are varints of at most 4 bytes (writers use redundant ones).
-        header_end = min(pos + 4, record_end)
-        size = 0
-        shift = 0
-        cursor = pos
-        start = pos
-        while cursor < header_end:
-            byte = data[cursor]
-            cursor += 1
-            size |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                start = cursor
-                break
-            shift += 7
+        if pos < record_end:
+            size, start = _fragment_header(self._data, pos, min(pos + 4, record_end))
         else:
-            size = 0
+            size, start = 0, pos
         following = start + size
         if following <= pos or following > record_end:
-            if size == PACKET_SIZE_DROP_PACKET:
-                stats.trace_writer_packet_loss += 1
-            else:
-                stats.abi_violations += 1
-            self._give_up_chunk(meta)
+            self._fragment_error(meta, size)
             return _READ_INVALID
 
         meta.cur_offset = following - payload_start
         meta.fragments_read += 1
         if meta.fragments_read == meta.num_fragments and meta.complete:
-            stats.chunks_read += 1
-            stats.bytes_read += meta.record_size
+            self._chunk_read(meta)
         meta.skipped = False
         if size == 0:
             return _READ_EMPTY
         if slices is not None:
             slices.append(self._view[start:following])
         return _READ_OK
+
+    def _chunk_read(self, meta: _ChunkMeta) -> None:
+        """Accounts for a complete chunk whose last fragment was just read."""
+        self._stats.chunks_read += 1
+        self._stats.bytes_read += meta.record_size
+        props = meta.props
+        key = (props.producer_id, props.writer_id)
+        histogram = self._writer_stats.get(key)
+        if histogram is None:
+            histogram = self._writer_stats[key] = ChunkPayloadHistogram()
+        histogram.add(meta.cur_offset)
+
+    def _fragment_error(self, meta: _ChunkMeta, size: int) -> None:
+        """Counts a fragment that overruns its chunk and gives the chunk up."""
+        if size == PACKET_SIZE_DROP_PACKET:
+            self._stats.trace_writer_packet_loss += 1
+        else:
+            self._stats.abi_violations += 1
+        self._give_up_chunk(meta)
 
     def _give_up_chunk(self, meta: _ChunkMeta) -> None:
         """Marks a chunk with a bad fragment as fully read so it is never parsed again."""
