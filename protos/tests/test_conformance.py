@@ -55,6 +55,14 @@ def _bad_file() -> FileDescriptor:
     flags.value.add(name="SEQ_UNSPECIFIED", number=0)
     flags.value.add(name="SEQ_INCREMENTAL_STATE_CLEARED", number=2)
     flags.value.add(name="SEQ_MADE_UP", number=3)
+    # Nested messages are compared too; upstream packs this one.
+    writer_stats = proto.message_type.add(name="TraceStats").nested_type.add(name="WriterStats")
+    writer_stats.field.add(
+        name="chunk_payload_histogram_counts",
+        number=2,
+        type=F.TYPE_UINT64,
+        label=F.LABEL_REPEATED,
+    )
     # A message upstream does not have is not compared at all.
     private = proto.message_type.add(name="OnlyOurs")
     private.field.add(name="x", number=1, type=F.TYPE_BOOL, label=F.LABEL_OPTIONAL)
@@ -78,5 +86,7 @@ def test_the_check_reports_every_deliberate_mismatch() -> None:
             "upstream 'perfetto.protos.TrackEvent'",
             "perfetto.protos.TracePacket.track_event: oneof None, upstream 'data'",
             "perfetto.protos.TracePacket.not_upstream: no such field upstream",
+            "perfetto.protos.TraceStats.WriterStats.chunk_payload_histogram_counts: "
+            "packed False, upstream True",
         ]
     )
