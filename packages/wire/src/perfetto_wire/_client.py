@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from google.protobuf.message import DecodeError, Message
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
@@ -13,7 +13,7 @@ from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
 from perfetto_wire._descriptors import MethodDescriptor, ServiceDescriptor
 from perfetto_wire._endpoint import FrameEndpoint, Transport, close_fd
 from perfetto_wire._errors import WireError
-from perfetto_wire._framing import encode_frame
+from perfetto_wire._framing import encode_frame, encode_invoke
 
 __all__ = [
     "BindCallback",
@@ -44,8 +44,7 @@ class RequestRejectedError(WireError):
     """The host answered the request with success=false."""
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
+class Reply(NamedTuple):
     """One reply to an invocation (upstream's AsyncResult).
 
     `message` is None when `success` is false. `fd` is a file descriptor the host sent with
@@ -77,7 +76,7 @@ ReplyCallback = Callable[[Reply], None]
 class ServiceProxy:
     """A service bound on one connection: its id and the methods the host offers."""
 
-    __slots__ = ("_client", "descriptor", "remote_methods", "service_id")
+    __slots__ = ("_callable", "_client", "descriptor", "remote_methods", "service_id")
 
     def __init__(
         self,
@@ -90,6 +89,12 @@ class ServiceProxy:
         self.descriptor = descriptor
         self.service_id = service_id
         self.remote_methods = dict(remote_methods)
+        # The methods both sides know: name -> (the host's id, our descriptor).
+        self._callable = {
+            method.name: (self.remote_methods[method.name], method)
+            for method in descriptor.methods
+            if method.name in self.remote_methods
+        }
 
     @property
     def name(self) -> str:
@@ -103,7 +108,7 @@ class ServiceProxy:
 
     def has_method(self, name: str) -> bool:
         """Whether both sides know the method, so that it can be invoked."""
-        return name in self.remote_methods and self.descriptor.has_method(name)
+        return name in self._callable
 
     def __repr__(self) -> str:
         return f"ServiceProxy({self.name!r}, service_id={self.service_id})"
@@ -176,24 +181,21 @@ class ClientConnection(FrameEndpoint):
             raise WireError(f"{service!r} is bound on another connection")
         if self._closed:
             raise ConnectionClosedError(f"cannot invoke {method_name}: connection closed")
-        if not service.descriptor.has_method(method_name):
-            raise MethodNotAvailableError(f"{service.name} has no method {method_name}")
-        remote_id = service.remote_methods.get(method_name)
-        if remote_id is None:
+        target = service._callable.get(method_name)
+        if target is None:
+            if not service.descriptor.has_method(method_name):
+                raise MethodNotAvailableError(f"{service.name} has no method {method_name}")
             raise MethodNotAvailableError(f"the host's {service.name} does not offer {method_name}")
-        method = service.descriptor.method(method_name)
+        remote_id, method = target
         if not isinstance(request, method.request_type):
             raise WireError(
                 f"{method_name} takes {method.request_type.__name__}, got {type(request).__name__}"
             )
-        request_id = self._next_request_id()
-        frame = IPCFrame(request_id=request_id)
-        invoke = frame.msg_invoke_method
-        invoke.service_id = service.service_id
-        invoke.method_id = remote_id
-        invoke.args_proto = request.SerializeToString()
-        invoke.drop_reply = callback is None
-        data = encode_frame(frame)
+        self._last_request_id += 1
+        request_id = self._last_request_id
+        data = encode_invoke(
+            request_id, service.service_id, remote_id, request.SerializeToString(), callback is None
+        )
         if callback is not None:
             self._pending[request_id] = _PendingInvoke(method, callback)
         self._send(data, fd)

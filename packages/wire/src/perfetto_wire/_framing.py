@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import struct
 from typing import cast
 
 from google.protobuf.message import DecodeError
@@ -17,6 +18,8 @@ __all__ = [
     "FrameDecoder",
     "FrameTooLargeError",
     "encode_frame",
+    "encode_invoke",
+    "encode_invoke_reply",
     "encode_payload",
 ]
 
@@ -32,6 +35,8 @@ MAX_PAYLOAD_SIZE = IPC_BUFFER_SIZE - HEADER_SIZE
 """The largest serialized IPCFrame a peer may announce."""
 
 Buffer = bytes | bytearray | memoryview
+
+_HEADER = struct.Struct("<I")
 
 
 class FrameTooLargeError(WireError):
@@ -54,6 +59,65 @@ def encode_payload(payload: bytes) -> bytes:
 def encode_frame(frame: IPCFrame) -> bytes:
     """Serializes `frame` with its length prefix, ready to be written to a socket."""
     return encode_payload(frame.SerializeToString())
+
+
+# The two frames on every call's path are written by hand: the same bytes protobuf would
+# produce for an IPCFrame with these fields set, for a fraction of the cost.
+_ONE_BYTE_VARINTS = [bytes((value,)) for value in range(0x80)]
+
+
+def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return _ONE_BYTE_VARINTS[value]
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _frame(request_id: int, member_tag: bytes, member: list[bytes], member_size: int) -> bytes:
+    request = _varint(request_id)
+    size_varint = _varint(member_size)
+    payload_size = 1 + len(request) + 1 + len(size_varint) + member_size
+    if payload_size > MAX_PAYLOAD_SIZE:
+        raise FrameTooLargeError(payload_size)
+    return b"".join(
+        (payload_size.to_bytes(4, "little"), b"\x10", request, member_tag, size_varint, *member)
+    )
+
+
+def encode_invoke(
+    request_id: int, service_id: int, method_id: int, args_proto: bytes, drop_reply: bool
+) -> bytes:
+    """An InvokeMethod frame, every field set like upstream's client sets them."""
+    service = _varint(service_id)
+    method = _varint(method_id)
+    args_size = _varint(len(args_proto))
+    member = [
+        b"\x08",
+        service,
+        b"\x10",
+        method,
+        b"\x1a",
+        args_size,
+        args_proto,
+        b"\x20\x01" if drop_reply else b"\x20\x00",
+    ]
+    size = 2 + len(service) + len(method) + 1 + len(args_size) + len(args_proto) + 2
+    return _frame(request_id, b"\x2a", member, size)
+
+
+def encode_invoke_reply(request_id: int, has_more: bool, reply_proto: bytes) -> bytes:
+    """A successful InvokeMethodReply frame (success, has_more and reply_proto set)."""
+    reply_size = _varint(len(reply_proto))
+    member = [
+        b"\x08\x01\x10\x01\x1a" if has_more else b"\x08\x01\x10\x00\x1a",
+        reply_size,
+        reply_proto,
+    ]
+    return _frame(request_id, b"\x32", member, 5 + len(reply_size) + len(reply_proto))
 
 
 class FrameDecoder:
@@ -93,7 +157,7 @@ class FrameDecoder:
         pos = 0
         with memoryview(source) as view:
             while total - pos >= HEADER_SIZE:
-                size = int.from_bytes(view[pos : pos + HEADER_SIZE], "little")
+                (size,) = _HEADER.unpack_from(view, pos)
                 if size > self._max_payload:
                     self._broken = FrameTooLargeError(size, self._max_payload)
                     break

@@ -13,7 +13,7 @@ from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
 from perfetto_wire._descriptors import MethodDescriptor, ServiceDescriptor
 from perfetto_wire._endpoint import FrameEndpoint, Transport, close_fd
 from perfetto_wire._errors import WireError
-from perfetto_wire._framing import FrameTooLargeError, encode_frame
+from perfetto_wire._framing import FrameTooLargeError, encode_frame, encode_invoke_reply
 
 __all__ = [
     "ClientInfo",
@@ -281,12 +281,7 @@ class HostConnection(FrameEndpoint):
         self, request_id: int, reply_proto: bytes, has_more: bool, fd: int | None
     ) -> None:
         """Sends a successful InvokeMethodReply."""
-        frame = IPCFrame(request_id=request_id)
-        reply = frame.msg_invoke_method_reply
-        reply.success = True
-        reply.has_more = has_more
-        reply.reply_proto = reply_proto
-        self._send(encode_frame(frame), fd)
+        self._send(encode_invoke_reply(request_id, has_more, reply_proto), fd)
 
     def send_rejection(self, request_id: int) -> None:
         """Sends the final InvokeMethodReply of a call that failed."""

@@ -16,9 +16,11 @@ from typing import Any
 from perfetto_wire._errors import WireError
 
 __all__ = [
+    "FD_ANCILLARY_SIZE",
     "SocketAddress",
     "TruncatedMessageError",
     "connect_socket",
+    "fd_from_ancillary",
     "listen_socket",
     "parse_address",
     "peer_credentials",
@@ -32,7 +34,7 @@ _log = logging.getLogger("perfetto_wire")
 _VSOCK_PREFIX = "vsock://"
 # Room for one int of SCM_RIGHTS payload; like upstream, a second fd may still fit the
 # padding and is then closed.
-_FD_ANCILLARY_SIZE = socket.CMSG_SPACE(struct.calcsize("i"))
+FD_ANCILLARY_SIZE = socket.CMSG_SPACE(struct.calcsize("i"))
 _UCRED = struct.Struct("iII")  # pid, uid, gid
 
 
@@ -183,9 +185,14 @@ def recv_with_fd(sock: socket.socket, buffer: memoryview) -> tuple[int, int | No
     Raises `TruncatedMessageError` (after closing any fds) when the kernel truncated the
     ancillary data, `BlockingIOError` when nothing is ready.
     """
-    nbytes, ancdata, flags, _ = sock.recvmsg_into([buffer], _FD_ANCILLARY_SIZE)
+    nbytes, ancdata, flags, _ = sock.recvmsg_into([buffer], FD_ANCILLARY_SIZE)
     if not ancdata:
         return nbytes, None
+    return nbytes, fd_from_ancillary(ancdata, flags)
+
+
+def fd_from_ancillary(ancdata: list[tuple[int, int, bytes]], flags: int) -> int | None:
+    """The first fd of a recvmsg's SCM_RIGHTS data; closes the others (all, if truncated)."""
     fds = array.array("i")
     for level, kind, payload in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -197,4 +204,4 @@ def recv_with_fd(sock: socket.socket, buffer: memoryview) -> tuple[int, int | No
     for extra in fds[1:]:
         _log.debug("closing extra fd %d received in one message", extra)
         os.close(extra)
-    return nbytes, (fds[0] if fds else None)
+    return fds[0] if fds else None

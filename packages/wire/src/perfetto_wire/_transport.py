@@ -12,7 +12,12 @@ from collections.abc import Callable
 
 from perfetto_wire._endpoint import FrameEndpoint
 from perfetto_wire._framing import IPC_BUFFER_SIZE
-from perfetto_wire._sockets import TruncatedMessageError, recv_with_fd, send_with_fd
+from perfetto_wire._sockets import (
+    FD_ANCILLARY_SIZE,
+    TruncatedMessageError,
+    fd_from_ancillary,
+    send_with_fd,
+)
 
 __all__ = ["SocketTransport"]
 
@@ -45,6 +50,7 @@ class SocketTransport:
         "_loop",
         "_on_closed",
         "_queue",
+        "_recv_into",
         "_recv_view",
         "_send_timeout",
         "_sock",
@@ -67,6 +73,7 @@ class SocketTransport:
         self._recv_view = (
             recv_buffer if recv_buffer is not None else memoryview(bytearray(IPC_BUFFER_SIZE))
         )
+        self._recv_into = [self._recv_view]
         self._on_closed = on_closed
         self._queue: deque[_Outgoing] = deque()
         self._timer: asyncio.TimerHandle | None = None
@@ -209,20 +216,27 @@ class SocketTransport:
             self._arm_timer()
 
     def _on_readable(self) -> None:
-        view = self._recv_view
         try:
-            nbytes, fd = recv_with_fd(self._sock, view)
+            nbytes, ancdata, flags, _ = self._sock.recvmsg_into(self._recv_into, FD_ANCILLARY_SIZE)
         except (BlockingIOError, InterruptedError):
-            return
-        except TruncatedMessageError as exc:
-            self.lose(str(exc))
             return
         except OSError as exc:
             self.lose(f"receive failed: {exc}")
             return
+        fd = None
+        if ancdata:
+            try:
+                fd = fd_from_ancillary(ancdata, flags)
+            except TruncatedMessageError as exc:
+                self.lose(str(exc))
+                return
         if nbytes == 0:
+            if fd is not None:
+                os.close(fd)
             self.lose("peer closed the connection")
             return
         endpoint = self._endpoint
         if endpoint is not None:
-            endpoint.receive_data(view[:nbytes], fd)
+            endpoint.receive_data(self._recv_view[:nbytes], fd)
+        elif fd is not None:
+            os.close(fd)
