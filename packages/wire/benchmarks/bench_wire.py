@@ -284,9 +284,8 @@ def main(argv: list[str]) -> None:
             ("ConsumerPort", "ReadBuffers", cp.ReadBuffersRequest()),
         ),
     ]
-    print(
-        f"perfetto_wire benchmark: median of {args.runs} interleaved runs, python {sys.version.split()[0]}"
-    )
+    python = sys.version.split()[0]
+    print(f"perfetto_wire benchmark: median of {args.runs} interleaved runs, python {python}")
     try:
         for label, iterations, request, reply, (service, method, message) in cases:
             echo_address = os.path.join(workdir, f"echo-{len(servers)}.sock")
