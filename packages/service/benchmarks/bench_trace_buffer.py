@@ -2,7 +2,10 @@
 
 Reference, measured in the same run: a bare Python loop copying the same chunk payloads
 into a bytearray ring (what the service cannot do less than). Reported per CPU-second
-(process time), median of 7 runs; ratios are our CPU per MB over the reference's.
+(process time), median of 7 runs; ratios are our CPU per MB over the reference's. The
+read-back runs validate every packet and append its trusted suffix, then frame it as a
+trace file (1 MiB per read, like write_into_file) or as ReadBuffers replies (32 KiB per
+read, like the IPC path).
 
     python packages/service/benchmarks/bench_trace_buffer.py [--mib N]
 """
@@ -21,6 +24,7 @@ from perfetto_service import (
     PacketSequenceProperties,
     TraceBuffer,
     TrustedFieldsWriter,
+    read_buffers_replies,
     read_producer_packets,
     trace_file_bytes,
 )
@@ -50,10 +54,21 @@ def _track_event_packet(rng: random.Random, timestamp: int) -> bytes:
     return b"\x40" + _varint(timestamp) + b"\x5a" + _varint(len(event)) + event + b"\x68\x02"
 
 
-def _make_chunks(total_bytes: int) -> list[tuple[PacketSequenceProperties, int, int, bytes]]:
+def _bundle_packet(rng: random.Random, timestamp: int) -> bytes:
+    """A 300-1500 byte TracePacket, like an ftrace event bundle."""
+    body = bytes(rng.randrange(256) for _ in range(rng.randrange(300, 1500)))
+    return b"\x40" + _varint(timestamp) + b"\x0a" + _varint(len(body)) + body
+
+
+Chunk = tuple[PacketSequenceProperties, int, int, bytes]
+
+
+def _make_chunks(
+    total_bytes: int, make_packet: Callable[[random.Random, int], bytes]
+) -> list[Chunk]:
     """Chunks of whole packets (no fragmentation), round-robin over the writers."""
     rng = random.Random(1)
-    chunks: list[tuple[PacketSequenceProperties, int, int, bytes]] = []
+    chunks: list[Chunk] = []
     next_ids = [0] * WRITERS
     timestamp = 10**12
     produced = 0
@@ -63,7 +78,7 @@ def _make_chunks(total_bytes: int) -> list[tuple[PacketSequenceProperties, int, 
         count = 0
         while True:
             timestamp += rng.randrange(100, 5000)
-            packet = _track_event_packet(rng, timestamp)
+            packet = make_packet(rng, timestamp)
             if len(payload) + 4 + len(packet) > CHUNK_PAYLOAD:
                 break
             size = len(packet)
@@ -84,20 +99,36 @@ def _make_chunks(total_bytes: int) -> list[tuple[PacketSequenceProperties, int, 
     return chunks
 
 
-def _cpu_seconds(action: Callable[[], None]) -> float:
+def _cpu_seconds(action: Callable[[], object]) -> float:
     start = time.process_time()
     action()
     return time.process_time() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--mib", type=int, default=8, help="buffer size in MiB")
-    args = parser.parse_args()
-    buffer_size = args.mib << 20
-    chunks = _make_chunks(buffer_size * 3 // 2)  # enough to wrap the ring once
+def _to_file(buffer: TraceBuffer) -> int:
+    """Drains `buffer` like write_into_file (1 MiB per read); returns the bytes produced."""
+    trusted = TrustedFieldsWriter()
+    written = 0
+    while True:
+        result = read_producer_packets(buffer, trusted, threshold=1 << 20)
+        written += len(trace_file_bytes(result.packets))
+        if not result.hit_threshold:
+            return written
+
+
+def _to_replies(buffer: TraceBuffer) -> int:
+    """Drains `buffer` like ReadBuffers over IPC (32 KiB per read); returns the reply bytes."""
+    trusted = TrustedFieldsWriter()
+    sent = 0
+    while True:
+        result = read_producer_packets(buffer, trusted, threshold=32768)
+        sent += sum(len(reply) for reply in read_buffers_replies(result.packets))
+        if not result.hit_threshold:
+            return sent
+
+
+def _workload(name: str, buffer_size: int, chunks: list[Chunk]) -> None:
     ingest_bytes = len(chunks) * CHUNK_PAYLOAD
-    packets = sum(count for _, _, count, _ in chunks)
 
     def reference() -> None:
         ring = bytearray(buffer_size)
@@ -108,52 +139,64 @@ def main() -> None:
             ring[pos : pos + len(payload)] = payload
             pos += len(payload)
 
-    ref_times, ingest_times, read_times = [], [], []
-    read_bytes = read_packets = 0
-    for _ in range(RUNS):
-        ref_times.append(_cpu_seconds(reference))
+    def filled() -> TraceBuffer:
         buffer = TraceBuffer(buffer_size, OverwritePolicy.OVERWRITE)
+        copy = buffer.copy_chunk_untrusted
+        for props, chunk_id, count, payload in chunks:
+            copy(props, chunk_id, count, 0, payload)
+        return buffer
 
-        def ingest(buffer: TraceBuffer = buffer) -> None:
-            copy = buffer.copy_chunk_untrusted
-            for props, chunk_id, count, payload in chunks:
-                copy(props, chunk_id, count, 0, payload)
-
-        ingest_times.append(_cpu_seconds(ingest))
-        out: list[bytes] = []
-
-        def read_back(buffer: TraceBuffer = buffer, out: list[bytes] = out) -> None:
-            trusted = TrustedFieldsWriter()
-            while True:
-                result = read_producer_packets(buffer, trusted, threshold=1 << 20)
-                out.append(trace_file_bytes(result.packets))
-                if not result.hit_threshold:
-                    return
-
-        read_times.append(_cpu_seconds(read_back))
-        read_bytes = sum(len(part) for part in out)
-        read_packets = buffer.stats.chunks_read
-
-    ref = statistics.median(ref_times)
-    ingest_s = statistics.median(ingest_times)
-    read_s = statistics.median(read_times)
+    times: dict[str, list[float]] = {"ref": [], "ingest": [], "file": [], "ipc": []}
+    out_bytes = {"file": 0, "ipc": 0}
+    packets_read = 0
+    for _ in range(RUNS):
+        times["ref"].append(_cpu_seconds(reference))
+        times["ingest"].append(_cpu_seconds(filled))
+        for form, drain in (("file", _to_file), ("ipc", _to_replies)):
+            buffer = filled()
+            start = time.process_time()
+            out_bytes[form] = drain(buffer)
+            times[form].append(time.process_time() - start)
+            packets_read = buffer.stats.chunks_read
+    ref, ingest_s, file_s, ipc_s = (statistics.median(times[k]) for k in times)
+    packets = sum(count for _, _, count, _ in chunks)
     mib = 1 << 20
     print(
-        f"TraceBuffer {args.mib} MiB ring, {len(chunks)} chunks of {CHUNK_PAYLOAD} B, "
-        f"{packets} packets of 20-60 B, {WRITERS} writers; median of {RUNS} (CPU time)"
+        f"{name}: {buffer_size // mib} MiB ring, {len(chunks)} chunks of {CHUNK_PAYLOAD} B "
+        f"({ingest_bytes / mib:.1f} MiB, {packets} packets, ~{ingest_bytes // packets} B each), "
+        f"{WRITERS} writers; {packets_read} chunks read back (the rest was overwritten)"
     )
-    print(f"  reference bytearray copy : {ingest_bytes / ref / mib:10.1f} MB/s")
+    print(f"  reference bytearray copy   : {ingest_bytes / ref / mib:8.1f} MB per CPU-s")
     print(
-        f"  ingest (copy_chunk)      : {ingest_bytes / ingest_s / mib:10.1f} MB/s per CPU-s, "
-        f"{len(chunks) / ingest_s:10.0f} chunks/s, ratio {ingest_s / ref:6.2f}x reference CPU/MB"
+        f"  ingest (copy_chunk)        : {ingest_bytes / ingest_s / mib:8.1f} MB per CPU-s, "
+        f"{len(chunks) / ingest_s:8.0f} chunks/s, {packets / ingest_s:9.0f} packets/s, "
+        f"ratio {ingest_s / ref:5.2f}x the reference's CPU per MB"
     )
-    print(
-        f"  read back to file bytes  : {read_bytes / read_s / mib:10.1f} MB/s per CPU-s "
-        f"({read_bytes / mib:.1f} MiB, {read_packets} chunks read), "
-        f"ratio {read_s / ref * ingest_bytes / read_bytes:6.2f}x reference CPU/MB"
-    )
-    total = ingest_s + read_s
-    print(f"  ingest + read, per MB ingested: {ingest_bytes / total / mib:10.1f} MB per CPU-s")
+    for form, label in (
+        ("file", "read back -> trace file   "),
+        ("ipc", "read back -> IPC replies  "),
+    ):
+        seconds = file_s if form == "file" else ipc_s
+        per_mb = seconds / out_bytes[form]
+        print(
+            f"  {label}: {out_bytes[form] / seconds / mib:8.1f} MB per CPU-s "
+            f"({out_bytes[form] / mib:.1f} MiB out), "
+            f"ratio {per_mb / (ref / ingest_bytes):6.1f}x the reference's CPU per MB"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--mib", type=int, default=8, help="buffer size in MiB")
+    args = parser.parse_args()
+    buffer_size = args.mib << 20
+    print(f"TraceBuffer benchmark, median of {RUNS} runs, CPU time (time.process_time)")
+    for name, make_packet in (
+        ("track-event-sized packets (20-60 B)", _track_event_packet),
+        ("bundle-sized packets (300-1500 B)", _bundle_packet),
+    ):
+        # Enough chunks to wrap the ring once and a half.
+        _workload(name, buffer_size, _make_chunks(buffer_size * 3 // 2, make_packet))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,20 @@ Slice = bytes | bytearray | memoryview
 """One piece of a packet."""
 
 
+def _slice_prefix(size: int) -> bytes:
+    """What precedes the data of a `size`-byte slice in a reply: the Slice key and length."""
+    size_varint = varint(size)
+    return (
+        _SLICES_TAG + redundant_varint4(1 + len(size_varint) + size + 2) + _DATA_TAG + size_varint
+    )
+
+
+# Slice prefixes by slice size, built as sizes are first seen; producer slices are at most
+# a chunk, so only sizes below 64 KiB are kept.
+_SLICE_PREFIXES: dict[int, bytes] = {}
+_CACHED_SLICE_SIZES = 1 << 16
+
+
 def read_buffers_replies(packets: Iterable[Sequence[Slice]]) -> list[bytes]:
     """The serialized ReadBuffersResponse messages carrying `packets`, in order.
 
@@ -37,27 +51,27 @@ def read_buffers_replies(packets: Iterable[Sequence[Slice]]) -> list[bytes]:
     """
     replies: list[bytes] = []
     parts: list[Slice] = []
+    append = parts.append
+    prefixes = _SLICE_PREFIXES
     reply_size = 0
     for packet in packets:
-        remaining = len(packet)
-        for piece in packet:
+        last = len(packet) - 1
+        for position, piece in enumerate(packet):
             size = len(piece)
-            estimate = size + _SLICE_OVERHEAD
-            if reply_size + estimate > _REPLY_BUDGET and parts:
+            reply_size += size + _SLICE_OVERHEAD
+            if reply_size > _REPLY_BUDGET and parts:
                 replies.append(b"".join(parts))
                 parts = []
-                reply_size = 0
-            reply_size += estimate
-            remaining -= 1
-            size_varint = varint(size)
-            parts.append(
-                _SLICES_TAG
-                + redundant_varint4(1 + len(size_varint) + size + 2)
-                + _DATA_TAG
-                + size_varint
-            )
-            parts.append(piece)
-            parts.append(_NOT_LAST_SLICE if remaining else _LAST_SLICE)
+                append = parts.append
+                reply_size = size + _SLICE_OVERHEAD
+            prefix = prefixes.get(size)
+            if prefix is None:
+                prefix = _slice_prefix(size)
+                if size < _CACHED_SLICE_SIZES:
+                    prefixes[size] = prefix
+            append(prefix)
+            append(piece)
+            append(_LAST_SLICE if position == last else _NOT_LAST_SLICE)
     replies.append(b"".join(parts))
     return replies
 
