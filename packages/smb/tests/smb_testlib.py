@@ -20,7 +20,7 @@ PREVIOUS_PACKET_DROPPED_PREFIX = bytes([0xD0, 0x02, 0x81, 0x02])  # f42 = 257
 FIRST_PACKET_ON_SEQUENCE_PREFIX = bytes([0xB8, 0x05, 0x01])  # f87 = true
 
 
-class TestPacket(Message):
+class StreamPacket(Message):
     """A stand-in TracePacket: f1 stream id, f2 sequence number, f3 nested payload."""
 
     __slots__ = ()
@@ -49,7 +49,7 @@ def fill_packet(packet: Message, stream: int, seq: int, max_size: int) -> None:
 
 def expected_packet(stream: int, seq: int, max_size: int) -> bytes:
     """The bytes `fill_packet` writes, serialized on the heap."""
-    heap = HeapBuffered(TestPacket)
+    heap = HeapBuffered(StreamPacket)
     fill_packet(heap.msg, stream, seq, max_size)
     return heap.serialize()
 

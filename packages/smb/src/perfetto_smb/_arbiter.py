@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
+from protozero import Message
 
 from perfetto_smb._abi import (
     MAX_WRITER_ID,
@@ -109,8 +110,12 @@ class SharedMemoryArbiter:
         self,
         target_buffer: int,
         policy: BufferExhaustedPolicy = BufferExhaustedPolicy.STALL,
+        packet_type: type[Message] = Message,
     ) -> TraceWriter:
-        """A new TraceWriter for `target_buffer` (> 0), to be used by one thread at a time."""
+        """A new TraceWriter for `target_buffer` (> 0), to be used by one thread at a time.
+
+        `packet_type` is the root message class `new_trace_packet()` returns.
+        """
         if target_buffer <= 0:
             raise SmbError(f"target buffer must be positive, got {target_buffer}")
         with self._lock:
@@ -121,7 +126,7 @@ class SharedMemoryArbiter:
             raise SmbError(f"all {MAX_WRITER_ID} writer ids are in use")
         if self._register_writer is not None:
             self._register_writer(writer_id, target_buffer)
-        return TraceWriter(self, writer_id, target_buffer, policy)
+        return TraceWriter(self, writer_id, target_buffer, policy, packet_type)
 
     def release_writer_id(self, writer_id: int) -> None:
         """Called by a TraceWriter when it is closed."""
