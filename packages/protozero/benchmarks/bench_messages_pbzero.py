@@ -23,7 +23,7 @@ class EveryField(Message):
     def set_field_int32(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x08
             p += 1
@@ -39,7 +39,7 @@ class EveryField(Message):
     def set_field_int64(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x10
             p += 1
@@ -55,7 +55,7 @@ class EveryField(Message):
     def set_field_uint32(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x18
             p += 1
@@ -71,7 +71,7 @@ class EveryField(Message):
     def set_field_uint64(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x20
             p += 1
@@ -85,6 +85,15 @@ class EveryField(Message):
             self.put_varint(0x20, value)
 
     def add_field_nested(self) -> EveryField:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x72
+            w.write_ptr = p + 5
+            child = EveryField(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x72, EveryField)
 
     def set_field_string(self, value: str | bytes) -> None:

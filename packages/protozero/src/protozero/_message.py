@@ -6,6 +6,7 @@ import struct
 from collections.abc import Iterable
 from typing import TypeVar
 
+from protozero._compat import mypyc_attr
 from protozero._errors import ProtozeroError
 from protozero._proto_utils import (
     MAX_MESSAGE_LENGTH,
@@ -68,6 +69,7 @@ _FINALIZED_WRITER = ScatteredStreamWriter(
 )
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Message:
     """An append-only protobuf message that serializes each field as it is set.
 
@@ -93,14 +95,28 @@ class Message:
         "stream_writer",
     )
 
-    def __init__(self) -> None:
-        self.stream_writer: ScatteredStreamWriter = _UNBOUND_WRITER
-        self._begin = 0
-        self._size = 0
+    def __init__(
+        self, stream_writer: ScatteredStreamWriter = _UNBOUND_WRITER, size_field_offset: int = -1
+    ) -> None:
+        """An unbound message (bind it with `reset()`), or with both arguments a nested one.
+
+        A nested message's 4-byte size field is at `size_field_offset` in the writer's current
+        buffer and its payload starts at the writer's current position.
+        """
+        self.stream_writer: ScatteredStreamWriter = stream_writer
         self.nested_message: Message | None = None
-        self.size_field_buffer: WritableBuffer | None = None
-        self.size_field_offset = 0
+        self._size = 0
         self.is_finalized = False
+        if size_field_offset >= 0:
+            self.size_field_buffer: WritableBuffer | None = stream_writer.buffer
+            self.size_field_offset = size_field_offset
+            self._begin = (
+                stream_writer._written_previously + stream_writer.write_ptr - stream_writer._begin
+            )
+        else:
+            self.size_field_buffer = None
+            self.size_field_offset = 0
+            self._begin = 0
 
     def reset(self, stream_writer: ScatteredStreamWriter) -> None:
         """Makes this a fresh root message (no size field) writing into `stream_writer`."""
@@ -166,11 +182,8 @@ class Message:
                 p += 1
             buf[p] = tag
             p += 1
-            if value < 0x80 and value >= 0:
-                buf[p] = value
-                w.write_ptr = p + 1
-                return
-            value &= 0xFFFF_FFFF_FFFF_FFFF
+            if value < 0 or value > 0x3FFF_FFFF_FFFF_FFFF:
+                value &= 0xFFFF_FFFF_FFFF_FFFF
             while value > 0x7F:
                 buf[p] = (value & 0x7F) | 0x80
                 value >>= 7
@@ -335,11 +348,7 @@ class Message:
         else:
             w.write_bytes(tag_bytes(tag))
             p = w.reserve_bytes(4)
-        child = cls()
-        child.stream_writer = w
-        child._begin = w._written_previously + w.write_ptr - w._begin
-        child.size_field_buffer = w.buffer
-        child.size_field_offset = p
+        child = cls(w, p)
         self.nested_message = child
         return child
 

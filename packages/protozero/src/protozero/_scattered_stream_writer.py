@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from protozero._compat import mypyc_attr
 from protozero._errors import ProtozeroError
 from protozero._proto_utils import WritableBuffer
 
@@ -16,6 +17,7 @@ class ScatteredStreamWriterDelegate(Protocol):
         ...
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class ScatteredStreamWriter:
     """Writes bytes into the current range and asks its delegate for a new one when it is full.
 

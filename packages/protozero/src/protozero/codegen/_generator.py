@@ -151,7 +151,7 @@ def _inline_varint(body: str, tag: bytes, *, zigzag: bool) -> list[str]:
         body,
         [
             "self.nested_message is None",
-            "0 <= value <= 0xFFFF_FFFF_FFFF_FFFF",
+            "0 <= value <= 0x3FFF_FFFF_FFFF_FFFF",
             f"p + {len(tag) + 10} <= w.end",
         ],
     )
@@ -166,6 +166,23 @@ def _inline_varint(body: str, tag: bytes, *, zigzag: bool) -> list[str]:
         f"{inner}w.write_ptr = p + 1",
         f"{body}else:",
         f"{inner}self.put_varint(0x{word:02X}, value)",
+    ]
+    return lines
+
+
+def _inline_begin(body: str, tag: bytes, cls: str) -> list[str]:
+    """A nested-message starter whose fast path reserves the size field in place."""
+    inner = body + INDENT
+    word = int.from_bytes(tag, "little")
+    lines = [f"{body}w = self.stream_writer", f"{body}p = w.write_ptr"]
+    lines += _condition_lines(body, ["self.nested_message is None", f"p + {len(tag) + 4} <= w.end"])
+    lines += [f"{inner}buf = w.buffer", *_tag_store_lines(inner, tag)]
+    lines += [
+        f"{inner}w.write_ptr = p + {len(tag) + 4}",
+        *_call_lines(inner, f"child = {cls}(", ["w", f"p + {len(tag)}"], ")"),
+        f"{inner}self.nested_message = child",
+        f"{inner}return child",
+        *_call_lines(body, "return self.begin_nested(", [f"0x{word:02X}", cls], ")"),
     ]
     return lines
 
@@ -252,7 +269,7 @@ class _FileRenderer:
             method = f"{'add' if repeated else 'begin'}_{name}"
             return [
                 *_call_lines(indent, f"def {method}(", ["self"], f") -> {cls}:"),
-                *_call_lines(body, "return self.begin_nested(", [f"0x{tag:02X}", cls], ")"),
+                *_inline_begin(body, encode_tag(field.number, WIRE_TYPE_LENGTH_DELIMITED), cls),
             ]
         if field.type not in _SCALARS:
             raise DescriptorError(f"field {field.name}: unsupported type {field.type}")
