@@ -17,6 +17,7 @@ from perfetto_wire import (
     ClientInfo,
     Deferred,
     FrameDecoder,
+    FrameTooLargeError,
     Host,
     HostConnection,
     ServiceDescriptor,
@@ -461,3 +462,18 @@ def test_hostile_input_never_escapes_and_spares_other_connections(
     assert reply.request_id == 1
     assert reply.msg_invoke_method_reply.success
     assert not good.closed
+
+
+def test_reply_too_large_for_a_frame_is_rejected_and_reported(
+    host: Host, handlers: Handlers
+) -> None:
+    connection, transport = connect(host)
+    connection.receive_data(invoke(method_id("GetAsyncCommand"), pp.GetAsyncCommandRequest()))
+    (call,) = handlers.deferred
+    huge = pp.GetAsyncCommandResponse()
+    huge.setup_data_source.config.name = "x" * MAX_PAYLOAD_SIZE
+    with pytest.raises(FrameTooLargeError):
+        call.resolve(huge)
+    (frame,) = transport.pop()
+    assert not frame.msg_invoke_method_reply.success
+    assert call.done

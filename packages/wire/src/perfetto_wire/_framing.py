@@ -152,6 +152,9 @@ class FrameDecoder:
             source: Buffer = buf
         else:
             source = data
+            total = len(data)
+            if total > HEADER_SIZE and _HEADER.unpack_from(data)[0] == total - HEADER_SIZE:
+                return self._single_frame(data, total - HEADER_SIZE)
         frames: list[IPCFrame] = []
         total = len(source)
         pos = 0
@@ -182,3 +185,17 @@ class FrameDecoder:
         elif pos < total:
             buf += source[pos:]
         return frames
+
+    def _single_frame(self, data: Buffer, size: int) -> list[IPCFrame]:
+        """The common case: `data` is exactly one whole frame."""
+        if size > self._max_payload:
+            self._broken = FrameTooLargeError(size, self._max_payload)
+            raise self._broken
+        frame = IPCFrame()
+        try:
+            # protobuf parses any buffer; its stubs only name bytes.
+            frame.ParseFromString(cast(bytes, data[HEADER_SIZE:]))
+        except DecodeError:
+            _log.debug("dropping an IPC frame that does not parse (%d bytes)", size)
+            return []
+        return [frame]

@@ -51,14 +51,18 @@ class Client:
         thread_name: str = "perfetto-ipc",
     ) -> None:
         self._loop = asyncio.new_event_loop()
-        self._async_client = AsyncClient(
-            name,
-            loop=self._loop,
-            retry=retry,
-            backoff=backoff,
-            on_connect=on_connect,
-            on_disconnect=on_disconnect,
-        )
+        try:
+            self._async_client = AsyncClient(
+                name,
+                loop=self._loop,
+                retry=retry,
+                backoff=backoff,
+                on_connect=on_connect,
+                on_disconnect=on_disconnect,
+            )
+        except BaseException:
+            self._loop.close()
+            raise
         self._closing = False
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
