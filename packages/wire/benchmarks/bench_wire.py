@@ -94,6 +94,39 @@ def serve_echo(ready: Connection, address: str, reply: bytes, request_size: int)
                 conn.sendall(reply)
 
 
+def serve_asyncio_echo(ready: Connection, address: str, reply: bytes, request_size: int) -> None:
+    """A second reference: the same echo driven by an asyncio loop like our host."""
+    loop = asyncio.new_event_loop()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen()
+    listener.setblocking(False)
+
+    def accept() -> None:
+        conn, _ = listener.accept()
+        conn.setblocking(False)
+        received = [0]
+
+        def readable() -> None:
+            chunk = conn.recv(65536)
+            if not chunk:
+                loop.remove_reader(conn.fileno())
+                conn.close()
+                return
+            received[0] += len(chunk)
+            if received[0] >= request_size:
+                received[0] = 0
+                conn.setblocking(True)
+                conn.sendall(reply)
+                conn.setblocking(False)
+
+        loop.add_reader(conn.fileno(), readable)
+
+    loop.add_reader(listener.fileno(), accept)
+    ready.send("ready")
+    loop.run_forever()
+
+
 def start(target: Callable[..., None], *args: object) -> multiprocessing.process.BaseProcess:
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
@@ -253,6 +286,7 @@ CLIENTS: dict[str, Callable[[str, str, str, object], Callable[[int], float]]] = 
     "Client (IPC thread + futures)": threaded_client,
 }
 REFERENCE = "bare socket echo"
+ASYNCIO_REFERENCE = "asyncio socket echo"
 
 
 def main(argv: list[str]) -> None:
@@ -290,7 +324,12 @@ def main(argv: list[str]) -> None:
         for label, iterations, request, reply, (service, method, message) in cases:
             echo_address = os.path.join(workdir, f"echo-{len(servers)}.sock")
             servers.append(start(serve_echo, echo_address, reply, len(request)))
-            runners = {REFERENCE: echo_client(echo_address, request, len(reply))}
+            asyncio_echo_address = os.path.join(workdir, f"aecho-{len(servers)}.sock")
+            servers.append(start(serve_asyncio_echo, asyncio_echo_address, reply, len(request)))
+            runners = {
+                REFERENCE: echo_client(echo_address, request, len(reply)),
+                ASYNCIO_REFERENCE: echo_client(asyncio_echo_address, request, len(reply)),
+            }
             for name, factory in CLIENTS.items():
                 runners[name] = factory(wire_address, service, method, message)
             results = measure(runners, iterations, args.runs)

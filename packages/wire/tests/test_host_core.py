@@ -477,3 +477,12 @@ def test_reply_too_large_for_a_frame_is_rejected_and_reported(
     (frame,) = transport.pop()
     assert not frame.msg_invoke_method_reply.success
     assert call.done
+
+
+def test_host_can_drop_a_client(host: Host, events: list[tuple[str, ClientInfo]]) -> None:
+    connection, transport = connect(host)
+    assert host.disconnect(connection.client_id, "misbehaving producer")
+    assert transport.closed
+    assert connection.closed
+    assert events[-1][0] == "disconnect"
+    assert not host.disconnect(connection.client_id, "again")

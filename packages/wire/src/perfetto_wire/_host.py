@@ -235,6 +235,14 @@ class Host:
         self._notify(self._on_connect, info)
         return connection
 
+    def disconnect(self, client_id: int, reason: str) -> bool:
+        """Shuts a connection down (e.g. a misbehaving producer); False if it is already gone."""
+        connection = self._connections.get(client_id)
+        if connection is None:
+            return False
+        connection.abort(reason)
+        return True
+
     def _notify(self, callback: ConnectionCallback | None, info: ClientInfo) -> None:
         if callback is None:
             return
