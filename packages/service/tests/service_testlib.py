@@ -99,7 +99,7 @@ def read_all(buffer: TraceBuffer) -> list[tuple[PacketSequenceProperties, bytes,
     buffer.begin_read()
     out = []
     while (packet := buffer.read_next_trace_packet()) is not None:
-        out.append((packet.sequence, b"".join(packet.slices), packet.previous_packet_dropped))
+        out.append((packet.sequence, bytes(packet.data), packet.previous_packet_dropped))
     return out
 
 

@@ -87,3 +87,13 @@ def test_trace_file_form_holds_the_same_packets() -> None:
     assert [p.timestamp for p in trace.packet] == [1, 2]
     assert [p.trusted_packet_sequence_id for p in trace.packet] == [2, 2]
     assert _reassemble(read_buffers_replies(packets)) == [b"".join(p) for p in packets]
+
+
+def test_a_packet_bigger_than_a_reply_is_cut_into_slices_across_replies() -> None:
+    huge = bytes(range(256)) * 1200  # 300 KiB, e.g. reassembled from many chunks
+    packets = [[b"\x40\x01", b"sfx"], [huge, b"sfx"], [b"\x40\x02", b"sfx"]]
+    replies = read_buffers_replies(packets)
+    assert len(replies) >= 3
+    for reply in replies:
+        assert len(reply) + 64 <= IPC_BUFFER_SIZE
+    assert _reassemble(replies) == [b"".join(p) for p in packets]

@@ -262,9 +262,9 @@ def _read_in_runs(buffer: TraceBuffer, max_bytes: int) -> list[tuple[int, bytes,
     out = []
     while (run := buffer.read_next_packets(max_bytes)) is not None:
         assert run.packets
-        for position, slices in enumerate(run.packets):
+        for position, packet in enumerate(run.packets):
             dropped = run.previous_packet_dropped if position == 0 else 0
-            out.append((run.sequence.writer_id, b"".join(slices), dropped))
+            out.append((run.sequence.writer_id, bytes(packet), dropped))
     return out
 
 

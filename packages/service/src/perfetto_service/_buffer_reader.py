@@ -12,8 +12,8 @@ from perfetto_service._packet_validator import validate_packet_bytes
 from perfetto_service._trace_buffer import TraceBuffer
 from perfetto_service._trusted_fields import TrustedFieldsWriter
 
-PacketSlices = list[bytes | bytearray | memoryview]
-"""A packet ready to be sent: its slices, trusted suffix last."""
+PacketSlices = tuple[memoryview, bytes]
+"""A packet ready to be sent: its bytes, then its trusted suffix."""
 
 
 class DrainResult(NamedTuple):
@@ -52,24 +52,11 @@ def read_producer_packets(
         run_packets, sequence, dropped = run
         suffix = suffix_for(sequence, 0)
         first_suffix = suffix_for(sequence, dropped) if dropped else suffix
-        for slices in run_packets:
-            if len(slices) == 1:
-                body = slices[0]
-                if not validate(body):
-                    invalid += 1
-                    first_suffix = suffix
-                    continue
+        for body in run_packets:
+            if validate(body):
                 total += len(body) + len(first_suffix)
-                append([body, first_suffix])
+                append((body, first_suffix))
             else:
-                joined = b"".join(slices)
-                if not validate(joined):
-                    invalid += 1
-                    first_suffix = suffix
-                    continue
-                total += len(joined) + len(first_suffix)
-                with_suffix: PacketSlices = list(slices)
-                with_suffix.append(first_suffix)
-                append(with_suffix)
+                invalid += 1
             first_suffix = suffix
     return DrainResult(packets, total, invalid, True)

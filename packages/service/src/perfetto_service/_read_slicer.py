@@ -1,10 +1,12 @@
 """Serializing read packets for a consumer: ReadBuffers replies, or trace-file bytes.
 
-A packet is a sequence of slices (its fragments, then the trusted suffix). Over IPC every
+A packet is a sequence of slices (its bytes, then the trusted suffix). Over IPC every
 slice becomes one ReadBuffersResponse.Slice, in order, never interleaved with another
 packet's; a reply is closed before a slice would push its estimated size (each slice's
-size + 16) past 131072 - 64 bytes. In a file every packet is one `Trace.packet` field:
-0x0A, the varint length, then the slices. Both forms carry the same bytes.
+size + 16) past 131072 - 64 bytes. A slice too big for one reply (a packet reassembled
+from many chunks) is sent as several consecutive slices. In a file every packet is one
+`Trace.packet` field: 0x0A, the varint length, then the slices. Both forms carry the same
+bytes.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ IPC_BUFFER_SIZE = 131072
 _SLICE_OVERHEAD = 16
 _REPLY_OVERHEAD = 64
 _REPLY_BUDGET = IPC_BUFFER_SIZE - _REPLY_OVERHEAD
+_MAX_SLICE = 1 << 16
 _SLICES_TAG = b"\x12"  # ReadBuffersResponse.slices = 2
 _DATA_TAG = b"\x0a"  # Slice.data = 1
 _LAST_SLICE = b"\x10\x01"  # Slice.last_slice_for_packet = 2
@@ -43,6 +46,15 @@ _SLICE_PREFIXES: dict[int, bytes] = {}
 _CACHED_SLICE_SIZES = 1 << 16
 
 
+def _split(packet: Sequence[Slice]) -> Sequence[Slice]:
+    """`packet` with every slice above 64 KiB cut into 64 KiB pieces."""
+    pieces: list[Slice] = []
+    for piece in packet:
+        view = memoryview(piece)
+        pieces.extend(view[i : i + _MAX_SLICE] for i in range(0, len(view), _MAX_SLICE))
+    return pieces
+
+
 def read_buffers_replies(packets: Iterable[Sequence[Slice]]) -> list[bytes]:
     """The serialized ReadBuffersResponse messages carrying `packets`, in order.
 
@@ -55,6 +67,8 @@ def read_buffers_replies(packets: Iterable[Sequence[Slice]]) -> list[bytes]:
     prefixes = _SLICE_PREFIXES
     reply_size = 0
     for packet in packets:
+        if any(len(piece) > _MAX_SLICE for piece in packet):
+            packet = _split(packet)  # noqa: PLW2901 - the same packet, cut finer
         last = len(packet) - 1
         for position, piece in enumerate(packet):
             size = len(piece)

@@ -80,12 +80,12 @@ class PacketSequenceProperties(NamedTuple):
 class BufferedPacket(NamedTuple):
     """One whole packet read from a `TraceBuffer`.
 
-    `slices` are views into the buffer's memory, valid until the next write into it.
-    `previous_packet_dropped` is 1 when data may have been lost on the sequence before
-    this packet, else 0.
+    `data` is a view into the buffer's memory, valid until the next write into it (or of
+    the joined fragments, for a packet that was fragmented). `previous_packet_dropped` is 1
+    when data may have been lost on the sequence before this packet, else 0.
     """
 
-    slices: list[memoryview]
+    data: memoryview
     sequence: PacketSequenceProperties
     previous_packet_dropped: int
 
@@ -94,10 +94,11 @@ class PacketRun(NamedTuple):
     """Consecutive whole packets of one sequence, as `TraceBuffer.read_next_packets` returns.
 
     `previous_packet_dropped` applies to the first packet; each later one directly follows
-    the one before it. Every packet is a list of slices (views valid until the next write).
+    the one before it. A packet that was not fragmented is a view into the buffer, valid
+    until the next write; a fragmented one is a view of its fragments joined.
     """
 
-    packets: list[list[memoryview]]
+    packets: list[memoryview]
     sequence: PacketSequenceProperties
     previous_packet_dropped: int
 
@@ -731,7 +732,8 @@ class TraceBuffer:
                 ahead, ahead_slices = self._read_ahead()
                 if ahead == _AHEAD_OK:
                     self._stats.readaheads_succeeded += 1
-                    return PacketRun([ahead_slices], props, 1 if prev_dropped else 0)
+                    joined = memoryview(b"".join(ahead_slices))
+                    return PacketRun([joined], props, 1 if prev_dropped else 0)
                 if ahead == _AHEAD_NEXT_SEQUENCE:
                     self._stats.readaheads_failed += 1
                     self._read_meta = None
@@ -746,7 +748,7 @@ class TraceBuffer:
 
     def _read_whole_fragments(
         self, meta: _ChunkMeta, max_bytes: int
-    ) -> tuple[list[list[memoryview]], bool]:
+    ) -> tuple[list[memoryview], bool]:
         """Reads the chunk's next fragments that are whole packets, up to `max_bytes`.
 
         Returns the non-empty packets read and whether a bad fragment made the chunk be
@@ -762,7 +764,7 @@ class TraceBuffer:
             whole_end -= 1
         reads = meta.fragments_read
         pos = payload_start + meta.cur_offset
-        packets: list[list[memoryview]] = []
+        packets: list[memoryview] = []
         gathered = 0
         while reads < whole_end and gathered < max_bytes:
             if pos + 4 <= record_end:
@@ -790,7 +792,7 @@ class TraceBuffer:
             reads += 1
             pos = following
             if size:
-                packets.append([view[start:following]])
+                packets.append(view[start:following])
                 gathered += size
         meta.fragments_read = reads
         meta.cur_offset = pos - payload_start
