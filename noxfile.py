@@ -5,6 +5,7 @@ Run them through `python3 tools/dev.py nox -s NAME` (or `nox -s NAME` inside `.v
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import nox
@@ -20,6 +21,8 @@ PACKAGE_DIRS: dict[str, Path] = {
     "cli": ROOT / "packages" / "cli",
     "heapprofd": ROOT / "packages" / "heapprofd",
 }
+PROTOZERO_BENCH = PACKAGE_DIRS["protozero"] / "benchmarks"
+MYPYC_BUILD = ROOT / "build" / "mypyc"
 TESTED = [name for name, path in PACKAGE_DIRS.items() if any(path.glob("tests/test_*.py"))]
 
 nox.options.default_venv_backend = "none"
@@ -50,9 +53,31 @@ def typecheck(session: nox.Session, package: str) -> None:
 @nox.session(python=False)
 @nox.parametrize("package", ["repo", *TESTED])
 def tests(session: nox.Session, package: str) -> None:
-    """pytest for one package (`repo` = the repository-wide checks in tests/)."""
+    """pytest for one package (`repo` = the repository-wide checks in tests/).
+
+    protozero runs twice: pure Python, then compiled with mypyc (skipped without a C compiler).
+    """
     path = ROOT / "tests" if package == "repo" else PACKAGE_DIRS[package] / "tests"
     session.run("pytest", str(path), *session.posargs)
+    if package == "protozero" and _build_protozero_mypyc(session, MYPYC_BUILD / "tests"):
+        env = {"PYTHONPATH": str(MYPYC_BUILD / "tests"), "PROTOZERO_EXPECT_COMPILED": "1"}
+        session.run("pytest", str(path), "-p", "no:cacheprovider", *session.posargs, env=env)
+
+
+def _build_protozero_mypyc(session: nox.Session, out: Path, *extras: Path) -> bool:
+    """Compiles protozero (and `extras`) with mypyc into `out`; False if there is no compiler."""
+    output = session.run(
+        "python",
+        "tools/build_mypyc.py",
+        str(out),
+        *(str(e) for e in extras),
+        success_codes=[0, 3],
+        silent=True,
+    )
+    if isinstance(output, str) and "no C compiler" in output:
+        session.warn("no C compiler: skipping the mypyc-compiled protozero run")
+        return False
+    return True
 
 
 @nox.session(python=False)
@@ -75,9 +100,18 @@ def layers(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def bench(session: nox.Session) -> None:
-    """Runs every package's benchmarks; each prints ratios against a reference run alongside."""
+    """Runs every package's benchmarks; each prints ratios against a reference run alongside.
+
+    The protozero benchmark runs again with protozero and its messages compiled by mypyc.
+    """
     scripts = sorted(ROOT.glob("packages/*/benchmarks/bench_*.py"))
     if not scripts:
         session.error("no benchmarks found")
     for script in scripts:
         session.run("python", str(script), *session.posargs)
+    bench_out = MYPYC_BUILD / "bench"
+    if _build_protozero_mypyc(session, bench_out, PROTOZERO_BENCH / "bench_messages_pbzero.py"):
+        # -P keeps the script's own directory (the pure modules) off the front of sys.path.
+        path = os.pathsep.join([str(bench_out), str(PROTOZERO_BENCH)])
+        script = PROTOZERO_BENCH / "bench_protozero.py"
+        session.run("python", "-P", str(script), *session.posargs, env={"PYTHONPATH": path})

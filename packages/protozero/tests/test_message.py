@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 import mmap
+import os
 from typing import Any
 
+import protozero
 import pytest
 from protozero import (
     HeapBuffered,
@@ -267,3 +269,8 @@ def test_oversized_nested_message_is_refused() -> None:
 def test_heap_buffer_rejects_bad_slice_sizes() -> None:
     with pytest.raises(ProtozeroError):
         HeapBuffered(Message, initial_slice_size=0)
+
+
+def test_build_mode_is_the_one_requested() -> None:
+    compiled = not protozero._message.__file__.endswith(".py")
+    assert compiled == (os.environ.get("PROTOZERO_EXPECT_COMPILED") == "1")
