@@ -17,6 +17,7 @@ from perfetto_wire import (
     FrameTooLargeError,
     encode_frame,
 )
+from perfetto_wire._framing import encode_invoke, encode_invoke_reply
 
 # ABI.md §1.1: BindService("ProducerPort") with request_id 1.
 GOLDEN_BIND = bytes.fromhex("12000000 1001 1a0e 0a0c 50726f6475636572506f7274")
@@ -205,3 +206,41 @@ def test_mutated_frames_never_escape_the_decoder(
     except FrameTooLargeError:
         frames = []
     assert all(isinstance(frame, IPCFrame) for frame in frames)
+
+
+u64 = st.integers(min_value=0, max_value=2**64 - 1)
+u32 = st.integers(min_value=0, max_value=2**32 - 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    request_id=u64, service_id=u32, method_id=u32, args=st.binary(max_size=400), drop=st.booleans()
+)
+def test_hand_written_invoke_matches_protobuf(
+    request_id: int, service_id: int, method_id: int, args: bytes, drop: bool
+) -> None:
+    frame = IPCFrame(request_id=request_id)
+    call = frame.msg_invoke_method
+    call.service_id, call.method_id, call.args_proto, call.drop_reply = (
+        service_id,
+        method_id,
+        args,
+        drop,
+    )
+    assert encode_invoke(request_id, service_id, method_id, args, drop) == encode_frame(frame)
+
+
+@settings(max_examples=200, deadline=None)
+@given(request_id=u64, has_more=st.booleans(), reply=st.binary(max_size=400))
+def test_hand_written_reply_matches_protobuf(request_id: int, has_more: bool, reply: bytes) -> None:
+    frame = IPCFrame(request_id=request_id)
+    answer = frame.msg_invoke_method_reply
+    answer.success, answer.has_more, answer.reply_proto = True, has_more, reply
+    assert encode_invoke_reply(request_id, has_more, reply) == encode_frame(frame)
+
+
+def test_hand_written_frames_respect_the_size_limit() -> None:
+    with pytest.raises(FrameTooLargeError):
+        encode_invoke_reply(1, False, b"x" * MAX_PAYLOAD_SIZE)
+    with pytest.raises(FrameTooLargeError):
+        encode_invoke(1, 1, 1, b"x" * MAX_PAYLOAD_SIZE, False)

@@ -246,13 +246,26 @@ class ClientConnection(FrameEndpoint):
                 close_fd(fd)
             return
         kind = frame.WhichOneof("msg")
-        if isinstance(request, _PendingInvoke) and kind == "msg_invoke_method_reply":
-            self._on_invoke_reply(request_id, request, frame.msg_invoke_method_reply, fd)
+        if kind == "msg_invoke_method_reply" and type(request) is _PendingInvoke:
+            reply = frame.msg_invoke_method_reply
+            has_more = reply.has_more
+            if not has_more:
+                del self._pending[request_id]
+            message: Message | None = None
+            if reply.success:
+                try:
+                    message = request.method.reply_type.FromString(reply.reply_proto)
+                except DecodeError:
+                    _log.debug("undecodable %s reply", request.method.name)
+            try:
+                request.callback(Reply(message is not None, has_more, message, fd))
+            except Exception:
+                _log.exception("IPC client callback failed")
             return
         del self._pending[request_id]
         if fd is not None:
             close_fd(fd)
-        if isinstance(request, _PendingBind) and kind == "msg_bind_service_reply":
+        if kind == "msg_bind_service_reply" and type(request) is _PendingBind:
             self._on_bind_reply(request, frame.msg_bind_service_reply)
             return
         if kind == "msg_request_error":
@@ -278,25 +291,6 @@ class ClientConnection(FrameEndpoint):
         proxy = ServiceProxy(self, request.descriptor, reply.service_id, methods)
         self._bindings[reply.service_id] = proxy
         run_callback(request.callback, proxy)
-
-    def _on_invoke_reply(
-        self,
-        request_id: int,
-        request: _PendingInvoke,
-        reply: IPCFrame.InvokeMethodReply,
-        fd: int | None,
-    ) -> None:
-        has_more = reply.has_more
-        if not has_more:
-            del self._pending[request_id]
-        message: Message | None = None
-        if reply.success:
-            try:
-                message = request.method.reply_type.FromString(reply.reply_proto)
-            except DecodeError:
-                _log.debug("undecodable %s reply", request.method.name)
-        result = Reply(message is not None, has_more, message, fd)
-        run_callback(request.callback, result)
 
 
 def run_callback(callback: Callable[[T], None], value: T) -> None:

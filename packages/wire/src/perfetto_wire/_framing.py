@@ -92,9 +92,11 @@ def encode_invoke(
     request_id: int, service_id: int, method_id: int, args_proto: bytes, drop_reply: bool
 ) -> bytes:
     """An InvokeMethod frame, every field set like upstream's client sets them."""
-    service = _varint(service_id)
-    method = _varint(method_id)
-    args_size = _varint(len(args_proto))
+    small = _ONE_BYTE_VARINTS
+    service = small[service_id] if service_id < 0x80 else _varint(service_id)
+    method = small[method_id] if method_id < 0x80 else _varint(method_id)
+    args_length = len(args_proto)
+    args_size = small[args_length] if args_length < 0x80 else _varint(args_length)
     member = [
         b"\x08",
         service,
@@ -105,7 +107,7 @@ def encode_invoke(
         args_proto,
         b"\x20\x01" if drop_reply else b"\x20\x00",
     ]
-    size = 2 + len(service) + len(method) + 1 + len(args_size) + len(args_proto) + 2
+    size = 5 + len(service) + len(method) + len(args_size) + args_length
     return _frame(request_id, b"\x2a", member, size)
 
 
