@@ -1,0 +1,366 @@
+"""The ProducerPort IPC service: maps a producer socket's RPCs onto the tracing service.
+
+One `RemoteProducer` per connection implements `Producer` for the service by streaming
+GetAsyncCommandResponse items over the producer's long-lived GetAsyncCommand call (commands
+issued before that call arrives wait in a queue), and forwards the producer's RPCs to its
+`ProducerEndpoint`. Producers are untrusted: every call before a successful
+InitializeConnection is rejected, and so is a second InitializeConnection.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from google.protobuf.message import Message
+from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
+from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
+from perfetto_protos.ipc import producer_port_pb2 as pb
+from perfetto_smb import SharedMemory, SmbError
+from perfetto_wire import ClientInfo, Deferred, Host, ServiceDescriptor
+
+from perfetto_service._interfaces import ClientIdentity, Producer, ProducerEndpoint
+
+__all__ = ["ProducerConnector", "ProducerPort", "RemoteProducer"]
+
+_log = logging.getLogger("perfetto_service")
+
+
+class ProducerConnector(Protocol):
+    """The part of the tracing service the producer port needs."""
+
+    def connect_producer(
+        self,
+        producer: Producer,
+        identity: ClientIdentity,
+        name: str,
+        *,
+        shm_size_hint_bytes: int = 0,
+        in_process: bool = False,
+        smb_scraping_mode: int = 0,
+        shm_page_size_hint_bytes: int = 0,
+        shm: SharedMemory | None = None,
+        sdk_version: str = "",
+    ) -> ProducerEndpoint | None:
+        """Connects a producer; None if the service refuses it."""
+
+
+class RemoteProducer:
+    """The service's view of one producer on the other end of a socket."""
+
+    def __init__(self, client: ClientInfo) -> None:
+        self.client = client
+        self.endpoint: ProducerEndpoint | None = None
+        self.provided_shm: SharedMemory | None = None
+        self._commands: Deferred | None = None
+        self._queued: list[tuple[pb.GetAsyncCommandResponse, bool]] = []
+        self.disconnected = False
+
+    # Producer callbacks (from the service).
+
+    def on_connect(self) -> None:
+        """Nothing to send: the InitializeConnection reply already went out."""
+
+    def on_disconnect(self) -> None:
+        """The service dropped the producer; the socket goes when the IPC host notices."""
+        self.disconnected = True
+
+    def on_tracing_setup(self) -> None:
+        """Sends SetupTracing, with the SMB's fd unless the producer provided the SMB."""
+        command = pb.GetAsyncCommandResponse()
+        command.setup_tracing.SetInParent()
+        self._send(command, setup=True)
+
+    def setup_data_source(self, instance_id: int, config: DataSourceConfig) -> None:
+        """Sends SetupDataSource."""
+        command = pb.GetAsyncCommandResponse()
+        command.setup_data_source.new_instance_id = instance_id
+        command.setup_data_source.config.CopyFrom(config)
+        self._send(command)
+
+    def start_data_source(self, instance_id: int, config: DataSourceConfig) -> None:
+        """Sends StartDataSource."""
+        command = pb.GetAsyncCommandResponse()
+        command.start_data_source.new_instance_id = instance_id
+        command.start_data_source.config.CopyFrom(config)
+        self._send(command)
+
+    def stop_data_source(self, instance_id: int) -> None:
+        """Sends StopDataSource."""
+        command = pb.GetAsyncCommandResponse()
+        command.stop_data_source.instance_id = instance_id
+        self._send(command)
+
+    def flush(self, request_id: int, instance_ids: Sequence[int], flags: int) -> None:
+        """Sends Flush."""
+        command = pb.GetAsyncCommandResponse()
+        command.flush.request_id = request_id
+        command.flush.data_source_ids.extend(instance_ids)
+        command.flush.flags = flags
+        self._send(command)
+
+    def clear_incremental_state(self, instance_ids: Sequence[int]) -> None:
+        """Sends ClearIncrementalState."""
+        command = pb.GetAsyncCommandResponse()
+        command.clear_incremental_state.data_source_ids.extend(instance_ids)
+        command.clear_incremental_state.SetInParent()
+        self._send(command)
+
+    # The command stream.
+
+    def bind_commands(self, deferred: Deferred) -> None:
+        """Adopts the GetAsyncCommand call and sends what was queued for it."""
+        if self._commands is not None and not self._commands.done:
+            self._commands.reject()
+        self._commands = deferred
+        queued, self._queued = self._queued, []
+        for command, setup in queued:
+            self._send(command, setup)
+
+    def _send(self, command: pb.GetAsyncCommandResponse, setup: bool = False) -> None:
+        deferred = self._commands
+        if deferred is None or self.disconnected:
+            if not self.disconnected:
+                self._queued.append((command, setup))
+            return
+        fd: int | None = None
+        if setup:
+            fd = self._setup_tracing_fd(command)
+        deferred.resolve(command, has_more=True, fd=fd)
+
+    def _setup_tracing_fd(self, command: pb.GetAsyncCommandResponse) -> int | None:
+        endpoint = self.endpoint
+        if endpoint is None:
+            return None
+        shm = endpoint.shared_memory()
+        if shm is None or shm is self.provided_shm:
+            return None
+        command.setup_tracing.shared_buffer_page_size_kb = endpoint.shared_buffer_page_size_kb()
+        return shm.fd
+
+    def close(self) -> None:
+        """The socket is gone: leaves the service."""
+        self.disconnected = True
+        self._queued.clear()
+        if self.endpoint is not None:
+            endpoint, self.endpoint = self.endpoint, None
+            endpoint.disconnect()
+
+
+def _resolve_empty(deferred: Deferred) -> None:
+    if deferred.wants_reply and not deferred.done:
+        deferred.resolve(deferred.method.reply_type())
+
+
+class ProducerPort:
+    """The handlers of the ProducerPort service, one `RemoteProducer` per connection."""
+
+    descriptor = ServiceDescriptor.for_service("ProducerPort")
+
+    def __init__(self, service: ProducerConnector) -> None:
+        self._service = service
+        self._producers: dict[int, RemoteProducer] = {}
+
+    def expose_on(self, host: Host) -> None:
+        """Exposes the service on `host` (call `on_client_disconnected` from the host's hook)."""
+        host.expose_service(self.descriptor, self._handlers())
+
+    @property
+    def producers(self) -> list[RemoteProducer]:
+        """The producers whose connection is initialized."""
+        return list(self._producers.values())
+
+    def on_client_disconnected(self, client: ClientInfo) -> None:
+        """Forgets a connection's producer and disconnects it from the service."""
+        producer = self._producers.pop(client.client_id, None)
+        if producer is not None:
+            producer.close()
+
+    def _handlers(self) -> dict[str, Callable[[Message, Deferred], Message | None]]:
+        def wrap(
+            call: Callable[[RemoteProducer, ProducerEndpoint, Any, Deferred], None],
+        ) -> Callable[[Message, Deferred], Message | None]:
+            def handler(request: Message, deferred: Deferred) -> None:
+                producer = self._producers.get(deferred.client.client_id)
+                if producer is None or producer.endpoint is None:
+                    _log.debug("%s before InitializeConnection", deferred.method.name)
+                    deferred.reject()
+                    return
+                call(producer, producer.endpoint, request, deferred)
+
+            return handler
+
+        return {
+            "InitializeConnection": self._initialize_connection,
+            "RegisterDataSource": wrap(_register_data_source),
+            "UnregisterDataSource": wrap(_unregister_data_source),
+            "UpdateDataSource": wrap(_update_data_source),
+            "CommitData": wrap(_commit_data),
+            "GetAsyncCommand": wrap(_get_async_command),
+            "RegisterTraceWriter": wrap(_register_trace_writer),
+            "UnregisterTraceWriter": wrap(_unregister_trace_writer),
+            "NotifyDataSourceStarted": wrap(_notify_started),
+            "NotifyDataSourceStopped": wrap(_notify_stopped),
+            "ActivateTriggers": wrap(_activate_triggers),
+            "Sync": wrap(_sync),
+        }
+
+    def _initialize_connection(self, request: Message, deferred: Deferred) -> None:
+        if not isinstance(request, pb.InitializeConnectionRequest):
+            deferred.reject()
+            return
+        client = deferred.client
+        received_fd = deferred.take_received_fd()
+        if client.client_id in self._producers:
+            _log.debug("client %d initialized its connection twice", client.client_id)
+            if received_fd is not None:
+                os.close(received_fd)
+            deferred.reject()
+            return
+        shm: SharedMemory | None = None
+        if request.producer_provided_shmem and received_fd is not None:
+            try:
+                shm = SharedMemory.attach(received_fd)
+            except SmbError as exc:
+                _log.warning("cannot map the SMB of producer %r: %s", request.producer_name, exc)
+            else:
+                if not shm.sealed:
+                    _log.warning("producer %r sent an unsealed SMB", request.producer_name)
+                    shm.close()
+                    shm = None
+        elif received_fd is not None:
+            os.close(received_fd)
+        producer = RemoteProducer(client)
+        producer.provided_shm = shm
+        identity = ClientIdentity(client.uid, client.pid, client.machine_id)
+        endpoint = self._service.connect_producer(
+            producer,
+            identity,
+            request.producer_name,
+            shm_size_hint_bytes=request.shared_memory_size_hint_bytes,
+            smb_scraping_mode=request.smb_scraping_mode,
+            shm_page_size_hint_bytes=request.shared_memory_page_size_hint_bytes,
+            shm=shm,
+            sdk_version=request.sdk_version,
+        )
+        if endpoint is None:
+            if shm is not None:
+                shm.close()
+            deferred.reject()
+            return
+        producer.endpoint = endpoint
+        self._producers[client.client_id] = producer
+        using_provided = shm is not None and endpoint.shared_memory() is shm
+        if shm is not None and not using_provided:
+            producer.provided_shm = None
+        deferred.resolve(
+            pb.InitializeConnectionResponse(
+                using_shmem_provided_by_producer=using_provided,
+                direct_smb_patching_supported=True,
+                use_shmem_emulation=False,
+            )
+        )
+
+
+def _register_data_source(
+    _producer: RemoteProducer,
+    endpoint: ProducerEndpoint,
+    request: pb.RegisterDataSourceRequest,
+    deferred: Deferred,
+) -> None:
+    endpoint.register_data_source(request.data_source_descriptor)
+    _resolve_empty(deferred)
+
+
+def _unregister_data_source(
+    _producer: RemoteProducer,
+    endpoint: ProducerEndpoint,
+    request: pb.UnregisterDataSourceRequest,
+    deferred: Deferred,
+) -> None:
+    endpoint.unregister_data_source(request.data_source_name)
+    _resolve_empty(deferred)
+
+
+def _update_data_source(
+    _producer: RemoteProducer,
+    endpoint: ProducerEndpoint,
+    request: pb.UpdateDataSourceRequest,
+    deferred: Deferred,
+) -> None:
+    endpoint.update_data_source(request.data_source_descriptor)
+    _resolve_empty(deferred)
+
+
+def _commit_data(
+    _producer: RemoteProducer,
+    endpoint: ProducerEndpoint,
+    request: CommitDataRequest,
+    deferred: Deferred,
+) -> None:
+    callback = (lambda: _resolve_empty(deferred)) if deferred.wants_reply else None
+    endpoint.commit_data(request, callback)
+
+
+def _get_async_command(
+    producer: RemoteProducer, _endpoint: ProducerEndpoint, _request: Message, deferred: Deferred
+) -> None:
+    producer.bind_commands(deferred)
+
+
+def _register_trace_writer(
+    _producer: RemoteProducer,
+    endpoint: ProducerEndpoint,
+    request: pb.RegisterTraceWriterRequest,
+    deferred: Deferred,
+) -> None:
+    endpoint.register_trace_writer(request.trace_writer_id, request.target_buffer)
+    _resolve_empty(deferred)
+
+
+def _unregister_trace_writer(
+    _producer: RemoteProducer,
+    endpoint: ProducerEndpoint,
+    request: pb.UnregisterTraceWriterRequest,
+    deferred: Deferred,
+) -> None:
+    endpoint.unregister_trace_writer(request.trace_writer_id)
+    _resolve_empty(deferred)
+
+
+def _notify_started(
+    _producer: RemoteProducer,
+    endpoint: ProducerEndpoint,
+    request: pb.NotifyDataSourceStartedRequest,
+    deferred: Deferred,
+) -> None:
+    endpoint.notify_data_source_started(request.data_source_id)
+    _resolve_empty(deferred)
+
+
+def _notify_stopped(
+    _producer: RemoteProducer,
+    endpoint: ProducerEndpoint,
+    request: pb.NotifyDataSourceStoppedRequest,
+    deferred: Deferred,
+) -> None:
+    endpoint.notify_data_source_stopped(request.data_source_id)
+    _resolve_empty(deferred)
+
+
+def _activate_triggers(
+    _producer: RemoteProducer,
+    endpoint: ProducerEndpoint,
+    request: pb.ActivateTriggersRequest,
+    deferred: Deferred,
+) -> None:
+    endpoint.activate_triggers(list(request.trigger_names))
+    _resolve_empty(deferred)
+
+
+def _sync(
+    _producer: RemoteProducer, endpoint: ProducerEndpoint, _request: Message, deferred: Deferred
+) -> None:
+    endpoint.sync(lambda: _resolve_empty(deferred))
