@@ -290,3 +290,52 @@ def test_reading_in_runs_returns_what_reading_one_by_one_does(data: st.DataObjec
         copy(one_by_one, sequence, chunk)
     compare()
     assert by_run.stats.as_dict() == one_by_one.stats.as_dict()
+
+
+@given(st.data())
+@_SETTINGS
+def test_chunks_waiting_for_patches_hold_their_sequence_until_patched(
+    data: st.DataObject,
+) -> None:
+    scenario = data.draw(_scenarios())
+    count = len(scenario.chunks)
+    patched = data.draw(st.sets(st.integers(0, max(count - 1, 0)), max_size=count))
+    patched &= {i for i, (_, c) in enumerate(scenario.chunks) if c.num_fragments}
+    # Operations in chunk order; each patch comes at some point after its chunk's commit.
+    ops: list[tuple[str, int]] = []
+    pending: list[int] = []
+    for index in range(count):
+        ops.append(("copy", index))
+        if index in patched:
+            pending.append(index)
+        while len(pending) > 0 and data.draw(st.booleans()):
+            ops.append(("patch", pending.pop(data.draw(st.integers(0, len(pending) - 1)))))
+        if data.draw(st.booleans()):
+            ops.append(("read", -1))
+    ops.extend(("patch", index) for index in pending)
+    buffer = TraceBuffer(1 << 20)
+    got: dict[int, list[int]] = {writer: [] for writer in scenario.expected}
+
+    def drain() -> None:
+        for _, packet, _ in read_all(buffer):
+            writer, index = _identify(packet)
+            got[writer].append(index)
+
+    for op, index in ops:
+        if op == "read":
+            drain()
+            continue
+        sequence, chunk = scenario.chunks[index]
+        if op == "copy":
+            if index in patched:
+                # Hide 4 bytes of the first fragment until the patch brings them back.
+                body = chunk.payload[:4] + b"\xde\xad\xbe\xef" + chunk.payload[8:]
+                chunk = Chunk(chunk.chunk_id, chunk.num_fragments, chunk.flags | PATCH, body)
+            copy(buffer, sequence, chunk)
+        else:
+            patch = [Patch(4, chunk.payload[4:8])]
+            assert buffer.try_patch_chunk_contents(
+                sequence.producer_id, sequence.writer_id, chunk.chunk_id, patch, False
+            )
+    drain()
+    assert got == scenario.expected
