@@ -311,10 +311,6 @@ def _before(chunk_id: int, other: int) -> bool:
     return 0 < ((other - chunk_id) & _CHUNK_ID_MASK) < _HALF_CHUNK_ID_SPACE
 
 
-_READ_OK = 0
-_READ_EMPTY = 1
-_READ_INVALID = 2
-
 _AHEAD_OK = 0
 _AHEAD_NEXT_SEQUENCE = 1
 _AHEAD_STAY = 2
@@ -879,7 +875,7 @@ class TraceBuffer:
             current = self._read_meta
             assert current is not None
             if current.num_fragments > 0:
-                corrupted |= self._read_fragment(current, slices) == _READ_INVALID
+                corrupted |= not self._read_fragment(current, slices)
             if self._read_chunk_id == ahead_id:
                 break
             self._move_next()
@@ -887,12 +883,15 @@ class TraceBuffer:
             return _AHEAD_STAY, []
         return _AHEAD_OK, slices
 
-    def _read_fragment(self, meta: _ChunkMeta, slices: list[memoryview] | None) -> int:
-        """Consumes the next fragment of `meta`'s chunk, appending its bytes to `slices`."""
+    def _read_fragment(self, meta: _ChunkMeta, slices: list[memoryview] | None) -> bool:
+        """Consumes the next fragment of `meta`'s chunk, appending its bytes to `slices`.
+
+        Returns False, having counted it, for a fragment that overruns its chunk.
+        """
         if meta.fragments_read >= meta.num_fragments:
             # Only a producer rewriting chunks behind the reader can lead here.
             self._stats.abi_violations += 1
-            return _READ_INVALID
+            return False
         record_end = meta.record_offset + meta.record_size
         payload_start = meta.record_offset + RECORD_HEADER_SIZE
         pos = payload_start + meta.cur_offset
@@ -903,18 +902,16 @@ class TraceBuffer:
         following = start + size
         if following <= pos or following > record_end:
             self._fragment_error(meta, size)
-            return _READ_INVALID
+            return False
 
         meta.cur_offset = following - payload_start
         meta.fragments_read += 1
         if meta.fragments_read == meta.num_fragments and meta.complete:
             self._chunk_read(meta)
         meta.skipped = False
-        if size == 0:
-            return _READ_EMPTY
-        if slices is not None:
+        if size and slices is not None:
             slices.append(self._view[start:following])
-        return _READ_OK
+        return True
 
     def _chunk_read(self, meta: _ChunkMeta) -> None:
         """Accounts for a complete chunk whose last fragment was just read."""
