@@ -110,7 +110,8 @@ def bench(session: nox.Session) -> None:
     for script in scripts:
         session.run("python", str(script), *session.posargs)
     bench_out = MYPYC_BUILD / "bench"
-    if _build_protozero_mypyc(session, bench_out, PROTOZERO_BENCH / "bench_messages_pbzero.py"):
+    compiled_along = [PROTOZERO_BENCH / f"{m}.py" for m in ("bench_messages_pbzero", "bench_fill")]
+    if _build_protozero_mypyc(session, bench_out, *compiled_along):
         # -P keeps the script's own directory (the pure modules) off the front of sys.path.
         path = os.pathsep.join([str(bench_out), str(PROTOZERO_BENCH)])
         script = PROTOZERO_BENCH / "bench_protozero.py"

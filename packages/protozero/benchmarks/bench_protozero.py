@@ -4,7 +4,12 @@ Simple = int32, uint32, int64, uint64 and a 32-byte string (the values of upstre
 protozero_benchmark.cc); Nested = Simple plus a child filled the same way, 3 levels deep.
 protozero writes into one reused buffer through a ScatteredStreamWriter, the way a TraceWriter
 does; protobuf builds a new message, sets the fields and calls SerializeToString(); the
-speed-of-light writer is one `struct.pack_into` per level. Prints ns/op and ratios.
+speed-of-light writer is one `struct.pack_into` per level. The runs of the three are
+interleaved and timed in process CPU time (the machine is shared); each prints the median
+ns/op and the ratios.
+
+When protozero is compiled (`nox -s bench` builds it with tools/build_mypyc.py), a second
+protozero row shows the same writes made by a compiled caller (bench_fill, compiled too).
 
     python benchmarks/bench_protozero.py [--iterations N] [--repeats R]
 """
@@ -22,16 +27,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import bench_fill
 import protozero
+from bench_fill import INT32, INT64, STRING, UINT32, UINT64
 from bench_messages_pbzero import EveryField
 from protozero import ScatteredStreamWriter, WritableBuffer
 
 HERE = Path(__file__).resolve().parent
-INT32 = 0x12345678
-UINT32 = 0x90ABCDEF
-INT64 = 0x11111111
-UINT64 = 0xFFFFFFFF
-STRING = "f" * 32
 BUFFER_SIZE = 64 * 1024
 
 # name -> (pure-Python target, compiled target) as a ratio to protobuf upb.
@@ -75,7 +77,11 @@ def upb_classes() -> Any:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("pzbench.EveryField"))
 
 
-def protozero_writers() -> tuple[Callable[[], None], Callable[[], None], Callable[[], bytes]]:
+Writers = tuple[Callable[[], object], Callable[[], object], Callable[[], bytes]]
+
+
+def protozero_writers() -> Writers:
+    """Simple and Nested written by interpreted code, and the bytes of the last message."""
     delegate = ReusedBuffer()
     writer = ScatteredStreamWriter(delegate)
     buf = delegate.buffer
@@ -104,6 +110,25 @@ def protozero_writers() -> tuple[Callable[[], None], Callable[[], None], Callabl
         msg.reset(writer)
         fill_nested(msg, 0)
         msg.finalize()
+
+    def last_bytes() -> bytes:
+        return bytes(buf[: msg.finalize()])
+
+    return simple, nested, last_bytes
+
+
+def compiled_caller_writers() -> Writers:
+    """The same writes made by bench_fill's functions (compiled in the compiled run)."""
+    delegate = ReusedBuffer()
+    writer = ScatteredStreamWriter(delegate)
+    buf = delegate.buffer
+    msg = EveryField()
+
+    def simple() -> None:
+        bench_fill.write_simple(writer, buf, msg)
+
+    def nested() -> None:
+        bench_fill.write_nested(writer, buf, msg)
 
     def last_bytes() -> bytes:
         return bytes(buf[: msg.finalize()])
@@ -156,16 +181,21 @@ def speed_of_light_writers() -> tuple[Callable[[], None], Callable[[], None]]:
     return simple, nested
 
 
-def measure(fn: Callable[[], object], iterations: int, repeats: int) -> float:
-    """Median over `repeats` runs of the ns per call of a loop of `iterations` calls."""
-    samples = []
+def measure(fns: list[Callable[[], object]], iterations: int, repeats: int) -> list[float]:
+    """Median ns per call of each function, from `repeats` interleaved loops of `iterations`."""
+    samples: list[list[float]] = [[] for _ in fns]
     loop = range(iterations)
     for _ in range(repeats):
-        start = time.perf_counter_ns()
-        for _ in loop:
-            fn()
-        samples.append((time.perf_counter_ns() - start) / iterations)
-    return statistics.median(samples)
+        for fn, out in zip(fns, samples, strict=True):
+            start = time.process_time_ns()
+            for _ in loop:
+                fn()
+            out.append((time.process_time_ns() - start) / iterations)
+    return [statistics.median(s) for s in samples]
+
+
+def _module_is_compiled(module: object) -> bool:
+    return not str(getattr(module, "__file__", ".py")).endswith(".py")
 
 
 def main() -> int:
@@ -175,35 +205,36 @@ def main() -> int:
     args = parser.parse_args()
 
     cls = upb_classes()
-    pz_simple, pz_nested, pz_bytes = protozero_writers()
     upb_simple, upb_nested = upb_writers(cls)
     sol_simple, sol_nested = speed_of_light_writers()
+    variants = [("protozero", protozero_writers())]
+    compiled = _module_is_compiled(protozero._message)
+    if compiled and _module_is_compiled(bench_fill):
+        variants.append(("pz, compiled caller", compiled_caller_writers()))
 
-    pz_simple()
-    if cls.FromString(pz_bytes()) != cls.FromString(upb_simple()):
-        sys.exit("protozero and protobuf disagree on the Simple message")
-    pz_nested()
-    if cls.FromString(pz_bytes()) != cls.FromString(upb_nested()):
-        sys.exit("protozero and protobuf disagree on the Nested message")
+    for label, (simple, nested, last_bytes) in variants:
+        for name, pz, upb in (("Simple", simple, upb_simple), ("Nested", nested, upb_nested)):
+            pz()
+            if cls.FromString(last_bytes()) != cls.FromString(upb()):
+                sys.exit(f"{label} and protobuf disagree on the {name} message")
 
-    compiled = not protozero._message.__file__.endswith(".py")
     mode = "compiled (mypyc)" if compiled else "pure Python"
     print(f"protozero benchmark: {mode}, {args.iterations} iterations, median of {args.repeats}")
-    print(f"{'case':8} {'protozero':>11} {'upb':>9} {'struct':>9} {'pz/upb':>8} {'target':>7}")
-    for name, pz, upb, sol in (
-        ("Simple", pz_simple, upb_simple, sol_simple),
-        ("Nested", pz_nested, upb_nested, sol_nested),
-    ):
-        t_pz = measure(pz, args.iterations, args.repeats)
-        t_upb = measure(upb, args.iterations, args.repeats)
-        t_sol = measure(sol, args.iterations, args.repeats)
+    print(f"{'case':7} {'writer':20} {'ns/op':>8} {'/upb':>7} {'/struct':>8} {'target':>7}")
+    for index, name in enumerate(("Simple", "Nested")):
+        upb = (upb_simple, upb_nested)[index]
+        sol = (sol_simple, sol_nested)[index]
+        writers = [v[1][index] for v in variants]
+        *t_pz, t_upb, t_sol = measure([*writers, upb, sol], args.iterations, args.repeats)
         target = TARGETS[name][1 if compiled else 0]
-        ratio = t_pz / t_upb
-        verdict = "ok" if ratio <= target else "MISSED"
-        print(
-            f"{name:8} {t_pz:8.0f} ns {t_upb:6.0f} ns {t_sol:6.0f} ns {ratio:7.2f}x "
-            f"{target:6.1f}x {verdict}  (protozero/struct {t_pz / t_sol:.1f}x)"
-        )
+        print(f"{name:7} {'protobuf upb':20} {t_upb:8.0f}")
+        print(f"{name:7} {'struct.pack_into':20} {t_sol:8.0f}")
+        for (label, _), t in zip(variants, t_pz, strict=True):
+            verdict = "ok" if t / t_upb <= target else "MISSED"
+            print(
+                f"{name:7} {label:20} {t:8.0f} {t / t_upb:6.2f}x {t / t_sol:7.1f}x "
+                f"{target:6.1f}x {verdict}"
+            )
     return 0
 
 
