@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import multiprocessing
 import os
+import shutil
 import socket
 import statistics
 import sys
@@ -345,6 +346,7 @@ def main(argv: list[str]) -> None:
         for server in servers:
             server.terminate()
             server.join(5)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _throughput(reply: bytes, iterations: int, elapsed: float) -> str:
