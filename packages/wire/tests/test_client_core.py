@@ -277,3 +277,12 @@ def test_fd_sent_with_a_request_reaches_the_host_handler() -> None:
         os.close(write_end)
     assert seen == [True]
     assert replies[0].unwrap(pp.InitializeConnectionResponse).using_shmem_provided_by_producer
+
+
+def test_set_peer_identity_bytes_match_traced_relay() -> None:
+    tap = WireTap()
+    client = ClientConnection(tap)
+    client.set_peer_identity(pid=7, uid=1000, machine_id_hint="hint", machine_name="vm")
+    (frame,) = tap.frames
+    assert frame.SerializeToString() == bytes.fromhex("1000 420f 0807 10e807 1a0468696e74 2202766d")
+    assert client.bind("ProducerPort", lambda proxy: None) == 1

@@ -207,7 +207,7 @@ class ClientConnection(FrameEndpoint):
         """Tells a host on a non-UNIX socket who this client is (relays do this first)."""
         if self._closed:
             raise ConnectionClosedError("cannot send SetPeerIdentity: connection closed")
-        frame = IPCFrame()
+        frame = IPCFrame(request_id=0)  # like traced_relay: no request id is used up
         identity = frame.set_peer_identity
         identity.pid = pid
         identity.uid = uid
