@@ -2,19 +2,40 @@
 
 from importlib.metadata import version as _version
 
-from perfetto_service._buffer_reader import DrainResult, read_producer_packets
+from perfetto_service._buffer_reader import (
+    DrainResult,
+    TraceDrainResult,
+    read_producer_packets,
+    read_producer_packets_as_trace,
+)
+from perfetto_service._consumer_ipc_client import ConsumerIPCClient
+from perfetto_service._consumer_port import ConsumerPort, RemoteConsumer, split_service_state
 from perfetto_service._errors import ServiceError
+from perfetto_service._interfaces import (
+    AsyncioTaskRunner,
+    ClientIdentity,
+    Consumer,
+    ConsumerEndpoint,
+    Producer,
+    ProducerEndpoint,
+    TaskRunner,
+    TracePacketSlices,
+)
 from perfetto_service._packet_validator import (
     SERVICE_RESERVED_FIELDS,
     validate_packet,
     validate_packet_bytes,
+    validate_packet_span,
 )
+from perfetto_service._producer_ipc_client import ProducerIPCClient
+from perfetto_service._producer_port import ProducerPort, RemoteProducer
 from perfetto_service._read_slicer import (
     IPC_BUFFER_SIZE,
     packet_preamble,
     read_buffers_replies,
     trace_file_bytes,
 )
+from perfetto_service._service_host import PRODUCER_SOCKET_SEND_TIMEOUT, ServiceIPCHost
 from perfetto_service._service_packets import (
     SYNC_MARKER,
     ClockReading,
@@ -35,6 +56,7 @@ from perfetto_service._trace_buffer import (
     OverwritePolicy,
     PacketRun,
     PacketSequenceProperties,
+    PacketSpans,
     Patch,
     TraceBuffer,
 )
@@ -46,23 +68,41 @@ __all__ = [
     "CHUNK_PAYLOAD_HISTOGRAM_THRESHOLDS",
     "IPC_BUFFER_SIZE",
     "PACKET_SIZE_DROP_PACKET",
+    "PRODUCER_SOCKET_SEND_TIMEOUT",
     "SERVICE_PACKET_SEQUENCE_ID",
     "SERVICE_RESERVED_FIELDS",
     "SYNC_MARKER",
+    "AsyncioTaskRunner",
     "BufferStats",
     "BufferedPacket",
     "ChunkFlags",
     "ChunkPayloadHistogram",
+    "ClientIdentity",
     "ClockReading",
+    "Consumer",
+    "ConsumerEndpoint",
+    "ConsumerIPCClient",
+    "ConsumerPort",
     "DrainResult",
     "OverwritePolicy",
     "PacketRun",
     "PacketSequenceProperties",
+    "PacketSpans",
     "Patch",
+    "Producer",
+    "ProducerEndpoint",
+    "ProducerIPCClient",
+    "ProducerPort",
+    "RemoteConsumer",
+    "RemoteProducer",
     "ServiceError",
+    "ServiceIPCHost",
     "ServicePacketWriter",
     "SystemInfo",
+    "TaskRunner",
     "TraceBuffer",
+    "TraceDrainResult",
+    "TracePacketSlices",
     "TracingServiceEventKind",
     "TrustedFieldsWriter",
     "__version__",
@@ -72,7 +112,10 @@ __all__ = [
     "packet_preamble",
     "read_buffers_replies",
     "read_producer_packets",
+    "read_producer_packets_as_trace",
+    "split_service_state",
     "trace_file_bytes",
     "validate_packet",
     "validate_packet_bytes",
+    "validate_packet_span",
 ]
