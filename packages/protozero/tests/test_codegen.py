@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-from protozero import HeapBuffered
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from protozero import HeapBuffered, Message, ScatteredStreamWriter
 from protozero.codegen import DescriptorError, generate, main, parse_descriptor_set
 from protozero.codegen._descriptors import (
     TYPE_GROUP,
@@ -217,3 +220,84 @@ def test_benchmark_writers_are_up_to_date(tmp_path: Path) -> None:
     )
     fresh = generate(parse_descriptor_set(descriptors.read_bytes()), "", "")
     assert fresh == {"bench_messages_pbzero.py": (bench / "bench_messages_pbzero.py").read_text()}
+
+
+# (generated setter, equivalent Message.append_* call, field id, values)
+_VARINTS = st.one_of(
+    st.integers(-(1 << 63), (1 << 64) - 1),
+    st.sampled_from([0, 0x7F, 0x80, (1 << 62) - 1, 1 << 62, (1 << 64) - 1, -1]),
+)
+_OPS: list[tuple[str, Callable[[Message, int, Any], None], int, st.SearchStrategy[Any]]] = [
+    ("set_field_int64", Message.append_int, 2, _VARINTS),
+    ("set_field_uint64", Message.append_varint, 4, _VARINTS),
+    ("set_field_sint64", Message.append_zigzag, 6, st.integers(-(1 << 63), (1 << 63) - 1)),
+    ("set_field_string", Message.append_string, 500, st.text(max_size=140)),
+    ("set_field_bytes", Message.append_bytes, 505, st.binary(max_size=140)),
+    ("add_repeated_int32", Message.append_int, 999, st.integers(-(1 << 31), (1 << 31) - 1)),
+    ("set_max_id", Message.append_int, 536870911, st.integers(-(1 << 31), (1 << 31) - 1)),
+]
+_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.integers(0, len(_OPS) - 1), st.data()),
+        st.sampled_from(["begin", "end"]),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=_STEPS, sizes=st.lists(st.integers(6, 16), min_size=1, max_size=6))
+def test_generated_fast_paths_match_generic_writes_across_tiny_buffers(
+    pbzero: ModuleType, pb: dict[str, Any], steps: list[Any], sizes: list[int]
+) -> None:
+    scattered = _SizesDelegate(sizes)
+    writer = ScatteredStreamWriter(scattered)
+    scattered.writer = writer
+    ours = pbzero.EveryField()
+    ours.reset(writer)
+    reference = HeapBuffered(Message, initial_slice_size=1 << 16)
+    stack: list[tuple[Any, Message]] = [(ours, reference.msg)]
+    for step in steps:
+        if step == "begin":
+            gen, ref = stack[-1]
+            stack.append((gen.add_field_nested(), ref.begin_nested_message(14, Message)))
+        elif step == "end":
+            if len(stack) > 1:
+                gen, ref = stack.pop()
+                assert gen.finalize() == ref.finalize()
+        else:
+            index, data = step
+            name, append, field_id, values = _OPS[index]
+            value = data.draw(values)
+            gen, ref = stack[-1]
+            getattr(gen, name)(value)
+            append(ref, field_id, value)
+    ours.finalize()
+    expected = reference.serialize()
+    assert scattered.stitch() == expected
+    pb["pztest.EveryField"].FromString(expected)
+
+
+class _SizesDelegate:
+    """Ranges of the given sizes (cycling), each padded inside a larger buffer."""
+
+    def __init__(self, sizes: list[int]) -> None:
+        self.sizes = sizes
+        self.ranges: list[tuple[memoryview, int, int]] = []
+        self.writer: ScatteredStreamWriter | None = None
+
+    def _close(self) -> None:
+        if self.ranges and self.writer is not None:
+            buf, begin, _ = self.ranges[-1]
+            self.ranges[-1] = (buf, begin, self.writer.write_ptr)
+
+    def get_new_buffer(self) -> tuple[memoryview, int, int]:
+        self._close()
+        size = self.sizes[len(self.ranges) % len(self.sizes)]
+        buf = memoryview(bytearray(b"\xa5" * (size + 4)))
+        self.ranges.append((buf, 2, 2 + size))
+        return buf, 2, 2 + size
+
+    def stitch(self) -> bytes:
+        self._close()
+        return b"".join(bytes(b[s:e]) for b, s, e in self.ranges)
