@@ -26,7 +26,7 @@ from perfetto_service import (
     TrustedFieldsWriter,
     read_buffers_replies,
     read_producer_packets,
-    trace_file_bytes,
+    read_producer_packets_as_trace,
 )
 
 CHUNK_PAYLOAD = 4088 - 8  # a Div1 chunk of a 4 KiB page, minus its header
@@ -110,8 +110,8 @@ def _to_file(buffer: TraceBuffer) -> int:
     trusted = TrustedFieldsWriter()
     written = 0
     while True:
-        result = read_producer_packets(buffer, trusted, threshold=1 << 20)
-        written += len(trace_file_bytes(result.packets))
+        result = read_producer_packets_as_trace(buffer, trusted, threshold=1 << 20)
+        written += len(result.trace)
         if not result.hit_threshold:
             return written
 

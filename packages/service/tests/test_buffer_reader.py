@@ -12,6 +12,7 @@ from perfetto_service import (
     TrustedFieldsWriter,
     read_buffers_replies,
     read_producer_packets,
+    read_producer_packets_as_trace,
     trace_file_bytes,
 )
 from service_testlib import Chunk, ChunkPacker, copy, fragment, seq
@@ -122,3 +123,22 @@ def test_negative_uid_is_written_as_int32() -> None:
     trace, _ = _trace(buffer, TrustedFieldsWriter())
     assert trace.packet[0].trusted_uid == -2
     assert trace.packet[0].trusted_pid == -1
+
+
+def test_reading_straight_into_trace_bytes_gives_the_same_trace() -> None:
+    packer = ChunkPacker(payload_size=100)
+    for i in range(40):
+        packer.add(_test_event(i, "q" * (i * 7)))
+    chunks = packer.flush()
+    spoofed = trace_packet_pb2.TracePacket(trusted_pid=1).SerializeToString()
+    buffers = [TraceBuffer(1 << 16), TraceBuffer(1 << 16)]
+    for buffer in buffers:
+        for chunk in chunks:
+            copy(buffer, seq(), chunk)
+        copy(buffer, seq(writer=2), Chunk(0, 1, 0, fragment(spoofed)))
+    slices = read_producer_packets(buffers[0], TrustedFieldsWriter(), threshold=1 << 20)
+    direct = read_producer_packets_as_trace(buffers[1], TrustedFieldsWriter(), threshold=1 << 20)
+    assert direct.trace == trace_file_bytes(slices.packets)
+    assert (direct.size, direct.packets, direct.invalid_packets) == (slices.size, 40, 1)
+    assert not direct.hit_threshold
+    assert buffers[0].stats.as_dict() == buffers[1].stats.as_dict()

@@ -9,7 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfetto_protos.trace import trace_packet_pb2
 from perfetto_protos.trace.track_event import track_event_pb2
-from perfetto_service import SERVICE_RESERVED_FIELDS, validate_packet, validate_packet_bytes
+from perfetto_service import (
+    SERVICE_RESERVED_FIELDS,
+    validate_packet,
+    validate_packet_bytes,
+    validate_packet_span,
+)
 
 
 def _varint(value: int) -> bytes:
@@ -120,3 +125,26 @@ def test_whatever_passes_is_well_formed_protobuf(data: bytes) -> None:
             empty_pb2.Empty.FromString(data)
         except DecodeError:
             pytest.fail(f"validated bytes protobuf cannot parse: {data.hex()}")
+
+
+@given(
+    fields=st.lists(_field, max_size=6),
+    before=st.binary(max_size=12),
+    after=st.binary(max_size=12),
+    cut=st.integers(0, 300),
+)
+@settings(max_examples=300, deadline=None)
+def test_validating_a_span_of_a_larger_buffer_ignores_the_bytes_around_it(
+    fields: list[tuple[int, int, bytes]], before: bytes, after: bytes, cut: int
+) -> None:
+    packet = b"".join(_key(number, wire) + body for number, wire, body in fields)
+    packet = packet[: min(cut, len(packet))]
+    data = bytearray(before + packet + after)
+    start = len(before)
+    assert validate_packet_span(data, start, start + len(packet)) == validate_packet_bytes(packet)
+
+
+def test_a_truncated_packet_followed_by_more_data_is_still_refused() -> None:
+    data = b"\x40\x80\x80" + b"\x81\x01" * 8  # the varint "ends" only in the next bytes
+    assert not validate_packet_span(data, 0, 3)
+    assert not validate_packet_span(b"\x5a\x05abc" + b"defgh", 0, 5)

@@ -1,14 +1,16 @@
 """Draining producer packets out of a TraceBuffer the way ReadBuffers does.
 
 Each packet read is validated (invalid ones are dropped and counted) and gets the
-trusted suffix of its sequence appended as a last slice.
+trusted suffix of its sequence appended as a last slice. Two outputs: the packets as
+slices (for ReadBuffers replies), or directly the bytes of a trace file.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from perfetto_service._packet_validator import validate_packet_bytes
+from perfetto_service._packet_validator import validate_packet_span
+from perfetto_service._read_slicer import PACKET_PREAMBLES, packet_preamble
 from perfetto_service._trace_buffer import TraceBuffer
 from perfetto_service._trusted_fields import TrustedFieldsWriter
 
@@ -28,6 +30,20 @@ class DrainResult(NamedTuple):
     """Whether reading stopped at the byte threshold (more may be left) rather than at the end."""
 
 
+class TraceDrainResult(NamedTuple):
+    """What `read_producer_packets_as_trace` read."""
+
+    trace: bytes
+    """The packets, each framed as a `Trace.packet` field."""
+    size: int
+    """Sum of the packets' sizes (without their framing)."""
+    packets: int
+    invalid_packets: int
+    """Packets dropped by validation."""
+    hit_threshold: bool
+    """Whether reading stopped at the byte threshold (more may be left) rather than at the end."""
+
+
 def read_producer_packets(
     buffer: TraceBuffer, trusted_fields: TrustedFieldsWriter, threshold: int
 ) -> DrainResult:
@@ -38,25 +54,68 @@ def read_producer_packets(
     already taken out of the buffer are never left behind).
     """
     buffer.begin_read()
-    read_run = buffer.read_next_packets
+    read_spans = buffer.read_next_packet_spans
     suffix_for = trusted_fields.suffix
-    validate = validate_packet_bytes
+    validate = validate_packet_span
     packets: list[PacketSlices] = []
     append = packets.append
     total = 0
     invalid = 0
     while total < threshold:
-        run = read_run(threshold - total)
-        if run is None:
+        spans = read_spans(threshold - total)
+        if spans is None:
             return DrainResult(packets, total, invalid, False)
-        run_packets, sequence, dropped = run
+        data, offsets, sequence, dropped = spans
+        view = memoryview(data)
         suffix = suffix_for(sequence, 0)
         first_suffix = suffix_for(sequence, dropped) if dropped else suffix
-        for body in run_packets:
-            if validate(body):
-                total += len(body) + len(first_suffix)
-                append((body, first_suffix))
+        for i in range(0, len(offsets), 2):
+            start = offsets[i]
+            end = offsets[i + 1]
+            if validate(data, start, end):
+                total += end - start + len(first_suffix)
+                append((view[start:end], first_suffix))
             else:
                 invalid += 1
             first_suffix = suffix
     return DrainResult(packets, total, invalid, True)
+
+
+def read_producer_packets_as_trace(
+    buffer: TraceBuffer, trusted_fields: TrustedFieldsWriter, threshold: int
+) -> TraceDrainResult:
+    """`read_producer_packets` straight into trace-file bytes (for write_into_file)."""
+    buffer.begin_read()
+    read_spans = buffer.read_next_packet_spans
+    suffix_for = trusted_fields.suffix
+    validate = validate_packet_span
+    preambles = PACKET_PREAMBLES
+    cached = len(preambles)
+    parts: list[bytes | bytearray] = []
+    append = parts.append
+    total = 0
+    count = 0
+    invalid = 0
+    hit_threshold = True
+    while total < threshold:
+        spans = read_spans(threshold - total)
+        if spans is None:
+            hit_threshold = False
+            break
+        data, offsets, sequence, dropped = spans
+        suffix = suffix_for(sequence, 0)
+        first_suffix = suffix_for(sequence, dropped) if dropped else suffix
+        for i in range(0, len(offsets), 2):
+            start = offsets[i]
+            end = offsets[i + 1]
+            if validate(data, start, end):
+                size = end - start + len(first_suffix)
+                total += size
+                count += 1
+                append(preambles[size] if size < cached else packet_preamble(size))
+                append(data[start:end])
+                append(first_suffix)
+            else:
+                invalid += 1
+            first_suffix = suffix
+    return TraceDrainResult(b"".join(parts), total, count, invalid, hit_threshold)

@@ -67,8 +67,16 @@ def validate_packet(slices: Sequence[bytes | bytearray | memoryview]) -> bool:
 
 def validate_packet_bytes(data: bytes | bytearray | memoryview) -> bool:
     """`validate_packet` for a packet held in one buffer."""
-    end = len(data)
-    pos = 0
+    return validate_packet_span(data, 0, len(data))
+
+
+def validate_packet_span(data: bytes | bytearray | memoryview, pos: int, end: int) -> bool:
+    """`validate_packet` for the packet held in data[pos:end].
+
+    Varints are decoded without checking `end` at every byte: one that overruns it leaves
+    the position past `end`, which fails the final check, and none is read further than
+    10 bytes.
+    """
     one_byte_tags = _ONE_BYTE_TAGS
     try:
         while pos < end:
@@ -80,12 +88,16 @@ def validate_packet_bytes(data: bytes | bytearray | memoryview) -> bool:
                 tag, pos = _varint(data, pos - 1)
                 action = _tag_action(tag)
             if action == _VARINT:
-                start = pos
-                while data[pos] >= 0x80:
+                if data[pos] < 0x80:
                     pos += 1
-                pos += 1
-                if pos - start > _MAX_VARINT_BYTES:
-                    return False
+                else:
+                    limit = pos + _MAX_VARINT_BYTES - 1
+                    pos += 1
+                    while data[pos] >= 0x80:
+                        if pos >= limit:
+                            return False
+                        pos += 1
+                    pos += 1
             elif action == _LENGTH_DELIMITED:
                 length = data[pos]
                 pos += 1
@@ -101,6 +113,6 @@ def validate_packet_bytes(data: bytes | bytearray | memoryview) -> bool:
             else:
                 return False
     except IndexError:
-        # A varint runs past the end of the packet (or past 10 bytes).
+        # A varint runs past the end of the data (or past 10 bytes).
         return False
     return pos == end

@@ -90,14 +90,14 @@ def read_buffers_replies(packets: Iterable[Sequence[Slice]]) -> list[bytes]:
     return replies
 
 
-# Preambles of packets up to 16 KiB, the sizes nearly every packet has.
-_PREAMBLES: tuple[bytes, ...] = tuple(_TRACE_PACKET_TAG + varint(n) for n in range(1 << 14))
+PACKET_PREAMBLES: tuple[bytes, ...] = tuple(_TRACE_PACKET_TAG + varint(n) for n in range(1 << 14))
+"""`packet_preamble` of every size below 16 KiB, the sizes nearly every packet has."""
 
 
 def packet_preamble(packet_size: int) -> bytes:
     """The bytes preceding a packet of `packet_size` bytes in a trace file."""
-    if packet_size < len(_PREAMBLES):
-        return _PREAMBLES[packet_size]
+    if packet_size < len(PACKET_PREAMBLES):
+        return PACKET_PREAMBLES[packet_size]
     return _TRACE_PACKET_TAG + varint(packet_size)
 
 
@@ -106,7 +106,7 @@ def trace_file_bytes(packets: Iterable[Sequence[Slice]]) -> bytes:
     parts: list[Slice] = []
     append = parts.append
     extend = parts.extend
-    preambles = _PREAMBLES
+    preambles = PACKET_PREAMBLES
     limit = len(preambles)
     for packet in packets:
         size = sum(map(len, packet))

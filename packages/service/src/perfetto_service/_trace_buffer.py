@@ -103,6 +103,20 @@ class PacketRun(NamedTuple):
     previous_packet_dropped: int
 
 
+class PacketSpans(NamedTuple):
+    """Consecutive whole packets of one sequence as offsets into `data`.
+
+    Packet i is data[offsets[2 * i] : offsets[2 * i + 1]]. `data` is the buffer's own
+    memory (valid until the next write), or the joined fragments of one packet that was
+    fragmented. `previous_packet_dropped` applies to the first packet, as in `PacketRun`.
+    """
+
+    data: bytearray | bytes
+    offsets: list[int]
+    sequence: PacketSequenceProperties
+    previous_packet_dropped: int
+
+
 class Patch(NamedTuple):
     """An out-of-band patch: `data` (4 bytes) goes at `offset` from the chunk payload's start."""
 
@@ -676,6 +690,16 @@ class TraceBuffer:
         is not a whole fragment of the same chunk. Only the first packet of a run can follow
         a loss; the rest follow their predecessor directly.
         """
+        spans = self.read_next_packet_spans(max_bytes)
+        if spans is None:
+            return None
+        data, offsets, sequence, dropped = spans
+        view = self._view if data is self._data else memoryview(data)
+        packets = [view[offsets[i] : offsets[i + 1]] for i in range(0, len(offsets), 2)]
+        return PacketRun(packets, sequence, dropped)
+
+    def read_next_packet_spans(self, max_bytes: int) -> PacketSpans | None:
+        """`read_next_packets` returning offsets instead of views, for bulk consumers."""
         max_bytes = max(max_bytes, 1)
         prev_dropped = True
         while True:
@@ -713,12 +737,14 @@ class TraceBuffer:
                     )
 
                 if not read_ahead:
-                    packets, failed = self._read_whole_fragments(meta, max_bytes)
+                    offsets, failed = self._read_whole_fragments(meta, max_bytes)
                     if failed:
                         # The chunk is given up; whoever reads it next sees the loss.
                         meta.skipped = True
-                    if packets:
-                        return PacketRun(packets, meta.props, 1 if prev_dropped else 0)
+                    if offsets:
+                        return PacketSpans(
+                            self._data, offsets, meta.props, 1 if prev_dropped else 0
+                        )
                     if failed:
                         prev_dropped = True
                         break
@@ -728,8 +754,8 @@ class TraceBuffer:
                 ahead, ahead_slices = self._read_ahead()
                 if ahead == _AHEAD_OK:
                     self._stats.readaheads_succeeded += 1
-                    joined = memoryview(b"".join(ahead_slices))
-                    return PacketRun([joined], props, 1 if prev_dropped else 0)
+                    joined = b"".join(ahead_slices)
+                    return PacketSpans(joined, [0, len(joined)], props, 1 if prev_dropped else 0)
                 if ahead == _AHEAD_NEXT_SEQUENCE:
                     self._stats.readaheads_failed += 1
                     self._read_meta = None
@@ -742,16 +768,13 @@ class TraceBuffer:
 
             self._move_next()
 
-    def _read_whole_fragments(
-        self, meta: _ChunkMeta, max_bytes: int
-    ) -> tuple[list[memoryview], bool]:
+    def _read_whole_fragments(self, meta: _ChunkMeta, max_bytes: int) -> tuple[list[int], bool]:
         """Reads the chunk's next fragments that are whole packets, up to `max_bytes`.
 
-        Returns the non-empty packets read and whether a bad fragment made the chunk be
-        given up.
+        Returns the (start, end) offsets of the non-empty packets read, flattened, and
+        whether a bad fragment made the chunk be given up.
         """
         data = self._data
-        view = self._view
         unpack_word = _U32.unpack_from
         payload_start = meta.record_offset + RECORD_HEADER_SIZE
         record_end = meta.record_offset + meta.record_size
@@ -760,7 +783,8 @@ class TraceBuffer:
             whole_end -= 1
         reads = meta.fragments_read
         pos = payload_start + meta.cur_offset
-        packets: list[memoryview] = []
+        offsets: list[int] = []
+        append = offsets.append
         gathered = 0
         while reads < whole_end and gathered < max_bytes:
             if pos + 4 <= record_end:
@@ -784,18 +808,19 @@ class TraceBuffer:
             if following <= pos or following > record_end:
                 meta.fragments_read = reads
                 self._fragment_error(meta, size)
-                return packets, True
+                return offsets, True
             reads += 1
             pos = following
             if size:
-                packets.append(view[start:following])
+                append(start)
+                append(following)
                 gathered += size
         meta.fragments_read = reads
         meta.cur_offset = pos - payload_start
         if reads == meta.num_fragments and meta.complete:
             self._chunk_read(meta)
         meta.skipped = False
-        return packets, False
+        return offsets, False
 
     def _enter_sequence(self, seq: _Sequence) -> bool:
         """Positions the read cursor on `seq`; returns the drop flag carried into it."""
