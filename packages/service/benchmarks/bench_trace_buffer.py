@@ -7,7 +7,7 @@ read-back runs validate every packet and append its trusted suffix, then frame i
 trace file (1 MiB per read, like write_into_file) or as ReadBuffers replies (32 KiB per
 read, like the IPC path).
 
-    python packages/service/benchmarks/bench_trace_buffer.py [--mib N]
+    python packages/service/benchmarks/bench_trace_buffer.py [--mib N] [--runs N]
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def _to_replies(buffer: TraceBuffer) -> int:
             return sent
 
 
-def _workload(name: str, buffer_size: int, chunks: list[Chunk]) -> None:
+def _workload(name: str, buffer_size: int, chunks: list[Chunk], runs: int) -> None:
     ingest_bytes = len(chunks) * CHUNK_PAYLOAD
 
     def reference() -> None:
@@ -149,7 +149,7 @@ def _workload(name: str, buffer_size: int, chunks: list[Chunk]) -> None:
     times: dict[str, list[float]] = {"ref": [], "ingest": [], "file": [], "ipc": []}
     out_bytes = {"file": 0, "ipc": 0}
     packets_read = 0
-    for _ in range(RUNS):
+    for _ in range(runs):
         times["ref"].append(_cpu_seconds(reference))
         times["ingest"].append(_cpu_seconds(filled))
         for form, drain in (("file", _to_file), ("ipc", _to_replies)):
@@ -188,15 +188,17 @@ def _workload(name: str, buffer_size: int, chunks: list[Chunk]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--mib", type=int, default=8, help="buffer size in MiB")
+    parser.add_argument("--runs", type=int, default=RUNS, help="runs to take the median of")
     args = parser.parse_args()
     buffer_size = args.mib << 20
-    print(f"TraceBuffer benchmark, median of {RUNS} runs, CPU time (time.process_time)")
+    print(f"TraceBuffer benchmark, median of {args.runs} runs, CPU time (time.process_time)")
     for name, make_packet in (
         ("track-event-sized packets (20-60 B)", _track_event_packet),
         ("bundle-sized packets (300-1500 B)", _bundle_packet),
     ):
         # Enough chunks to wrap the ring once and a half.
-        _workload(name, buffer_size, _make_chunks(buffer_size * 3 // 2, make_packet))
+        chunks = _make_chunks(buffer_size * 3 // 2, make_packet)
+        _workload(name, buffer_size, chunks, args.runs)
 
 
 if __name__ == "__main__":
