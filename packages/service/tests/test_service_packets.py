@@ -140,3 +140,12 @@ def test_trace_stats_packet_carries_buffer_stats() -> None:
 def test_machine_id_is_added_only_for_an_adopted_machine() -> None:
     assert not _parse(ServicePacketWriter(0).trace_uuid(1, 2)).HasField("machine_id")
     assert _parse(ServicePacketWriter(0, machine_id=77).trace_uuid(1, 2)).machine_id == 77
+
+
+def test_trace_provenance_lists_each_buffers_sequences() -> None:
+    timestamp = boot_time_ns()
+    packet = _parse(ServicePacketWriter(9).trace_provenance(timestamp, [[(2, 1), (3, 4)], []]))
+    _assert_service_header(packet, 9)
+    assert packet.timestamp == timestamp
+    buffers = packet.trace_provenance.buffers
+    assert [[(s.id, s.producer_id) for s in b.sequences] for b in buffers] == [[(2, 1), (3, 4)], []]

@@ -53,6 +53,7 @@ _SYNCHRONIZATION_MARKER = 36
 _SYSTEM_INFO = 45
 _SERVICE_EVENT = 69
 _TRACE_UUID = 89
+_TRACE_PROVENANCE = 124
 
 # (Python clock id, BuiltinClock) in the order upstream snapshots Linux clocks.
 _LINUX_CLOCKS: tuple[tuple[int, int], ...] = (
@@ -173,6 +174,26 @@ class ServicePacketWriter:
             varint_field(_TIMESTAMP, timestamp)
             + self._header
             + nested_field(_SERVICE_EVENT, varint_field(event, value))
+        )
+
+    def trace_provenance(
+        self, timestamp: int, buffers: Sequence[Sequence[tuple[int, int]]]
+    ) -> bytes:
+        """The TraceProvenance packet: per buffer, its (sequence id, producer id) pairs."""
+        body = b"".join(
+            nested_field(
+                2,
+                b"".join(
+                    nested_field(1, varint_field(1, sequence_id) + varint_field(2, producer))
+                    for sequence_id, producer in sequences
+                ),
+            )
+            for sequences in buffers
+        )
+        return (
+            varint_field(_TIMESTAMP, timestamp)
+            + nested_field(_TRACE_PROVENANCE, body)
+            + self._header
         )
 
     def trace_stats(self, serialized_trace_stats: bytes) -> bytes:
