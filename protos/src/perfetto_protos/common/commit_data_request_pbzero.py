@@ -29,7 +29,7 @@ class CommitDataRequest(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -49,7 +49,7 @@ class CommitDataRequest(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -69,7 +69,7 @@ class CommitDataRequest(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -120,7 +120,7 @@ class CommitDataRequest(Message):
                 p = w.write_ptr
                 if (
                     self.nested_message is None
-                    and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                    and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                     and p + 11 <= w.end
                 ):
                     buf = w.buffer
@@ -161,7 +161,7 @@ class CommitDataRequest(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -181,7 +181,7 @@ class CommitDataRequest(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -201,7 +201,7 @@ class CommitDataRequest(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -217,6 +217,15 @@ class CommitDataRequest(Message):
                 self.put_varint(0x18, value)
 
         def add_patches(self) -> CommitDataRequest.ChunkToPatch.Patch:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x22
+                w.write_ptr = p + 5
+                child = CommitDataRequest.ChunkToPatch.Patch(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x22, CommitDataRequest.ChunkToPatch.Patch)
 
         def set_has_more_patches(self, value: bool) -> None:
@@ -227,15 +236,33 @@ class CommitDataRequest(Message):
     FIELD_FLUSH_REQUEST_ID = 3
 
     def add_chunks_to_move(self) -> CommitDataRequest.ChunksToMove:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = CommitDataRequest.ChunksToMove(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x0A, CommitDataRequest.ChunksToMove)
 
     def add_chunks_to_patch(self) -> CommitDataRequest.ChunkToPatch:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x12
+            w.write_ptr = p + 5
+            child = CommitDataRequest.ChunkToPatch(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x12, CommitDataRequest.ChunkToPatch)
 
     def set_flush_request_id(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x18
             p += 1

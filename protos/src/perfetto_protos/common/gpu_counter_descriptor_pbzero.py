@@ -46,7 +46,7 @@ class GpuCounterDescriptor(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -96,7 +96,7 @@ class GpuCounterDescriptor(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -119,7 +119,7 @@ class GpuCounterDescriptor(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -139,7 +139,7 @@ class GpuCounterDescriptor(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -162,7 +162,7 @@ class GpuCounterDescriptor(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -182,7 +182,7 @@ class GpuCounterDescriptor(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -213,7 +213,7 @@ class GpuCounterDescriptor(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -233,7 +233,7 @@ class GpuCounterDescriptor(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -283,7 +283,7 @@ class GpuCounterDescriptor(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -313,7 +313,7 @@ class GpuCounterDescriptor(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -363,7 +363,7 @@ class GpuCounterDescriptor(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -494,18 +494,45 @@ class GpuCounterDescriptor(Message):
     FIELD_SUPPORTS_COUNTER_NAME_GLOBS = 8
 
     def add_specs(self) -> GpuCounterDescriptor.GpuCounterSpec:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = GpuCounterDescriptor.GpuCounterSpec(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x0A, GpuCounterDescriptor.GpuCounterSpec)
 
     def add_blocks(self) -> GpuCounterDescriptor.GpuCounterBlock:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x12
+            w.write_ptr = p + 5
+            child = GpuCounterDescriptor.GpuCounterBlock(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x12, GpuCounterDescriptor.GpuCounterBlock)
 
     def add_counter_groups(self) -> GpuCounterDescriptor.GpuCounterGroupSpec:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x32
+            w.write_ptr = p + 5
+            child = GpuCounterDescriptor.GpuCounterGroupSpec(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x32, GpuCounterDescriptor.GpuCounterGroupSpec)
 
     def set_min_sampling_period_ns(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x18
             p += 1
@@ -521,7 +548,7 @@ class GpuCounterDescriptor(Message):
     def set_max_sampling_period_ns(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x20
             p += 1

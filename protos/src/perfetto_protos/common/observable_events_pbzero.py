@@ -59,7 +59,7 @@ class ObservableEvents(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -91,7 +91,7 @@ class ObservableEvents(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -141,7 +141,7 @@ class ObservableEvents(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -161,7 +161,7 @@ class ObservableEvents(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -181,7 +181,7 @@ class ObservableEvents(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -221,10 +221,28 @@ class ObservableEvents(Message):
     FIELD_CLONE_TRIGGER_HIT = 3
 
     def add_instance_state_changes(self) -> ObservableEvents.DataSourceInstanceStateChange:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = ObservableEvents.DataSourceInstanceStateChange(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x0A, ObservableEvents.DataSourceInstanceStateChange)
 
     def set_all_data_sources_started(self, value: bool) -> None:
         self.put_varint(0x10, value)
 
     def begin_clone_trigger_hit(self) -> ObservableEvents.CloneTriggerHit:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x1A
+            w.write_ptr = p + 5
+            child = ObservableEvents.CloneTriggerHit(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x1A, ObservableEvents.CloneTriggerHit)

@@ -42,7 +42,7 @@ class TraceAttributes(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -75,4 +75,13 @@ class TraceAttributes(Message):
     FIELD_ATTRIBUTE = 1
 
     def add_attribute(self) -> TraceAttributes.Attribute:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = TraceAttributes.Attribute(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x0A, TraceAttributes.Attribute)

@@ -71,4 +71,13 @@ class TrackEventDescriptor(Message):
     FIELD_AVAILABLE_CATEGORIES = 1
 
     def add_available_categories(self) -> TrackEventCategory:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = TrackEventCategory(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x0A, TrackEventCategory)

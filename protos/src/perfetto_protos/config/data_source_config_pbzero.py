@@ -78,7 +78,7 @@ class DataSourceConfig(Message):
     def set_target_buffer(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x10
             p += 1
@@ -109,7 +109,7 @@ class DataSourceConfig(Message):
     def set_trace_duration_ms(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x18
             p += 1
@@ -128,7 +128,7 @@ class DataSourceConfig(Message):
     def set_stop_timeout_ms(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x38
             p += 1
@@ -147,7 +147,7 @@ class DataSourceConfig(Message):
     def set_session_initiator(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x40
             p += 1
@@ -163,7 +163,7 @@ class DataSourceConfig(Message):
     def set_tracing_session_id(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x20
             p += 1
@@ -179,7 +179,7 @@ class DataSourceConfig(Message):
     def set_buffer_exhausted_policy(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x48
             p += 1
@@ -193,12 +193,41 @@ class DataSourceConfig(Message):
             self.put_varint(0x48, value)
 
     def begin_priority_boost(self) -> _priority_boost_config_pbzero.PriorityBoostConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x52
+            w.write_ptr = p + 5
+            child = _priority_boost_config_pbzero.PriorityBoostConfig(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x52, _priority_boost_config_pbzero.PriorityBoostConfig)
 
     def begin_heapprofd_config(self) -> _heapprofd_config_pbzero.HeapprofdConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xCA
+            buf[p + 1] = 0x06
+            w.write_ptr = p + 6
+            child = _heapprofd_config_pbzero.HeapprofdConfig(w, p + 2)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x6CA, _heapprofd_config_pbzero.HeapprofdConfig)
 
     def begin_track_event_config(self) -> _track_event_config_pbzero.TrackEventConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x8A
+            buf[p + 1] = 0x07
+            w.write_ptr = p + 6
+            child = _track_event_config_pbzero.TrackEventConfig(w, p + 2)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x78A, _track_event_config_pbzero.TrackEventConfig)
 
     def set_legacy_config(self, value: str | bytes) -> None:
@@ -218,4 +247,14 @@ class DataSourceConfig(Message):
             self.put_bytes(0x3EC2, data)
 
     def begin_for_testing(self) -> _test_config_pbzero.TestConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xCA
+            buf[p + 1] = 0x3E
+            w.write_ptr = p + 6
+            child = _test_config_pbzero.TestConfig(w, p + 2)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x3ECA, _test_config_pbzero.TestConfig)

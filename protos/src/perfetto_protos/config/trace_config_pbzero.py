@@ -56,7 +56,7 @@ class TraceConfig(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -76,7 +76,7 @@ class TraceConfig(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -117,7 +117,7 @@ class TraceConfig(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -143,6 +143,15 @@ class TraceConfig(Message):
         FIELD_MACHINE_NAME_FILTER = 4
 
         def begin_config(self) -> _data_source_config_pbzero.DataSourceConfig:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x0A
+                w.write_ptr = p + 5
+                child = _data_source_config_pbzero.DataSourceConfig(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x0A, _data_source_config_pbzero.DataSourceConfig)
 
         def add_producer_name_filter(self, value: str | bytes) -> None:
@@ -223,7 +232,7 @@ class TraceConfig(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -243,7 +252,7 @@ class TraceConfig(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -299,7 +308,7 @@ class TraceConfig(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -319,7 +328,7 @@ class TraceConfig(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -349,7 +358,7 @@ class TraceConfig(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -369,7 +378,7 @@ class TraceConfig(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -389,7 +398,7 @@ class TraceConfig(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -409,7 +418,7 @@ class TraceConfig(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -437,7 +446,7 @@ class TraceConfig(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -457,7 +466,7 @@ class TraceConfig(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -523,7 +532,7 @@ class TraceConfig(Message):
                 p = w.write_ptr
                 if (
                     self.nested_message is None
-                    and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                    and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                     and p + 11 <= w.end
                 ):
                     buf = w.buffer
@@ -543,7 +552,7 @@ class TraceConfig(Message):
                 p = w.write_ptr
                 if (
                     self.nested_message is None
-                    and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                    and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                     and p + 11 <= w.end
                 ):
                     buf = w.buffer
@@ -583,7 +592,7 @@ class TraceConfig(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -602,6 +611,15 @@ class TraceConfig(Message):
             self.put_varint(0x28, value)
 
         def add_triggers(self) -> TraceConfig.TriggerConfig.Trigger:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x12
+                w.write_ptr = p + 5
+                child = TraceConfig.TriggerConfig.Trigger(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x12, TraceConfig.TriggerConfig.Trigger)
 
         def set_trigger_timeout_ms(self, value: int) -> None:
@@ -609,7 +627,7 @@ class TraceConfig(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -636,7 +654,7 @@ class TraceConfig(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -673,7 +691,7 @@ class TraceConfig(Message):
                 p = w.write_ptr
                 if (
                     self.nested_message is None
-                    and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                    and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                     and p + 11 <= w.end
                 ):
                     buf = w.buffer
@@ -692,9 +710,27 @@ class TraceConfig(Message):
         FIELD_ZSTD = 2
 
         def begin_deflate(self) -> TraceConfig.CompressionConfig.Deflate:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x0A
+                w.write_ptr = p + 5
+                child = TraceConfig.CompressionConfig.Deflate(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x0A, TraceConfig.CompressionConfig.Deflate)
 
         def begin_zstd(self) -> TraceConfig.CompressionConfig.Zstd:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x12
+                w.write_ptr = p + 5
+                child = TraceConfig.CompressionConfig.Zstd(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x12, TraceConfig.CompressionConfig.Zstd)
 
     class IncidentReportConfig(Message):
@@ -743,7 +779,7 @@ class TraceConfig(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -785,7 +821,7 @@ class TraceConfig(Message):
                 p = w.write_ptr
                 if (
                     self.nested_message is None
-                    and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                    and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                     and p + 11 <= w.end
                 ):
                     buf = w.buffer
@@ -850,7 +886,7 @@ class TraceConfig(Message):
                 p = w.write_ptr
                 if (
                     self.nested_message is None
-                    and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                    and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                     and p + 11 <= w.end
                 ):
                     buf = w.buffer
@@ -873,6 +909,15 @@ class TraceConfig(Message):
             FIELD_RULES = 1
 
             def add_rules(self) -> TraceConfig.TraceFilter.StringFilterRule:
+                w = self.stream_writer
+                p = w.write_ptr
+                if self.nested_message is None and p + 5 <= w.end:
+                    buf = w.buffer
+                    buf[p] = 0x0A
+                    w.write_ptr = p + 5
+                    child = TraceConfig.TraceFilter.StringFilterRule(w, p + 1)
+                    self.nested_message = child
+                    return child
                 return self.begin_nested(0x0A, TraceConfig.TraceFilter.StringFilterRule)
 
         class StringFilterPolicy(IntEnum):
@@ -928,6 +973,15 @@ class TraceConfig(Message):
                 self.put_bytes(0x12, data)
 
         def begin_string_filter_chain(self) -> TraceConfig.TraceFilter.StringFilterChain:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x1A
+                w.write_ptr = p + 5
+                child = TraceConfig.TraceFilter.StringFilterChain(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x1A, TraceConfig.TraceFilter.StringFilterChain)
 
         def set_bytecode_overlay_v54(self, value: bytes | bytearray | memoryview) -> None:
@@ -946,6 +1000,15 @@ class TraceConfig(Message):
                 self.put_bytes(0x22, data)
 
         def begin_string_filter_chain_v54(self) -> TraceConfig.TraceFilter.StringFilterChain:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x2A
+                w.write_ptr = p + 5
+                child = TraceConfig.TraceFilter.StringFilterChain(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x2A, TraceConfig.TraceFilter.StringFilterChain)
 
     class AndroidReportConfig(Message):
@@ -1007,7 +1070,7 @@ class TraceConfig(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -1027,7 +1090,7 @@ class TraceConfig(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -1070,7 +1133,7 @@ class TraceConfig(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -1179,18 +1242,46 @@ class TraceConfig(Message):
     FIELD_TRACE_ATTRIBUTES = 48
 
     def add_buffers(self) -> TraceConfig.BufferConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = TraceConfig.BufferConfig(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x0A, TraceConfig.BufferConfig)
 
     def add_data_sources(self) -> TraceConfig.DataSource:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x12
+            w.write_ptr = p + 5
+            child = TraceConfig.DataSource(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x12, TraceConfig.DataSource)
 
     def begin_builtin_data_sources(self) -> TraceConfig.BuiltinDataSource:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xA2
+            buf[p + 1] = 0x01
+            w.write_ptr = p + 6
+            child = TraceConfig.BuiltinDataSource(w, p + 2)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x1A2, TraceConfig.BuiltinDataSource)
 
     def set_duration_ms(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x18
             p += 1
@@ -1212,7 +1303,7 @@ class TraceConfig(Message):
     def set_lockdown_mode(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x28
             p += 1
@@ -1226,9 +1317,27 @@ class TraceConfig(Message):
             self.put_varint(0x28, value)
 
     def add_producers(self) -> TraceConfig.ProducerConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x32
+            w.write_ptr = p + 5
+            child = TraceConfig.ProducerConfig(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x32, TraceConfig.ProducerConfig)
 
     def begin_statsd_metadata(self) -> TraceConfig.StatsdMetadata:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x3A
+            w.write_ptr = p + 5
+            child = TraceConfig.StatsdMetadata(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x3A, TraceConfig.StatsdMetadata)
 
     def set_write_into_file(self, value: bool) -> None:
@@ -1253,7 +1362,7 @@ class TraceConfig(Message):
     def set_file_write_period_ms(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x48
             p += 1
@@ -1269,7 +1378,7 @@ class TraceConfig(Message):
     def set_max_file_size_bytes(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x50
             p += 1
@@ -1283,6 +1392,15 @@ class TraceConfig(Message):
             self.put_varint(0x50, value)
 
     def begin_guardrail_overrides(self) -> TraceConfig.GuardrailOverrides:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x5A
+            w.write_ptr = p + 5
+            child = TraceConfig.GuardrailOverrides(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x5A, TraceConfig.GuardrailOverrides)
 
     def set_deferred_start(self, value: bool) -> None:
@@ -1291,7 +1409,7 @@ class TraceConfig(Message):
     def set_flush_period_ms(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x68
             p += 1
@@ -1307,7 +1425,7 @@ class TraceConfig(Message):
     def set_flush_timeout_ms(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x70
             p += 1
@@ -1323,7 +1441,7 @@ class TraceConfig(Message):
     def set_data_source_stop_timeout_ms(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xB8
             buf[p + 1] = 0x01
@@ -1343,7 +1461,7 @@ class TraceConfig(Message):
     def set_bugreport_score(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xF0
             buf[p + 1] = 0x01
@@ -1374,6 +1492,16 @@ class TraceConfig(Message):
             self.put_bytes(0x2B2, data)
 
     def begin_trigger_config(self) -> TraceConfig.TriggerConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x8A
+            buf[p + 1] = 0x01
+            w.write_ptr = p + 6
+            child = TraceConfig.TriggerConfig(w, p + 2)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x18A, TraceConfig.TriggerConfig)
 
     def add_activate_triggers(self, value: str | bytes) -> None:
@@ -1393,6 +1521,16 @@ class TraceConfig(Message):
             self.put_bytes(0x192, data)
 
     def begin_incremental_state_config(self) -> TraceConfig.IncrementalStateConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xAA
+            buf[p + 1] = 0x01
+            w.write_ptr = p + 6
+            child = TraceConfig.IncrementalStateConfig(w, p + 2)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x1AA, TraceConfig.IncrementalStateConfig)
 
     def set_allow_user_build_tracing(self, value: bool) -> None:
@@ -1417,7 +1555,7 @@ class TraceConfig(Message):
     def set_compression_type(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xC0
             buf[p + 1] = 0x01
@@ -1432,15 +1570,35 @@ class TraceConfig(Message):
             self.put_varint(0x1C0, value)
 
     def begin_compression(self) -> TraceConfig.CompressionConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xFA
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = TraceConfig.CompressionConfig(w, p + 2)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x2FA, TraceConfig.CompressionConfig)
 
     def begin_incident_report_config(self) -> TraceConfig.IncidentReportConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xCA
+            buf[p + 1] = 0x01
+            w.write_ptr = p + 6
+            child = TraceConfig.IncidentReportConfig(w, p + 2)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x1CA, TraceConfig.IncidentReportConfig)
 
     def set_statsd_logging(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xF8
             buf[p + 1] = 0x01
@@ -1457,7 +1615,7 @@ class TraceConfig(Message):
     def set_trace_uuid_msb(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xD8
             buf[p + 1] = 0x01
@@ -1474,7 +1632,7 @@ class TraceConfig(Message):
     def set_trace_uuid_lsb(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xE0
             buf[p + 1] = 0x01
@@ -1489,24 +1647,74 @@ class TraceConfig(Message):
             self.put_varint(0x1E0, value)
 
     def begin_trace_filter(self) -> TraceConfig.TraceFilter:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x8A
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = TraceConfig.TraceFilter(w, p + 2)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x28A, TraceConfig.TraceFilter)
 
     def begin_android_report_config(self) -> TraceConfig.AndroidReportConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x92
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = TraceConfig.AndroidReportConfig(w, p + 2)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x292, TraceConfig.AndroidReportConfig)
 
     def begin_cmd_trace_start_delay(self) -> TraceConfig.CmdTraceStartDelay:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x9A
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = TraceConfig.CmdTraceStartDelay(w, p + 2)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x29A, TraceConfig.CmdTraceStartDelay)
 
     def add_session_semaphores(self) -> TraceConfig.SessionSemaphore:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xBA
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = TraceConfig.SessionSemaphore(w, p + 2)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x2BA, TraceConfig.SessionSemaphore)
 
     def begin_priority_boost(self) -> _priority_boost_config_pbzero.PriorityBoostConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xC2
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = _priority_boost_config_pbzero.PriorityBoostConfig(w, p + 2)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x2C2, _priority_boost_config_pbzero.PriorityBoostConfig)
 
     def set_exclusive_prio(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xC8
             buf[p + 1] = 0x02
@@ -1523,7 +1731,7 @@ class TraceConfig(Message):
     def set_write_flush_mode(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xE0
             buf[p + 1] = 0x02
@@ -1540,7 +1748,7 @@ class TraceConfig(Message):
     def set_fflush_post_write(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xE8
             buf[p + 1] = 0x02
@@ -1558,4 +1766,14 @@ class TraceConfig(Message):
         self.put_varint(0x2D8, value)
 
     def begin_trace_attributes(self) -> _trace_attributes_pbzero.TraceAttributes:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x82
+            buf[p + 1] = 0x03
+            w.write_ptr = p + 6
+            child = _trace_attributes_pbzero.TraceAttributes(w, p + 2)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x382, _trace_attributes_pbzero.TraceAttributes)

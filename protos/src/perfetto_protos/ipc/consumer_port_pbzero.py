@@ -25,6 +25,15 @@ class EnableTracingRequest(Message):
     FIELD_ATTACH_NOTIFICATION_ONLY = 2
 
     def begin_trace_config(self) -> _trace_config_pbzero.TraceConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _trace_config_pbzero.TraceConfig(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x0A, _trace_config_pbzero.TraceConfig)
 
     def set_attach_notification_only(self, value: bool) -> None:
@@ -78,6 +87,15 @@ class ChangeTraceConfigRequest(Message):
     FIELD_TRACE_CONFIG = 1
 
     def begin_trace_config(self) -> _trace_config_pbzero.TraceConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _trace_config_pbzero.TraceConfig(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x0A, _trace_config_pbzero.TraceConfig)
 
 
@@ -139,6 +157,15 @@ class ReadBuffersResponse(Message):
     FIELD_SLICES = 2
 
     def add_slices(self) -> ReadBuffersResponse.Slice:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x12
+            w.write_ptr = p + 5
+            child = ReadBuffersResponse.Slice(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x12, ReadBuffersResponse.Slice)
 
 
@@ -152,7 +179,7 @@ class FreeBuffersRequest(Message):
     def add_buffer_ids(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x08
             p += 1
@@ -183,7 +210,7 @@ class FlushRequest(Message):
     def set_timeout_ms(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x08
             p += 1
@@ -199,7 +226,7 @@ class FlushRequest(Message):
     def set_flags(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x10
             p += 1
@@ -279,6 +306,15 @@ class AttachResponse(Message):
     FIELD_TRACE_CONFIG = 1
 
     def begin_trace_config(self) -> _trace_config_pbzero.TraceConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _trace_config_pbzero.TraceConfig(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x0A, _trace_config_pbzero.TraceConfig)
 
 
@@ -296,6 +332,15 @@ class GetTraceStatsResponse(Message):
     FIELD_TRACE_STATS = 1
 
     def begin_trace_stats(self) -> _trace_stats_pbzero.TraceStats:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _trace_stats_pbzero.TraceStats(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x0A, _trace_stats_pbzero.TraceStats)
 
 
@@ -309,7 +354,7 @@ class ObserveEventsRequest(Message):
     def add_events_to_observe(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x08
             p += 1
@@ -331,6 +376,15 @@ class ObserveEventsResponse(Message):
     FIELD_EVENTS = 1
 
     def begin_events(self) -> _observable_events_pbzero.ObservableEvents:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _observable_events_pbzero.ObservableEvents(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x0A, _observable_events_pbzero.ObservableEvents)
 
 
@@ -353,6 +407,15 @@ class QueryServiceStateResponse(Message):
     FIELD_SERVICE_STATE = 1
 
     def begin_service_state(self) -> _tracing_service_state_pbzero.TracingServiceState:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _tracing_service_state_pbzero.TracingServiceState(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x0A, _tracing_service_state_pbzero.TracingServiceState)
 
 
@@ -370,6 +433,15 @@ class QueryCapabilitiesResponse(Message):
     FIELD_CAPABILITIES = 1
 
     def begin_capabilities(self) -> _tracing_service_capabilities_pbzero.TracingServiceCapabilities:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _tracing_service_capabilities_pbzero.TracingServiceCapabilities(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(
             0x0A, _tracing_service_capabilities_pbzero.TracingServiceCapabilities
         )
@@ -426,7 +498,7 @@ class CloneSessionRequest(Message):
     def set_session_id(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x08
             p += 1
@@ -493,7 +565,7 @@ class CloneSessionRequest(Message):
     def set_clone_trigger_trusted_producer_uid(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x38
             p += 1
@@ -509,7 +581,7 @@ class CloneSessionRequest(Message):
     def set_clone_trigger_boot_time_ns(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x40
             p += 1
@@ -525,7 +597,7 @@ class CloneSessionRequest(Message):
     def set_clone_trigger_delay_ms(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x48
             p += 1
@@ -571,7 +643,7 @@ class CloneSessionResponse(Message):
     def set_uuid_msb(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x18
             p += 1
@@ -587,7 +659,7 @@ class CloneSessionResponse(Message):
     def set_uuid_lsb(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x20
             p += 1

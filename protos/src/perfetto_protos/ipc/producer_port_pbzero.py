@@ -39,7 +39,7 @@ class InitializeConnectionRequest(Message):
     def set_shared_memory_page_size_hint_bytes(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x08
             p += 1
@@ -55,7 +55,7 @@ class InitializeConnectionRequest(Message):
     def set_shared_memory_size_hint_bytes(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x10
             p += 1
@@ -86,7 +86,7 @@ class InitializeConnectionRequest(Message):
     def set_smb_scraping_mode(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x20
             p += 1
@@ -160,6 +160,15 @@ class RegisterDataSourceRequest(Message):
     FIELD_DATA_SOURCE_DESCRIPTOR = 1
 
     def begin_data_source_descriptor(self) -> _data_source_descriptor_pbzero.DataSourceDescriptor:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _data_source_descriptor_pbzero.DataSourceDescriptor(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x0A, _data_source_descriptor_pbzero.DataSourceDescriptor)
 
 
@@ -194,6 +203,15 @@ class UpdateDataSourceRequest(Message):
     FIELD_DATA_SOURCE_DESCRIPTOR = 1
 
     def begin_data_source_descriptor(self) -> _data_source_descriptor_pbzero.DataSourceDescriptor:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _data_source_descriptor_pbzero.DataSourceDescriptor(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x0A, _data_source_descriptor_pbzero.DataSourceDescriptor)
 
 
@@ -243,7 +261,7 @@ class RegisterTraceWriterRequest(Message):
     def set_trace_writer_id(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x08
             p += 1
@@ -259,7 +277,7 @@ class RegisterTraceWriterRequest(Message):
     def set_target_buffer(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x10
             p += 1
@@ -289,7 +307,7 @@ class UnregisterTraceWriterRequest(Message):
     def set_trace_writer_id(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x08
             p += 1
@@ -325,7 +343,7 @@ class NotifyDataSourceStartedRequest(Message):
     def set_data_source_id(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x08
             p += 1
@@ -355,7 +373,7 @@ class NotifyDataSourceStoppedRequest(Message):
     def set_data_source_id(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x08
             p += 1
@@ -428,7 +446,7 @@ class GetAsyncCommandResponse(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -444,6 +462,15 @@ class GetAsyncCommandResponse(Message):
                 self.put_varint(0x08, value)
 
         def begin_config(self) -> _data_source_config_pbzero.DataSourceConfig:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x12
+                w.write_ptr = p + 5
+                child = _data_source_config_pbzero.DataSourceConfig(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x12, _data_source_config_pbzero.DataSourceConfig)
 
     class StartDataSource(Message):
@@ -459,7 +486,7 @@ class GetAsyncCommandResponse(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -475,6 +502,15 @@ class GetAsyncCommandResponse(Message):
                 self.put_varint(0x08, value)
 
         def begin_config(self) -> _data_source_config_pbzero.DataSourceConfig:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x12
+                w.write_ptr = p + 5
+                child = _data_source_config_pbzero.DataSourceConfig(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x12, _data_source_config_pbzero.DataSourceConfig)
 
     class StopDataSource(Message):
@@ -489,7 +525,7 @@ class GetAsyncCommandResponse(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -517,7 +553,7 @@ class GetAsyncCommandResponse(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -561,7 +597,7 @@ class GetAsyncCommandResponse(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -581,7 +617,7 @@ class GetAsyncCommandResponse(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -601,7 +637,7 @@ class GetAsyncCommandResponse(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -628,7 +664,7 @@ class GetAsyncCommandResponse(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -651,21 +687,75 @@ class GetAsyncCommandResponse(Message):
     FIELD_CLEAR_INCREMENTAL_STATE = 7
 
     def begin_setup_tracing(self) -> GetAsyncCommandResponse.SetupTracing:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x1A
+            w.write_ptr = p + 5
+            child = GetAsyncCommandResponse.SetupTracing(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x1A, GetAsyncCommandResponse.SetupTracing)
 
     def begin_setup_data_source(self) -> GetAsyncCommandResponse.SetupDataSource:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x32
+            w.write_ptr = p + 5
+            child = GetAsyncCommandResponse.SetupDataSource(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x32, GetAsyncCommandResponse.SetupDataSource)
 
     def begin_start_data_source(self) -> GetAsyncCommandResponse.StartDataSource:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = GetAsyncCommandResponse.StartDataSource(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x0A, GetAsyncCommandResponse.StartDataSource)
 
     def begin_stop_data_source(self) -> GetAsyncCommandResponse.StopDataSource:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x12
+            w.write_ptr = p + 5
+            child = GetAsyncCommandResponse.StopDataSource(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x12, GetAsyncCommandResponse.StopDataSource)
 
     def begin_flush(self) -> GetAsyncCommandResponse.Flush:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x2A
+            w.write_ptr = p + 5
+            child = GetAsyncCommandResponse.Flush(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x2A, GetAsyncCommandResponse.Flush)
 
     def begin_clear_incremental_state(self) -> GetAsyncCommandResponse.ClearIncrementalState:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x3A
+            w.write_ptr = p + 5
+            child = GetAsyncCommandResponse.ClearIncrementalState(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x3A, GetAsyncCommandResponse.ClearIncrementalState)
 
 

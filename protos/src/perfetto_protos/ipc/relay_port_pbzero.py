@@ -20,6 +20,15 @@ class InitRelayRequest(Message):
     FIELD_SYSTEM_INFO = 1
 
     def begin_system_info(self) -> _system_info_pbzero.SystemInfo:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _system_info_pbzero.SystemInfo(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x0A, _system_info_pbzero.SystemInfo)
 
 
@@ -47,7 +56,7 @@ class SyncClockRequest(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -67,7 +76,7 @@ class SyncClockRequest(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -96,7 +105,7 @@ class SyncClockRequest(Message):
     def set_phase(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x08
             p += 1
@@ -110,6 +119,15 @@ class SyncClockRequest(Message):
             self.put_varint(0x08, value)
 
     def add_clocks(self) -> SyncClockRequest.Clock:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x12
+            w.write_ptr = p + 5
+            child = SyncClockRequest.Clock(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x12, SyncClockRequest.Clock)
 
 

@@ -44,6 +44,15 @@ class TestEvent(Message):
                 self.put_bytes(0x0A, data)
 
         def add_nested(self) -> TestEvent.TestPayload:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x12
+                w.write_ptr = p + 5
+                child = TestEvent.TestPayload(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x12, TestEvent.TestPayload)
 
         def set_single_string(self, value: str | bytes) -> None:
@@ -66,7 +75,7 @@ class TestEvent(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -86,7 +95,7 @@ class TestEvent(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -106,7 +115,7 @@ class TestEvent(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -122,6 +131,15 @@ class TestEvent(Message):
                 self.put_varint(0x18, value)
 
         def add_debug_annotations(self) -> _debug_annotation_pbzero.DebugAnnotation:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x3A
+                w.write_ptr = p + 5
+                child = _debug_annotation_pbzero.DebugAnnotation(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x3A, _debug_annotation_pbzero.DebugAnnotation)
 
     class ProtoVmMessage(Message):
@@ -141,7 +159,7 @@ class TestEvent(Message):
                 p = w.write_ptr
                 if (
                     self.nested_message is None
-                    and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                    and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                     and p + 11 <= w.end
                 ):
                     buf = w.buffer
@@ -164,7 +182,7 @@ class TestEvent(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -180,6 +198,15 @@ class TestEvent(Message):
                 self.put_varint(0x08, value)
 
         def begin_submessage(self) -> TestEvent.ProtoVmMessage.ProtoVmSubmessage:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x12
+                w.write_ptr = p + 5
+                child = TestEvent.ProtoVmMessage.ProtoVmSubmessage(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x12, TestEvent.ProtoVmMessage.ProtoVmSubmessage)
 
     class ProtoVmPatch(Message):
@@ -213,7 +240,7 @@ class TestEvent(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -229,9 +256,27 @@ class TestEvent(Message):
                 self.put_varint(0x10, value)
 
         def begin_single_message(self) -> TestEvent.ProtoVmMessage:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x1A
+                w.write_ptr = p + 5
+                child = TestEvent.ProtoVmMessage(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x1A, TestEvent.ProtoVmMessage)
 
         def add_messages(self) -> TestEvent.ProtoVmMessage:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x22
+                w.write_ptr = p + 5
+                child = TestEvent.ProtoVmMessage(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x22, TestEvent.ProtoVmMessage)
 
         def add_delete_message_ids(self, value: int) -> None:
@@ -239,7 +284,7 @@ class TestEvent(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -284,7 +329,7 @@ class TestEvent(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -300,9 +345,27 @@ class TestEvent(Message):
                 self.put_varint(0x10, value)
 
         def begin_single_message(self) -> TestEvent.ProtoVmMessage:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x1A
+                w.write_ptr = p + 5
+                child = TestEvent.ProtoVmMessage(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x1A, TestEvent.ProtoVmMessage)
 
         def add_messages(self) -> TestEvent.ProtoVmMessage:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x22
+                w.write_ptr = p + 5
+                child = TestEvent.ProtoVmMessage(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x22, TestEvent.ProtoVmMessage)
 
     FIELD_STR = 1
@@ -331,7 +394,7 @@ class TestEvent(Message):
     def set_seq_value(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x10
             p += 1
@@ -347,7 +410,7 @@ class TestEvent(Message):
     def set_counter(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x18
             p += 1
@@ -364,10 +427,37 @@ class TestEvent(Message):
         self.put_varint(0x20, value)
 
     def begin_payload(self) -> TestEvent.TestPayload:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x2A
+            w.write_ptr = p + 5
+            child = TestEvent.TestPayload(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x2A, TestEvent.TestPayload)
 
     def begin_protovm_patch(self) -> TestEvent.ProtoVmPatch:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x32
+            w.write_ptr = p + 5
+            child = TestEvent.ProtoVmPatch(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x32, TestEvent.ProtoVmPatch)
 
     def begin_protovm_incremental_state(self) -> TestEvent.ProtoVmIncrementalState:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x3A
+            w.write_ptr = p + 5
+            child = TestEvent.ProtoVmIncrementalState(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x3A, TestEvent.ProtoVmIncrementalState)

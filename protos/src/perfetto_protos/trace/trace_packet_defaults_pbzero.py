@@ -21,7 +21,7 @@ class TracePacketDefaults(Message):
     def set_timestamp_clock_id(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xD0
             buf[p + 1] = 0x03
@@ -36,4 +36,13 @@ class TracePacketDefaults(Message):
             self.put_varint(0x3D0, value)
 
     def begin_track_event_defaults(self) -> _track_event_pbzero.TrackEventDefaults:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x5A
+            w.write_ptr = p + 5
+            child = _track_event_pbzero.TrackEventDefaults(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x5A, _track_event_pbzero.TrackEventDefaults)

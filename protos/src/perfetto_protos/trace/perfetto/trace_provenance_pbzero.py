@@ -26,7 +26,7 @@ class TraceProvenance(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -46,7 +46,7 @@ class TraceProvenance(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -69,9 +69,27 @@ class TraceProvenance(Message):
         FIELD_SEQUENCES = 1
 
         def add_sequences(self) -> TraceProvenance.Sequence:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x0A
+                w.write_ptr = p + 5
+                child = TraceProvenance.Sequence(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x0A, TraceProvenance.Sequence)
 
     FIELD_BUFFERS = 2
 
     def add_buffers(self) -> TraceProvenance.Buffer:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x12
+            w.write_ptr = p + 5
+            child = TraceProvenance.Buffer(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x12, TraceProvenance.Buffer)

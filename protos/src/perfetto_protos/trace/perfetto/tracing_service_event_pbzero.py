@@ -59,6 +59,15 @@ class TracingServiceEvent(Message):
         FIELD_DATA_SOURCE = 1
 
         def add_data_source(self) -> TracingServiceEvent.DataSources.DataSource:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x0A
+                w.write_ptr = p + 5
+                child = TracingServiceEvent.DataSources.DataSource(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x0A, TracingServiceEvent.DataSources.DataSource)
 
     FIELD_TRACING_STARTED = 2
@@ -95,9 +104,27 @@ class TracingServiceEvent(Message):
         self.put_varint(0x30, value)
 
     def begin_slow_starting_data_sources(self) -> TracingServiceEvent.DataSources:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x3A
+            w.write_ptr = p + 5
+            child = TracingServiceEvent.DataSources(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x3A, TracingServiceEvent.DataSources)
 
     def begin_last_flush_slow_data_sources(self) -> TracingServiceEvent.DataSources:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x42
+            w.write_ptr = p + 5
+            child = TracingServiceEvent.DataSources(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x42, TracingServiceEvent.DataSources)
 
     def set_clone_started(self, value: bool) -> None:
@@ -106,7 +133,7 @@ class TracingServiceEvent(Message):
     def set_buffer_cloned(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x58
             p += 1

@@ -36,7 +36,7 @@ class ProfilePacket(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -56,7 +56,7 @@ class ProfilePacket(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -76,7 +76,7 @@ class ProfilePacket(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -96,7 +96,7 @@ class ProfilePacket(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -116,7 +116,7 @@ class ProfilePacket(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -136,7 +136,7 @@ class ProfilePacket(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -156,7 +156,7 @@ class ProfilePacket(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -176,7 +176,7 @@ class ProfilePacket(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -210,7 +210,7 @@ class ProfilePacket(Message):
                 p = w.write_ptr
                 if (
                     self.nested_message is None
-                    and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                    and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                     and p + 11 <= w.end
                 ):
                     buf = w.buffer
@@ -233,7 +233,7 @@ class ProfilePacket(Message):
                 p = w.write_ptr
                 if (
                     self.nested_message is None
-                    and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                    and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                     and p + 11 <= w.end
                 ):
                     buf = w.buffer
@@ -251,6 +251,15 @@ class ProfilePacket(Message):
         FIELD_BUCKETS = 1
 
         def add_buckets(self) -> ProfilePacket.Histogram.Bucket:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x0A
+                w.write_ptr = p + 5
+                child = ProfilePacket.Histogram.Bucket(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x0A, ProfilePacket.Histogram.Bucket)
 
     class ProcessStats(Message):
@@ -270,7 +279,7 @@ class ProfilePacket(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -290,7 +299,7 @@ class ProfilePacket(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -310,7 +319,7 @@ class ProfilePacket(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -326,6 +335,15 @@ class ProfilePacket(Message):
                 self.put_varint(0x18, value)
 
         def begin_unwinding_time_us(self) -> ProfilePacket.Histogram:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x22
+                w.write_ptr = p + 5
+                child = ProfilePacket.Histogram(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x22, ProfilePacket.Histogram)
 
         def set_total_unwinding_time_us(self, value: int) -> None:
@@ -333,7 +351,7 @@ class ProfilePacket(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -353,7 +371,7 @@ class ProfilePacket(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -404,7 +422,7 @@ class ProfilePacket(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -436,7 +454,7 @@ class ProfilePacket(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -477,7 +495,7 @@ class ProfilePacket(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -497,7 +515,7 @@ class ProfilePacket(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -517,7 +535,7 @@ class ProfilePacket(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -537,7 +555,7 @@ class ProfilePacket(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -553,9 +571,27 @@ class ProfilePacket(Message):
                 self.put_varint(0x78, value)
 
         def begin_stats(self) -> ProfilePacket.ProcessStats:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x2A
+                w.write_ptr = p + 5
+                child = ProfilePacket.ProcessStats(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x2A, ProfilePacket.ProcessStats)
 
         def add_samples(self) -> ProfilePacket.HeapSample:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x12
+                w.write_ptr = p + 5
+                child = ProfilePacket.HeapSample(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x12, ProfilePacket.HeapSample)
 
     FIELD_STRINGS = 1
@@ -567,18 +603,63 @@ class ProfilePacket(Message):
     FIELD_INDEX = 7
 
     def add_strings(self) -> _profile_common_pbzero.InternedString:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _profile_common_pbzero.InternedString(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x0A, _profile_common_pbzero.InternedString)
 
     def add_mappings(self) -> _profile_common_pbzero.Mapping:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x22
+            w.write_ptr = p + 5
+            child = _profile_common_pbzero.Mapping(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x22, _profile_common_pbzero.Mapping)
 
     def add_frames(self) -> _profile_common_pbzero.Frame:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x12
+            w.write_ptr = p + 5
+            child = _profile_common_pbzero.Frame(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x12, _profile_common_pbzero.Frame)
 
     def add_callstacks(self) -> _profile_common_pbzero.Callstack:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x1A
+            w.write_ptr = p + 5
+            child = _profile_common_pbzero.Callstack(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x1A, _profile_common_pbzero.Callstack)
 
     def add_process_dumps(self) -> ProfilePacket.ProcessHeapSamples:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x2A
+            w.write_ptr = p + 5
+            child = ProfilePacket.ProcessHeapSamples(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x2A, ProfilePacket.ProcessHeapSamples)
 
     def set_continued(self, value: bool) -> None:
@@ -587,7 +668,7 @@ class ProfilePacket(Message):
     def set_index(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x38
             p += 1
@@ -616,7 +697,7 @@ class StreamingAllocation(Message):
     def add_address(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x08
             p += 1
@@ -632,7 +713,7 @@ class StreamingAllocation(Message):
     def add_size(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x10
             p += 1
@@ -648,7 +729,7 @@ class StreamingAllocation(Message):
     def add_sample_size(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x18
             p += 1
@@ -664,7 +745,7 @@ class StreamingAllocation(Message):
     def add_clock_monotonic_coarse_timestamp(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x20
             p += 1
@@ -680,7 +761,7 @@ class StreamingAllocation(Message):
     def add_heap_id(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x28
             p += 1
@@ -696,7 +777,7 @@ class StreamingAllocation(Message):
     def add_sequence_number(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x30
             p += 1
@@ -722,7 +803,7 @@ class StreamingFree(Message):
     def add_address(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x08
             p += 1
@@ -738,7 +819,7 @@ class StreamingFree(Message):
     def add_heap_id(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x10
             p += 1
@@ -754,7 +835,7 @@ class StreamingFree(Message):
     def add_sequence_number(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x18
             p += 1

@@ -44,7 +44,7 @@ class DebugAnnotation(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -75,9 +75,27 @@ class DebugAnnotation(Message):
                 self.put_bytes(0x12, data)
 
         def add_dict_values(self) -> DebugAnnotation.NestedValue:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x1A
+                w.write_ptr = p + 5
+                child = DebugAnnotation.NestedValue(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x1A, DebugAnnotation.NestedValue)
 
         def add_array_values(self) -> DebugAnnotation.NestedValue:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x22
+                w.write_ptr = p + 5
+                child = DebugAnnotation.NestedValue(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x22, DebugAnnotation.NestedValue)
 
         def set_int_value(self, value: int) -> None:
@@ -85,7 +103,7 @@ class DebugAnnotation(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -141,7 +159,7 @@ class DebugAnnotation(Message):
     def set_name_iid(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x08
             p += 1
@@ -175,7 +193,7 @@ class DebugAnnotation(Message):
     def set_uint_value(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x18
             p += 1
@@ -191,7 +209,7 @@ class DebugAnnotation(Message):
     def set_int_value(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x20
             p += 1
@@ -210,7 +228,7 @@ class DebugAnnotation(Message):
     def set_pointer_value(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x38
             p += 1
@@ -224,6 +242,15 @@ class DebugAnnotation(Message):
             self.put_varint(0x38, value)
 
     def begin_nested_value(self) -> DebugAnnotation.NestedValue:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x42
+            w.write_ptr = p + 5
+            child = DebugAnnotation.NestedValue(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x42, DebugAnnotation.NestedValue)
 
     def set_legacy_json_value(self, value: str | bytes) -> None:
@@ -259,7 +286,7 @@ class DebugAnnotation(Message):
     def set_string_value_iid(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0x88
             buf[p + 1] = 0x01
@@ -292,7 +319,7 @@ class DebugAnnotation(Message):
     def set_proto_type_name_iid(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x68
             p += 1
@@ -321,9 +348,27 @@ class DebugAnnotation(Message):
             self.put_bytes(0x72, data)
 
     def add_dict_entries(self) -> DebugAnnotation:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x5A
+            w.write_ptr = p + 5
+            child = DebugAnnotation(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x5A, DebugAnnotation)
 
     def add_array_values(self) -> DebugAnnotation:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x62
+            w.write_ptr = p + 5
+            child = DebugAnnotation(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x62, DebugAnnotation)
 
 
@@ -338,7 +383,7 @@ class DebugAnnotationName(Message):
     def set_iid(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x08
             p += 1
@@ -378,7 +423,7 @@ class DebugAnnotationValueTypeName(Message):
     def set_iid(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x08
             p += 1

@@ -84,7 +84,7 @@ class TrackDescriptor(Message):
     def set_uuid(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x08
             p += 1
@@ -100,7 +100,7 @@ class TrackDescriptor(Message):
     def set_parent_uuid(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x28
             p += 1
@@ -174,12 +174,39 @@ class TrackDescriptor(Message):
             self.put_bytes(0x72, data)
 
     def begin_process(self) -> _process_descriptor_pbzero.ProcessDescriptor:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x1A
+            w.write_ptr = p + 5
+            child = _process_descriptor_pbzero.ProcessDescriptor(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x1A, _process_descriptor_pbzero.ProcessDescriptor)
 
     def begin_thread(self) -> _thread_descriptor_pbzero.ThreadDescriptor:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x22
+            w.write_ptr = p + 5
+            child = _thread_descriptor_pbzero.ThreadDescriptor(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x22, _thread_descriptor_pbzero.ThreadDescriptor)
 
     def begin_counter(self) -> _counter_descriptor_pbzero.CounterDescriptor:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x42
+            w.write_ptr = p + 5
+            child = _counter_descriptor_pbzero.CounterDescriptor(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x42, _counter_descriptor_pbzero.CounterDescriptor)
 
     def set_disallow_merging_with_system_tracks(self, value: bool) -> None:
@@ -188,7 +215,7 @@ class TrackDescriptor(Message):
     def set_child_ordering(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x58
             p += 1
@@ -204,7 +231,7 @@ class TrackDescriptor(Message):
     def set_sibling_order_rank(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x60
             p += 1
@@ -220,7 +247,7 @@ class TrackDescriptor(Message):
     def set_sibling_merge_behavior(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x78
             p += 1
@@ -252,7 +279,7 @@ class TrackDescriptor(Message):
     def set_sibling_merge_key_int(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0x88
             buf[p + 1] = 0x01
@@ -269,7 +296,7 @@ class TrackDescriptor(Message):
     def set_process_ordering(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0x98
             buf[p + 1] = 0x01
@@ -286,7 +313,7 @@ class TrackDescriptor(Message):
     def set_thread_ordering(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xA0
             buf[p + 1] = 0x01

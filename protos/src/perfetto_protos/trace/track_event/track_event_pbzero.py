@@ -69,7 +69,7 @@ class TrackEvent(Message):
                 p = w.write_ptr
                 if (
                     self.nested_message is None
-                    and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                    and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                     and p + 11 <= w.end
                 ):
                     buf = w.buffer
@@ -87,6 +87,15 @@ class TrackEvent(Message):
         FIELD_FRAMES = 1
 
         def add_frames(self) -> TrackEvent.InlineCallstack.Frame:
+            w = self.stream_writer
+            p = w.write_ptr
+            if self.nested_message is None and p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x0A
+                w.write_ptr = p + 5
+                child = TrackEvent.InlineCallstack.Frame(w, p + 1)
+                self.nested_message = child
+                return child
             return self.begin_nested(0x0A, TrackEvent.InlineCallstack.Frame)
 
     class LegacyEvent(Message):
@@ -140,7 +149,7 @@ class TrackEvent(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -160,7 +169,7 @@ class TrackEvent(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -180,7 +189,7 @@ class TrackEvent(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -200,7 +209,7 @@ class TrackEvent(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -220,7 +229,7 @@ class TrackEvent(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -240,7 +249,7 @@ class TrackEvent(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -260,7 +269,7 @@ class TrackEvent(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -280,7 +289,7 @@ class TrackEvent(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -318,7 +327,7 @@ class TrackEvent(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -341,7 +350,7 @@ class TrackEvent(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -361,7 +370,7 @@ class TrackEvent(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 11 <= w.end
             ):
                 buf = w.buffer
@@ -381,7 +390,7 @@ class TrackEvent(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 12 <= w.end
             ):
                 buf = w.buffer
@@ -402,7 +411,7 @@ class TrackEvent(Message):
             p = w.write_ptr
             if (
                 self.nested_message is None
-                and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF
+                and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF
                 and p + 12 <= w.end
             ):
                 buf = w.buffer
@@ -472,7 +481,7 @@ class TrackEvent(Message):
     def add_category_iids(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x18
             p += 1
@@ -504,7 +513,7 @@ class TrackEvent(Message):
     def set_name_iid(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x50
             p += 1
@@ -536,7 +545,7 @@ class TrackEvent(Message):
     def set_type(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x48
             p += 1
@@ -552,7 +561,7 @@ class TrackEvent(Message):
     def set_track_uuid(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x58
             p += 1
@@ -568,7 +577,7 @@ class TrackEvent(Message):
     def set_counter_value(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xF0
             buf[p + 1] = 0x01
@@ -588,7 +597,7 @@ class TrackEvent(Message):
     def add_extra_counter_track_uuids(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xF8
             buf[p + 1] = 0x01
@@ -605,7 +614,7 @@ class TrackEvent(Message):
     def add_extra_counter_values(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x60
             p += 1
@@ -621,7 +630,7 @@ class TrackEvent(Message):
     def add_extra_double_counter_track_uuids(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xE8
             buf[p + 1] = 0x02
@@ -641,7 +650,7 @@ class TrackEvent(Message):
     def add_flow_ids_old(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xA0
             buf[p + 1] = 0x02
@@ -661,7 +670,7 @@ class TrackEvent(Message):
     def add_terminating_flow_ids_old(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xD0
             buf[p + 1] = 0x02
@@ -681,7 +690,7 @@ class TrackEvent(Message):
     def set_correlation_id(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xA0
             buf[p + 1] = 0x03
@@ -714,7 +723,7 @@ class TrackEvent(Message):
     def set_correlation_id_str_iid(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xB0
             buf[p + 1] = 0x03
@@ -729,12 +738,22 @@ class TrackEvent(Message):
             self.put_varint(0x3B0, value)
 
     def begin_callstack(self) -> TrackEvent.InlineCallstack:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xBA
+            buf[p + 1] = 0x03
+            w.write_ptr = p + 6
+            child = TrackEvent.InlineCallstack(w, p + 2)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x3BA, TrackEvent.InlineCallstack)
 
     def set_callstack_iid(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xC0
             buf[p + 1] = 0x03
@@ -752,21 +771,59 @@ class TrackEvent(Message):
         self.put_double(0x3C9, value)
 
     def add_debug_annotations(self) -> _debug_annotation_pbzero.DebugAnnotation:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x22
+            w.write_ptr = p + 5
+            child = _debug_annotation_pbzero.DebugAnnotation(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x22, _debug_annotation_pbzero.DebugAnnotation)
 
     def begin_task_execution(self) -> _task_execution_pbzero.TaskExecution:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x2A
+            w.write_ptr = p + 5
+            child = _task_execution_pbzero.TaskExecution(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x2A, _task_execution_pbzero.TaskExecution)
 
     def begin_log_message(self) -> _log_message_pbzero.LogMessage:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xAA
+            buf[p + 1] = 0x01
+            w.write_ptr = p + 6
+            child = _log_message_pbzero.LogMessage(w, p + 2)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x1AA, _log_message_pbzero.LogMessage)
 
     def begin_source_location(self) -> _source_location_pbzero.SourceLocation:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x8A
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = _source_location_pbzero.SourceLocation(w, p + 2)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x28A, _source_location_pbzero.SourceLocation)
 
     def set_source_location_iid(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0x90
             buf[p + 1] = 0x02
@@ -783,7 +840,7 @@ class TrackEvent(Message):
     def set_timestamp_delta_us(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x08
             p += 1
@@ -799,7 +856,7 @@ class TrackEvent(Message):
     def set_timestamp_absolute_us(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0x80
             buf[p + 1] = 0x01
@@ -816,7 +873,7 @@ class TrackEvent(Message):
     def set_thread_time_delta_us(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x10
             p += 1
@@ -832,7 +889,7 @@ class TrackEvent(Message):
     def set_thread_time_absolute_us(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0x88
             buf[p + 1] = 0x01
@@ -849,7 +906,7 @@ class TrackEvent(Message):
     def set_thread_instruction_count_delta(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x40
             p += 1
@@ -865,7 +922,7 @@ class TrackEvent(Message):
     def set_thread_instruction_count_absolute(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xA0
             buf[p + 1] = 0x01
@@ -880,6 +937,15 @@ class TrackEvent(Message):
             self.put_varint(0x1A0, value)
 
     def begin_legacy_event(self) -> TrackEvent.LegacyEvent:
+        w = self.stream_writer
+        p = w.write_ptr
+        if self.nested_message is None and p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x32
+            w.write_ptr = p + 5
+            child = TrackEvent.LegacyEvent(w, p + 1)
+            self.nested_message = child
+            return child
         return self.begin_nested(0x32, TrackEvent.LegacyEvent)
 
 
@@ -895,7 +961,7 @@ class TrackEventDefaults(Message):
     def set_track_uuid(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x58
             p += 1
@@ -911,7 +977,7 @@ class TrackEventDefaults(Message):
     def add_extra_counter_track_uuids(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xF8
             buf[p + 1] = 0x01
@@ -928,7 +994,7 @@ class TrackEventDefaults(Message):
     def add_extra_double_counter_track_uuids(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 12 <= w.end:
             buf = w.buffer
             buf[p] = 0xE8
             buf[p + 1] = 0x02
@@ -954,7 +1020,7 @@ class EventCategory(Message):
     def set_iid(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x08
             p += 1
@@ -994,7 +1060,7 @@ class EventName(Message):
     def set_iid(self, value: int) -> None:
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and 0 <= value <= 0xFFFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
+        if self.nested_message is None and 0 <= value <= 0x3FFF_FFFF_FFFF_FFFF and p + 11 <= w.end:
             buf = w.buffer
             buf[p] = 0x08
             p += 1
