@@ -8,6 +8,7 @@ from perfetto_service._buffer_reader import (
     read_producer_packets,
     read_producer_packets_as_trace,
 )
+from perfetto_service._consumer_endpoint import ConsumerEndpointImpl
 from perfetto_service._consumer_ipc_client import ConsumerIPCClient
 from perfetto_service._consumer_port import ConsumerPort, RemoteConsumer, split_service_state
 from perfetto_service._errors import ServiceError
@@ -27,6 +28,7 @@ from perfetto_service._packet_validator import (
     validate_packet_bytes,
     validate_packet_span,
 )
+from perfetto_service._producer_endpoint import ProducerEndpointImpl
 from perfetto_service._producer_ipc_client import ProducerIPCClient
 from perfetto_service._producer_port import ProducerPort, RemoteProducer
 from perfetto_service._read_slicer import (
@@ -60,6 +62,11 @@ from perfetto_service._trace_buffer import (
     Patch,
     TraceBuffer,
 )
+from perfetto_service._tracing_service import (
+    TRACING_SERVICE_VERSION,
+    TracingService,
+    flush_flags,
+)
 from perfetto_service._trusted_fields import SERVICE_PACKET_SEQUENCE_ID, TrustedFieldsWriter
 
 __version__: str = _version("perfetto-service")
@@ -72,6 +79,7 @@ __all__ = [
     "SERVICE_PACKET_SEQUENCE_ID",
     "SERVICE_RESERVED_FIELDS",
     "SYNC_MARKER",
+    "TRACING_SERVICE_VERSION",
     "AsyncioTaskRunner",
     "BufferStats",
     "BufferedPacket",
@@ -81,6 +89,7 @@ __all__ = [
     "ClockReading",
     "Consumer",
     "ConsumerEndpoint",
+    "ConsumerEndpointImpl",
     "ConsumerIPCClient",
     "ConsumerPort",
     "DrainResult",
@@ -91,6 +100,7 @@ __all__ = [
     "Patch",
     "Producer",
     "ProducerEndpoint",
+    "ProducerEndpointImpl",
     "ProducerIPCClient",
     "ProducerPort",
     "RemoteConsumer",
@@ -103,12 +113,14 @@ __all__ = [
     "TraceBuffer",
     "TraceDrainResult",
     "TracePacketSlices",
+    "TracingService",
     "TracingServiceEventKind",
     "TrustedFieldsWriter",
     "__version__",
     "boot_time_ns",
     "capture_clock_snapshot",
     "collect_system_info",
+    "flush_flags",
     "packet_preamble",
     "read_buffers_replies",
     "read_producer_packets",
