@@ -91,12 +91,13 @@ def test_service_packets_in_upstream_order(env: ServiceEnv) -> None:
     trace = consumer.read_trace()
 
     kinds = service_packet_kinds(trace)
-    assert kinds[:6] == [
+    assert kinds[:7] == [
         "clock_snapshot",  # the initial snapshot
         "clock_snapshot",  # the first periodic tick's
         "synchronization_marker",
         "trace_config",
         "trace_uuid",
+        "trace_provenance",
         "system_info",
     ]
     events = [k for k in kinds if k.startswith("service_event")]

@@ -1405,6 +1405,7 @@ class TracingService:
         if not session.did_emit_initial_packets:
             msb, lsb = session.trace_uuid
             out.append(writer.trace_uuid(msb, lsb))
+            out.append(writer.trace_provenance(boot_time_ns(), self._provenance(session)))
             if not builtin.disable_system_info:
                 if self._system_info is None:
                     self._system_info = collect_system_info(TRACING_SERVICE_VERSION)
@@ -1413,6 +1414,23 @@ class TracingService:
         if not builtin.disable_service_events:
             out.extend(self._lifecycle_packets(session))
         return out
+
+    def _provenance(self, session: TracingSession) -> list[list[tuple[int, int]]]:
+        buffers: list[list[tuple[int, int]]] = []
+        for buffer_id in session.buffers_index:
+            sequences: list[tuple[int, int]] = []
+            buffers.append(sequences)
+            buffer = self._buffers.get(buffer_id)
+            if buffer is None:
+                continue
+            for producer_id, writer_id in buffer.writer_stats:
+                endpoint = self._producers.get(producer_id)
+                machine_id = endpoint.identity.machine_id if endpoint is not None else 0
+                sequence_id = session.trusted_fields.sequence_id(
+                    machine_id, producer_id, writer_id
+                )
+                sequences.append((sequence_id, producer_id))
+        return buffers
 
     def _lifecycle_packets(self, session: TracingSession) -> list[bytes]:
         writer = self._packet_writer
