@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_smb import (
     MAX_WRITER_ID,
@@ -458,3 +460,51 @@ def test_root_message_type_is_configurable(harness: Harness) -> None:
     packet = writer.new_trace_packet()
     assert isinstance(packet, StreamPacket)
     assert isinstance(packet, Message)
+
+
+def _write_all(mode: str, packets: list[bytes], layout: PageLayout) -> tuple[bytes, list[bytes]]:
+    h = Harness(size=64 * 4096, layout=layout, auto_commit=False)
+    try:
+        writer = h.arbiter.create_trace_writer(1)
+        if mode == "message":
+            for data in packets:
+                writer.new_trace_packet().append_raw(data)
+        elif mode == "write_packet":
+            for data in packets:
+                writer.write_packet(data)
+        else:
+            half = len(packets) // 2
+            writer.write_packets(packets[:half])
+            writer.write_packets(packets[half:])
+        writer.flush()
+        return bytes(h.shm.buffer), [r.SerializeToString() for r in h.requests]
+    finally:
+        h.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    sizes=st.lists(
+        st.one_of(st.integers(0, 8), st.integers(9, 200), st.integers(200, 9000)), max_size=400
+    ),
+    layout=st.sampled_from([PageLayout.DIV1, PageLayout.DIV7]),
+)
+def test_fast_paths_write_the_same_bytes_as_messages(sizes: list[int], layout: PageLayout) -> None:
+    packets = [bytes([0x0A + i % 3]) * size for i, size in enumerate([3, *sizes])]
+    reference = _write_all("message", packets, layout)
+    assert _write_all("write_packet", packets, layout) == reference
+    assert _write_all("write_packets", packets, layout) == reference
+
+
+def test_batches_of_tiny_packets_respect_the_1022_limit() -> None:
+    packets = [b"\x08\x01"] * 3000
+    reference = _write_all("message", packets, PageLayout.DIV1)
+    assert _write_all("write_packets", packets, PageLayout.DIV1) == reference
+    smb = reference[0]
+    assert int.from_bytes(smb[14:16], "little") == 1023  # 1022 + the closing empty packet
+
+
+def test_batches_with_a_packet_bigger_than_any_chunk() -> None:
+    packets = [b"\x08\x01" * 10, b"\x0a" * 70000, b"\x08\x02" * 30]
+    reference = _write_all("message", packets, PageLayout.DIV1)
+    assert _write_all("write_packets", packets, PageLayout.DIV1) == reference

@@ -343,6 +343,34 @@ class SharedMemoryABI:
             )
         return chunk
 
+    def try_acquire_chunk_in_free_page(
+        self,
+        page_idx: int,
+        layout: int,
+        *,
+        chunk_id: int,
+        writer_id: int,
+        packet_count: int = 0,
+        flags: int = 0,
+    ) -> Chunk | None:
+        """Partitions a free page and takes its chunk 0 for writing, in one CAS.
+
+        The same end state as try_partition_page() then try_acquire_chunk_for_writing(0),
+        with one atomic operation instead of two. None if the page is not free.
+        """
+        if not PageLayout.DIV1 <= layout <= PageLayout.DIV14:
+            raise SmbError(f"cannot partition a page with layout {layout}")
+        offset = self._page_offset(page_idx)
+        desired = ((layout << LAYOUT_SHIFT) & LAYOUT_MASK) | ChunkState.BEING_WRITTEN
+        if self._atomics.compare_exchange(offset, 0, desired) != 0:
+            return None
+        size = self.chunk_sizes[layout]
+        begin = offset + PAGE_HEADER_SIZE
+        self.view[begin : begin + CHUNK_HEADER_SIZE] = pack_chunk_header(
+            chunk_id, writer_id, packet_count, flags
+        )
+        return Chunk(self, page_idx, 0, begin, size)
+
     def try_acquire_chunk_for_reading(self, page_idx: int, chunk_idx: int) -> Chunk | None:
         """Complete -> BeingRead; None if the chunk is not (or no longer) Complete."""
         return self._try_acquire(page_idx, chunk_idx, ChunkState.BEING_READ)

@@ -12,11 +12,13 @@ from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from protozero import Message
 
 from perfetto_smb._abi import (
+    CHUNK_MASK,
+    CHUNK_SHIFT,
     MAX_WRITER_ID,
-    NUM_CHUNKS_FOR_LAYOUT,
     Chunk,
     PageLayout,
     SharedMemoryABI,
+    num_chunks_from_bitmap,
 )
 from perfetto_smb._errors import SmbError
 from perfetto_smb._fragments import MAX_PATCHES_PER_CHUNK_TO_PATCH
@@ -160,38 +162,13 @@ class SharedMemoryArbiter:
         STALL waits (flushing pending commits now and then) up to `stall_timeout` seconds,
         then raises SmbError; STALL_THEN_DROP returns None at that point instead.
         """
-        abi = self.abi
-        num_pages = abi.num_pages
-        layout = self.page_layout
-        all_free = (1 << NUM_CHUNKS_FOR_LAYOUT[layout]) - 1
         stall_count = 0
         stall_interval = 0.0
         deadline = 0.0
         while True:
-            with self._lock:
-                start = self._page_idx
-                for i in range(num_pages):
-                    page_idx = (start + i) % num_pages
-                    is_new_page = abi.is_page_free(page_idx) and abi.try_partition_page(
-                        page_idx, layout
-                    )
-                    free_chunks = all_free if is_new_page else abi.get_free_chunks(page_idx)
-                    chunk_idx = 0
-                    while free_chunks:
-                        if free_chunks & 1:
-                            chunk = abi.try_acquire_chunk_for_writing(
-                                page_idx,
-                                chunk_idx,
-                                chunk_id=chunk_id,
-                                writer_id=writer_id,
-                                packet_count=packet_count,
-                                flags=flags,
-                            )
-                            if chunk is not None:
-                                self._page_idx = page_idx
-                                return chunk
-                        chunk_idx += 1
-                        free_chunks >>= 1
+            chunk = self._try_get_free_chunk(writer_id, chunk_id, packet_count, flags)
+            if chunk is not None:
+                return chunk
             if policy is BufferExhaustedPolicy.DROP:
                 return None
             now = time.monotonic()
@@ -209,6 +186,50 @@ class SharedMemoryArbiter:
                 self.flush_pending_commit_data_requests()
             time.sleep(stall_interval)
             stall_interval = min(0.1, (stall_interval + 0.000001) * 8)
+
+    def _try_get_free_chunk(
+        self, writer_id: int, chunk_id: int, packet_count: int, flags: int
+    ) -> Chunk | None:
+        abi = self.abi
+        words = abi.words
+        page_words = abi.page_size >> 2
+        num_pages = abi.num_pages
+        layout = self.page_layout
+        with self._lock:
+            start = self._page_idx
+            for i in range(num_pages):
+                page_idx = start + i
+                if page_idx >= num_pages:
+                    page_idx -= num_pages
+                bitmap = words[page_idx * page_words]
+                if bitmap == 0:
+                    chunk = abi.try_acquire_chunk_in_free_page(
+                        page_idx,
+                        layout,
+                        chunk_id=chunk_id,
+                        writer_id=writer_id,
+                        packet_count=packet_count,
+                        flags=flags,
+                    )
+                    if chunk is not None:
+                        self._page_idx = page_idx
+                        return chunk
+                    bitmap = words[page_idx * page_words]
+                for chunk_idx in range(num_chunks_from_bitmap(bitmap)):
+                    if (bitmap >> (chunk_idx * CHUNK_SHIFT)) & CHUNK_MASK:
+                        continue
+                    chunk = abi.try_acquire_chunk_for_writing(
+                        page_idx,
+                        chunk_idx,
+                        chunk_id=chunk_id,
+                        writer_id=writer_id,
+                        packet_count=packet_count,
+                        flags=flags,
+                    )
+                    if chunk is not None:
+                        self._page_idx = page_idx
+                        return chunk
+        return None
 
     def return_completed_chunk(
         self, chunk: Chunk, target_buffer: int, patch_list: collections.deque[Patch]

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+import functools
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from protozero import Message, ScatteredStreamWriter, WritableBuffer, write_redundant_varint
@@ -26,8 +29,29 @@ DATA_LOSS_SMB_FULL = 1 | 256
 """previous_packet_dropped value: DATA_LOSS_PRESENT | DATA_LOSS_SMB_FULL."""
 
 _EMPTY = bytearray()
+# The flags as plain ints: IntFlag operators run in Python, these in C.
+_FIRST_CONTINUES = int(ChunkFlags.FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK)
+_LAST_CONTINUES = int(ChunkFlags.LAST_PACKET_CONTINUES_ON_NEXT_CHUNK)
+_NEEDS_PATCHING = int(ChunkFlags.CHUNK_NEEDS_PATCHING)
+_BLOCK = 4096
+"""write_packets() frames this many packets at a time."""
+_COMPACTION_TAIL = b"\0\0\0"
+"""The general path leaves, past a packet moved next to its 1-byte size, the last 3 bytes of
+(4 zeroed size bytes + the packet); the fast paths leave the same, to stay byte-identical."""
 _MIN_ROOM_FOR_NEW_PACKET = PACKET_HEADER_SIZE + 8
 _ONE_BYTE_SIZE_LIMIT = 128
+
+
+@functools.cache
+def _size_tables() -> tuple[list[bytes], list[int]]:
+    """For each packet size a chunk can hold: its fragment header (upstream's framing: one byte
+    below 128, else a 4-byte redundant varint) and its framed size."""
+    headers = []
+    for size in range(1 << 16):
+        header = bytearray(PACKET_HEADER_SIZE)
+        write_redundant_varint(header, 0, size, PACKET_HEADER_SIZE)
+        headers.append(bytes([size]) if size < _ONE_BYTE_SIZE_LIMIT else bytes(header))
+    return headers, [size + len(header) for size, header in enumerate(headers)]
 
 
 class TraceWriter:
@@ -53,6 +77,9 @@ class TraceWriter:
         self.target_buffer = target_buffer
         self.policy = policy
         self._smb: WritableBuffer = arbiter.abi.view
+        self._halves = arbiter.abi.halves
+        self._count_index = 0
+        """Index in `_halves` of the current chunk's packets field."""
         self._garbage = bytearray(GARBAGE_CHUNK_SIZE)
         self._stream = ScatteredStreamWriter(self)
         self._packet = packet_type()
@@ -83,12 +110,10 @@ class TraceWriter:
     def new_trace_packet(self) -> Message:
         """Finishes the previous packet and starts a new one, returned as a root message."""
         packet = self._packet
-        if not packet.is_finalized:
-            packet.finalize()
+        if not packet.is_finalized or self._size_field >= 0:
             self.finish_trace_packet()
         if self._closed:
             raise SmbError(f"trace writer {self.writer_id} is closed")
-        self._finalize_fragment_if_required()
         self._fragmenting_packet = False
         was_dropping = self._drop_packets
         stream = self._stream
@@ -107,14 +132,14 @@ class TraceWriter:
         self._size_field = offset if buffer is self._smb else -1
         self._fragment_start = stream.write_ptr
         self._fragmenting_packet = True
-        chunk = self._chunk
-        if not self._drop_packets and chunk is not None:
+        if not self._drop_packets and self._chunk is not None:
+            halves = self._halves
+            index = self._count_index
             if self._count_inflated:
-                count = chunk.packet_count_and_flags()[0]
                 self._count_inflated = False
             else:
-                count = chunk.increment_packet_count()
-            self._reached_max_packets_per_chunk = count == MAX_PACKETS_PER_CHUNK
+                halves[index] += 1
+            self._reached_max_packets_per_chunk = (halves[index] & 0x3FF) == MAX_PACKETS_PER_CHUNK
             if was_dropping:
                 packet.append_varint(FIELD_PREVIOUS_PACKET_DROPPED, DATA_LOSS_SMB_FULL)
         if self._first_packet_on_sequence:
@@ -122,9 +147,125 @@ class TraceWriter:
             self._first_packet_on_sequence = False
         return packet
 
+    def _fast_path_room(self) -> int:
+        """Room left in the chunk if the next packet can skip the general path, else -1.
+
+        The general path would: bump the count, write no extra fields and send no patches;
+        the fast paths then produce the very same bytes. 0 when the chunk is full by count.
+        """
+        if (
+            self._chunk is None
+            or self._size_field >= 0
+            or self._first_packet_on_sequence
+            or self._patch_list
+            or not self._packet.is_finalized
+        ):
+            return -1
+        if self._reached_max_packets_per_chunk:
+            return 0
+        stream = self._stream
+        return stream.end - stream.write_ptr
+
     def write_packet(self, data: bytes | bytearray | memoryview) -> None:
         """Writes one whole packet whose fields are already encoded in `data`."""
-        self.new_trace_packet().append_raw(data)
+        size = len(data)
+        room = self._fast_path_room()
+        if room < _MIN_ROOM_FOR_NEW_PACKET or room < size + PACKET_HEADER_SIZE:
+            self.new_trace_packet().append_raw(data)
+            self.finish_trace_packet()
+            return
+        stream = self._stream
+        buffer = self._smb
+        p = stream.write_ptr
+        if size < _ONE_BYTE_SIZE_LIMIT:
+            buffer[p] = size
+            p += 1
+            end = p + size
+            buffer[p:end] = data
+            buffer[end : end + 3] = (_COMPACTION_TAIL + bytes(data[-3:]))[-3:]
+        else:
+            write_redundant_varint(buffer, p, size, PACKET_HEADER_SIZE)
+            p += PACKET_HEADER_SIZE
+            end = p + size
+            buffer[p:end] = data
+        stream.write_ptr = end
+        self._account_packets(1, stream.end - end)
+
+    def write_packets(self, packets: Sequence[bytes | bytearray]) -> None:
+        """Writes whole packets whose fields are already encoded, in order.
+
+        The result is byte for byte what `write_packet()` on each would give; runs of
+        packets that fit in the current chunk are framed and copied in one go.
+        """
+        headers, framed_sizes = _size_tables()
+        for start in range(0, len(packets), _BLOCK):
+            block = packets[start : start + _BLOCK]
+            sizes = list(map(len, block))
+            try:
+                ends = list(accumulate(map(framed_sizes.__getitem__, sizes)))
+            except IndexError:  # a packet larger than any chunk: no fast path for this block
+                for data in block:
+                    self.write_packet(data)
+                continue
+            parts: list[bytes | bytearray] = [b""] * (2 * len(block))
+            parts[0::2] = map(headers.__getitem__, sizes)
+            parts[1::2] = block
+            self._write_block(block, sizes, ends, parts)
+
+    def _write_block(
+        self,
+        block: Sequence[bytes | bytearray],
+        sizes: list[int],
+        ends: list[int],
+        parts: list[bytes | bytearray],
+    ) -> None:
+        n = len(block)
+        i = 0
+        while i < n:
+            room = self._fast_path_room()
+            if room < _MIN_ROOM_FOR_NEW_PACKET:
+                if room >= 0:  # what new_trace_packet() does first: move to a new chunk
+                    self._stream.reset(*self.get_new_buffer())
+                else:
+                    self.write_packet(block[i])
+                    i += 1
+                continue
+            before = ends[i - 1] if i else 0
+            written = (self._halves[self._count_index] & 0x3FF) - self._count_inflated
+            limit = min(n, i + MAX_PACKETS_PER_CHUNK - written)
+            count = bisect_right(ends, before + room - _MIN_ROOM_FOR_NEW_PACKET, i, limit) - i
+            if count == 0:
+                self.write_packet(block[i])
+                i += 1
+                continue
+            stream = self._stream
+            smb = self._smb
+            p = stream.write_ptr
+            last = i + count - 1
+            end = p + ends[last] - before
+            smb[p:end] = b"".join(parts[2 * i : 2 * (i + count)])
+            if sizes[last] < _ONE_BYTE_SIZE_LIMIT:
+                smb[end : end + 3] = (_COMPACTION_TAIL + bytes(block[last][-3:]))[-3:]
+            stream.write_ptr = end
+            self._account_packets(count, stream.end - end)
+            i += count
+
+    def _account_packets(self, count: int, room_after: int) -> None:
+        """Counts `count` packets just written whole in the chunk, as the general path does."""
+        halves = self._halves
+        index = self._count_index
+        if self._count_inflated:
+            count -= 1
+        value = halves[index] + count
+        self._reached_max_packets_per_chunk = (value & 0x3FF) == MAX_PACKETS_PER_CHUNK
+        if room_after >= 1:
+            value += 1
+            self._count_inflated = True
+        else:
+            self._count_inflated = False
+        halves[index] = value
+        if room_after < 1:
+            self._return_completed_chunk()
 
     def finish_trace_packet(self) -> None:
         """Completes the current packet (finalizing it if needed) without starting another.
@@ -137,13 +278,12 @@ class TraceWriter:
             packet.finalize()
         self._finalize_fragment_if_required()
         self._fragmenting_packet = False
-        chunk = self._chunk
-        if chunk is not None and not self._count_inflated:
+        if self._chunk is not None and not self._count_inflated:
             if self._stream.end - self._stream.write_ptr < 1:
                 self._return_completed_chunk()
             else:
                 self._count_inflated = True
-                chunk.increment_packet_count()
+                self._halves[self._count_index] += 1
         if self._patch_list and self._patch_list[0].is_patched():
             self._arbiter.send_patches(self.writer_id, self.target_buffer, self._patch_list)
 
@@ -213,7 +353,7 @@ class TraceWriter:
             self.writer_id,
             self._next_chunk_id,
             1 if fragmenting else 0,
-            ChunkFlags.FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK if fragmenting else 0,
+            _FIRST_CONTINUES if fragmenting else 0,
             policy,
         )
         chunk = self._chunk
@@ -235,7 +375,7 @@ class TraceWriter:
             return self._garbage_range()
         if fragmenting and chunk is not None:
             size = self._stream.write_ptr - self._fragment_start
-            chunk.set_flag(ChunkFlags.LAST_PACKET_CONTINUES_ON_NEXT_CHUNK)
+            chunk.set_flag(_LAST_CONTINUES)
             if self._size_field >= 0:
                 write_redundant_varint(self._smb, self._size_field, size, PACKET_HEADER_SIZE)
             self._detach_nested_size_fields(chunk, to_patches=True)
@@ -246,6 +386,7 @@ class TraceWriter:
         self._retry_new_chunk_after_packet = False
         self._next_chunk_id = (self._next_chunk_id + 1) & 0xFFFFFFFF
         self._chunk = new_chunk
+        self._count_index = (new_chunk.begin + 6) >> 1
         self._count_inflated = False
         begin = new_chunk.payload_begin
         if fragmenting:
@@ -270,7 +411,7 @@ class TraceWriter:
                 if to_patches:
                     patch = Patch(chunk.chunk_id, offset - low)
                     self._patch_list.append(patch)
-                    chunk.set_flag(ChunkFlags.CHUNK_NEEDS_PATCHING)
+                    chunk.set_flag(_NEEDS_PATCHING)
                     nested.set_size_field(patch.size_field, 0)
                 else:
                     nested.set_size_field(None, 0)
