@@ -47,20 +47,18 @@ class ConsumerIPCClient(PortClient):
 
     def enable_tracing(self, config: TraceConfig, output_fd: int | None = None) -> None:
         """Sends EnableTracing (with `output_fd`, duplicated now, for write_into_file)."""
+        request = pb.EnableTracingRequest(trace_config=config)
+        self.invoke("EnableTracing", request, self._on_enable_tracing_reply, output_fd)
 
-        def on_reply(reply: Reply) -> None:
-            if reply.has_more:
-                return
-            if reply.success and reply.message is not None:
-                self.consumer.on_tracing_disabled(reply.unwrap(pb.EnableTracingResponse).error)
-            else:
-                self.consumer.on_tracing_disabled(
-                    CONNECTION_LOST if not self.connected else ENABLE_TRACING_REJECTED
-                )
-
-        self.invoke(
-            "EnableTracing", pb.EnableTracingRequest(trace_config=config), on_reply, output_fd
-        )
+    def _on_enable_tracing_reply(self, reply: Reply) -> None:
+        if reply.has_more:
+            return
+        if reply.success and reply.message is not None:
+            self.consumer.on_tracing_disabled(reply.unwrap(pb.EnableTracingResponse).error)
+        else:
+            self.consumer.on_tracing_disabled(
+                CONNECTION_LOST if not self.connected else ENABLE_TRACING_REJECTED
+            )
 
     def change_trace_config(self, config: TraceConfig) -> None:
         """Sends ChangeTraceConfig."""
@@ -100,11 +98,19 @@ class ConsumerIPCClient(PortClient):
         self.invoke("Detach", pb.DetachRequest(key=key), on_reply)
 
     def attach(self, key: str) -> None:
-        """Sends Attach; the answer goes to `Consumer.on_attach`."""
+        """Sends Attach; the answer goes to `Consumer.on_attach`.
+
+        Once attached, the end of the session is reported to `Consumer.on_tracing_disabled`.
+        """
 
         def on_reply(reply: Reply) -> None:
             if reply.success and reply.message is not None:
                 config = reply.unwrap(pb.AttachResponse).trace_config
+                self.invoke(
+                    "EnableTracing",
+                    pb.EnableTracingRequest(attach_notification_only=True),
+                    self._on_enable_tracing_reply,
+                )
                 self.consumer.on_attach(True, config)
             else:
                 self.consumer.on_attach(False, TraceConfig())

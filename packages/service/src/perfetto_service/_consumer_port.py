@@ -29,6 +29,7 @@ __all__ = [
     "QUERY_SERVICE_STATE_CHUNK_SIZE",
     "ConsumerConnector",
     "ConsumerPort",
+    "ConsumerSession",
     "RemoteConsumer",
     "split_service_state",
 ]
@@ -42,10 +43,17 @@ SAVE_FOR_BUGREPORT_UNSUPPORTED = "SaveTraceForBugreport is not supported by this
 CLONE_UNSUPPORTED = "CloneSession is not supported by this service"
 
 
+class ConsumerSession(ConsumerEndpoint, Protocol):
+    """A consumer's endpoint as the service hands it out: it can also be disconnected."""
+
+    def disconnect(self) -> None:
+        """The consumer went away: its sessions end unless detached."""
+
+
 class ConsumerConnector(Protocol):
     """The part of the tracing service the consumer port needs."""
 
-    def connect_consumer(self, consumer: Consumer, uid: int) -> ConsumerEndpoint:
+    def connect_consumer(self, consumer: Consumer, uid: int) -> ConsumerSession:
         """Connects a consumer."""
 
 
@@ -166,7 +174,7 @@ class ConsumerPort:
 
     def __init__(self, service: ConsumerConnector) -> None:
         self._service = service
-        self._consumers: dict[int, tuple[RemoteConsumer, ConsumerEndpoint]] = {}
+        self._consumers: dict[int, tuple[RemoteConsumer, ConsumerSession]] = {}
 
     def expose_on(self, host: Host) -> None:
         """Exposes the service on `host` (call `on_client_disconnected` from the host's hook)."""
@@ -180,13 +188,11 @@ class ConsumerPort:
     def on_client_disconnected(self, client: ClientInfo) -> None:
         """Forgets a connection's consumer and disconnects it from the service."""
         entry = self._consumers.pop(client.client_id, None)
-        if entry is None:
-            return
-        disconnect = getattr(entry[1], "disconnect", None)
-        if callable(disconnect):
-            disconnect()
+        if entry is not None:
+            entry[0].endpoint = None
+            entry[1].disconnect()
 
-    def _consumer(self, client: ClientInfo) -> tuple[RemoteConsumer, ConsumerEndpoint]:
+    def _consumer(self, client: ClientInfo) -> tuple[RemoteConsumer, ConsumerSession]:
         entry = self._consumers.get(client.client_id)
         if entry is None:
             consumer = RemoteConsumer(client)

@@ -21,6 +21,7 @@ from perfetto_protos.ipc import producer_port_pb2 as pb
 from perfetto_smb import SharedMemory, SmbError
 from perfetto_wire import ClientInfo, Deferred, Host, ServiceDescriptor
 
+from perfetto_service._errors import ServiceError
 from perfetto_service._interfaces import ClientIdentity, Producer, ProducerEndpoint
 
 __all__ = ["ProducerConnector", "ProducerPort", "RemoteProducer"]
@@ -44,7 +45,7 @@ class ProducerConnector(Protocol):
         shm: SharedMemory | None = None,
         sdk_version: str = "",
     ) -> ProducerEndpoint | None:
-        """Connects a producer; None if the service refuses it."""
+        """Connects a producer; None, or `ServiceError`, if the service refuses it."""
 
 
 class RemoteProducer:
@@ -235,18 +236,22 @@ class ProducerPort:
         producer = RemoteProducer(client)
         producer.provided_shm = shm
         identity = ClientIdentity(client.uid, client.pid, client.machine_id)
-        endpoint = self._service.connect_producer(
-            producer,
-            identity,
-            request.producer_name,
-            shm_size_hint_bytes=request.shared_memory_size_hint_bytes,
-            smb_scraping_mode=request.smb_scraping_mode,
-            shm_page_size_hint_bytes=request.shared_memory_page_size_hint_bytes,
-            shm=shm,
-            sdk_version=request.sdk_version,
-        )
+        try:
+            endpoint = self._service.connect_producer(
+                producer,
+                identity,
+                request.producer_name,
+                shm_size_hint_bytes=request.shared_memory_size_hint_bytes,
+                smb_scraping_mode=request.smb_scraping_mode,
+                shm_page_size_hint_bytes=request.shared_memory_page_size_hint_bytes,
+                shm=shm,
+                sdk_version=request.sdk_version,
+            )
+        except ServiceError as exc:
+            _log.info("producer %r refused: %s", request.producer_name, exc)
+            endpoint = None
         if endpoint is None:
-            if shm is not None:
+            if shm is not None and not shm.closed:
                 shm.close()
             deferred.reject()
             return

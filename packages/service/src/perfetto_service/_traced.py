@@ -1,0 +1,303 @@
+"""The `traced` command: the tracing service daemon on its producer and consumer sockets.
+
+Socket names follow upstream: PERFETTO_PRODUCER_SOCK_NAME (a comma-separated list) and
+PERFETTO_CONSUMER_SOCK_NAME, else /run/perfetto/traced-{producer,consumer}.sock when
+/run/perfetto/ is accessible, else /tmp/perfetto-producer and /tmp/perfetto-consumer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import grp
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib.metadata import version
+
+from perfetto_wire import WireError, parse_address, remove_stale_socket
+
+from perfetto_service._errors import ServiceError
+from perfetto_service._interfaces import AsyncioTaskRunner
+from perfetto_service._service_host import ServiceIPCHost
+from perfetto_service._tracing_service import TracingService
+
+__all__ = ["consumer_socket_name", "main", "producer_socket_names"]
+
+RUN_PERFETTO_DIR = "/run/perfetto/"
+PRODUCER_SOCKET_ENV = "PERFETTO_PRODUCER_SOCK_NAME"
+CONSUMER_SOCKET_ENV = "PERFETTO_CONSUMER_SOCK_NAME"
+NOTIFY_FD_ENV = "TRACED_NOTIFY_FD"
+_STATUS_FD_ENV = "_TRACED_STATUS_FD"
+
+
+def _use_run_dir() -> bool:
+    return os.access(RUN_PERFETTO_DIR, os.X_OK)
+
+
+def producer_socket_names() -> list[str]:
+    """The producer sockets to listen on (the env var may list several, comma-separated)."""
+    name = os.environ.get(PRODUCER_SOCKET_ENV)
+    if name is None:
+        name = (
+            RUN_PERFETTO_DIR + "traced-producer.sock"
+            if _use_run_dir()
+            else "/tmp/perfetto-producer"
+        )
+    return [part for part in name.split(",") if part]
+
+
+def consumer_socket_name() -> str:
+    """The consumer socket to listen on."""
+    name = os.environ.get(CONSUMER_SOCKET_ENV)
+    if name is not None:
+        return name
+    return RUN_PERFETTO_DIR + "traced-consumer.sock" if _use_run_dir() else "/tmp/perfetto-consumer"
+
+
+@dataclass(frozen=True)
+class SocketPermissions:
+    """`--set-socket-permissions`: group and mode of the producer and consumer sockets."""
+
+    producer_gid: int
+    producer_mode: int
+    consumer_gid: int
+    consumer_mode: int
+
+    @classmethod
+    def parse(cls, text: str) -> SocketPermissions:
+        """Parses `prod_group:prod_mode:cons_group:cons_mode`; `ServiceError` if malformed."""
+        parts = text.split(":")
+        if len(parts) != 4 or not all(parts):
+            raise ServiceError(
+                f"--set-socket-permissions wants <prod_group>:<prod_mode>:<cons_group>:"
+                f"<cons_mode>, got {text!r}"
+            )
+        return cls(_gid(parts[0]), _mode(parts[1]), _gid(parts[2]), _mode(parts[3]))
+
+
+def _gid(group: str) -> int:
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        if group.isdigit():
+            return int(group)
+        raise ServiceError(f"--set-socket-permissions: no group named {group!r}") from None
+
+
+def _mode(text: str) -> int:
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        raise ServiceError(f"--set-socket-permissions: {text!r} is not an octal mode") from None
+    if not 0 <= mode <= 0o7777:
+        raise ServiceError(f"--set-socket-permissions: mode {text} is out of range")
+    return mode
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="traced",
+        description="The Perfetto tracing service: producers write trace data, consumers "
+        "control sessions and read traces.",
+    )
+    parser.add_argument(
+        "--background",
+        action="store_true",
+        help="start, print the daemon's pid and return once its sockets accept connections",
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument(
+        "--set-socket-permissions",
+        metavar="PG:PM:CG:CM",
+        help="group and octal mode of the producer and consumer sockets, "
+        "e.g. traced-producer:0660:traced-consumer:0660",
+    )
+    return parser
+
+
+def _filesystem_paths(names: Sequence[str]) -> list[str]:
+    paths = []
+    for name in names:
+        path = parse_address(name).filesystem_path
+        if path is not None:
+            paths.append(path)
+    return paths
+
+
+def _claim_socket_paths(names: Sequence[str]) -> None:
+    """Removes stale socket files; refuses to go on if a live service answers on one."""
+    for path in _filesystem_paths(names):
+        try:
+            remove_stale_socket(path)
+        except WireError:
+            raise ServiceError(
+                f"already running: a tracing service answers on {path} (stop it first, or "
+                f"set {PRODUCER_SOCKET_ENV} and {CONSUMER_SOCKET_ENV} to other paths)"
+            ) from None
+        if os.path.lexists(path):
+            raise ServiceError(f"{path} exists and is not a socket; remove it or pick another path")
+
+
+def _apply_permissions(
+    permissions: SocketPermissions, producers: Sequence[str], consumer: str
+) -> None:
+    targets = [(path, permissions.producer_gid, permissions.producer_mode) for path in producers]
+    targets += [(path, permissions.consumer_gid, permissions.consumer_mode) for path in [consumer]]
+    for path, gid, mode in targets:
+        if parse_address(path).filesystem_path is None:
+            continue
+        try:
+            os.chown(path, -1, gid)
+            os.chmod(path, mode)
+        except OSError as exc:
+            raise ServiceError(
+                f"cannot set the permissions of {path}: {exc.strerror or exc}"
+            ) from None
+
+
+class Daemon:
+    """One traced instance: the service, its IPC host and the loop they run on."""
+
+    def __init__(self, producers: Sequence[str], consumer: str) -> None:
+        self.producers = list(producers)
+        self.consumer = consumer
+        self.loop = asyncio.new_event_loop()
+        self.service = TracingService(AsyncioTaskRunner(self.loop))
+        self.host = ServiceIPCHost(self.service, loop=self.loop)
+        self._owned_paths: list[str] = []
+
+    def start(self, permissions: SocketPermissions | None) -> None:
+        """Claims and binds the sockets; `ServiceError` with a one-line reason on failure."""
+        names = [*self.producers, self.consumer]
+        _claim_socket_paths(names)
+        try:
+            self.host.start(self.producers, self.consumer)
+        except ServiceError as exc:
+            raise ServiceError(f"{exc} (is the directory writable?)") from None
+        self._owned_paths = _filesystem_paths(names)
+        if permissions is not None:
+            _apply_permissions(permissions, self.producers, self.consumer)
+
+    def run(self) -> None:
+        """Serves until SIGTERM or SIGINT, then removes the sockets."""
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(signum, self.loop.stop)
+        try:
+            self.loop.run_forever()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Drops every connection and removes the socket files this daemon created."""
+        self.host.close()
+        for path in self._owned_paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        self._owned_paths = []
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self.loop.remove_signal_handler(signum)
+        self.loop.close()
+
+
+def _notify_ready() -> None:
+    value = os.environ.get(NOTIFY_FD_ENV)
+    if not value:
+        return
+    try:
+        fd = int(value)
+        os.write(fd, b"1")
+        os.close(fd)
+    except (ValueError, OSError) as exc:
+        print(f"traced: cannot notify {NOTIFY_FD_ENV}={value}: {exc}", file=sys.stderr)
+
+
+def _error(message: str) -> int:
+    print(f"traced: {message}", file=sys.stderr)
+    return 1
+
+
+def _daemonize() -> int | None:
+    """Forks; the parent waits for the child's start status and returns the exit code.
+
+    Returns None in the child (which carries on as the daemon), after detaching it.
+    """
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid > 0:
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as status:
+            message = status.read().decode(errors="replace")
+        if message == "ok":
+            print(pid)
+            return 0
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        return _error(message or "the daemon exited while starting")
+    os.close(read_end)
+    os.setsid()
+    os.environ[_STATUS_FD_ENV] = str(write_end)
+    return None
+
+
+def _report_status(message: str) -> bool:
+    """Tells a waiting `--background` parent how the start went; False if there is none."""
+    value = os.environ.pop(_STATUS_FD_ENV, None)
+    if value is None:
+        return False
+    fd = int(value)
+    os.write(fd, message.encode())
+    os.close(fd)
+    if message == "ok":
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for target in (0, 1, 2):
+            os.dup2(devnull, target)
+        os.close(devnull)
+    return True
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs traced; returns the exit status."""
+    args = _parser().parse_args(argv)
+    if args.version:
+        print(f"traced (perfetto-py) {version('perfetto-service')}")
+        return 0
+    try:
+        permissions = (
+            SocketPermissions.parse(args.set_socket_permissions)
+            if args.set_socket_permissions
+            else None
+        )
+    except ServiceError as exc:
+        return _error(str(exc))
+    producers = producer_socket_names()
+    if not producers:
+        return _error(f"{PRODUCER_SOCKET_ENV} names no socket")
+    consumer = consumer_socket_name()
+    if args.background:
+        status = _daemonize()
+        if status is not None:
+            return status
+    daemon = Daemon(producers, consumer)
+    try:
+        daemon.start(permissions)
+    except ServiceError as exc:
+        daemon.close()
+        if _report_status(str(exc)):
+            return 1
+        return _error(str(exc))
+    if not _report_status("ok"):
+        print(
+            f"traced: listening on {', '.join(producers)} (producers) and {consumer} (consumers)",
+            file=sys.stderr,
+        )
+    _notify_ready()
+    daemon.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

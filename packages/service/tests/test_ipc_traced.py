@@ -1,0 +1,256 @@
+"""End to end: a traced process, producer processes and a consumer, over real sockets."""
+
+from __future__ import annotations
+
+import collections
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from ipc_fakes import wait_for
+from perfetto_protos.config.trace_config_pb2 import TraceConfig
+from perfetto_protos.upstream import parse_upstream_trace
+from traced_testlib import (
+    ConsumerSession,
+    ProducerProcess,
+    Traced,
+    fortesting_packets,
+    make_config,
+    start_producers,
+)
+
+
+@pytest.fixture
+def traced() -> Iterator[Traced]:
+    with tempfile.TemporaryDirectory() as directory, Traced(directory) as daemon:
+        yield daemon
+
+
+@pytest.fixture
+def consumer(traced: Traced) -> Iterator[ConsumerSession]:
+    session = ConsumerSession(traced.consumer_socket)
+    yield session
+    session.close()
+
+
+def _by_writer(packets: list[Any]) -> dict[tuple[str, int], list[int]]:
+    """seq_values per (producer/writer label, trusted sequence id)."""
+    found: dict[tuple[str, int], list[int]] = collections.defaultdict(list)
+    for packet in packets:
+        label = packet.for_testing.str.rsplit("/", 1)[0]
+        found[(label, packet.trusted_packet_sequence_id)].append(packet.for_testing.seq_value)
+    return found
+
+
+def test_producers_packets_arrive_whole_with_trusted_fields(
+    traced: Traced, consumer: ConsumerSession
+) -> None:
+    names = ["alpha", "beta", "gamma"]
+    producers = start_producers(traced.producer_socket, names, 300, "--writers", "2")
+    try:
+        consumer.client.enable_tracing(make_config())
+        for producer in producers:
+            producer.wait_line("WROTE", 2)
+        consumer.client.disable_tracing()
+        assert consumer.wait_disabled() == ""
+        trace = consumer.read_trace()
+    finally:
+        for producer in producers:
+            producer.close()
+    packets = fortesting_packets(trace)
+    assert len(packets) == 3 * 2 * 300
+    by_writer = _by_writer(packets)
+    assert len(by_writer) == 6
+    assert len({sequence for _label, sequence in by_writer}) == 6
+    for values in by_writer.values():
+        assert values == list(range(300))
+    pids = {producer.name: producer.pid for producer in producers}
+    for packet in packets:
+        assert packet.trusted_uid == os.getuid()
+        assert packet.trusted_pid == pids[packet.for_testing.str.split("/")[0]]
+        assert packet.trusted_packet_sequence_id >= 2
+    service_packets = [p for p in trace.packet if p.trusted_packet_sequence_id == 1]
+    assert any(p.HasField("trace_config") for p in service_packets)
+
+
+def test_write_into_file_with_passed_fd(traced: Traced, consumer: ConsumerSession) -> None:
+    producers = start_producers(traced.producer_socket, ["writer"], 500)
+    try:
+        config = make_config(write_into_file=True, file_write_period_ms=100)
+        with tempfile.NamedTemporaryFile() as output:
+            consumer.client.enable_tracing(config, output.fileno())
+            producers[0].wait_line("WROTE")
+            consumer.client.disable_tracing()
+            assert consumer.wait_disabled() == ""
+            trace = parse_upstream_trace(open(output.name, "rb").read())  # noqa: SIM115
+    finally:
+        for producer in producers:
+            producer.close()
+    values = [p.for_testing.seq_value for p in fortesting_packets(trace)]
+    assert values == list(range(500))
+
+
+def test_flush_times_out_with_a_producer_that_never_acks(
+    traced: Traced, consumer: ConsumerSession
+) -> None:
+    producers = start_producers(traced.producer_socket, ["silent"], 10, "--no-flush-ack")
+    try:
+        consumer.client.enable_tracing(make_config())
+        producers[0].wait_line("WROTE")
+        results: list[bool] = []
+        consumer.client.flush(300, results.append)
+        wait_for(lambda: results)
+        assert results == [False]
+        assert producers[0].count("FLUSH") >= 1
+        consumer.client.disable_tracing()
+        consumer.wait_disabled()
+    finally:
+        for producer in producers:
+            producer.close()
+
+
+def test_flush_succeeds_when_producers_ack(traced: Traced, consumer: ConsumerSession) -> None:
+    producers = start_producers(traced.producer_socket, ["one", "two"], 10)
+    try:
+        consumer.client.enable_tracing(make_config())
+        for producer in producers:
+            producer.wait_line("WROTE")
+        results: list[bool] = []
+        consumer.client.flush(5000, results.append)
+        wait_for(lambda: results)
+        assert results == [True]
+    finally:
+        for producer in producers:
+            producer.close()
+
+
+def test_producer_killed_mid_session_keeps_committed_data(
+    traced: Traced, consumer: ConsumerSession
+) -> None:
+    producers = start_producers(traced.producer_socket, ["victim", "survivor"], 200)
+    try:
+        consumer.client.enable_tracing(make_config())
+        for producer in producers:
+            producer.wait_line("WROTE")
+        producers[0].kill()
+        consumer.client.disable_tracing()
+        consumer.wait_disabled()
+        trace = consumer.read_trace()
+    finally:
+        for producer in producers:
+            producer.close()
+    by_label: dict[str, list[int]] = collections.defaultdict(list)
+    for packet in fortesting_packets(trace):
+        by_label[packet.for_testing.str.split("/")[0]].append(packet.for_testing.seq_value)
+    assert by_label["victim"] == list(range(200))
+    assert by_label["survivor"] == list(range(200))
+
+
+def test_consumer_killed_mid_session_frees_the_session(traced: Traced) -> None:
+    producers = start_producers(traced.producer_socket, ["p"], 5)
+    try:
+        first = ConsumerSession(traced.consumer_socket)
+        first.client.enable_tracing(make_config())
+        producers[0].wait_line("STARTED")
+        first.close()
+        producers[0].wait_line("STOPPED")
+        second = ConsumerSession(traced.consumer_socket)
+        try:
+            states: list[Any] = []
+            second.client.query_service_state(False, lambda ok, state: states.append(state))
+            wait_for(lambda: states)
+            assert states[0].num_sessions == 0
+            assert [p.name for p in states[0].producers] == ["p"]
+        finally:
+            second.close()
+    finally:
+        for producer in producers:
+            producer.close()
+
+
+def test_start_trigger_starts_the_session(traced: Traced, consumer: ConsumerSession) -> None:
+    config = make_config()
+    config.trigger_config.trigger_mode = TraceConfig.TriggerConfig.START_TRACING
+    config.trigger_config.trigger_timeout_ms = 20000
+    config.trigger_config.triggers.add(name="go", stop_delay_ms=1)
+    producers = start_producers(traced.producer_socket, ["data"], 20)
+    try:
+        consumer.client.enable_tracing(config)
+        wait_for(lambda: _session_count(consumer) == 1)
+        assert producers[0].count("STARTED") == 0
+        trigger = ProducerProcess(traced.producer_socket, "trigger", 0, "--trigger", "go")
+        try:
+            producers[0].wait_line("STARTED")
+            producers[0].wait_line("WROTE")
+        finally:
+            trigger.close()
+        consumer.client.disable_tracing()
+        consumer.wait_disabled()
+        trace = consumer.read_trace()
+    finally:
+        for producer in producers:
+            producer.close()
+    assert [p.for_testing.seq_value for p in fortesting_packets(trace)] == list(range(20))
+    assert any(p.trigger.trigger_name == "go" for p in trace.packet if p.HasField("trigger"))
+
+
+def _session_count(session: ConsumerSession) -> int:
+    states: list[Any] = []
+    session.client.query_service_state(True, lambda ok, state: states.append(state))
+    wait_for(lambda: states)
+    return int(states[0].num_sessions)
+
+
+def test_detach_and_attach(traced: Traced) -> None:
+    producers = start_producers(traced.producer_socket, ["kept"], 50)
+    try:
+        first = ConsumerSession(traced.consumer_socket)
+        config = make_config(write_into_file=True, output_path="", duration_ms=0)
+        with tempfile.NamedTemporaryFile() as output:
+            first.client.enable_tracing(config, output.fileno())
+            producers[0].wait_line("WROTE")
+            first.client.detach("my-key")
+            wait_for(lambda: "on_detach" in first.consumer.names())
+            assert ("on_detach", True) in first.consumer.events
+            first.close()
+            assert producers[0].count("STOPPED") == 0
+            second = ConsumerSession(traced.consumer_socket)
+            try:
+                second.client.attach("wrong-key")
+                second.client.attach("my-key")
+                wait_for(lambda: second.consumer.names().count("on_attach") == 2)
+                failed, attached = (e[1] for e in second.consumer.events if e[0] == "on_attach")
+                assert failed[0] is False
+                assert attached[0] is True
+                second.client.disable_tracing()
+                second.wait_disabled()
+            finally:
+                second.close()
+            trace = parse_upstream_trace(open(output.name, "rb").read())  # noqa: SIM115
+    finally:
+        for producer in producers:
+            producer.close()
+    assert [p.for_testing.seq_value for p in fortesting_packets(trace)] == list(range(50))
+
+
+def test_twenty_producers_at_once(traced: Traced, consumer: ConsumerSession) -> None:
+    names = [f"many{n:02d}" for n in range(20)]
+    producers = start_producers(traced.producer_socket, names, 100)
+    try:
+        consumer.client.enable_tracing(make_config(buffer_kb=8192))
+        for producer in producers:
+            producer.wait_line("WROTE")
+        consumer.client.disable_tracing()
+        consumer.wait_disabled()
+        trace = consumer.read_trace()
+    finally:
+        for producer in producers:
+            producer.close()
+    by_label: dict[str, list[int]] = collections.defaultdict(list)
+    for packet in fortesting_packets(trace):
+        by_label[packet.for_testing.str.split("/")[0]].append(packet.for_testing.seq_value)
+    assert sorted(by_label) == names
+    for values in by_label.values():
+        assert values == list(range(100))

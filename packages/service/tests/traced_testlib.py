@@ -1,0 +1,200 @@
+"""Helpers for the traced tests: the daemon and producer processes, and a consumer."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from ipc_fakes import RecordingConsumer, wait_for
+from perfetto_protos.config.trace_config_pb2 import TraceConfig
+from perfetto_protos.upstream import parse_upstream_trace
+from perfetto_service import ConsumerIPCClient
+
+PRODUCER_MAIN = str(Path(__file__).with_name("ipc_producer_main.py"))
+TIMEOUT = 30.0
+
+
+class Traced:
+    """A traced subprocess on socket paths under `directory`."""
+
+    def __init__(self, directory: str, *extra_args: str, producers: int = 1) -> None:
+        self.producer_sockets = [f"{directory}/producer{n}" for n in range(producers)]
+        self.producer_socket = self.producer_sockets[0]
+        self.consumer_socket = f"{directory}/consumer"
+        self.env = dict(os.environ)
+        self.env["PERFETTO_PRODUCER_SOCK_NAME"] = ",".join(self.producer_sockets)
+        self.env["PERFETTO_CONSUMER_SOCK_NAME"] = self.consumer_socket
+        read_end, write_end = os.pipe()
+        self.env["TRACED_NOTIFY_FD"] = str(write_end)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "perfetto_service._traced", *extra_args],
+            env=self.env,
+            pass_fds=(write_end,),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        os.close(write_end)
+        try:
+            ready, _, _ = select.select([read_end], [], [], TIMEOUT)
+            if not ready or os.read(read_end, 1) != b"1":
+                self.process.kill()
+                _, err = self.process.communicate(timeout=TIMEOUT)
+                raise AssertionError(f"traced did not start: {err.decode()}")
+        finally:
+            os.close(read_end)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the daemon so far (from /proc)."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
+        ticks = int(fields[11]) + int(fields[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> int:
+        """SIGTERM, then waits; returns the exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(TIMEOUT)
+        finally:
+            self.process.kill()
+
+    def __enter__(self) -> Traced:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+
+
+class ProducerProcess:
+    """A producer subprocess (ipc_producer_main.py) whose output lines are collected."""
+
+    def __init__(self, socket: str, name: str, count: int, *args: str) -> None:
+        self.name = name
+        self.process = subprocess.Popen(
+            [sys.executable, PRODUCER_MAIN, socket, name, str(count), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.strip())
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def count(self, prefix: str) -> int:
+        return sum(1 for line in self.lines if line.startswith(prefix))
+
+    def wait_line(self, prefix: str, count: int = 1, timeout: float = TIMEOUT) -> None:
+        wait_for(lambda: self.count(prefix) >= count, timeout)
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(TIMEOUT)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            assert self.process.stdin is not None
+            try:
+                self.process.stdin.close()
+                self.process.wait(TIMEOUT)
+            except (OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait(TIMEOUT)
+        self._reader.join(TIMEOUT)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def start_producers(
+    socket: str, names: Sequence[str], count: int, *args: str
+) -> list[ProducerProcess]:
+    producers = [ProducerProcess(socket, name, count, *args) for name in names]
+    for producer in producers:
+        producer.wait_line("CONNECTED")
+    return producers
+
+
+def make_config(buffer_kb: int = 4096, fill_policy: int = 0, **kwargs: Any) -> TraceConfig:
+    """One buffer and the test data source."""
+    config = TraceConfig(**kwargs)
+    config.buffers.add(size_kb=buffer_kb, fill_policy=fill_policy)
+    config.data_sources.add().config.name = "test.ds"
+    return config
+
+
+class ConsumerSession:
+    """A ConsumerIPCClient with a recording consumer, closed on exit."""
+
+    def __init__(self, socket: str) -> None:
+        self.consumer = RecordingConsumer()
+        self.client = ConsumerIPCClient(socket, self.consumer)
+        assert self.client.wait_connected(TIMEOUT)
+
+    def read_trace(self) -> Any:
+        """Reads the buffers and parses them with upstream's schema."""
+        self.consumer.read_done.clear()
+        self.consumer.packets.clear()
+        self.client.read_buffers()
+        assert self.consumer.read_done.wait(TIMEOUT)
+        return parse_upstream_trace(packets_as_trace(self.consumer.packets))
+
+    def wait_disabled(self) -> str:
+        assert self.consumer.disabled.wait(TIMEOUT)
+        return str(self.consumer.events[-1][1]) if self.consumer.events else ""
+
+    def close(self) -> None:
+        self.client.disconnect()
+
+
+def packets_as_trace(packets: Sequence[bytes]) -> bytes:
+    """Packets framed as a Trace file."""
+    out = bytearray()
+    for packet in packets:
+        out += b"\x0a" + _varint(len(packet)) + packet
+    return bytes(out)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def fortesting_packets(trace: Any) -> list[Any]:
+    """The TestEvent packets of a parsed trace."""
+    return [packet for packet in trace.packet if packet.HasField("for_testing")]
