@@ -6,11 +6,14 @@ import collections
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
+from perfetto_protos.trace.trace_packet_pbzero import TracePacket
+from perfetto_protos.upstream import upstream_message_class
 from perfetto_smb import (
     MAX_WRITER_ID,
     BufferExhaustedPolicy,
@@ -24,13 +27,11 @@ from perfetto_smb import (
     TraceWriter,
     parse_chunk_payload,
 )
-from protozero import Message
 from smb_testlib import (
     FIRST_PACKET_ON_SEQUENCE_PREFIX,
     PREVIOUS_PACKET_DROPPED_PREFIX,
     Nested,
     Reassembler,
-    StreamPacket,
     expected_packet,
     fill_packet,
     split_packet,
@@ -455,11 +456,21 @@ def test_threads_each_with_a_writer() -> None:
         h.close()
 
 
-def test_root_message_type_is_configurable(harness: Harness) -> None:
-    writer = harness.arbiter.create_trace_writer(1, packet_type=StreamPacket)
+def test_packets_are_generated_trace_packets(harness: Harness) -> None:
+    class MyPacket(TracePacket):
+        __slots__ = ()
+
+    writer = harness.arbiter.create_trace_writer(1)
     packet = writer.new_trace_packet()
-    assert isinstance(packet, StreamPacket)
-    assert isinstance(packet, Message)
+    assert type(packet) is TracePacket
+    packet.set_timestamp(1234)
+    custom = harness.arbiter.create_trace_writer(1, packet_type=MyPacket)
+    assert isinstance(custom.new_trace_packet(), MyPacket)
+    writer.flush()
+    custom.flush()
+    upstream_trace_packet = upstream_message_class("perfetto.protos.TracePacket")
+    parsed: list[Any] = [upstream_trace_packet.FromString(p) for p in harness.packets(writer)]
+    assert [(p.timestamp, p.first_packet_on_sequence) for p in parsed] == [(1234, True)]
 
 
 def _write_all(mode: str, packets: list[bytes], layout: PageLayout) -> tuple[bytes, list[bytes]]:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 
 from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
-from protozero import Message
+from perfetto_protos.trace.trace_packet_pbzero import TracePacket
 
 from perfetto_smb._abi import (
     CHUNK_MASK,
@@ -112,11 +112,12 @@ class SharedMemoryArbiter:
         self,
         target_buffer: int,
         policy: BufferExhaustedPolicy = BufferExhaustedPolicy.STALL,
-        packet_type: type[Message] = Message,
+        packet_type: type[TracePacket] = TracePacket,
     ) -> TraceWriter:
         """A new TraceWriter for `target_buffer` (> 0), to be used by one thread at a time.
 
-        `packet_type` is the root message class `new_trace_packet()` returns.
+        `packet_type` is the root message class `new_trace_packet()` returns (TracePacket or
+        a subclass of it).
         """
         if target_buffer <= 0:
             raise SmbError(f"target buffer must be positive, got {target_buffer}")

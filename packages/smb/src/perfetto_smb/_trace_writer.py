@@ -9,7 +9,8 @@ from collections.abc import Callable, Sequence
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
-from protozero import Message, ScatteredStreamWriter, WritableBuffer, write_redundant_varint
+from perfetto_protos.trace.trace_packet_pbzero import TracePacket
+from protozero import ScatteredStreamWriter, WritableBuffer, write_redundant_varint
 
 from perfetto_smb._abi import PACKET_HEADER_SIZE, PACKET_SIZE_DROP_PACKET, Chunk, ChunkFlags
 from perfetto_smb._errors import SmbError
@@ -23,8 +24,6 @@ MAX_PACKETS_PER_CHUNK = 1022
 """A writer starts a new chunk after this many packets (one below the 10-bit maximum, so the
 count can still be inflated by one)."""
 GARBAGE_CHUNK_SIZE = 1024
-FIELD_PREVIOUS_PACKET_DROPPED = 42
-FIELD_FIRST_PACKET_ON_SEQUENCE = 87
 DATA_LOSS_SMB_FULL = 1 | 256
 """previous_packet_dropped value: DATA_LOSS_PRESENT | DATA_LOSS_SMB_FULL."""
 
@@ -70,7 +69,7 @@ class TraceWriter:
         writer_id: int,
         target_buffer: int,
         policy: BufferExhaustedPolicy,
-        packet_type: type[Message] = Message,
+        packet_type: type[TracePacket] = TracePacket,
     ) -> None:
         self._arbiter = arbiter
         self.writer_id = writer_id
@@ -107,7 +106,7 @@ class TraceWriter:
         """The chunk id the writer's next chunk will get."""
         return self._next_chunk_id
 
-    def new_trace_packet(self) -> Message:
+    def new_trace_packet(self) -> TracePacket:
         """Finishes the previous packet and starts a new one, returned as a root message."""
         packet = self._packet
         if not packet.is_finalized or self._size_field >= 0:
@@ -141,9 +140,9 @@ class TraceWriter:
                 halves[index] += 1
             self._reached_max_packets_per_chunk = (halves[index] & 0x3FF) == MAX_PACKETS_PER_CHUNK
             if was_dropping:
-                packet.append_varint(FIELD_PREVIOUS_PACKET_DROPPED, DATA_LOSS_SMB_FULL)
+                packet.set_previous_packet_dropped(DATA_LOSS_SMB_FULL)
         if self._first_packet_on_sequence:
-            packet.append_bool(FIELD_FIRST_PACKET_ON_SEQUENCE, True)
+            packet.set_first_packet_on_sequence(True)
             self._first_packet_on_sequence = False
         return packet
 
