@@ -1,0 +1,300 @@
+"""Hostile producers: bad CommitData, forged chunks, garbage SMB contents; SMB scraping.
+
+The service must stay up, keep every other producer's data intact and count what it threw
+away in TraceStats.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from google.protobuf.message import DecodeError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
+from perfetto_protos.common.trace_stats_pb2 import TraceStats
+from perfetto_protos.upstream import upstream_message_class
+from perfetto_smb import PageLayout, SharedMemoryABI, pack_chunk_header
+from tracing_service_harness import (
+    FakeConsumer,
+    FakeProducer,
+    ServiceEnv,
+    make_packet,
+    simple_config,
+    strings_of,
+    wait_until,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+_TracePacket = upstream_message_class("perfetto.protos.TracePacket")
+
+
+@pytest.fixture
+def env() -> Iterator[ServiceEnv]:
+    service_env = ServiceEnv(uid=os.getuid())
+    yield service_env
+    service_env.close()
+
+
+class Scene:
+    """A session with a good producer and a hostile one, plus a second session."""
+
+    def __init__(self, env: ServiceEnv) -> None:
+        self.env = env
+        self.good = FakeProducer(env, name="good", pid=1).connect()
+        self.hostile = FakeProducer(env, name="hostile", pid=2).connect(smb_scraping_mode=1)
+        self.outsider = FakeProducer(env, name="outsider", pid=3).connect()
+        for p in (self.good, self.hostile):
+            p.register("test.ds")
+        self.outsider.register("other.ds")
+        self.consumer = FakeConsumer(env).connect()
+        config = simple_config(buffer_kb=4096)
+        config.data_sources[0].producer_name_filter.extend(["good", "hostile"])
+        self.consumer.enable(config)
+        self.other = FakeConsumer(env).connect()
+        self.other.enable(simple_config(data_source="other.ds"))
+        env.settle()
+        self.buffer = self.good.instance().config.target_buffer
+        self.other_buffer = self.outsider.instance().config.target_buffer
+        self.good_strings: list[str] = []
+        arbiter = self.hostile.arbiter
+        assert arbiter is not None
+        self.abi: SharedMemoryABI = arbiter.abi
+
+    def write_good(self, count: int) -> None:
+        start = len(self.good_strings)
+        strings = [f"good {i}" for i in range(start, start + count)]
+        self.good.write(self.good.instance(), *map(make_packet, strings), flush=True)
+        self.good_strings.extend(strings)
+
+    def forge_chunk(
+        self, *, page: int, writer_id: int, chunk_id: int, payload: bytes, complete: bool = True
+    ) -> None:
+        """Puts a chunk into the hostile producer's SMB by hand."""
+        abi = self.abi
+        assert abi.try_partition_page(page, PageLayout.DIV1)
+        chunk = abi.try_acquire_chunk_for_writing(
+            page, 0, chunk_id=chunk_id, writer_id=writer_id, packet_count=1
+        )
+        assert chunk is not None
+        abi.view[chunk.payload_begin : chunk.payload_begin + len(payload)] = payload
+        if complete:
+            abi.release_chunk_as_complete(chunk)
+
+    def commit(self, request: CommitDataRequest) -> None:
+        self.env.call(lambda: self.hostile.endpoint.commit_data(request))
+
+    def stats(self) -> TraceStats:
+        self.consumer.stats.clear()
+        self.env.call(self.consumer.endpoint.get_trace_stats)
+        wait_until(lambda: bool(self.consumer.stats))
+        return self.consumer.stats[0][1]
+
+    def finish(self) -> list[Any]:
+        """Stops the session, reads it, and returns every packet that parses upstream."""
+        self.write_good(3)
+        self.consumer.stop()
+        data = self.consumer.read()
+        return list(_parse_packets(data))
+
+
+def _parse_packets(data: bytes) -> Iterator[Any]:
+    """Splits a trace into its packets (failing on bad framing) and parses those that can be."""
+    pos = 0
+    while pos < len(data):
+        assert data[pos] == 0x0A
+        pos += 1
+        length = shift = 0
+        while True:
+            byte = data[pos]
+            pos += 1
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                break
+        packet = _TracePacket()
+        body = data[pos : pos + length]
+        pos += length
+        try:
+            packet.ParseFromString(body)
+        except DecodeError:
+            continue  # hostile payloads need not parse below the top level
+        yield packet
+
+
+def _good_strings(packets: list[Any]) -> list[str]:
+    return [p.for_testing.str for p in packets if p.trusted_pid == 1 and p.HasField("for_testing")]
+
+
+def test_commit_data_validation(env: ServiceEnv) -> None:
+    scene = Scene(env)
+    scene.write_good(5)
+    writer = scene.good.instance().writer
+    assert writer is not None
+    good_writer = writer.writer_id
+    payload = b"\x05\x00\x00\x00" + make_packet("x")[:5]
+
+    request = CommitDataRequest()
+    request.chunks_to_move.add(page=0, chunk=0, target_buffer=scene.buffer)  # free chunk
+    request.chunks_to_move.add(page=10_000, chunk=0, target_buffer=scene.buffer)
+    request.chunks_to_move.add(page=1, chunk=13, target_buffer=scene.buffer)
+    scene.commit(request)
+    assert scene.stats().chunks_discarded == 3
+
+    scene.forge_chunk(page=1, writer_id=0, chunk_id=0, payload=payload)
+    scene.forge_chunk(page=2, writer_id=5, chunk_id=0, payload=payload, complete=False)
+    scene.forge_chunk(page=3, writer_id=5, chunk_id=0, payload=payload)
+    scene.forge_chunk(page=4, writer_id=6, chunk_id=0, payload=payload)
+    env.call(lambda: scene.hostile.endpoint.register_trace_writer(6, scene.buffer + 100))
+    request = CommitDataRequest()
+    request.chunks_to_move.add(page=1, chunk=0, target_buffer=scene.buffer)  # writer 0
+    request.chunks_to_move.add(page=2, chunk=0, target_buffer=scene.buffer)  # being written
+    request.chunks_to_move.add(page=3, chunk=0, target_buffer=scene.other_buffer)  # not ours
+    request.chunks_to_move.add(page=4, chunk=0, target_buffer=scene.buffer)  # wrong for writer 6
+    scene.commit(request)
+    assert scene.stats().chunks_discarded == 7
+
+    request = CommitDataRequest()
+    for writer_id, target in ((0, scene.buffer), (40_000, scene.buffer), (1, 999)):
+        patch = request.chunks_to_patch.add(writer_id=writer_id, chunk_id=0, target_buffer=target)
+        patch.patches.add(offset=0, data=b"\xff\xff\xff\xff")
+    # Patches aimed at the good producer's chunks land on the hostile producer's (none).
+    aimed = request.chunks_to_patch.add(
+        writer_id=good_writer, chunk_id=0, target_buffer=scene.buffer
+    )
+    aimed.patches.add(offset=0, data=b"\xff\xff\xff\xff")
+    aimed.patches.add(offset=4, data=b"\xff\xff")  # not 4 bytes
+    scene.commit(request)
+    stats = scene.stats()
+    assert stats.patches_discarded == 4
+    assert stats.buffer_stats[0].patches_failed == 1
+
+    packets = scene.finish()
+    assert _good_strings(packets) == scene.good_strings
+    assert not scene.other.disabled
+    assert not [p for p in packets if p.trusted_pid == 2 and p.HasField("for_testing")]
+
+
+_moves = st.lists(
+    st.tuples(
+        st.integers(0, 70),  # page (the SMB has 64)
+        st.integers(0, 15),  # chunk
+        st.sampled_from(["mine", "other", "random"]),
+        st.none() | st.binary(max_size=300),  # emulation-mode chunk bytes
+        st.booleans(),
+    ),
+    max_size=6,
+)
+_patches = st.lists(
+    st.tuples(
+        st.integers(0, 40_000),
+        st.integers(0, 2**32 - 1),
+        st.lists(st.tuples(st.integers(0, 5000), st.binary(max_size=6)), max_size=4),
+        st.booleans(),
+    ),
+    max_size=3,
+)
+_scribbles = st.lists(
+    st.tuples(st.integers(0, 256 * 1024 - 1), st.binary(min_size=1, max_size=64)), max_size=8
+)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    scribbles=_scribbles,
+    moves=_moves,
+    patches=_patches,
+    flush_id=st.integers(0, 2**64 - 1),
+    writer=st.integers(0, 40_000),
+)
+def test_fuzzed_commits_leave_others_intact(
+    fuzz_scene: Scene,
+    *,
+    scribbles: list[tuple[int, bytes]],
+    moves: list[tuple[int, int, str, bytes | None, bool]],
+    patches: list[tuple[int, int, list[tuple[int, bytes]], bool]],
+    flush_id: int,
+    writer: int,
+) -> None:
+    scene = fuzz_scene
+    view = scene.abi.view
+    for offset, garbage in scribbles:
+        end = min(offset + len(garbage), len(view))
+        view[offset:end] = garbage[: end - offset]
+    request = CommitDataRequest(flush_request_id=flush_id)
+    for page, chunk, target, data, incomplete in moves:
+        buffer = {"mine": scene.buffer, "other": scene.other_buffer}.get(target, page * 7)
+        move = request.chunks_to_move.add(page=page, chunk=chunk, target_buffer=buffer)
+        if data is not None:
+            move.data = pack_chunk_header(chunk, writer, 3, page & 7) + data
+            move.chunk_incomplete = incomplete
+    for writer_id, chunk_id, patch_list, more in patches:
+        entry = request.chunks_to_patch.add(
+            writer_id=writer_id,
+            chunk_id=chunk_id,
+            target_buffer=scene.buffer,
+            has_more_patches=more,
+        )
+        for offset, data in patch_list:
+            entry.patches.add(offset=offset, data=data)
+    scene.env.call(lambda: scene.hostile.endpoint.register_trace_writer(writer, scene.buffer))
+    scene.commit(request)
+    scene.write_good(1)
+
+
+@pytest.fixture(scope="module")
+def fuzz_env() -> Iterator[ServiceEnv]:
+    service_env = ServiceEnv(uid=os.getuid())
+    yield service_env
+    service_env.close()
+
+
+@pytest.fixture(scope="module")
+def fuzz_scene(fuzz_env: ServiceEnv) -> Scene:
+    return Scene(fuzz_env)
+
+
+def test_after_fuzzing_the_others_are_intact(fuzz_scene: Scene) -> None:
+    scene = fuzz_scene
+    packets = scene.finish()
+    assert _good_strings(packets) == scene.good_strings
+    assert len(scene.good_strings) > 100
+    assert not scene.other.disabled
+    assert scene.other.stop() == ""
+    stats = scene.stats()
+    assert stats.chunks_discarded > 0
+    assert stats.patches_discarded > 0
+
+
+def test_scraping_recovers_uncommitted_packets(env: ServiceEnv) -> None:
+    results = {}
+    for mode, name in ((1, "scraped"), (2, "not scraped")):
+        producer = FakeProducer(env, name=name, ack_stops=False).connect(smb_scraping_mode=mode)
+        producer.register("test.ds")
+        consumer = FakeConsumer(env).connect()
+        config = simple_config()
+        config.data_sources[0].producer_name_filter.append(name)
+        consumer.enable(config)
+        env.settle()
+        inst = producer.instance()
+
+        def write(p: FakeProducer = producer, i: Any = inst) -> None:
+            assert i.writer is not None
+            for n in range(3):
+                i.writer.write_packet(make_packet(f"uncommitted {n}"))
+            i.writer.finish_trace_packet()
+
+        env.call(write)
+        consumer.stop()
+        results[mode] = strings_of(consumer.read_trace())
+        env.call(consumer.endpoint.disconnect)
+    assert results[1] == [f"uncommitted {n}" for n in range(3)]
+    assert results[2] == []
