@@ -519,3 +519,31 @@ def test_batches_with_a_packet_bigger_than_any_chunk() -> None:
     packets = [b"\x08\x01" * 10, b"\x0a" * 70000, b"\x08\x02" * 30]
     reference = _write_all("message", packets, PageLayout.DIV1)
     assert _write_all("write_packets", packets, PageLayout.DIV1) == reference
+
+
+def test_emulation_scrape_sends_unfinished_chunks_without_freeing(harness: Harness) -> None:
+    h = Harness(size=4 * 4096, emulation=True, auto_commit=False)
+    try:
+        writer = h.arbiter.create_trace_writer(6)
+        writer.new_trace_packet().set_timestamp(1)
+        writer.new_trace_packet().set_timestamp(2)
+        writer.finish_trace_packet()
+        other = h.arbiter.create_trace_writer(6)
+        other.new_trace_packet().set_timestamp(3)
+        other.finish_trace_packet()
+        h.arbiter.scrape_emulated_shared_memory_buffer({writer.writer_id: 9})
+        (request,) = h.requests
+        (move,) = request.chunks_to_move
+        assert (move.page, move.chunk, move.target_buffer) == (0, 0, 9)
+        assert move.chunk_incomplete
+        assert len(move.data) == 4096 - 8
+        chunk = h.reassembler.reader.chunk_from_bytes(move.chunk, move.data, complete=False)
+        assert chunk is not None
+        assert chunk.packet_count == 3  # two packets + the bump for the next one
+        parsed = parse_chunk_payload(chunk.payload, chunk.packet_count, chunk.flags, complete=False)
+        assert len(parsed.fragments) == 2
+        assert not h.arbiter.abi.is_page_free(0)  # nothing freed
+        with pytest.raises(SmbError, match="emulation"):
+            harness.arbiter.scrape_emulated_shared_memory_buffer({})
+    finally:
+        h.close()

@@ -8,6 +8,7 @@ import os
 import struct
 import sys
 import time
+from collections.abc import Iterator
 
 from perfetto_smb._atomics import AtomicWords
 from perfetto_smb._errors import SmbError
@@ -288,6 +289,23 @@ class SharedMemoryABI:
             if not (bitmap >> (i * CHUNK_SHIFT)) & CHUNK_MASK:
                 result |= 1 << i
         return result
+
+    def scrapable_chunks(self) -> Iterator[tuple[Chunk, bool]]:
+        """(chunk, complete) for each BeingWritten or Complete chunk, in page order.
+
+        A BeingWritten chunk is included only once it holds a finished packet (a count of 2
+        or more; its last counted packet may be unfinished). Nothing changes state.
+        """
+        for page_idx in range(self.num_pages):
+            bitmap = self.page_header_bitmap(page_idx)
+            for chunk_idx in range(num_chunks_from_bitmap(bitmap)):
+                state = (bitmap >> (chunk_idx * CHUNK_SHIFT)) & CHUNK_MASK
+                if state not in (ChunkState.BEING_WRITTEN, ChunkState.COMPLETE):
+                    continue
+                chunk = self.get_chunk_unchecked(page_idx, bitmap, chunk_idx)
+                complete = state == ChunkState.COMPLETE
+                if complete or chunk.packet_count_and_flags()[0] >= 2:
+                    yield chunk, complete
 
     def try_partition_page(self, page_idx: int, layout: int) -> bool:
         """Moves a free page (bitmap 0) to `layout` with all chunks Free; False if not free."""

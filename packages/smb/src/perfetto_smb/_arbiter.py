@@ -6,7 +6,7 @@ import collections
 import mmap
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_protos.trace.trace_packet_pbzero import TracePacket
@@ -337,6 +337,29 @@ class SharedMemoryArbiter:
                     self._commit_callback(request, callback)
             elif callback is not None:
                 self._commit_callback(CommitDataRequest(), callback)
+
+    def scrape_emulated_shared_memory_buffer(self, buffer_for_writers: Mapping[int, int]) -> None:
+        """Emulation mode: commits copies of the chunks still being written or not yet sent.
+
+        Only chunks of writers in `buffer_for_writers` (writer id -> target buffer) are sent,
+        with `chunk_incomplete` set for those still being written; nothing is freed.
+        """
+        if not self.abi.emulation:
+            raise SmbError("scraping from the producer only applies to emulation mode")
+        request = CommitDataRequest()
+        for chunk, complete in self.abi.scrapable_chunks():
+            target_buffer = buffer_for_writers.get(chunk.writer_id)
+            if target_buffer is None:
+                continue
+            move = request.chunks_to_move.add()
+            move.page = chunk.page_idx
+            move.chunk = chunk.chunk_idx
+            move.target_buffer = target_buffer
+            move.data = chunk.read()
+            move.chunk_incomplete = not complete
+        if request.chunks_to_move:
+            with self._send_lock:
+                self._send_split(request, None)
 
     def _take_emulated_chunks(self, request: CommitDataRequest) -> None:
         abi = self.abi

@@ -8,10 +8,7 @@ from dataclasses import dataclass
 
 from perfetto_smb._abi import (
     CHUNK_HEADER_SIZE,
-    CHUNK_MASK,
-    CHUNK_SHIFT,
     MAX_WRITER_ID,
-    ChunkState,
     SharedMemoryABI,
     num_chunks_from_bitmap,
     unpack_chunk_header,
@@ -105,22 +102,11 @@ class SharedMemoryReader:
         A BeingWritten chunk is taken only if it holds at least one finished packet (a count
         of 2 or more). `writer_ids` keeps only chunks of those writers.
         """
-        abi = self.abi
         result: list[CopiedChunk] = []
-        for page_idx in range(abi.num_pages):
-            bitmap = abi.page_header_bitmap(page_idx)
-            for chunk_idx in range(num_chunks_from_bitmap(bitmap)):
-                state = (bitmap >> (chunk_idx * CHUNK_SHIFT)) & CHUNK_MASK
-                if state not in (ChunkState.BEING_WRITTEN, ChunkState.COMPLETE):
-                    continue
-                chunk = abi.get_chunk_unchecked(page_idx, bitmap, chunk_idx)
-                complete = state == ChunkState.COMPLETE
-                count, _ = chunk.packet_count_and_flags()
-                if not complete and count < 2:
-                    continue
-                if writer_ids is not None and chunk.writer_id not in writer_ids:
-                    continue
-                copied = self._make(page_idx, chunk_idx, chunk.read(), complete=complete)
-                if copied is not None:
-                    result.append(copied)
+        for chunk, complete in self.abi.scrapable_chunks():
+            if writer_ids is not None and chunk.writer_id not in writer_ids:
+                continue
+            copied = self._make(chunk.page_idx, chunk.chunk_idx, chunk.read(), complete=complete)
+            if copied is not None:
+                result.append(copied)
         return result
