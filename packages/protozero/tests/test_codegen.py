@@ -246,10 +246,28 @@ _STEPS = st.lists(
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(steps=_STEPS, sizes=st.lists(st.integers(6, 16), min_size=1, max_size=6))
+@given(steps=_STEPS, sizes=st.lists(st.integers(6, 64), min_size=1, max_size=6))
 def test_generated_fast_paths_match_generic_writes_across_tiny_buffers(
     pbzero: ModuleType, pb: dict[str, Any], steps: list[Any], sizes: list[int]
 ) -> None:
+    values: dict[int, Any] = {}
+    expected = b""
+    original = pbzero._COMPILED
+    try:
+        # Both varint fast paths: byte stores (interpreted) and one struct call (compiled).
+        for compiled in (False, True):
+            setattr(pbzero, "_COMPILED", compiled)  # noqa: B010 - module attribute, not typed
+            ours, expected = _write_both_ways(pbzero, steps, sizes, values)
+            assert ours == expected
+    finally:
+        setattr(pbzero, "_COMPILED", original)  # noqa: B010 - module attribute, not typed
+    pb["pztest.EveryField"].FromString(expected)
+
+
+def _write_both_ways(
+    pbzero: ModuleType, steps: list[Any], sizes: list[int], values: dict[int, Any]
+) -> tuple[bytes, bytes]:
+    """Writes `steps` with generated setters over tiny ranges and with append_* in one buffer."""
     scattered = _SizesDelegate(sizes)
     writer = ScatteredStreamWriter(scattered)
     scattered.writer = writer
@@ -257,7 +275,7 @@ def test_generated_fast_paths_match_generic_writes_across_tiny_buffers(
     ours.reset(writer)
     reference = HeapBuffered(Message, initial_slice_size=1 << 16)
     stack: list[tuple[Any, Message]] = [(ours, reference.msg)]
-    for step in steps:
+    for position, step in enumerate(steps):
         if step == "begin":
             gen, ref = stack[-1]
             stack.append((gen.add_field_nested(), ref.begin_nested_message(14, Message)))
@@ -267,15 +285,14 @@ def test_generated_fast_paths_match_generic_writes_across_tiny_buffers(
                 assert gen.finalize() == ref.finalize()
         else:
             index, data = step
-            name, append, field_id, values = _OPS[index]
-            value = data.draw(values)
+            name, append, field_id, strategy = _OPS[index]
+            if position not in values:
+                values[position] = data.draw(strategy)
             gen, ref = stack[-1]
-            getattr(gen, name)(value)
-            append(ref, field_id, value)
+            getattr(gen, name)(values[position])
+            append(ref, field_id, values[position])
     ours.finalize()
-    expected = reference.serialize()
-    assert scattered.stitch() == expected
-    pb["pztest.EveryField"].FromString(expected)
+    return scattered.stitch(), reference.serialize()
 
 
 class _SizesDelegate:

@@ -121,6 +121,15 @@ def _call_lines(indent: str, head: str, args: list[str], tail: str) -> list[str]
     return [f"{indent}{head}", *(f"{inner}{a}," for a in args), f"{indent}{tail}"]
 
 
+# Compiled (mypyc) writers pay per item stored into a Python buffer, so they build a varint
+# in a native int and store it with one call; interpreted writers store byte by byte.
+_FAST_PATH_GLOBALS = [
+    "# True when this module runs compiled: varints are then stored with one struct call.",
+    '_COMPILED = not __file__.endswith(".py")',
+    '_pack_u64 = struct.Struct("<Q").pack_into',
+]
+
+
 def _condition_lines(indent: str, conditions: list[str]) -> list[str]:
     """An `if` over `conditions` joined with `and`, laid out the way ruff format does."""
     one_line = f"{indent}if {' and '.join(conditions)}:"
@@ -155,6 +164,20 @@ def _inline_varint(body: str, tag: bytes, *, zigzag: bool) -> list[str]:
             f"p + {len(tag) + 10} <= w.end",
         ],
     )
+    deeper = inner + INDENT
+    limit = 1 << (7 * (8 - len(tag)))
+    lines += [
+        f"{inner}if _COMPILED and 0x80 <= value < 0x{limit:X}:",
+        f"{deeper}enc = 0x{word:02X}",
+        f"{deeper}shift = {8 * len(tag)}",
+        f"{deeper}while value > 0x7F:",
+        f"{deeper}{INDENT}enc |= ((value & 0x7F) | 0x80) << shift",
+        f"{deeper}{INDENT}value >>= 7",
+        f"{deeper}{INDENT}shift += 8",
+        f"{deeper}_pack_u64(w.buffer, p, enc | (value << shift))",
+        f"{deeper}w.write_ptr = p + (shift >> 3) + 1",
+        f"{deeper}return",
+    ]
     lines += [f"{inner}buf = w.buffer", *_tag_store_lines(inner, tag)]
     lines += [
         f"{inner}p += {len(tag)}",
@@ -222,6 +245,7 @@ class _FileRenderer:
         self._imports: dict[str, str] = {}
         self._uses_iterable = False
         self._uses_int_enum = False
+        self._uses_varint_fast_path = False
 
     def _alias_for(self, proto_file: str) -> str:
         if proto_file not in self._imports:
@@ -289,6 +313,7 @@ class _FileRenderer:
         signature = _call_lines(indent, f"def {method}(", params, ") -> None:")
         tag_bytes = encode_tag(field.number, wire_type)
         if kind in ("varint", "zigzag") and py_type == "int":
+            self._uses_varint_fast_path = True
             return [*signature, *_inline_varint(body, tag_bytes, zigzag=kind == "zigzag")]
         if kind in ("string", "bytes"):
             return [*signature, *_inline_bytes(body, tag_bytes, encode=kind == "string")]
@@ -349,6 +374,8 @@ class _FileRenderer:
             "from __future__ import annotations",
         ]
         stdlib = []
+        if self._uses_varint_fast_path:
+            stdlib.append("import struct")
         if self._uses_iterable:
             stdlib.append("from collections.abc import Iterable")
         if self._uses_int_enum:
@@ -360,6 +387,8 @@ class _FileRenderer:
         for section in sections:
             if section:
                 header += ["", *section]
+        if self._uses_varint_fast_path:
+            header += ["", *_FAST_PATH_GLOBALS]
         out = header
         for block in blocks:
             out += ["", "", *block]
