@@ -9,7 +9,7 @@ from perfetto_service._buffer_reader import (
     read_producer_packets_as_trace,
 )
 from perfetto_service._consumer_endpoint import ConsumerEndpointImpl
-from perfetto_service._consumer_ipc_client import ConsumerIPCClient
+from perfetto_service._consumer_ipc_client import ENABLE_TRACING_REJECTED, ConsumerIPCClient
 from perfetto_service._consumer_port import ConsumerPort, RemoteConsumer, split_service_state
 from perfetto_service._errors import ServiceError
 from perfetto_service._interfaces import (
@@ -73,6 +73,7 @@ __version__: str = _version("perfetto-service")
 
 __all__ = [
     "CHUNK_PAYLOAD_HISTOGRAM_THRESHOLDS",
+    "ENABLE_TRACING_REJECTED",
     "IPC_BUFFER_SIZE",
     "PACKET_SIZE_DROP_PACKET",
     "PRODUCER_SOCKET_SEND_TIMEOUT",
