@@ -13,7 +13,7 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib.metadata import version as _package_version
 
@@ -33,11 +33,12 @@ from perfetto_smb import (
     ensure_valid_shm_sizes,
 )
 
-from perfetto_service._buffer_reader import read_producer_packets
+from perfetto_service._buffer_reader import read_producer_packets, read_producer_packets_as_trace
 from perfetto_service._consumer_endpoint import ConsumerEndpointImpl
 from perfetto_service._errors import ServiceError
 from perfetto_service._interfaces import ClientIdentity, Consumer, Producer, TaskRunner
 from perfetto_service._producer_endpoint import ProducerEndpointImpl
+from perfetto_service._read_slicer import trace_file_bytes
 from perfetto_service._service_packets import (
     BUILTIN_CLOCK_BOOTTIME,
     ServicePacketWriter,
@@ -1323,8 +1324,8 @@ class TracingService:
             stop = False
             has_more = True
             while has_more and not stop:
-                packets, has_more = self.read_buffers(current, WRITE_INTO_FILE_BYTES_PER_READ)
-                stop = writer.write(packets)
+                data, has_more = self.read_buffers_as_trace(current, WRITE_INTO_FILE_BYTES_PER_READ)
+                stop = writer.write(data)
             if stop or current.write_period_ms == 0:
                 writer.close()
                 current.file_writer = None
@@ -1354,15 +1355,11 @@ class TracingService:
         buffer; the end-of-read events and trace stats come once the buffers are drained.
         A producer packet's slices are views into the buffer, valid until the next commit.
         """
-        packets: list[Sequence[bytes | memoryview]] = [
-            (p,) for p in self._service_packets_before_data(session)
-        ]
-        total = sum(len(p[0]) for p in packets)
+        head = self._service_packets_before_data(session)
+        packets: list[Sequence[bytes | memoryview]] = [(p,) for p in head]
+        total = sum(map(len, head))
         has_more = False
-        for buffer_id in session.buffers_index:
-            buffer = self._buffers.get(buffer_id)
-            if buffer is None:
-                continue
+        for buffer in self._session_buffers(session):
             result = read_producer_packets(buffer, session.trusted_fields, threshold - total)
             packets.extend(result.packets)
             total += result.size
@@ -1370,18 +1367,49 @@ class TracingService:
             if result.hit_threshold:
                 has_more = True
                 break
-        builtin = session.config.builtin_data_sources
-        if not has_more:
-            if not builtin.disable_service_events:
-                session.record_lifecycle_event(
-                    TracingServiceEventKind.READ_TRACING_BUFFERS_COMPLETED, boot_time_ns()
-                )
-                packets.extend((p,) for p in self._lifecycle_packets(session))
-            if session.should_emit_stats:
-                stats = self.trace_stats(session).SerializeToString()
-                packets.append((self._packet_writer.trace_stats(stats),))
-                session.should_emit_stats = False
+        packets.extend((p,) for p in self._service_packets_after_data(session, has_more))
         return packets, has_more
+
+    def read_buffers_as_trace(self, session: TracingSession, threshold: int) -> tuple[bytes, bool]:
+        """`read_buffers`, framed as trace-file bytes (what write_into_file writes)."""
+        head = self._service_packets_before_data(session)
+        parts = [trace_file_bytes((p,) for p in head)]
+        total = sum(map(len, head))
+        has_more = False
+        for buffer in self._session_buffers(session):
+            result = read_producer_packets_as_trace(
+                buffer, session.trusted_fields, threshold - total
+            )
+            parts.append(result.trace)
+            total += result.size
+            session.invalid_packets += result.invalid_packets
+            if result.hit_threshold:
+                has_more = True
+                break
+        tail = self._service_packets_after_data(session, has_more)
+        parts.append(trace_file_bytes((p,) for p in tail))
+        return b"".join(parts), has_more
+
+    def _session_buffers(self, session: TracingSession) -> Iterator[TraceBuffer]:
+        for buffer_id in session.buffers_index:
+            buffer = self._buffers.get(buffer_id)
+            if buffer is not None:
+                yield buffer
+
+    def _service_packets_after_data(self, session: TracingSession, has_more: bool) -> list[bytes]:
+        if has_more:
+            return []
+        out: list[bytes] = []
+        if not session.config.builtin_data_sources.disable_service_events:
+            session.record_lifecycle_event(
+                TracingServiceEventKind.READ_TRACING_BUFFERS_COMPLETED, boot_time_ns()
+            )
+            out.extend(self._lifecycle_packets(session))
+        if session.should_emit_stats:
+            stats = self.trace_stats(session).SerializeToString()
+            out.append(self._packet_writer.trace_stats(stats))
+            session.should_emit_stats = False
+        return out
 
     def _service_packets_before_data(self, session: TracingSession) -> list[bytes]:
         writer = self._packet_writer
@@ -1426,9 +1454,7 @@ class TracingService:
             for producer_id, writer_id in buffer.writer_stats:
                 endpoint = self._producers.get(producer_id)
                 machine_id = endpoint.identity.machine_id if endpoint is not None else 0
-                sequence_id = session.trusted_fields.sequence_id(
-                    machine_id, producer_id, writer_id
-                )
+                sequence_id = session.trusted_fields.sequence_id(machine_id, producer_id, writer_id)
                 sequences.append((sequence_id, producer_id))
         return buffers
 

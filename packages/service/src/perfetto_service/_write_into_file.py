@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
 
 from perfetto_service._errors import ServiceError
-from perfetto_service._read_slicer import packet_preamble
 
 DEFAULT_WRITE_PERIOD_MS = 5000
 """file_write_period_ms when the config leaves it 0."""
 MIN_WRITE_PERIOD_MS = 100
 """The shortest file_write_period_ms the service honours."""
-
-_IOV_MAX = 1024
-
-Packet = Sequence[bytes | bytearray | memoryview]
 
 
 def create_trace_file(path: str) -> int:
@@ -50,36 +44,26 @@ class TraceFileWriter:
         """Whether the file was closed."""
         return self._fd < 0
 
-    def write(self, packets: Sequence[Packet]) -> bool:
-        """Writes `packets`; True when writing must stop (size limit reached or write error).
+    def write(self, trace: bytes) -> bool:
+        """Appends `trace` (whole framed packets); True when writing must stop.
 
-        Like upstream, the packet that would bring the file to `max_size` bytes or more is
-        not written, and neither is anything after it.
+        Writing stops at the size limit or on a write error. Like upstream, the packet that
+        would bring the file to `max_size` bytes or more is not written, nor any after it.
         """
         if self._fd < 0:
             return True
-        limit = self._max_size or (1 << 63)
-        parts: list[bytes | bytearray | memoryview] = []
-        pending = 0
         stop = False
-        for packet in packets:
-            size = sum(map(len, packet))
-            preamble = packet_preamble(size)
-            if self.bytes_written + pending + len(preamble) + size >= limit:
-                stop = True
-                break
-            pending += len(preamble) + size
-            parts.append(preamble)
-            parts.extend(packet)
-        for start in range(0, len(parts), _IOV_MAX):
-            batch = parts[start : start + _IOV_MAX]
+        if self._max_size and self.bytes_written + len(trace) >= self._max_size:
+            trace = trace[: _whole_packets_below(trace, self._max_size - self.bytes_written)]
+            stop = True
+        view = memoryview(trace)
+        while view:
             try:
-                written = os.writev(self._fd, batch)
+                written = os.write(self._fd, view)
             except OSError:
                 return True
             self.bytes_written += written
-            if written < sum(map(len, batch)):
-                return True
+            view = view[written:]
         return stop
 
     def close(self) -> None:
@@ -90,3 +74,23 @@ class TraceFileWriter:
             os.fsync(self._fd)
         os.close(self._fd)
         self._fd = -1
+
+
+def _whole_packets_below(trace: bytes, room: int) -> int:
+    """The length of the longest run of whole `Trace.packet` fields of `trace` below `room`."""
+    pos = 0
+    end = len(trace)
+    while pos < end:
+        cursor = pos + 1
+        length = shift = 0
+        while True:
+            byte = trace[cursor]
+            cursor += 1
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                break
+        if cursor + length >= room:
+            return pos
+        pos = cursor + length
+    return pos
