@@ -125,11 +125,15 @@ class TraceWriter:
         if self._patch_list and self._patch_list[0].is_patched():
             self._arbiter.send_patches(self.writer_id, self.target_buffer, self._patch_list)
         packet.reset(stream)
-        offset = stream.reserve_bytes(PACKET_HEADER_SIZE)
+        # The room check above (or the fresh range) leaves at least 12 bytes: no need for
+        # reserve_bytes() and its range check.
+        offset = stream.write_ptr
+        data = offset + PACKET_HEADER_SIZE
+        stream.write_ptr = data
         buffer = stream.buffer
-        buffer[offset : offset + PACKET_HEADER_SIZE] = b"\0\0\0\0"
+        buffer[offset:data] = b"\0\0\0\0"
         self._size_field = offset if buffer is self._smb else -1
-        self._fragment_start = stream.write_ptr
+        self._fragment_start = data
         self._fragmenting_packet = True
         if not self._drop_packets and self._chunk is not None:
             halves = self._halves
