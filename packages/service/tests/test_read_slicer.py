@@ -66,13 +66,16 @@ def test_no_packets_still_make_one_empty_reply() -> None:
 
 
 def test_slices_are_length_prefixed_like_protozero_and_flag_the_last_one() -> None:
-    (reply,) = read_buffers_replies([[b"ab", b"c"]])
+    big = bytes(200)
+    (reply,) = read_buffers_replies([[b"ab", big]])
     assert reply == (
-        b"\x12\x86\x80\x80\x00"
+        b"\x12\x06"
         + b"\x0a\x02ab"
         + b"\x10\x00"
-        + b"\x12\x85\x80\x80\x00"
-        + b"\x0a\x01c"
+        # Past 127 bytes protozero keeps the 4-byte redundant length it reserved.
+        + b"\x12\xcd\x81\x80\x00"
+        + b"\x0a\xc8\x01"
+        + big
         + b"\x10\x01"
     )
 

@@ -149,3 +149,12 @@ def test_trace_provenance_lists_each_buffers_sequences() -> None:
     assert packet.timestamp == timestamp
     buffers = packet.trace_provenance.buffers
     assert [[(s.id, s.producer_id) for s in b.sequences] for b in buffers] == [[(2, 1), (3, 4)], []]
+
+
+def test_service_packet_bytes_follow_upstreams_field_order_and_length_compaction() -> None:
+    packet = ServicePacketWriter(1000).trace_uuid(msb=1, lsb=2)
+    header = bytes.fromhex("18e8075001d00306")  # uid 1000, sequence 1, BOOTTIME
+    assert packet == header + bytes.fromhex("ca050410020801")
+    # A nested message past 127 bytes keeps protozero's 4-byte length.
+    big = ServicePacketWriter(0).trace_config(bytes(200))
+    assert big[len(ServicePacketWriter(0).header) :][:6] == bytes.fromhex("8a02c8818000")

@@ -53,6 +53,22 @@ def bytes_field(field_number: int, payload: bytes) -> bytes:
     return tag(field_number, WIRE_LENGTH_DELIMITED) + varint(len(payload)) + payload
 
 
+MAX_ONE_BYTE_MESSAGE_LENGTH = 127
+"""Nested messages up to this size get a 1-byte length from protozero; larger ones 4 bytes."""
+
+
+def nested_length(size: int) -> bytes:
+    """The length prefix protozero gives a nested message of `size` bytes.
+
+    protozero reserves 4 bytes and back-fills a redundant varint, but compacts the prefix
+    to one byte when the message turns out to be short (and sits in one contiguous buffer,
+    as the service's own messages do).
+    """
+    if size <= MAX_ONE_BYTE_MESSAGE_LENGTH:
+        return _SMALL_VARINTS[size]
+    return redundant_varint4(size)
+
+
 def nested_field(field_number: int, payload: bytes) -> bytes:
-    """A nested message field whose length is a 4-byte redundant varint, as protozero writes it."""
-    return tag(field_number, WIRE_LENGTH_DELIMITED) + redundant_varint4(len(payload)) + payload
+    """A nested message field length-prefixed as protozero does (see `nested_length`)."""
+    return tag(field_number, WIRE_LENGTH_DELIMITED) + nested_length(len(payload)) + payload

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from perfetto_service._field_encoding import redundant_varint4, varint
+from perfetto_service._field_encoding import nested_length, varint
 
 IPC_BUFFER_SIZE = 131072
 """Largest IPC frame, length prefix included (kIPCBufferSize)."""
@@ -35,9 +35,7 @@ Slice = bytes | bytearray | memoryview
 def _slice_prefix(size: int) -> bytes:
     """What precedes the data of a `size`-byte slice in a reply: the Slice key and length."""
     size_varint = varint(size)
-    return (
-        _SLICES_TAG + redundant_varint4(1 + len(size_varint) + size + 2) + _DATA_TAG + size_varint
-    )
+    return _SLICES_TAG + nested_length(1 + len(size_varint) + size + 2) + _DATA_TAG + size_varint
 
 
 # Slice prefixes by slice size, built as sizes are first seen; producer slices are at most

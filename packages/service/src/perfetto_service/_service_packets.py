@@ -1,8 +1,10 @@
 """Builders of the packets the service writes itself (trusted_packet_sequence_id 1).
 
 Each builder returns one serialized TracePacket, with fields in the order upstream's
-service writes them and nested messages length-prefixed as protozero does (4-byte
-redundant varints), so that the bytes match upstream's for the same values.
+service writes them and nested messages length-prefixed as protozero does (1 byte up to
+127 bytes, else a 4-byte redundant varint), so that the bytes match upstream's for the
+same values. The TraceConfig and TraceStats bodies are serialized by protobuf, whose
+nested lengths are minimal varints.
 """
 
 from __future__ import annotations
