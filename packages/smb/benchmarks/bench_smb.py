@@ -2,9 +2,9 @@
 
 Run: `.venv/bin/python packages/smb/benchmarks/bench_smb.py`. Each case writes 100k
 track-event-sized packets (20-60 bytes), median of 7 runs, all in this process, timed in
-process CPU time and interleaved (the machine is shared); ratios are baseline time / case time, so 1.0 means
-as fast as the bytearray and 0.5 half as fast. The SMB is pre-faulted, as in a long-running
-producer, and big enough that no chunk needs to be freed during a run.
+process CPU time and interleaved round by round (the machine is shared). Ratios are baseline
+time / case time: 1.0 is as fast as the bytearray, 0.5 half as fast. The SMB is pre-faulted,
+as in a long-running producer, and big enough that no chunk needs freeing during a run.
 """
 
 from __future__ import annotations
