@@ -181,11 +181,11 @@ class Daemon:
         self._owned_paths = _filesystem_paths(names)
         if permissions is not None:
             _apply_permissions(permissions, self.producers, self.consumer)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(signum, self.loop.stop)
 
     def run(self) -> None:
         """Serves until SIGTERM or SIGINT, then removes the sockets."""
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            self.loop.add_signal_handler(signum, self.loop.stop)
         try:
             self.loop.run_forever()
         finally:

@@ -1,0 +1,166 @@
+"""The traced command: flags, socket handling, errors and shutdown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ipc_fakes import wait_for
+from traced_testlib import TIMEOUT, ConsumerSession, Traced
+
+TRACED = [sys.executable, "-m", "perfetto_service._traced"]
+
+
+@pytest.fixture
+def directory() -> Iterator[str]:
+    with tempfile.TemporaryDirectory() as path:
+        yield path
+
+
+def _env(producer: str, consumer: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PERFETTO_PRODUCER_SOCK_NAME"] = producer
+    env["PERFETTO_CONSUMER_SOCK_NAME"] = consumer
+    env.pop("TRACED_NOTIFY_FD", None)
+    return env
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*TRACED, *args], env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False
+    )
+
+
+def test_version() -> None:
+    result = _run(["--version"], dict(os.environ))
+    assert result.returncode == 0
+    assert result.stdout.startswith("traced (perfetto-py) 0.")
+
+
+def test_sigterm_and_sigint_remove_the_sockets(directory: str) -> None:
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        daemon = Traced(directory, producers=2)
+        paths = [*daemon.producer_sockets, daemon.consumer_socket]
+        assert all(stat.S_ISSOCK(os.stat(path).st_mode) for path in paths)
+        daemon.process.send_signal(signum)
+        assert daemon.process.wait(TIMEOUT) == 0
+        daemon.stop()
+        assert not any(os.path.exists(path) for path in paths)
+
+
+def test_every_listed_producer_socket_serves(directory: str) -> None:
+    with Traced(directory, producers=3) as daemon:
+        for path in daemon.producer_sockets:
+            with socket.socket(socket.AF_UNIX) as probe:
+                probe.connect(path)
+
+
+def test_already_running_is_a_one_line_error(directory: str) -> None:
+    with Traced(directory) as daemon:
+        result = _run([], daemon.env | {"TRACED_NOTIFY_FD": ""})
+        assert result.returncode == 1
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1
+        assert lines[0].startswith("traced: already running")
+        assert daemon.process.poll() is None
+        session = ConsumerSession(daemon.consumer_socket)
+        session.close()
+
+
+def test_stale_sockets_are_replaced(directory: str) -> None:
+    producer, consumer = f"{directory}/p", f"{directory}/c"
+    for path in (producer, consumer):
+        stale = socket.socket(socket.AF_UNIX)
+        stale.bind(path)
+        stale.close()
+    process = subprocess.Popen([*TRACED], env=_env(producer, consumer), stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: _accepts(consumer), TIMEOUT)
+        assert _accepts(producer)
+    finally:
+        process.terminate()
+        process.wait(TIMEOUT)
+        assert process.stderr is not None
+        process.stderr.close()
+
+
+def _accepts(path: str) -> bool:
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+        return True
+
+
+def test_unwritable_socket_path_is_a_one_line_error(directory: str) -> None:
+    missing = f"{directory}/no/such/dir"
+    result = _run([], _env(f"{missing}/producer", f"{missing}/consumer"))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("traced: cannot listen on")
+    assert "producer" in lines[0]
+
+
+def test_a_regular_file_in_the_way_is_not_removed(directory: str) -> None:
+    producer = Path(directory, "p")
+    producer.write_text("precious")
+    result = _run([], _env(str(producer), f"{directory}/c"))
+    assert result.returncode == 1
+    assert "is not a socket" in result.stderr
+    assert producer.read_text() == "precious"
+
+
+def test_set_socket_permissions(directory: str) -> None:
+    group = str(os.getgid())
+    with Traced(directory, "--set-socket-permissions", f"{group}:0640:{group}:0600") as daemon:
+        assert stat.S_IMODE(os.stat(daemon.producer_socket).st_mode) == 0o640
+        assert stat.S_IMODE(os.stat(daemon.consumer_socket).st_mode) == 0o600
+        assert os.stat(daemon.consumer_socket).st_gid == os.getgid()
+
+
+@pytest.mark.parametrize(
+    "value", ["a:0660:b", "grp:0660::0660", "nosuchgroup-xyz:0660:nosuchgroup-xyz:0660", "0:9z:0:1"]
+)
+def test_bad_socket_permissions(directory: str, value: str) -> None:
+    result = _run(["--set-socket-permissions", value], _env(f"{directory}/p", f"{directory}/c"))
+    assert result.returncode == 1
+    assert result.stderr.startswith("traced: --set-socket-permissions")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not os.path.exists(f"{directory}/p")
+
+
+def test_background_prints_the_pid_and_keeps_serving(directory: str) -> None:
+    producer, consumer = f"{directory}/p", f"{directory}/c"
+    result = _run(["--background"], _env(producer, consumer))
+    assert result.returncode == 0, result.stderr
+    pid = int(result.stdout.strip())
+    try:
+        assert _accepts(consumer)
+        session = ConsumerSession(consumer)
+        session.close()
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + TIMEOUT
+    while os.path.exists(consumer) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not os.path.exists(consumer)
+    assert not os.path.exists(producer)
+
+
+def test_background_reports_start_errors(directory: str) -> None:
+    missing = f"{directory}/missing"
+    result = _run(["--background"], _env(f"{missing}/p", f"{missing}/c"))
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.startswith("traced: cannot listen on")
