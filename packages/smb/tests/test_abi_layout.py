@@ -13,8 +13,10 @@ from perfetto_smb import (
     SharedMemoryABI,
     SmbError,
     chunk_size_for_layout,
+    chunk_state_from_bitmap,
     pack_chunk_header,
     unpack_chunk_header,
+    used_chunks_from_bitmap,
 )
 from protozero import write_redundant_varint
 
@@ -102,6 +104,12 @@ def test_bitmap_bits_follow_each_transition(region: SharedMemory) -> None:
         abi.release_chunk_as_complete(c13)
         assert word(region, 0) == 0x50000000 | (3 << 26) | (1 << 4)
         assert abi.chunk_state(0, 13) is ChunkState.COMPLETE
+        bitmap = word(region, 0)
+        assert chunk_state_from_bitmap(bitmap, 13) is ChunkState.COMPLETE
+        assert chunk_state_from_bitmap(bitmap, 2) is ChunkState.BEING_WRITTEN
+        assert chunk_state_from_bitmap(bitmap, 5) is ChunkState.FREE
+        assert used_chunks_from_bitmap(bitmap) == (1 << 13) | (1 << 2)
+        assert used_chunks_from_bitmap(0x60000003) == 0  # reserved layout: no chunks
         assert abi.try_acquire_chunk_for_reading(0, 2) is None  # BeingWritten, not Complete
         reading = abi.try_acquire_chunk_for_reading(0, 13)
         assert reading is not None
