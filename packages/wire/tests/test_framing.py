@@ -17,7 +17,7 @@ from perfetto_wire import (
     FrameTooLargeError,
     encode_frame,
 )
-from perfetto_wire._framing import encode_invoke, encode_invoke_reply
+from perfetto_wire._call_frames import encode_invoke, invoke_reply_header
 
 # ABI.md §1.1: BindService("ProducerPort") with request_id 1.
 GOLDEN_BIND = bytes.fromhex("12000000 1001 1a0e 0a0c 50726f6475636572506f7274")
@@ -236,11 +236,12 @@ def test_hand_written_reply_matches_protobuf(request_id: int, has_more: bool, re
     frame = IPCFrame(request_id=request_id)
     answer = frame.msg_invoke_method_reply
     answer.success, answer.has_more, answer.reply_proto = True, has_more, reply
-    assert encode_invoke_reply(request_id, has_more, reply) == encode_frame(frame)
+    encoded = invoke_reply_header(request_id, has_more, len(reply)) + reply
+    assert encoded == encode_frame(frame)
 
 
 def test_hand_written_frames_respect_the_size_limit() -> None:
     with pytest.raises(FrameTooLargeError):
-        encode_invoke_reply(1, False, b"x" * MAX_PAYLOAD_SIZE)
+        invoke_reply_header(1, False, MAX_PAYLOAD_SIZE)
     with pytest.raises(FrameTooLargeError):
         encode_invoke(1, 1, 1, b"x" * MAX_PAYLOAD_SIZE, False)

@@ -5,15 +5,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar, cast
 
 from google.protobuf.message import DecodeError, Message
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
 
+from perfetto_wire._call_frames import decode_invoke_reply, encode_invoke
 from perfetto_wire._descriptors import MethodDescriptor, ServiceDescriptor
 from perfetto_wire._endpoint import FrameEndpoint, Transport, close_fd
 from perfetto_wire._errors import WireError
-from perfetto_wire._framing import encode_frame, encode_invoke
+from perfetto_wire._framing import Buffer, encode_frame
 
 __all__ = [
     "BindCallback",
@@ -237,6 +238,40 @@ class ClientConnection(FrameEndpoint):
             else:
                 run_callback(request.callback, REJECTED)
 
+    def _on_frame_bytes(self, data: Buffer, start: int, end: int, fd: int | None) -> None:
+        reply = decode_invoke_reply(data, start, end)
+        if reply is None:
+            super()._on_frame_bytes(data, start, end, fd)
+            return
+        request = self._pending.get(reply[0])
+        if type(request) is _PendingInvoke:
+            self._on_invoke_reply(request, reply, fd)
+        elif request is None:
+            _log.debug("ignoring a reply to unknown request %d", reply[0])
+            if fd is not None:
+                close_fd(fd)
+        else:
+            super()._on_frame_bytes(data, start, end, fd)
+
+    def _on_invoke_reply(
+        self, request: _PendingInvoke, reply: tuple[int, bool, bool, Buffer], fd: int | None
+    ) -> None:
+        """Delivers one reply (request_id, success, has_more, reply_proto) to its caller."""
+        request_id, success, has_more, reply_proto = reply
+        if not has_more:
+            del self._pending[request_id]
+        message: Message | None = None
+        if success:
+            try:
+                # protobuf parses any buffer; its stubs only name bytes.
+                message = request.method.reply_type.FromString(cast(bytes, reply_proto))
+            except DecodeError:
+                _log.debug("undecodable %s reply", request.method.name)
+        try:
+            request.callback(Reply(message is not None, has_more, message, fd))
+        except Exception:
+            _log.exception("IPC client callback failed")
+
     def _on_frame(self, frame: IPCFrame, fd: int | None) -> None:
         request_id = frame.request_id
         request = self._pending.get(request_id)
@@ -248,19 +283,8 @@ class ClientConnection(FrameEndpoint):
         kind = frame.WhichOneof("msg")
         if kind == "msg_invoke_method_reply" and type(request) is _PendingInvoke:
             reply = frame.msg_invoke_method_reply
-            has_more = reply.has_more
-            if not has_more:
-                del self._pending[request_id]
-            message: Message | None = None
-            if reply.success:
-                try:
-                    message = request.method.reply_type.FromString(reply.reply_proto)
-                except DecodeError:
-                    _log.debug("undecodable %s reply", request.method.name)
-            try:
-                request.callback(Reply(message is not None, has_more, message, fd))
-            except Exception:
-                _log.exception("IPC client callback failed")
+            decoded = (request_id, reply.success, reply.has_more, reply.reply_proto)
+            self._on_invoke_reply(request, decoded, fd)
             return
         del self._pending[request_id]
         if fd is not None:

@@ -18,9 +18,8 @@ __all__ = [
     "FrameDecoder",
     "FrameTooLargeError",
     "encode_frame",
-    "encode_invoke",
-    "encode_invoke_reply",
     "encode_payload",
+    "parse_frame",
 ]
 
 _log = logging.getLogger("perfetto_wire")
@@ -61,67 +60,6 @@ def encode_frame(frame: IPCFrame) -> bytes:
     return encode_payload(frame.SerializeToString())
 
 
-# The two frames on every call's path are written by hand: the same bytes protobuf would
-# produce for an IPCFrame with these fields set, for a fraction of the cost.
-_ONE_BYTE_VARINTS = [bytes((value,)) for value in range(0x80)]
-
-
-def _varint(value: int) -> bytes:
-    if value < 0x80:
-        return _ONE_BYTE_VARINTS[value]
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _frame(request_id: int, member_tag: bytes, member: list[bytes], member_size: int) -> bytes:
-    request = _varint(request_id)
-    size_varint = _varint(member_size)
-    payload_size = 1 + len(request) + 1 + len(size_varint) + member_size
-    if payload_size > MAX_PAYLOAD_SIZE:
-        raise FrameTooLargeError(payload_size)
-    return b"".join(
-        (payload_size.to_bytes(4, "little"), b"\x10", request, member_tag, size_varint, *member)
-    )
-
-
-def encode_invoke(
-    request_id: int, service_id: int, method_id: int, args_proto: bytes, drop_reply: bool
-) -> bytes:
-    """An InvokeMethod frame, every field set like upstream's client sets them."""
-    small = _ONE_BYTE_VARINTS
-    service = small[service_id] if service_id < 0x80 else _varint(service_id)
-    method = small[method_id] if method_id < 0x80 else _varint(method_id)
-    args_length = len(args_proto)
-    args_size = small[args_length] if args_length < 0x80 else _varint(args_length)
-    member = [
-        b"\x08",
-        service,
-        b"\x10",
-        method,
-        b"\x1a",
-        args_size,
-        args_proto,
-        b"\x20\x01" if drop_reply else b"\x20\x00",
-    ]
-    size = 5 + len(service) + len(method) + len(args_size) + args_length
-    return _frame(request_id, b"\x2a", member, size)
-
-
-def encode_invoke_reply(request_id: int, has_more: bool, reply_proto: bytes) -> bytes:
-    """A successful InvokeMethodReply frame (success, has_more and reply_proto set)."""
-    reply_size = _varint(len(reply_proto))
-    member = [
-        b"\x08\x01\x10\x01\x1a" if has_more else b"\x08\x01\x10\x00\x1a",
-        reply_size,
-        reply_proto,
-    ]
-    return _frame(request_id, b"\x32", member, 5 + len(reply_size) + len(reply_proto))
-
-
 class FrameDecoder:
     """Reassembles IPCFrames from a byte stream cut at arbitrary points.
 
@@ -146,6 +84,20 @@ class FrameDecoder:
 
     def feed(self, data: Buffer) -> list[IPCFrame]:
         """Consumes `data` and returns the frames it completes, in order."""
+        source, spans = self.split(data)
+        frames: list[IPCFrame] = []
+        for start, end in spans:
+            frame = parse_frame(source, start, end)
+            if frame is not None:
+                frames.append(frame)
+        return frames
+
+    def split(self, data: Buffer) -> tuple[Buffer, list[tuple[int, int]]]:
+        """Consumes `data`; returns a buffer and the (start, end) of each frame it completes.
+
+        The buffer is `data` itself or one the decoder no longer uses; the spans cover the
+        serialized IPCFrames (length prefixes and zero-length frames left out).
+        """
         if self._broken is not None:
             raise self._broken
         buf = self._buf
@@ -154,50 +106,41 @@ class FrameDecoder:
             source: Buffer = buf
         else:
             source = data
-            total = len(data)
-            if total > HEADER_SIZE and _HEADER.unpack_from(data)[0] == total - HEADER_SIZE:
-                return self._single_frame(data, total - HEADER_SIZE)
-        frames: list[IPCFrame] = []
         total = len(source)
+        if total > HEADER_SIZE:
+            (size,) = _HEADER.unpack_from(source)
+            if size == total - HEADER_SIZE and size <= self._max_payload:
+                if buf:
+                    self._buf = bytearray()
+                return source, [(HEADER_SIZE, total)]
+        spans: list[tuple[int, int]] = []
         pos = 0
-        with memoryview(source) as view:
-            while total - pos >= HEADER_SIZE:
-                (size,) = _HEADER.unpack_from(view, pos)
-                if size > self._max_payload:
-                    self._broken = FrameTooLargeError(size, self._max_payload)
-                    break
-                end = pos + HEADER_SIZE + size
-                if end > total:
-                    break
-                if size:
-                    frame = IPCFrame()
-                    try:
-                        # protobuf parses any buffer; its stubs only name bytes.
-                        frame.ParseFromString(cast(bytes, view[pos + HEADER_SIZE : end]))
-                    except DecodeError:
-                        _log.debug("dropping an IPC frame that does not parse (%d bytes)", size)
-                    else:
-                        frames.append(frame)
-                pos = end
-        if self._broken is not None:
-            buf.clear()
-            raise self._broken
+        while total - pos >= HEADER_SIZE:
+            (size,) = _HEADER.unpack_from(source, pos)
+            if size > self._max_payload:
+                self._buf = bytearray()
+                self._broken = FrameTooLargeError(size, self._max_payload)
+                raise self._broken
+            end = pos + HEADER_SIZE + size
+            if end > total:
+                break
+            if size:
+                spans.append((pos + HEADER_SIZE, end))
+            pos = end
         if source is buf:
-            del buf[:pos]
+            self._buf = buf[pos:] if pos < total else bytearray()
         elif pos < total:
-            buf += source[pos:]
-        return frames
+            self._buf = bytearray(source[pos:])
+        return source, spans
 
-    def _single_frame(self, data: Buffer, size: int) -> list[IPCFrame]:
-        """The common case: `data` is exactly one whole frame."""
-        if size > self._max_payload:
-            self._broken = FrameTooLargeError(size, self._max_payload)
-            raise self._broken
-        frame = IPCFrame()
-        try:
-            # protobuf parses any buffer; its stubs only name bytes.
-            frame.ParseFromString(cast(bytes, data[HEADER_SIZE:]))
-        except DecodeError:
-            _log.debug("dropping an IPC frame that does not parse (%d bytes)", size)
-            return []
-        return [frame]
+
+def parse_frame(data: Buffer, start: int, end: int) -> IPCFrame | None:
+    """The IPCFrame serialized in `data[start:end]`, or None (logged) if it does not parse."""
+    frame = IPCFrame()
+    try:
+        # protobuf parses any buffer; its stubs only name bytes.
+        frame.ParseFromString(cast(bytes, data[start:end]))
+    except DecodeError:
+        _log.debug("dropping an IPC frame that does not parse (%d bytes)", end - start)
+        return None
+    return frame

@@ -6,14 +6,16 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import cast
 
 from google.protobuf.message import DecodeError, Message
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
 
+from perfetto_wire._call_frames import decode_invoke, invoke_reply_header
 from perfetto_wire._descriptors import MethodDescriptor, ServiceDescriptor
 from perfetto_wire._endpoint import FrameEndpoint, Transport, close_fd
 from perfetto_wire._errors import WireError
-from perfetto_wire._framing import FrameTooLargeError, encode_frame, encode_invoke_reply
+from perfetto_wire._framing import Buffer, FrameTooLargeError, encode_frame
 
 __all__ = [
     "ClientInfo",
@@ -289,7 +291,9 @@ class HostConnection(FrameEndpoint):
         self, request_id: int, reply_proto: bytes, has_more: bool, fd: int | None
     ) -> None:
         """Sends a successful InvokeMethodReply."""
-        self._send(encode_invoke_reply(request_id, has_more, reply_proto), fd)
+        self._send_framed(
+            invoke_reply_header(request_id, has_more, len(reply_proto)), reply_proto, fd
+        )
 
     def send_rejection(self, request_id: int) -> None:
         """Sends the final InvokeMethodReply of a call that failed."""
@@ -316,12 +320,28 @@ class HostConnection(FrameEndpoint):
             self._pending_fd = None
         self._host._connection_closed(self)
 
+    def _on_frame_bytes(self, data: Buffer, start: int, end: int, fd: int | None) -> None:
+        call = decode_invoke(data, start, end)
+        if call is None:
+            super()._on_frame_bytes(data, start, end, fd)
+            return
+        if fd is not None:
+            self._set_pending_fd(fd)
+        self._invoke(*call)
+
     def _on_frame(self, frame: IPCFrame, fd: int | None) -> None:
         if fd is not None:
             self._set_pending_fd(fd)
         kind = frame.WhichOneof("msg")
         if kind == "msg_invoke_method":
-            self._invoke(frame.request_id, frame.msg_invoke_method)
+            invoke = frame.msg_invoke_method
+            self._invoke(
+                frame.request_id,
+                invoke.service_id,
+                invoke.method_id,
+                invoke.args_proto,
+                invoke.drop_reply,
+            )
         elif kind == "msg_bind_service":
             self._bind(frame.request_id, frame.msg_bind_service.service_name)
         elif kind == "set_peer_identity":
@@ -346,25 +366,31 @@ class HostConnection(FrameEndpoint):
             _log.debug("client %d bound unknown service %r", self.client_id, service_name)
         self._send(encode_frame(frame))
 
-    def _invoke(self, request_id: int, invoke: IPCFrame.InvokeMethod) -> None:
+    def _invoke(
+        self,
+        request_id: int,
+        service_id: int,
+        method_id: int,
+        args_proto: Buffer,
+        drop_reply: bool,
+    ) -> None:
         services = self._host._services
-        service_id = invoke.service_id
         if not 1 <= service_id <= len(services):
             self._send_failure(request_id)
             return
         service = services[service_id - 1]
-        method_id = invoke.method_id
         if not 1 <= method_id <= len(service.handlers):
             self._send_failure(request_id)
             return
         method = service.descriptor.methods[method_id - 1]
         try:
-            request = method.request_type.FromString(invoke.args_proto)
+            # protobuf parses any buffer; its stubs only name bytes.
+            request = method.request_type.FromString(cast(bytes, args_proto))
         except DecodeError:
             _log.debug("undecodable %s request from client %d", method.name, self.client_id)
             self._send_failure(request_id)
             return
-        deferred = Deferred(self, request_id, method, not invoke.drop_reply)
+        deferred = Deferred(self, request_id, method, not drop_reply)
         handler = service.handlers[method_id - 1]
         if handler is None:
             _log.debug("%s.%s has no handler", service.descriptor.name, method.name)

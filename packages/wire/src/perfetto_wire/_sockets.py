@@ -20,6 +20,7 @@ __all__ = [
     "SocketAddress",
     "TruncatedMessageError",
     "connect_socket",
+    "fd_ancillary",
     "fd_from_ancillary",
     "listen_socket",
     "parse_address",
@@ -172,11 +173,14 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int]:
     return uid, pid
 
 
+def fd_ancillary(fd: int) -> list[tuple[int, int, bytes]]:
+    """The ancillary data of a sendmsg that passes `fd` with SCM_RIGHTS."""
+    return [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", (fd,)).tobytes())]
+
+
 def send_with_fd(sock: socket.socket, data: bytes | memoryview, fd: int) -> int:
     """One sendmsg of `data` with `fd` in SCM_RIGHTS; returns the bytes sent."""
-    return sock.sendmsg(
-        [data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", (fd,)).tobytes())]
-    )
+    return sock.sendmsg([data], fd_ancillary(fd))
 
 
 def recv_with_fd(sock: socket.socket, buffer: memoryview) -> tuple[int, int | None]:

@@ -8,13 +8,14 @@ import logging
 import os
 import socket
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from perfetto_wire._endpoint import FrameEndpoint
 from perfetto_wire._framing import IPC_BUFFER_SIZE
 from perfetto_wire._sockets import (
     FD_ANCILLARY_SIZE,
     TruncatedMessageError,
+    fd_ancillary,
     fd_from_ancillary,
     send_with_fd,
 )
@@ -116,6 +117,37 @@ class SocketTransport:
             return
         if sent < len(data):
             self._enqueue(memoryview(data)[sent:], fd if sent == 0 else None)
+
+    def send_parts(self, parts: Sequence[bytes], fd: int | None = None) -> None:
+        """Writes the concatenation of `parts` (with `fd` on its first byte) without joining
+        them: one `sendmsg` now, the rest queued."""
+        if self._closed:
+            return
+        if fd is not None and not self.can_pass_fds:
+            _log.warning("dropping an fd: %s sockets cannot carry file descriptors", self._family)
+            fd = None
+        sent = 0
+        if not self._queue:
+            try:
+                if fd is None:
+                    sent = self._sock.sendmsg(parts)
+                else:
+                    sent = self._sock.sendmsg(parts, fd_ancillary(fd))
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError as exc:
+                self.lose(f"send failed: {exc}")
+                return
+        if sent:
+            fd = None
+        for part in parts:
+            size = len(part)
+            if sent >= size:
+                sent -= size
+                continue
+            self._enqueue(memoryview(part)[sent:], fd)
+            fd = None
+            sent = 0
 
     def close(self) -> None:
         """Shuts the socket down without notifying the endpoint (it asked for this)."""
