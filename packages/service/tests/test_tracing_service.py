@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 
 import pytest
+from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
+from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
+from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_service import ServiceError
-from perfetto_smb import SharedMemory
+from perfetto_smb import SharedMemory, pack_chunk_header
 from tracing_service_harness import (
     FakeConsumer,
     FakeProducer,
@@ -297,3 +301,94 @@ def test_start_callback_writes_are_read(env: ServiceEnv) -> None:
     env.settle()
     consumer.stop()
     assert strings_of(consumer.read_trace()) == ["at start"]
+
+
+def test_unregister_stops_running_instances(env: ServiceEnv) -> None:
+    producer = FakeProducer(env).connect()
+    producer.register("test.ds")
+    consumer = FakeConsumer(env).connect()
+    consumer.enable(simple_config())
+    env.settle()
+    producer.write(producer.instance(), make_packet("before unregister"), flush=True)
+    env.call(lambda: producer.endpoint.unregister_data_source("test.ds"))
+    env.settle()
+    assert producer.commands[-1] == "stop:1"
+    session = env.call(lambda: env.service.session(1))
+    assert session is not None
+    assert session.data_source_instances == []
+    consumer.stop()
+    assert strings_of(consumer.read_trace()) == ["before unregister"]
+
+
+def test_update_data_source_keeps_name_and_id(env: ServiceEnv) -> None:
+    producer = FakeProducer(env).connect()
+    producer.register("test.ds", id=7)
+    updated = DataSourceDescriptor(name="test.ds", id=7, will_notify_on_stop=True)
+    env.call(lambda: producer.endpoint.update_data_source(updated))
+    consumer = FakeConsumer(env).connect()
+    states: list[tuple[bool, TracingServiceState]] = []
+    env.call(
+        lambda: consumer.endpoint.query_service_state(False, lambda ok, s: states.append((ok, s)))
+    )
+    descriptors = [d.ds_descriptor for d in states[0][1].data_sources]
+    assert [(d.name, d.id, d.will_notify_on_stop) for d in descriptors] == [("test.ds", 7, True)]
+
+
+def test_commits_with_chunk_bytes_in_the_request(env: ServiceEnv) -> None:
+    producer = FakeProducer(env).connect()
+    producer.register("test.ds")
+    consumer = FakeConsumer(env).connect()
+    consumer.enable(simple_config())
+    env.settle()
+    target = producer.instance().config.target_buffer
+    request = CommitDataRequest()
+    for chunk_id, text in enumerate(("emulated 0", "emulated 1")):
+        body = make_packet(text)
+        fragment = bytes((len(body) | 0x80, 0x80, 0x80, 0x00)) + body
+        move = request.chunks_to_move.add(page=0, chunk=0, target_buffer=target)
+        move.data = pack_chunk_header(chunk_id, 3, 1, 0) + fragment
+    # The last chunk is still being written: its only packet may be unfinished.
+    move.chunk_incomplete = True
+    env.call(lambda: producer.endpoint.commit_data(request))
+    consumer.stop()
+    assert strings_of(consumer.read_trace()) == ["emulated 0"]
+
+
+def test_twenty_producers(env: ServiceEnv) -> None:
+    producers = [FakeProducer(env, name=f"p{i}", pid=100 + i).connect() for i in range(20)]
+    for p in producers:
+        p.register("test.ds")
+    consumer = FakeConsumer(env).connect()
+    consumer.enable(simple_config(buffer_kb=1024))
+    env.settle()
+    for i, p in enumerate(producers):
+        p.write(p.instance(), *(make_packet(f"p{i} e{j}") for j in range(10)), flush=True)
+    consumer.stop()
+    trace = consumer.read_trace()
+    by_pid: dict[int, list[str]] = {}
+    for packet in producer_packets(trace):
+        by_pid.setdefault(packet.trusted_pid, []).append(packet.for_testing.str)
+    assert by_pid == {100 + i: [f"p{i} e{j}" for j in range(10)] for i in range(20)}
+    sequence_ids = {p.trusted_packet_sequence_id for p in producer_packets(trace)}
+    assert sequence_ids == set(range(2, 22))
+
+
+def test_periodic_snapshots_flag_sync_markers_and_stats(env: ServiceEnv) -> None:
+    config = simple_config()
+    config.builtin_data_sources.snapshot_interval_ms = 400
+    producer = FakeProducer(env).connect()
+    producer.register("test.ds")
+    consumer = FakeConsumer(env).connect()
+    consumer.enable(config)
+    env.settle()
+    first = service_packet_kinds(consumer.read_trace())
+    time.sleep(0.5)
+    second = service_packet_kinds(consumer.read_trace())
+    third = service_packet_kinds(consumer.read_trace())
+    assert first.count("synchronization_marker") == 1
+    assert first[-1] == "trace_stats"
+    assert second.count("synchronization_marker") == 1
+    assert second[-1] == "trace_stats"
+    # Nothing ticked since the last read: no marker, no stats.
+    assert "synchronization_marker" not in third
+    assert "trace_stats" not in third
