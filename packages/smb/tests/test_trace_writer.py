@@ -155,6 +155,23 @@ def test_small_packet_gets_a_one_byte_header_large_a_redundant_varint(harness: H
     assert parsed.fragments == [first, second]
 
 
+def test_one_byte_sizes_stop_below_127_like_upstream(harness: Harness) -> None:
+    writer = harness.arbiter.create_trace_writer(1)
+    writer.new_trace_packet().set_timestamp(1)  # 5 bytes with first_packet_on_sequence
+    writer.new_trace_packet().append_bytes(1, b"a" * 124)  # 126 bytes: 1-byte size
+    writer.write_packet(b"\x0a\x7c" + b"b" * 124)  # 126 bytes through the fast path
+    writer.new_trace_packet().append_bytes(1, b"c" * 125)  # 127 bytes: 4-byte size
+    writer.write_packet(b"\x0a\x7d" + b"d" * 125)  # 127 bytes through the fast path
+    writer.finish_trace_packet()
+    page = smb_chunk(harness, 0)
+    offset = 16 + 1 + 5
+    assert page[offset] == 126
+    assert page[offset + 127] == 126
+    offset += 2 * 127
+    assert page[offset : offset + 4] == bytes([0xFF, 0x80, 0x80, 0x00])
+    assert page[offset + 131 : offset + 135] == bytes([0xFF, 0x80, 0x80, 0x00])
+
+
 def test_packet_count_is_bumped_before_the_packet_is_written(harness: Harness) -> None:
     writer = harness.arbiter.create_trace_writer(1)
     packet = writer.new_trace_packet()

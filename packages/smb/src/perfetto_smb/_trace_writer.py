@@ -38,13 +38,14 @@ _COMPACTION_TAIL = b"\0\0\0"
 """The general path leaves, past a packet moved next to its 1-byte size, the last 3 bytes of
 (4 zeroed size bytes + the packet); the fast paths leave the same, to stay byte-identical."""
 _MIN_ROOM_FOR_NEW_PACKET = PACKET_HEADER_SIZE + 8
-_ONE_BYTE_SIZE_LIMIT = 128
+_ONE_BYTE_SIZE_LIMIT = 127
+"""Like upstream, a whole packet gets a 1-byte size only below 127 bytes (127 keeps 4)."""
 
 
 @functools.cache
 def _size_tables() -> tuple[list[bytes], list[int]]:
     """For each packet size a chunk can hold: its fragment header (upstream's framing: one byte
-    below 128, else a 4-byte redundant varint) and its framed size."""
+    below 127, else a 4-byte redundant varint) and its framed size."""
     headers = []
     for size in range(1 << 16):
         header = bytearray(PACKET_HEADER_SIZE)
