@@ -13,7 +13,7 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import version as _package_version
 
@@ -33,14 +33,12 @@ from perfetto_smb import (
     ensure_valid_shm_sizes,
 )
 
-from perfetto_service._buffer_reader import read_producer_packets, read_producer_packets_as_trace
+from perfetto_service._config_checks import check_trace_config
 from perfetto_service._consumer_endpoint import ConsumerEndpointImpl
 from perfetto_service._errors import ServiceError
 from perfetto_service._interfaces import ClientIdentity, Consumer, Producer, TaskRunner
 from perfetto_service._producer_endpoint import ProducerEndpointImpl
-from perfetto_service._read_slicer import trace_file_bytes
 from perfetto_service._service_packets import (
-    BUILTIN_CLOCK_BOOTTIME,
     ServicePacketWriter,
     SystemInfo,
     TracingServiceEventKind,
@@ -58,7 +56,8 @@ from perfetto_service._session import (
     TracingSession,
     TriggerInfo,
 )
-from perfetto_service._session_packets import data_sources_event_packet, trigger_packet
+from perfetto_service._session_packets import data_sources_event_packet
+from perfetto_service._session_reader import SessionReader
 from perfetto_service._trace_buffer import (
     CHUNK_PAYLOAD_HISTOGRAM_THRESHOLDS,
     OverwritePolicy,
@@ -84,23 +83,14 @@ READ_BUFFERS_BYTES_PER_TASK = 32 * 1024
 WRITE_INTO_FILE_BYTES_PER_READ = 1024 * 1024
 """How much each read of a write_into_file drain takes (kWriteIntoFileChunkSize)."""
 
-MAX_BUFFERS_PER_CONSUMER = 128
-MAX_CONCURRENT_SESSIONS = 15
-MAX_CONCURRENT_SESSIONS_PER_UID = 5
 MAX_PENDING_FLUSHES = 1000
 MAX_PATCHES_PER_CHUNK = 1024
 MAX_LISTED_DATA_SOURCES = 32
 
 _MAX_PRODUCER_ID = 0xFFFF
 _MAX_BUFFER_ID = 0xFFFF
-_MS_PER_HOUR = 3_600_000
-_MAX_DURATION_MS = 7 * 24 * _MS_PER_HOUR
-_GUARDRAILS_MAX_DURATION_MS = 24 * _MS_PER_HOUR
-_GUARDRAILS_MAX_BUFFER_KB = 128 * 1024
 _SIGNIFICANT_DRIFT_NS = 10_000_000
 _TRIGGER_WINDOW_NS = 24 * 3600 * 1_000_000_000
-_BUGREPORT_FILENAME = re.compile(r"[a-zA-Z0-9._-]*")
-_CLOCK_SNAPSHOT_PRIMARY_DEFAULT = BUILTIN_CLOCK_BOOTTIME
 
 _TRIGGER_START = TraceConfig.TriggerConfig.START_TRACING
 _TRIGGER_STOP = TraceConfig.TriggerConfig.STOP_TRACING
@@ -191,6 +181,22 @@ class TracingService:
         self._trigger_history: list[tuple[int, bytes]] = []
         self.chunks_discarded = 0
         self.patches_discarded = 0
+        self._reader = SessionReader(
+            self._packet_writer,
+            self._buffers,
+            machine_of=self._machine_of,
+            trace_stats=self.trace_stats,
+            system_info=self._get_system_info,
+        )
+
+    def _machine_of(self, producer_id: int) -> int:
+        endpoint = self._producers.get(producer_id)
+        return endpoint.identity.machine_id if endpoint is not None else 0
+
+    def _get_system_info(self) -> SystemInfo:
+        if self._system_info is None:
+            self._system_info = collect_system_info(TRACING_SERVICE_VERSION)
+        return self._system_info
 
     # Lookups -------------------------------------------------------------------------------
 
@@ -475,7 +481,15 @@ class TracingService:
         self, consumer: ConsumerEndpointImpl, config: TraceConfig, output_fd: int | None = None
     ) -> str:
         """Creates a session for `consumer`; returns an error message, or "" on success."""
-        error = self._check_config(consumer, config)
+        if self.session(consumer.tracing_session_id) is not None:
+            error = (
+                "A Consumer is trying to EnableTracing() but another tracing session is "
+                "already active (forgot a call to FreeBuffers() ?)"
+            )
+        else:
+            error = check_trace_config(
+                config, sessions=list(self._sessions.values()), consumer_uid=consumer.uid
+            )
         if not error and config.write_into_file and (output_fd is None) == (not config.output_path):
             error = (
                 "When write_into_file==true either a FD needs to be passed or output_path "
@@ -572,106 +586,6 @@ class TracingService:
         session.state = SessionState.CONFIGURED
         if not config.deferred_start and not has_start_trigger:
             self.start_tracing(session.id)
-        return ""
-
-    def _check_config(self, consumer: ConsumerEndpointImpl, config: TraceConfig) -> str:
-        if self.session(consumer.tracing_session_id) is not None:
-            return (
-                "A Consumer is trying to EnableTracing() but another tracing session is "
-                "already active (forgot a call to FreeBuffers() ?)"
-            )
-        guardrails = config.enable_extra_guardrails
-        max_duration = _GUARDRAILS_MAX_DURATION_MS if guardrails else _MAX_DURATION_MS
-        if config.duration_ms > max_duration:
-            return f"Requested too long trace ({config.duration_ms}ms  > {max_duration} ms)"
-        trigger_config = config.trigger_config
-        mode = trigger_config.trigger_mode
-        if mode and not 0 < trigger_config.trigger_timeout_ms <= max_duration:
-            return (
-                "Traces with START_TRACING triggers must provide a positive "
-                f"trigger_timeout_ms < 7 days (received {trigger_config.trigger_timeout_ms}ms)"
-            )
-        if mode > _TRIGGER_CLONE:
-            return "The trace config specified an invalid trigger_mode"
-        if trigger_config.use_clone_snapshot_if_available and mode != _TRIGGER_STOP:
-            return "trigger_mode must be STOP_TRACING when use_clone_snapshot_if_available=true"
-        if mode and config.duration_ms:
-            return "duration_ms was set, this must not be set for traces with triggers."
-        if not _BUGREPORT_FILENAME.fullmatch(config.bugreport_filename):
-            return "bugreport_filename contains invalid chars. Use [a-zA-Z0-9-_.]+"
-        if mode in (_TRIGGER_STOP, _TRIGGER_CLONE) and config.write_into_file:
-            return (
-                "Specifying trigger mode STOP_TRACING/CLONE_SNAPSHOT and write_into_file "
-                "together is unsupported"
-            )
-        names: set[str] = set()
-        for trigger in trigger_config.triggers:
-            if trigger.name in names:
-                return f"Duplicate trigger name: {trigger.name}"
-            names.add(trigger.name)
-        if guardrails:
-            if config.deferred_start:
-                return "deferred_start=true is not supported in unsupervised traces"
-            total_kb = 0
-            for buffer_config in config.buffers:
-                if buffer_config.size_kb % 4:
-                    return f"buffers.size_kb must be a multiple of 4, got {buffer_config.size_kb}"
-                total_kb += buffer_config.size_kb
-            limit_kb = max(
-                _GUARDRAILS_MAX_BUFFER_KB, config.guardrail_overrides.max_tracing_buffer_size_kb
-            )
-            if total_kb > limit_kb:
-                return f"Requested too large trace buffer ({total_kb}kB  > {limit_kb} kB)"
-        num_buffers = len(config.buffers)
-        if num_buffers > MAX_BUFFERS_PER_CONSUMER:
-            return f"Too many buffers configured ({num_buffers})"
-        buffer_names: dict[str, int] = {}
-        for index, buffer_config in enumerate(config.buffers):
-            if buffer_config.name:
-                if buffer_config.name in buffer_names:
-                    return (
-                        f'Duplicate buffer name "{buffer_config.name}" at index {index} '
-                        f"(first occurrence at index {buffer_names[buffer_config.name]})"
-                    )
-                buffer_names[buffer_config.name] = index
-        for cfg_data_source in config.data_sources:
-            ds_config = cfg_data_source.config
-            target = ds_config.target_buffer
-            if ds_config.target_buffer_name:
-                resolved = buffer_names.get(ds_config.target_buffer_name)
-                if resolved is None:
-                    return (
-                        f'Data source "{ds_config.name}" specified target_buffer_name '
-                        f'"{ds_config.target_buffer_name}" which does not match any buffer'
-                    )
-                if target > 0 and target != resolved:
-                    return (
-                        f'Data source "{ds_config.name}" specified both target_buffer={target} '
-                        f'and target_buffer_name="{ds_config.target_buffer_name}" '
-                        f"(index {resolved}) but they don't match"
-                    )
-                target = resolved
-            if target >= num_buffers:
-                return (
-                    f'Data source "{ds_config.name}" specified an out of bounds target_buffer '
-                    f"({target} >= {num_buffers})"
-                )
-        if config.unique_session_name and any(
-            s.config.unique_session_name == config.unique_session_name
-            for s in self._sessions.values()
-        ):
-            return (
-                f"A trace with this unique session name ({config.unique_session_name}) "
-                "already exists"
-            )
-        sessions_for_uid = sum(1 for s in self._sessions.values() if s.consumer_uid == consumer.uid)
-        if sessions_for_uid >= MAX_CONCURRENT_SESSIONS_PER_UID:
-            return (
-                f"Too many concurrent tracing sesions ({sessions_for_uid}) for uid "
-                f"{consumer.uid} limit is {MAX_CONCURRENT_SESSIONS_PER_UID}"
-            )
-        if len(self._sessions) >= MAX_CONCURRENT_SESSIONS:
-            return f"Too many concurrent tracing sesions ({len(self._sessions)})"
         return ""
 
     def _next_buffer_id(self) -> int:
@@ -1349,128 +1263,12 @@ class TracingService:
     def read_buffers(
         self, session: TracingSession, threshold: int
     ) -> tuple[list[Sequence[bytes | memoryview]], bool]:
-        """Reads about `threshold` bytes of the session: (packets, whether more is left).
-
-        Service packets come first, in upstream's order, then producer packets buffer by
-        buffer; the end-of-read events and trace stats come once the buffers are drained.
-        A producer packet's slices are views into the buffer, valid until the next commit.
-        """
-        head = self._service_packets_before_data(session)
-        packets: list[Sequence[bytes | memoryview]] = [(p,) for p in head]
-        total = sum(map(len, head))
-        has_more = False
-        for buffer in self._session_buffers(session):
-            result = read_producer_packets(buffer, session.trusted_fields, threshold - total)
-            packets.extend(result.packets)
-            total += result.size
-            session.invalid_packets += result.invalid_packets
-            if result.hit_threshold:
-                has_more = True
-                break
-        packets.extend((p,) for p in self._service_packets_after_data(session, has_more))
-        return packets, has_more
+        """Reads about `threshold` bytes of the session (see `SessionReader.read_packets`)."""
+        return self._reader.read_packets(session, threshold)
 
     def read_buffers_as_trace(self, session: TracingSession, threshold: int) -> tuple[bytes, bool]:
         """`read_buffers`, framed as trace-file bytes (what write_into_file writes)."""
-        head = self._service_packets_before_data(session)
-        parts = [trace_file_bytes((p,) for p in head)]
-        total = sum(map(len, head))
-        has_more = False
-        for buffer in self._session_buffers(session):
-            result = read_producer_packets_as_trace(
-                buffer, session.trusted_fields, threshold - total
-            )
-            parts.append(result.trace)
-            total += result.size
-            session.invalid_packets += result.invalid_packets
-            if result.hit_threshold:
-                has_more = True
-                break
-        tail = self._service_packets_after_data(session, has_more)
-        parts.append(trace_file_bytes((p,) for p in tail))
-        return b"".join(parts), has_more
-
-    def _session_buffers(self, session: TracingSession) -> Iterator[TraceBuffer]:
-        for buffer_id in session.buffers_index:
-            buffer = self._buffers.get(buffer_id)
-            if buffer is not None:
-                yield buffer
-
-    def _service_packets_after_data(self, session: TracingSession, has_more: bool) -> list[bytes]:
-        if has_more:
-            return []
-        out: list[bytes] = []
-        if not session.config.builtin_data_sources.disable_service_events:
-            session.record_lifecycle_event(
-                TracingServiceEventKind.READ_TRACING_BUFFERS_COMPLETED, boot_time_ns()
-            )
-            out.extend(self._lifecycle_packets(session))
-        if session.should_emit_stats:
-            stats = self.trace_stats(session).SerializeToString()
-            out.append(self._packet_writer.trace_stats(stats))
-            session.should_emit_stats = False
-        return out
-
-    def _service_packets_before_data(self, session: TracingSession) -> list[bytes]:
-        writer = self._packet_writer
-        builtin = session.config.builtin_data_sources
-        primary_clock = builtin.primary_trace_clock or _CLOCK_SNAPSHOT_PRIMARY_DEFAULT
-        out: list[bytes] = []
-        if session.initial_clock_snapshot:
-            out.append(writer.clock_snapshot(session.initial_clock_snapshot, primary_clock))
-            session.initial_clock_snapshot = []
-        out.extend(writer.clock_snapshot(s, primary_clock) for s in session.clock_snapshot_ring)
-        session.clock_snapshot_ring.clear()
-        if session.should_emit_sync_marker:
-            out.append(writer.sync_marker())
-            session.should_emit_sync_marker = False
-        if not builtin.disable_trace_config:
-            if not session.did_emit_initial_packets:
-                out.append(writer.trace_config(session.config.SerializeToString()))
-            for trigger in session.received_triggers[session.num_triggers_emitted :]:
-                out.append(trigger_packet(writer, trigger))
-            session.num_triggers_emitted = len(session.received_triggers)
-        if not session.did_emit_initial_packets:
-            msb, lsb = session.trace_uuid
-            out.append(writer.trace_uuid(msb, lsb))
-            out.append(writer.trace_provenance(boot_time_ns(), self._provenance(session)))
-            if not builtin.disable_system_info:
-                if self._system_info is None:
-                    self._system_info = collect_system_info(TRACING_SERVICE_VERSION)
-                out.append(writer.system_info(self._system_info))
-        session.did_emit_initial_packets = True
-        if not builtin.disable_service_events:
-            out.extend(self._lifecycle_packets(session))
-        return out
-
-    def _provenance(self, session: TracingSession) -> list[list[tuple[int, int]]]:
-        buffers: list[list[tuple[int, int]]] = []
-        for buffer_id in session.buffers_index:
-            sequences: list[tuple[int, int]] = []
-            buffers.append(sequences)
-            buffer = self._buffers.get(buffer_id)
-            if buffer is None:
-                continue
-            for producer_id, writer_id in buffer.writer_stats:
-                endpoint = self._producers.get(producer_id)
-                machine_id = endpoint.identity.machine_id if endpoint is not None else 0
-                sequence_id = session.trusted_fields.sequence_id(machine_id, producer_id, writer_id)
-                sequences.append((sequence_id, producer_id))
-        return buffers
-
-    def _lifecycle_packets(self, session: TracingSession) -> list[bytes]:
-        writer = self._packet_writer
-        timestamped: list[tuple[int, bytes]] = []
-        for event, timestamps in session.lifecycle_events.items():
-            timestamped.extend((ts, writer.service_event(ts, event)) for ts in timestamps)
-            timestamps.clear()
-        if session.slow_start_event is not None:
-            timestamped.append(session.slow_start_event)
-            session.slow_start_event = None
-        timestamped.extend(session.last_flush_events)
-        session.last_flush_events.clear()
-        timestamped.sort(key=lambda item: item[0])
-        return [packet for _, packet in timestamped]
+        return self._reader.read_trace(session, threshold)
 
     # Queries -------------------------------------------------------------------------------
 
