@@ -247,3 +247,76 @@ def test_float_special_values_round_trip() -> None:
     assert fields[1].as_float() == -math.inf
     assert math.isnan(fields[2].as_double())
     assert struct.pack("<d", fields[2].as_double()) == struct.pack("<d", math.nan)
+
+
+class PatchingDelegate:
+    """Hands out chunks like a TraceWriter: on each switch it snapshots the chunk it hands off and
+    moves the size fields of open nested messages that lie in it into patch buffers."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.root: Message | None = None
+        self.writer: ScatteredStreamWriter | None = None
+        self.chunks: list[bytearray] = []
+        self.handed_off: list[bytes] = []
+        self.patches: list[tuple[int, int, bytearray]] = []
+
+    def get_new_buffer(self) -> tuple[bytearray, int, int]:
+        if self.chunks:
+            assert self.root is not None
+            assert self.writer is not None
+            old = self.chunks[-1]
+            nested = self.root.nested_message
+            while nested is not None:
+                if nested.size_field_buffer is old:
+                    patch = bytearray(4)
+                    self.patches.append((len(self.chunks) - 1, nested.size_field_offset, patch))
+                    nested.set_size_field(patch, 0)
+                nested = nested.nested_message
+            self.handed_off.append(bytes(old[: self.writer.write_ptr]))
+        chunk = bytearray(self.size)
+        self.chunks.append(chunk)
+        return chunk, 0, self.size
+
+    def stitch(self) -> bytes:
+        assert self.writer is not None
+        parts = [bytearray(c) for c in self.handed_off]
+        if self.chunks:
+            parts.append(bytearray(self.chunks[-1][: self.writer.write_ptr]))
+        for index, offset, patch in self.patches:
+            parts[index][offset : offset + 4] = patch
+        return b"".join(parts)
+
+
+@settings(max_examples=150, deadline=None)
+@given(spec=SPECS, size=st.integers(4, 24))
+def test_size_fields_moved_to_patches_give_the_same_message(spec: Spec, size: int) -> None:
+    delegate = PatchingDelegate(size)
+    writer = ScatteredStreamWriter(delegate)
+    root = Message()
+    delegate.root = root
+    delegate.writer = writer
+    root.reset(writer)
+    write_spec(root, spec)
+    root.finalize()
+    # Nothing was written into a chunk after it was handed off: the sizes went to the patches.
+    old_chunks = delegate.chunks[:-1]
+    still = [bytes(c[: len(h)]) for c, h in zip(old_chunks, delegate.handed_off, strict=True)]
+    assert still == delegate.handed_off
+    assert all(p != bytearray(4) for _, _, p in delegate.patches)
+    assert delegate.stitch() == _write_contiguous(spec)
+
+
+def test_a_size_field_in_a_handed_off_chunk_goes_to_a_patch() -> None:
+    spec: Spec = {"field_nested": [{"field_string": "x" * 30, "field_nested": [{}]}]}
+    delegate = PatchingDelegate(8)
+    writer = ScatteredStreamWriter(delegate)
+    root = Message()
+    delegate.root = root
+    delegate.writer = writer
+    root.reset(writer)
+    write_spec(root, spec)
+    root.finalize()
+    assert [(index, offset) for index, offset, _ in delegate.patches] == [(0, 1)]
+    assert delegate.patches[0][2] == bytearray(b"\xa6\x80\x80\x00")  # 2+1+30 + 1+4 bytes
+    assert delegate.stitch() == _write_contiguous(spec)
