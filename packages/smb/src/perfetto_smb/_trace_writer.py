@@ -46,11 +46,11 @@ _ONE_BYTE_SIZE_LIMIT = 127
 def _size_tables() -> tuple[list[bytes], list[int]]:
     """For each packet size a chunk can hold: its fragment header (upstream's framing: one byte
     below 127, else a 4-byte redundant varint) and its framed size."""
-    headers = []
-    for size in range(1 << 16):
-        header = bytearray(PACKET_HEADER_SIZE)
-        write_redundant_varint(header, 0, size, PACKET_HEADER_SIZE)
-        headers.append(bytes([size]) if size < _ONE_BYTE_SIZE_LIMIT else bytes(header))
+    headers = [bytes((size,)) for size in range(_ONE_BYTE_SIZE_LIMIT)]
+    headers += [
+        bytes(((n & 0x7F) | 0x80, ((n >> 7) & 0x7F) | 0x80, ((n >> 14) & 0x7F) | 0x80, n >> 21))
+        for n in range(_ONE_BYTE_SIZE_LIMIT, 1 << 16)
+    ]
     return headers, [size + len(header) for size, header in enumerate(headers)]
 
 
