@@ -329,3 +329,26 @@ def test_writer_stats_histogram_counts_the_payload_used_by_each_chunk_read() -> 
     assert first.counts == [0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0]
     assert first.sums == [0, 14, 0, 208, 0, 0, 0, 0, 0, 0, 0]
     assert buffer.writer_stats[(1, 2)].counts[0] == 1
+
+
+def test_a_reader_overtaken_by_the_writer_resumes_at_the_oldest_chunk_left() -> None:
+    buffer = TraceBuffer(1024)
+    s = seq()
+    # 128-byte records: 8 fit. Each chunk holds two packets.
+    for chunk_id in range(8):
+        payload = fragment(bytes([chunk_id, 0]) * 25) + fragment(bytes([chunk_id, 1]) * 25)
+        copy(buffer, s, Chunk(chunk_id, 2, 0, payload + bytes(4)))
+    buffer.begin_read()
+    first = buffer.read_next_trace_packet()
+    assert first is not None
+    assert bytes(first.data[:2]) == b"\x00\x00"
+    # The writer laps the reader: chunks 0-2 are overwritten, chunk 0 half read.
+    for chunk_id in range(8, 11):
+        payload = fragment(bytes([chunk_id, 0]) * 25) + fragment(bytes([chunk_id, 1]) * 25)
+        copy(buffer, s, Chunk(chunk_id, 2, 0, payload + bytes(4)))
+    read = read_all(buffer)
+    assert [(data[0], data[1]) for _, data, _ in read] == [
+        (chunk_id, half) for chunk_id in range(3, 11) for half in (0, 1)
+    ]
+    assert read[0][2] == 1
+    assert buffer.stats.chunks_overwritten == 3

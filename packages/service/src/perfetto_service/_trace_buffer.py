@@ -605,9 +605,25 @@ class TraceBuffer:
         seq = self._sequences[(producer_id, writer_id)]
         seq.chunk_ids.discard(chunk_id)
         resume = seq.resume
-        if resume is None or not _before(chunk_id, resume):
+        if resume is None:
             return
-        if (producer_id, writer_id, (chunk_id - 1) & _CHUNK_ID_MASK) in self._index:
+        index = self._index
+        if chunk_id == resume:
+            # Overwritten before being read. With nothing read before it, the oldest chunk
+            # left, where the next read starts, is its successor if that one is here.
+            following = (resume + 1) & _CHUNK_ID_MASK
+            if (producer_id, writer_id, (resume - 1) & _CHUNK_ID_MASK) not in index and (
+                producer_id,
+                writer_id,
+                following,
+            ) in index:
+                seq.resume = following
+                seq.resume_dropped = True
+                seq.resume_source = None
+            return
+        if not _before(chunk_id, resume):
+            return
+        if (producer_id, writer_id, (chunk_id - 1) & _CHUNK_ID_MASK) in index:
             # A hole in the middle of the already-read prefix: recompute on the next read.
             seq.resume = None
         elif seq.resume_source == chunk_id:
