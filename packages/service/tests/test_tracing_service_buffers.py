@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -210,3 +211,25 @@ def test_max_file_size_stops_the_session(env: ServiceEnv, tmp_path: Path) -> Non
     assert 0 < len(data) < limit
     numbers = _numbers(parse_upstream_trace(data))
     assert numbers == list(range(len(numbers)))
+
+
+@pytest.mark.parametrize("to_file", [False, True])
+def test_deflate_compression(env: ServiceEnv, tmp_path: Path, to_file: bool) -> None:
+    path = tmp_path / "compressed"
+    config = simple_config(buffer_kb=1024)
+    config.compression.deflate.SetInParent()
+    if to_file:
+        config.write_into_file = True
+        config.output_path = str(path)
+    producer, consumer = _start(env, config)
+    _write_numbered(producer, 0, 300)
+    consumer.stop()
+    data = path.read_bytes() if to_file else consumer.read()
+    outer: Any = parse_upstream_trace(data)
+    assert outer.packet
+    assert all(p.HasField("compressed_packets") for p in outer.packet)
+    inner = parse_upstream_trace(
+        b"".join(zlib.decompress(p.compressed_packets) for p in outer.packet)
+    )
+    assert _numbers(inner) == list(range(300))
+    assert service_packet_kinds(inner)[-1] == "trace_stats"

@@ -1,16 +1,19 @@
-"""Service packets that depend on a session: received triggers, slow data sources."""
+"""Service packets that depend on a session: triggers, slow data sources, compression."""
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 
-from perfetto_service._field_encoding import bytes_field, nested_field, varint_field
+from perfetto_service._field_encoding import bytes_field, nested_field, varint, varint_field
 from perfetto_service._service_packets import ServicePacketWriter
 from perfetto_service._session import TriggerInfo
 
 _TIMESTAMP = 8
 _TRIGGER = 46
 _SERVICE_EVENT = 69
+_COMPRESSED_PACKETS_TAG = varint((50 << 3) | 2)
+_DEFLATE_LEVEL = 6
 
 
 def _int32(value: int) -> int:
@@ -49,3 +52,9 @@ def data_sources_event_packet(
         + writer.header
         + nested_field(_SERVICE_EVENT, nested_field(event, body))
     )
+
+
+def compressed_packets_packet(trace: bytes) -> bytes:
+    """The packet holding `trace` (framed packets) deflated, in compressed_packets."""
+    compressed = zlib.compress(trace, _DEFLATE_LEVEL)
+    return _COMPRESSED_PACKETS_TAG + varint(len(compressed)) + compressed

@@ -1,10 +1,15 @@
-"""What one ReadBuffers pass of a session returns: service packets around producer packets."""
+"""What one ReadBuffers pass of a session returns: service packets around producer packets.
+
+With deflate compression (TraceConfig.compression), each pass is one compressed_packets
+packet holding the pass's packets, as upstream's service writes it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from perfetto_protos.common.trace_stats_pb2 import TraceStats
+from perfetto_protos.config.trace_config_pb2 import TraceConfig
 
 from perfetto_service._buffer_reader import read_producer_packets, read_producer_packets_as_trace
 from perfetto_service._read_slicer import trace_file_bytes
@@ -16,7 +21,7 @@ from perfetto_service._service_packets import (
     boot_time_ns,
 )
 from perfetto_service._session import TracingSession
-from perfetto_service._session_packets import trigger_packet
+from perfetto_service._session_packets import compressed_packets_packet, trigger_packet
 from perfetto_service._trace_buffer import TraceBuffer
 
 
@@ -64,6 +69,8 @@ class SessionReader:
                 has_more = True
                 break
         packets.extend((p,) for p in self._service_packets_after_data(session, has_more))
+        if packets and _wants_deflate(session.config):
+            packets = [(compressed_packets_packet(trace_file_bytes(packets)),)]
         return packets, has_more
 
     def read_trace(self, session: TracingSession, threshold: int) -> tuple[bytes, bool]:
@@ -84,7 +91,10 @@ class SessionReader:
                 break
         tail = self._service_packets_after_data(session, has_more)
         parts.append(trace_file_bytes((p,) for p in tail))
-        return b"".join(parts), has_more
+        trace = b"".join(parts)
+        if trace and _wants_deflate(session.config):
+            trace = trace_file_bytes([(compressed_packets_packet(trace),)])
+        return trace, has_more
 
     def _session_buffers(self, session: TracingSession) -> Iterator[TraceBuffer]:
         for buffer_id in session.buffers_index:
@@ -164,3 +174,10 @@ class SessionReader:
         session.last_flush_events.clear()
         timestamped.sort(key=lambda item: item[0])
         return [packet for _, packet in timestamped]
+
+
+def _wants_deflate(config: TraceConfig) -> bool:
+    """Whether the session's packets are deflated (zstd is not available: left as is)."""
+    return config.compression.HasField("deflate") or (
+        config.compression_type == TraceConfig.COMPRESSION_TYPE_DEFLATE
+    )
