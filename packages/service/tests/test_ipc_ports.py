@@ -419,3 +419,16 @@ def test_consumer_socket_gone_mid_call(sockets: tuple[str, str]) -> None:
     assert consumer.disconnected.wait(10)
     assert consumer.events[-1][0] == "on_tracing_disabled"
     client.close()
+
+
+def test_service_dropping_a_producer_closes_its_socket(
+    host: HostThread, sockets: tuple[str, str]
+) -> None:
+    client, producer = _connect_producer(host, sockets[0])
+    try:
+        wait_for(lambda: host.service.producers)
+        host.call(host.service.producers[0].producer.on_disconnect)
+        assert producer.disconnected.wait(10)
+        assert not client.connected
+    finally:
+        client.close()

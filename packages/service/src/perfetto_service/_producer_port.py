@@ -58,6 +58,8 @@ class RemoteProducer:
         self._commands: Deferred | None = None
         self._queued: list[tuple[pb.GetAsyncCommandResponse, bool]] = []
         self.disconnected = False
+        self.drop_connection: Callable[[], None] | None = None
+        """Closes the producer's socket (set by the port)."""
 
     # Producer callbacks (from the service).
 
@@ -65,8 +67,10 @@ class RemoteProducer:
         """Nothing to send: the InitializeConnection reply already went out."""
 
     def on_disconnect(self) -> None:
-        """The service dropped the producer; the socket goes when the IPC host notices."""
+        """The service dropped the producer: its connection is closed too."""
         self.disconnected = True
+        if self.drop_connection is not None:
+            self.drop_connection()
 
     def on_tracing_setup(self) -> None:
         """Sends SetupTracing, with the SMB's fd unless the producer provided the SMB."""
@@ -163,15 +167,21 @@ class ProducerPort:
     def __init__(self, service: ProducerConnector) -> None:
         self._service = service
         self._producers: dict[int, RemoteProducer] = {}
+        self._hosts: list[Host] = []
 
     def expose_on(self, host: Host) -> None:
         """Exposes the service on `host` (call `on_client_disconnected` from the host's hook)."""
         host.expose_service(self.descriptor, self._handlers())
+        self._hosts.append(host)
 
     @property
     def producers(self) -> list[RemoteProducer]:
         """The producers whose connection is initialized."""
         return list(self._producers.values())
+
+    def _drop(self, client_id: int) -> None:
+        for host in self._hosts:
+            host.disconnect(client_id, "the tracing service dropped the producer")
 
     def on_client_disconnected(self, client: ClientInfo) -> None:
         """Forgets a connection's producer and disconnects it from the service."""
@@ -234,6 +244,7 @@ class ProducerPort:
         elif received_fd is not None:
             os.close(received_fd)
         producer = RemoteProducer(client)
+        producer.drop_connection = lambda: self._drop(client.client_id)
         producer.provided_shm = shm
         identity = ClientIdentity(client.uid, client.pid, client.machine_id)
         try:
