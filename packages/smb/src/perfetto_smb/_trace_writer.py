@@ -114,7 +114,6 @@ class TraceWriter:
             self.finish_trace_packet()
         if self._closed:
             raise SmbError(f"trace writer {self.writer_id} is closed")
-        self._fragmenting_packet = False
         was_dropping = self._drop_packets
         stream = self._stream
         if (
@@ -280,10 +279,24 @@ class TraceWriter:
         packet = self._packet
         if not packet.is_finalized:
             packet.finalize()
-        self._finalize_fragment_if_required()
+        stream = self._stream
+        offset = self._size_field
+        if offset >= 0:  # write the size of the packet's last fragment
+            self._size_field = -1
+            size = stream.write_ptr - self._fragment_start
+            buffer = self._smb
+            if size < _ONE_BYTE_SIZE_LIMIT and offset >= self._range_begin:
+                # The packet is whole in this range: move it next to a 1-byte size, like
+                # upstream.
+                data = offset + PACKET_HEADER_SIZE
+                buffer[offset + 1 : offset + 1 + size] = buffer[data : data + size]
+                buffer[offset] = size
+                stream.write_ptr -= PACKET_HEADER_SIZE - 1
+            else:
+                write_redundant_varint(buffer, offset, size, PACKET_HEADER_SIZE)
         self._fragmenting_packet = False
         if self._chunk is not None and not self._count_inflated:
-            if self._stream.end - self._stream.write_ptr < 1:
+            if stream.end - stream.write_ptr < 1:
                 self._return_completed_chunk()
             else:
                 self._count_inflated = True
@@ -320,23 +333,6 @@ class TraceWriter:
             self._count_inflated = False
         self._chunk = None
         self._arbiter.return_completed_chunk(chunk, self.target_buffer, self._patch_list)
-
-    def _finalize_fragment_if_required(self) -> None:
-        offset = self._size_field
-        if offset < 0:
-            return
-        self._size_field = -1
-        stream = self._stream
-        size = stream.write_ptr - self._fragment_start
-        buffer = self._smb
-        if size < _ONE_BYTE_SIZE_LIMIT and stream.buffer is buffer and offset >= self._range_begin:
-            # The packet is whole in this range: move it next to a 1-byte size, like upstream.
-            data = offset + PACKET_HEADER_SIZE
-            buffer[offset + 1 : offset + 1 + size] = buffer[data : data + size]
-            buffer[offset] = size
-            stream.write_ptr -= PACKET_HEADER_SIZE - 1
-        else:
-            write_redundant_varint(buffer, offset, size, PACKET_HEADER_SIZE)
 
     def _garbage_range(self) -> tuple[WritableBuffer, int, int]:
         self._size_field = -1
