@@ -2,7 +2,9 @@
 
 A producer packet is dropped when it is not well-formed protobuf at its top level
 (malformed or over-long varints, group or unknown wire types, a length above
-0x0FFFFFFF, truncation) or when it sets a field only the service may write.
+0x0FFFFFFF, truncation) or when it sets a field only the service may write. Unlike
+upstream, a field number of 0 or above 2**29 - 1 is refused too: protobuf parsers reject
+the whole trace over such a field.
 """
 
 from __future__ import annotations
