@@ -24,8 +24,9 @@ _TYPE_ALL_DATA_SOURCES_STARTED = ObservableEvents.TYPE_ALL_DATA_SOURCES_STARTED
 class ConsumerEndpointImpl:
     """What one consumer calls on the service (a `ConsumerEndpoint`), and its state there.
 
-    Answers that upstream posts (detach, attach, stats, observable events, tracing disabled)
-    are posted on the task runner too, and dropped once the consumer disconnected.
+    The end of a session and observable events are posted on the task runner (and dropped
+    once the consumer disconnected); detach, attach and stats are answered before the call
+    returns, so that calls pipelined by an IPC client get their answers in order.
     """
 
     def __init__(
@@ -144,28 +145,24 @@ class ConsumerEndpointImpl:
 
     def detach(self, key: str) -> None:
         """Leaves the session running under `key` after this consumer goes away."""
-        success = self._service.detach_consumer(self, key)
-        self._post(lambda: self.consumer.on_detach(success))
+        self.consumer.on_detach(self._service.detach_consumer(self, key))
 
     def attach(self, key: str) -> None:
         """Takes back a session detached under `key`."""
         success = self._service.attach_consumer(self, key)
-
-        def answer() -> None:
-            session = self._service.session(self.tracing_session_id)
-            if session is None:
-                self.consumer.on_attach(False, TraceConfig())
-            else:
-                self.consumer.on_attach(success, session.config)
-
-        self._post(answer)
+        session = self._service.session(self.tracing_session_id) if success else None
+        if session is None:
+            self.consumer.on_attach(False, TraceConfig())
+        else:
+            self.consumer.on_attach(True, session.config)
 
     def get_trace_stats(self) -> None:
         """Asks for `Consumer.on_trace_stats`."""
         session = self._service.session(self.tracing_session_id)
-        stats = self._service.trace_stats(session) if session is not None else TraceStats()
-        success = session is not None
-        self._post(lambda: self.consumer.on_trace_stats(success, stats))
+        if session is None:
+            self.consumer.on_trace_stats(False, TraceStats())
+        else:
+            self.consumer.on_trace_stats(True, self._service.trace_stats(session))
 
     def observe_events(self, events_mask: int) -> None:
         """Subscribes to ObservableEvents types (a bit mask; 0 stops observing)."""
