@@ -26,6 +26,7 @@ from perfetto_smb import (
     SmbError,
     TraceWriter,
     parse_chunk_payload,
+    read_fragment_size,
 )
 from smb_testlib import (
     FIRST_PACKET_ON_SEQUENCE_PREFIX,
@@ -490,7 +491,26 @@ def test_packets_are_generated_trace_packets(harness: Harness) -> None:
     assert [(p.timestamp, p.first_packet_on_sequence) for p in parsed] == [(1234, True)]
 
 
-def _write_all(mode: str, packets: list[bytes], layout: PageLayout) -> tuple[bytes, list[bytes]]:
+def _used_chunk_bytes(h: Harness, request: CommitDataRequest) -> list[bytes]:
+    """Each moved chunk's header and payload up to the end of its last counted fragment."""
+    abi = h.arbiter.abi
+    result = []
+    for move in request.chunks_to_move:
+        bitmap = abi.page_header_bitmap(move.page)
+        chunk = abi.get_chunk_unchecked(move.page, bitmap, move.chunk)
+        data = chunk.read()
+        count = chunk.packet_count_and_flags()[0]
+        offset = 8
+        for _ in range(count):
+            size, offset = read_fragment_size(data, offset)
+            offset += size
+        result.append(data[:offset])
+    return result
+
+
+def _write_all(
+    mode: str, packets: list[bytes], layout: PageLayout
+) -> tuple[list[bytes], list[bytes]]:
     h = Harness(size=64 * 4096, layout=layout, auto_commit=False)
     try:
         writer = h.arbiter.create_trace_writer(1)
@@ -505,7 +525,8 @@ def _write_all(mode: str, packets: list[bytes], layout: PageLayout) -> tuple[byt
             writer.write_packets(packets[:half])
             writer.write_packets(packets[half:])
         writer.flush()
-        return bytes(h.shm.buffer), [r.SerializeToString() for r in h.requests]
+        chunks = [c for r in h.requests for c in _used_chunk_bytes(h, r)]
+        return chunks, [r.SerializeToString() for r in h.requests]
     finally:
         h.close()
 
@@ -528,8 +549,8 @@ def test_batches_of_tiny_packets_respect_the_1022_limit() -> None:
     packets = [b"\x08\x01"] * 3000
     reference = _write_all("message", packets, PageLayout.DIV1)
     assert _write_all("write_packets", packets, PageLayout.DIV1) == reference
-    smb = reference[0]
-    assert int.from_bytes(smb[14:16], "little") == 1023  # 1022 + the closing empty packet
+    first_chunk = reference[0][0]
+    assert int.from_bytes(first_chunk[6:8], "little") == 1023  # 1022 + the closing empty one
 
 
 def test_batches_with_a_packet_bigger_than_any_chunk() -> None:

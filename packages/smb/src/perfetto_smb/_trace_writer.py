@@ -34,9 +34,6 @@ _LAST_CONTINUES = int(ChunkFlags.LAST_PACKET_CONTINUES_ON_NEXT_CHUNK)
 _NEEDS_PATCHING = int(ChunkFlags.CHUNK_NEEDS_PATCHING)
 _BLOCK = 4096
 """write_packets() frames this many packets at a time."""
-_COMPACTION_TAIL = b"\0\0\0"
-"""The general path leaves, past a packet moved next to its 1-byte size, the last 3 bytes of
-(4 zeroed size bytes + the packet); the fast paths leave the same, to stay byte-identical."""
 _MIN_ROOM_FOR_NEW_PACKET = PACKET_HEADER_SIZE + 8
 _ONE_BYTE_SIZE_LIMIT = 127
 """Like upstream, a whole packet gets a 1-byte size only below 127 bytes (127 keeps 4)."""
@@ -154,7 +151,9 @@ class TraceWriter:
         """Room left in the chunk if the next packet can skip the general path, else -1.
 
         The general path would: bump the count, write no extra fields and send no patches;
-        the fast paths then produce the very same bytes. 0 when the chunk is full by count.
+        the fast paths then produce the same chunk headers and fragments (only the bytes past
+        the last fragment, which no reader looks at, may differ). 0 when the chunk is full by
+        count.
         """
         if (
             self._chunk is None
@@ -185,7 +184,6 @@ class TraceWriter:
             p += 1
             end = p + size
             buffer[p:end] = data
-            buffer[end : end + 3] = (_COMPACTION_TAIL + bytes(data[-3:]))[-3:]
         else:
             write_redundant_varint(buffer, p, size, PACKET_HEADER_SIZE)
             p += PACKET_HEADER_SIZE
@@ -197,8 +195,8 @@ class TraceWriter:
     def write_packets(self, packets: Sequence[bytes | bytearray]) -> None:
         """Writes whole packets whose fields are already encoded, in order.
 
-        The result is byte for byte what `write_packet()` on each would give; runs of
-        packets that fit in the current chunk are framed and copied in one go.
+        The chunks get the same headers and fragments as with `write_packet()` on each; runs
+        of packets that fit in the current chunk are framed and copied in one go.
         """
         headers, framed_sizes = _size_tables()
         for start in range(0, len(packets), _BLOCK):
@@ -213,14 +211,10 @@ class TraceWriter:
             parts: list[bytes | bytearray] = [b""] * (2 * len(block))
             parts[0::2] = map(headers.__getitem__, sizes)
             parts[1::2] = block
-            self._write_block(block, sizes, ends, parts)
+            self._write_block(block, ends, parts)
 
     def _write_block(
-        self,
-        block: Sequence[bytes | bytearray],
-        sizes: list[int],
-        ends: list[int],
-        parts: list[bytes | bytearray],
+        self, block: Sequence[bytes | bytearray], ends: list[int], parts: list[bytes | bytearray]
     ) -> None:
         n = len(block)
         i = 0
@@ -244,11 +238,8 @@ class TraceWriter:
             stream = self._stream
             smb = self._smb
             p = stream.write_ptr
-            last = i + count - 1
-            end = p + ends[last] - before
+            end = p + ends[i + count - 1] - before
             smb[p:end] = b"".join(parts[2 * i : 2 * (i + count)])
-            if sizes[last] < _ONE_BYTE_SIZE_LIMIT:
-                smb[end : end + 3] = (_COMPACTION_TAIL + bytes(block[last][-3:]))[-3:]
             stream.write_ptr = end
             self._account_packets(count, stream.end - end)
             i += count
