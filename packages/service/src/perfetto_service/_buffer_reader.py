@@ -95,7 +95,7 @@ def read_producer_packets_as_trace(
     preambles = PACKET_PREAMBLES
     cached = len(preambles)
     parts: list[bytes | bytearray] = []
-    append = parts.append
+    extend = parts.extend
     total = 0
     count = 0
     invalid = 0
@@ -115,9 +115,13 @@ def read_producer_packets_as_trace(
                 size = end - start + len(first_suffix)
                 total += size
                 count += 1
-                append(preambles[size] if size < cached else packet_preamble(size))
-                append(data[start:end])
-                append(first_suffix)
+                extend(
+                    (
+                        preambles[size] if size < cached else packet_preamble(size),
+                        data[start:end],
+                        first_suffix,
+                    )
+                )
             else:
                 invalid += 1
             first_suffix = suffix

@@ -61,12 +61,14 @@ def read_buffers_replies(packets: Iterable[Sequence[Slice]]) -> list[bytes]:
     """
     replies: list[bytes] = []
     parts: list[Slice] = []
-    append = parts.append
+    extend = parts.extend
     prefixes = _SLICE_PREFIXES
     reply_size = 0
     for packet in packets:
-        if any(len(piece) > _MAX_SLICE for piece in packet):
-            packet = _split(packet)  # noqa: PLW2901 - the same packet, cut finer
+        for piece in packet:
+            if len(piece) > _MAX_SLICE:
+                packet = _split(packet)  # noqa: PLW2901 - the same packet, cut finer
+                break
         last = len(packet) - 1
         for position, piece in enumerate(packet):
             size = len(piece)
@@ -74,16 +76,14 @@ def read_buffers_replies(packets: Iterable[Sequence[Slice]]) -> list[bytes]:
             if reply_size > _REPLY_BUDGET and parts:
                 replies.append(b"".join(parts))
                 parts = []
-                append = parts.append
+                extend = parts.extend
                 reply_size = size + _SLICE_OVERHEAD
             prefix = prefixes.get(size)
             if prefix is None:
                 prefix = _slice_prefix(size)
                 if size < _CACHED_SLICE_SIZES:
                     prefixes[size] = prefix
-            append(prefix)
-            append(piece)
-            append(_LAST_SLICE if position == last else _NOT_LAST_SLICE)
+            extend((prefix, piece, _LAST_SLICE if position == last else _NOT_LAST_SLICE))
     replies.append(b"".join(parts))
     return replies
 
