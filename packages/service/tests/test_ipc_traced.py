@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import collections
 import os
+import signal
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +17,7 @@ from ipc_fakes import wait_for
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.upstream import parse_upstream_trace
 from traced_testlib import (
+    TIMEOUT,
     ConsumerSession,
     ProducerProcess,
     Traced,
@@ -20,6 +25,8 @@ from traced_testlib import (
     make_config,
     start_producers,
 )
+
+CONSUMER_MAIN = str(Path(__file__).with_name("ipc_consumer_main.py"))
 
 
 @pytest.fixture
@@ -254,3 +261,56 @@ def test_twenty_producers_at_once(traced: Traced, consumer: ConsumerSession) -> 
     assert sorted(by_label) == names
     for values in by_label.values():
         assert values == list(range(100))
+
+
+def test_consumer_sigkilled_mid_session_stops_its_session(traced: Traced) -> None:
+    producers = start_producers(traced.producer_socket, ["orphan"], 5)
+    killed = subprocess.Popen(
+        [sys.executable, CONSUMER_MAIN, traced.consumer_socket],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert killed.stdout is not None
+        assert killed.stdout.readline().strip() == "ENABLED"
+        producers[0].wait_line("STARTED")
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(TIMEOUT)
+        producers[0].wait_line("STOPPED")
+        session = ConsumerSession(traced.consumer_socket)
+        try:
+            assert _session_count(session) == 0
+        finally:
+            session.close()
+    finally:
+        if killed.poll() is None:
+            killed.kill()
+            killed.wait(TIMEOUT)
+        if killed.stdout is not None:
+            killed.stdout.close()
+        for producer in producers:
+            producer.close()
+    assert traced.process.poll() is None
+
+
+def test_stop_trigger_ends_the_session(traced: Traced, consumer: ConsumerSession) -> None:
+    config = make_config()
+    config.trigger_config.trigger_mode = TraceConfig.TriggerConfig.STOP_TRACING
+    config.trigger_config.trigger_timeout_ms = 30000
+    config.trigger_config.triggers.add(name="halt", stop_delay_ms=200)
+    producers = start_producers(traced.producer_socket, ["data"], 30)
+    try:
+        consumer.client.enable_tracing(config)
+        producers[0].wait_line("WROTE")
+        assert not consumer.consumer.disabled.is_set()
+        trigger = ProducerProcess(traced.producer_socket, "trigger", 0, "--trigger", "halt")
+        try:
+            assert consumer.wait_disabled() == ""
+        finally:
+            trigger.close()
+        trace = consumer.read_trace()
+    finally:
+        for producer in producers:
+            producer.close()
+    assert [p.for_testing.seq_value for p in fortesting_packets(trace)] == list(range(30))
+    assert any(p.trigger.trigger_name == "halt" for p in trace.packet if p.HasField("trigger"))
