@@ -515,25 +515,11 @@ class TracingService:
         elif output_fd is not None:
             os.close(output_fd)
 
-        buffers: list[int] = []
-        for buffer_config in config.buffers:
-            size = buffer_config.size_kb * 1024
-            if size == 0 or size > 0xFFFFFFFF or len(self._buffers) >= _MAX_BUFFER_ID:
-                for buffer_id in buffers:
-                    del self._buffers[buffer_id]
-                if file_writer is not None:
-                    file_writer.close()
-                if size == 0 or size > 0xFFFFFFFF:
-                    return "Failed to allocate tracing buffers: Invalid buffer sizes"
-                return "Failed to allocate tracing buffers: OOM or too many buffers"
-            policy = (
-                OverwritePolicy.DISCARD
-                if buffer_config.fill_policy == TraceConfig.BufferConfig.DISCARD
-                else OverwritePolicy.OVERWRITE
-            )
-            buffer_id = self._next_buffer_id()
-            self._buffers[buffer_id] = TraceBuffer(size, policy)
-            buffers.append(buffer_id)
+        buffers, error = self._allocate_buffers(config)
+        if error:
+            if file_writer is not None:
+                file_writer.close()
+            return error
 
         self._last_session_id += 1
         session_config = TraceConfig()
@@ -587,6 +573,37 @@ class TracingService:
         if not config.deferred_start and not has_start_trigger:
             self.start_tracing(session.id)
         return ""
+
+    def _allocate_buffers(self, config: TraceConfig) -> tuple[list[int], str]:
+        """The global ids of new buffers for `config`; on failure none, and why."""
+        buffers: list[int] = []
+        error = ""
+        for buffer_config in config.buffers:
+            size = buffer_config.size_kb * 1024
+            if size == 0 or size > 0xFFFFFFFF:
+                error = "Failed to allocate tracing buffers: Invalid buffer sizes"
+                break
+            if len(self._buffers) >= _MAX_BUFFER_ID:
+                error = "Failed to allocate tracing buffers: OOM or too many buffers"
+                break
+            policy = (
+                OverwritePolicy.DISCARD
+                if buffer_config.fill_policy == TraceConfig.BufferConfig.DISCARD
+                else OverwritePolicy.OVERWRITE
+            )
+            try:
+                buffer = TraceBuffer(size, policy)
+            except MemoryError:
+                error = "Failed to allocate tracing buffers: OOM or too many buffers"
+                break
+            buffer_id = self._next_buffer_id()
+            self._buffers[buffer_id] = buffer
+            buffers.append(buffer_id)
+        if error:
+            for buffer_id in buffers:
+                del self._buffers[buffer_id]
+            return [], error
+        return buffers, ""
 
     def _next_buffer_id(self) -> int:
         while True:
