@@ -9,6 +9,7 @@ write_into_file does, 1 MiB per read) and into ReadBuffers replies (the IPC path
 per read), wall time end to end. Median of 7 runs.
 
     python packages/service/benchmarks/bench_tracing_service.py [--runs N] [--mib N]
+        [--page-kb N] [--skip-read]
 """
 
 from __future__ import annotations
@@ -63,12 +64,21 @@ class _Runner:
 class _Producer:
     """A producer whose commits are queued for the benchmark to deliver (and time)."""
 
-    def __init__(self, service: TracingService, runner: _Runner, index: int) -> None:
+    def __init__(
+        self, service: TracingService, runner: _Runner, index: int, page_size: int
+    ) -> None:
+        self.page_size = page_size
         self.requests: list[CommitDataRequest] = []
         self.writer: TraceWriter | None = None
         self.arbiter: SharedMemoryArbiter | None = None
         self.endpoint: ProducerEndpointImpl = service.connect_producer(
-            self, ClientIdentity(1000, 100 + index), f"bench.{index}", 1 << 20, False, 0, 4096
+            self,
+            ClientIdentity(1000, 100 + index),
+            f"bench.{index}",
+            1 << 20,
+            False,
+            0,
+            page_size,
         )
         self.endpoint.register_data_source(DataSourceDescriptor(name="bench"))
         runner.run()
@@ -86,7 +96,7 @@ class _Producer:
     def on_tracing_setup(self) -> None:
         shm = self.endpoint.shared_memory()
         assert shm is not None
-        self.arbiter = SharedMemoryArbiter(shm.buffer, 4096, self._commit)
+        self.arbiter = SharedMemoryArbiter(shm.buffer, self.page_size, self._commit)
 
     def setup_data_source(self, instance_id: int, config: DataSourceConfig) -> None:
         pass
@@ -164,9 +174,9 @@ def _track_event_packets(count: int, seed: int) -> list[bytes]:
 
 
 def _session(
-    service: TracingService, runner: _Runner, size_kb: int
+    service: TracingService, runner: _Runner, size_kb: int, page_size: int = 4096
 ) -> tuple[ConsumerEndpointImpl, _Consumer, list[_Producer]]:
-    producers = [_Producer(service, runner, i) for i in range(PRODUCERS)]
+    producers = [_Producer(service, runner, i, page_size) for i in range(PRODUCERS)]
     consumer = _Consumer()
     endpoint = service.connect_consumer(consumer, 1000)
     config = TraceConfig()
@@ -178,15 +188,17 @@ def _session(
     return endpoint, consumer, producers
 
 
-def _chunk_spans(request: CommitDataRequest) -> list[tuple[int, int]]:
-    return [(move.page * 4096 + 8, move.page * 4096 + 4096) for move in request.chunks_to_move]
+def _chunk_spans(request: CommitDataRequest, page_size: int) -> list[tuple[int, int]]:
+    return [
+        (move.page * page_size + 8, (move.page + 1) * page_size) for move in request.chunks_to_move
+    ]
 
 
-def _ingest_run(packets: list[bytes]) -> tuple[float, float, int, int]:
+def _ingest_run(packets: list[bytes], page_size: int) -> tuple[float, float, int, int]:
     """(service CPU s, reference CPU s, payload bytes, packets) for one ingest run."""
     runner = _Runner()
     service = TracingService(runner, uid=0)
-    _, _, producers = _session(service, runner, 64 * 1024)
+    _, _, producers = _session(service, runner, 64 * 1024, page_size)
     ring = bytearray(64 * 1024 * 1024)
     ring_pos = 0
     service_cpu = reference_cpu = 0.0
@@ -206,7 +218,7 @@ def _ingest_run(packets: list[bytes]) -> tuple[float, float, int, int]:
             assert shm is not None
             mem = shm.buffer
             for request in producer.requests:
-                spans = _chunk_spans(request)
+                spans = _chunk_spans(request, page_size)
                 t0 = time.process_time()
                 for begin, end in spans:
                     size = end - begin
@@ -298,13 +310,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=RUNS, help="runs to take the median of")
     parser.add_argument("--mib", type=int, default=4, help="MiB of packets per producer run")
+    parser.add_argument(
+        "--page-kb", type=int, default=4, help="SMB page size (the SDK's default is 4 KiB)"
+    )
+    parser.add_argument("--skip-read", action="store_true", help="only the ingest benchmark")
     args = parser.parse_args()
     packets = _track_event_packets(args.mib * 1024 * 1024 // 45, seed=1)
 
     services, references, rates, ratios = [], [], [], []
     size = count = 0
     for _ in range(args.runs):
-        service_cpu, reference_cpu, size, count = _ingest_run(packets)
+        service_cpu, reference_cpu, size, count = _ingest_run(packets, args.page_kb * 1024)
         services.append(service_cpu)
         references.append(reference_cpu)
         ratios.append(service_cpu / reference_cpu)
@@ -312,7 +328,10 @@ def main() -> None:
     mb = size / 1e6
     service_s = statistics.median(services)
     reference_s = statistics.median(references)
-    print(f"ingest, {PRODUCERS} producers, {count} packets of ~{size // count} B ({mb:.1f} MB)")
+    print(
+        f"ingest, {PRODUCERS} producers, {count} packets of ~{size // count} B ({mb:.1f} MB), "
+        f"{args.page_kb} KiB SMB pages"
+    )
     print(
         f"  service CommitData:   {mb / service_s:8.1f} MB per CPU-s  "
         f"{statistics.median(rates) / 1e6:6.2f} M packets per CPU-s  "
@@ -324,6 +343,8 @@ def main() -> None:
     )
     print(f"  RATIO service/reference CPU per MB: {statistics.median(ratios):.2f} (target <= 3)")
 
+    if args.skip_read:
+        return
     for label, packet_list in (
         ("track events", _track_event_packets(200_000, seed=2)),
         ("1000-byte packets", [b"\x0a\xe5\x07" + bytes(997)] * 20_000),
