@@ -43,8 +43,6 @@ def check_trace_config(
             "Traces with START_TRACING triggers must provide a positive "
             f"trigger_timeout_ms < 7 days (received {trigger_config.trigger_timeout_ms}ms)"
         )
-    if mode > _TRIGGER_CLONE:
-        return "The trace config specified an invalid trigger_mode"
     if trigger_config.use_clone_snapshot_if_available and mode != _TRIGGER_STOP:
         return "trigger_mode must be STOP_TRACING when use_clone_snapshot_if_available=true"
     if mode and config.duration_ms:
