@@ -316,3 +316,11 @@ def test_query_service_state_and_capabilities(env: ServiceEnv) -> None:
     env.call(lambda: consumer.endpoint.query_capabilities(caps.append))
     assert caps[0].has_query_capabilities
     assert list(caps[0].observable_events) == [1, 2]
+
+
+def test_pending_flush_fails_when_the_session_is_freed(env: ServiceEnv) -> None:
+    _, consumer = _session(env, simple_config(), ack_flushes=False)
+    results: list[bool] = []
+    env.call(lambda: consumer.endpoint.flush(30_000, results.append))
+    env.call(consumer.endpoint.free_buffers)
+    assert results == [False]

@@ -990,6 +990,10 @@ class TracingService:
             session.file_writer.close()
             session.file_writer = None
         del self._sessions[session_id]
+        # Flushes still waiting end as failed (upstream drops them, which fails the IPC call).
+        for pending in session.pending_flushes.values():
+            pending.callback(False)
+        session.pending_flushes.clear()
 
     # Flushing ------------------------------------------------------------------------------
 
