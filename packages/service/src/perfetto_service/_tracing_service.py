@@ -1235,8 +1235,13 @@ class TracingService:
         if has_more:
 
             def next_part() -> None:
-                if consumer.connected and consumer.tracing_session_id == session_id:
+                if not consumer.connected:
+                    return
+                if consumer.tracing_session_id != session_id or not (
                     self.read_buffers_into_consumer(session_id, consumer)
+                ):
+                    # The session went away mid-read: end the stream.
+                    consumer.consumer.on_trace_data([], False)
 
             self._task_runner.post_task(next_part)
         consumer.consumer.on_trace_data(packets, has_more)
