@@ -233,3 +233,17 @@ def test_deflate_compression(env: ServiceEnv, tmp_path: Path, to_file: bool) -> 
     )
     assert _numbers(inner) == list(range(300))
     assert service_packet_kinds(inner)[-1] == "trace_stats"
+
+
+def test_read_stream_ends_when_the_session_is_freed_mid_read(env: ServiceEnv) -> None:
+    producer, consumer = _start(env, simple_config(buffer_kb=1024))
+    _write_numbered(producer, 0, 500)  # ~100 KB: several parts
+
+    def read_then_free() -> None:
+        consumer.endpoint.read_buffers()
+        consumer.endpoint.free_buffers()
+
+    env.call(read_then_free)
+    wait_until(lambda: consumer.read_done)
+    assert len(consumer.chunks) == 2
+    assert consumer.chunks[-1] == b""
