@@ -352,3 +352,15 @@ def test_a_reader_overtaken_by_the_writer_resumes_at_the_oldest_chunk_left() -> 
     ]
     assert read[0][2] == 1
     assert buffer.stats.chunks_overwritten == 3
+
+
+def test_payload_may_be_any_bytes_like_object_sized_in_bytes() -> None:
+    payload = fragment(b"\x08\x07") + bytes(2)  # 8 bytes
+    words = memoryview(bytearray(payload)).cast("I")  # 2 items, 8 bytes
+    buffer = TraceBuffer(4096)
+    buffer.copy_chunk_untrusted(seq(writer=1), 0, 1, 0, words)
+    buffer.copy_chunk_untrusted(seq(writer=2), 0, 1, 0, bytearray(payload))
+    buffer.copy_chunk_untrusted(seq(writer=3), 0, 1, 0, memoryview(payload))
+    assert _packets(buffer) == [b"\x08\x07"] * 3
+    assert buffer.stats.bytes_written == 3 * 32
+    assert buffer.size == 4096

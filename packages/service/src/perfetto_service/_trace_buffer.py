@@ -302,6 +302,11 @@ class _Sequence:
         self.resume_source: int | None = None
 
 
+def _byte_size(payload: BytesLike) -> int:
+    """The size of `payload` in bytes (a memoryview's len counts items, not bytes)."""
+    return payload.nbytes if isinstance(payload, memoryview) else len(payload)
+
+
 def _fragment_header(data: bytearray, pos: int, end: int) -> tuple[int, int]:
     """Decodes a fragment's size varint in data[pos:end] (at most 4 bytes).
 
@@ -408,7 +413,7 @@ class TraceBuffer:
         """
         producer_id = sequence.producer_id
         writer_id = sequence.writer_id
-        size = len(memoryview(payload))
+        size = payload.nbytes if isinstance(payload, memoryview) else len(payload)
         record_size = (size + RECORD_HEADER_SIZE + 15) & ~15
         stats = self._stats
         if (
@@ -422,7 +427,8 @@ class TraceBuffer:
             stats.abi_violations += 1
             return
         self._has_data = True
-        self._end_read_pass()
+        if self._read_order:
+            self._end_read_pass()
         chunk_flags &= _FLAGS_MASK
         if not chunk_complete and num_fragments > 0:
             # The producer may still be writing the last fragment: leave it out.
@@ -491,7 +497,7 @@ class TraceBuffer:
         complete: bool,
     ) -> None:
         stats = self._stats
-        record_size = (len(memoryview(payload)) + RECORD_HEADER_SIZE + 15) & ~15
+        record_size = (_byte_size(payload) + RECORD_HEADER_SIZE + 15) & ~15
         if (
             meta.record_size != record_size
             or meta.num_fragments > num_fragments
@@ -530,7 +536,7 @@ class TraceBuffer:
         payload: BytesLike,
     ) -> None:
         producer_id, writer_id, chunk_id = key
-        size = len(memoryview(payload))
+        size = _byte_size(payload)
         data = self._data
         _HEADER.pack_into(
             data,
