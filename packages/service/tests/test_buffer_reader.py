@@ -142,3 +142,20 @@ def test_reading_straight_into_trace_bytes_gives_the_same_trace() -> None:
     assert (direct.size, direct.packets, direct.invalid_packets) == (slices.size, 40, 1)
     assert not direct.hit_threshold
     assert buffers[0].stats.as_dict() == buffers[1].stats.as_dict()
+
+
+def test_sequence_ids_follow_the_first_valid_packet_of_each_sequence() -> None:
+    buffer = TraceBuffer(1 << 16)
+    spoofed = trace_packet_pb2.TracePacket(trusted_uid=0).SerializeToString()
+    copy(buffer, seq(writer=1), Chunk(0, 1, 0, fragment(spoofed)))
+    copy(buffer, seq(writer=2), Chunk(0, 1, 0, fragment(_test_event(2))))
+    trusted = TrustedFieldsWriter()
+    first, invalid = _trace(buffer, trusted)
+    assert invalid == 1
+    copy(buffer, seq(writer=1), Chunk(1, 1, 0, fragment(_test_event(1))))
+    second, _ = _trace(buffer, trusted)
+    # Writer 1's only packet of the first read was dropped: writer 2 was seen first.
+    assert [(p.for_testing.counter, p.trusted_packet_sequence_id) for p in first.packet] == [(2, 2)]
+    assert [(p.for_testing.counter, p.trusted_packet_sequence_id) for p in second.packet] == [
+        (1, 3)
+    ]

@@ -68,12 +68,16 @@ def read_producer_packets(
             return DrainResult(packets, total, invalid, False)
         data, offsets, sequence, dropped = spans
         view = memoryview(data)
-        suffix = suffix_for(sequence, 0)
-        first_suffix = suffix_for(sequence, dropped) if dropped else suffix
+        # The suffixes are made at the first valid packet: that is when a sequence gets its
+        # trusted_packet_sequence_id, as upstream numbers them.
+        suffix = first_suffix = b""
         for i in range(0, len(offsets), 2):
             start = offsets[i]
             end = offsets[i + 1]
             if validate(data, start, end):
+                if not suffix:
+                    suffix = suffix_for(sequence, 0)
+                    first_suffix = suffix_for(sequence, dropped) if i == 0 else suffix
                 total += end - start + len(first_suffix)
                 # A copy rather than a view: as cheap for small packets, and unlike views,
                 # not tracked by the garbage collector (thousands of views make it run often).
@@ -106,12 +110,14 @@ def read_producer_packets_as_trace(
             hit_threshold = False
             break
         data, offsets, sequence, dropped = spans
-        suffix = suffix_for(sequence, 0)
-        first_suffix = suffix_for(sequence, dropped) if dropped else suffix
+        suffix = first_suffix = b""  # made at the first valid packet, as above
         for i in range(0, len(offsets), 2):
             start = offsets[i]
             end = offsets[i + 1]
             if validate(data, start, end):
+                if not suffix:
+                    suffix = suffix_for(sequence, 0)
+                    first_suffix = suffix_for(sequence, dropped) if i == 0 else suffix
                 size = end - start + len(first_suffix)
                 total += size
                 count += 1
