@@ -75,6 +75,7 @@ class BenchProducer:
         self.done = threading.Event()
         self.target_buffer = 0
         self.client = ProducerIPCClient(socket, self, name, shm_size_hint_bytes=SMB_SIZE)
+        self.client.connect()
 
     def on_connect(self) -> None:
         self.client.register_data_source(DataSourceDescriptor(name=DATA_SOURCE))
@@ -276,6 +277,7 @@ def _session(
     producers = Producers(traced.producer_socket, count, size)
     reader = Reader(output)
     consumer = ConsumerIPCClient(traced.consumer_socket, reader)
+    consumer.connect()
     try:
         if not consumer.wait_connected(60):
             raise SystemExit("cannot connect to traced's consumer socket")

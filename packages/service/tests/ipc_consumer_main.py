@@ -19,6 +19,7 @@ from traced_testlib import make_config
 def main() -> None:
     consumer = RecordingConsumer()
     client = ConsumerIPCClient(sys.argv[1], consumer)
+    client.connect()
     config: TraceConfig = make_config()
     client.enable_tracing(config)
     answered = threading.Event()

@@ -50,6 +50,7 @@ class HostileProducer:
         self.started = threading.Event()
         self.target_buffer = 0
         self.client = ProducerIPCClient(socket, self, "hostile")
+        self.client.connect()
 
     def on_connect(self) -> None:
         self.client.register_data_source(DataSourceDescriptor(name="test.ds"))

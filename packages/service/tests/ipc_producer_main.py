@@ -2,7 +2,8 @@
 
 Run as `python ipc_producer_main.py SOCKET NAME COUNT [--no-flush-ack] [--writers N]
 [--size BYTES] [--trigger NAME] [--shm-size BYTES]`. It prints `CONNECTED`, `SETUP`,
-`STARTED <instance>` and `WROTE <writer_id>` lines, and exits when stdin closes.
+`STARTED <instance>` and `WROTE <writer_id>` (once the service acknowledged the data) lines,
+and exits when stdin closes.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class TestProducer:
         self.client = ProducerIPCClient(
             args.socket, self, args.name, shm_size_hint_bytes=args.shm_size
         )
+        self.client.connect()
 
     def on_connect(self) -> None:
         self.client.register_data_source(DataSourceDescriptor(name=DATA_SOURCE))
@@ -65,7 +67,9 @@ class TestProducer:
             packet.for_testing.seq_value = number
             packet.for_testing.str = f"{self.args.name}/{writer.writer_id}/{filler}"
             writer.write_packet(packet.SerializeToString())
-        writer.flush()
+        committed = threading.Event()
+        writer.flush(committed.set)
+        committed.wait(60)
         _say(f"WROTE {writer.writer_id}")
 
     def stop_data_source(self, instance_id: int) -> None:

@@ -50,6 +50,7 @@ def _connect_producer(
 ) -> tuple[ProducerIPCClient, RecordingProducer]:
     producer = RecordingProducer()
     client = ProducerIPCClient(socket, producer, "test.producer", **kwargs)  # type: ignore[arg-type]
+    client.connect()
     assert client.wait_connected(10)
     assert producer.connected.wait(10)
     return client, producer
@@ -202,6 +203,7 @@ def test_producer_provided_smb_is_adopted(sockets: tuple[str, str]) -> None:
 def test_refused_producer_is_disconnected(host: HostThread, sockets: tuple[str, str]) -> None:
     producer = RecordingProducer()
     client = ProducerIPCClient(sockets[0], producer, "refused")
+    client.connect()
     try:
         assert not client.wait_connected(10)
         assert producer.disconnected.wait(10)
@@ -213,6 +215,7 @@ def test_refused_producer_is_disconnected(host: HostThread, sockets: tuple[str, 
 def test_missing_service_reports_disconnect(sockets: tuple[str, str]) -> None:
     producer = RecordingProducer()
     client = ProducerIPCClient(sockets[0] + ".none", producer, "p")
+    client.connect()
     assert not client.wait_connected(10)
     assert producer.disconnected.wait(10)
     client.close()
@@ -279,6 +282,7 @@ def test_commands_wait_for_get_async_command(host: HostThread, sockets: tuple[st
 def test_consumer_round_trip(host: HostThread, sockets: tuple[str, str]) -> None:
     consumer = RecordingConsumer()
     client = ConsumerIPCClient(sockets[1], consumer)
+    client.connect()
     try:
         config = TraceConfig(duration_ms=1234, write_into_file=True)
         with tempfile.TemporaryFile() as output:
@@ -339,6 +343,7 @@ def test_query_service_state_is_split_and_merged(
 ) -> None:
     consumer = RecordingConsumer()
     client = ConsumerIPCClient(sockets[1], consumer)
+    client.connect()
     try:
         state = TracingServiceState(num_sessions=2, tracing_service_version="v1")
         for number in range(600):
@@ -368,6 +373,7 @@ def test_query_service_state_is_split_and_merged(
 def test_observe_events_stream(host: HostThread, sockets: tuple[str, str]) -> None:
     consumer = RecordingConsumer()
     client = ConsumerIPCClient(sockets[1], consumer)
+    client.connect()
     try:
         mask = (
             ObservableEvents.TYPE_DATA_SOURCES_INSTANCES
@@ -410,6 +416,7 @@ def test_consumer_socket_gone_mid_call(sockets: tuple[str, str]) -> None:
     host = HostThread(FakeService(), *sockets)
     consumer = RecordingConsumer()
     client = ConsumerIPCClient(sockets[1], consumer)
+    client.connect()
     try:
         client.enable_tracing(TraceConfig())
         wait_for(lambda: host.service.consumers)
@@ -432,3 +439,20 @@ def test_service_dropping_a_producer_closes_its_socket(
         assert not client.connected
     finally:
         client.close()
+
+
+def test_nothing_happens_before_connect(host: HostThread, sockets: tuple[str, str]) -> None:
+    producer = RecordingProducer()
+    client = ProducerIPCClient(sockets[0], producer, "lazy")
+    try:
+        client.register_data_source(DataSourceDescriptor(name="early"))
+        assert not client.wait_connected(0.3)
+        assert producer.events == []
+        assert host.service.producers == []
+        client.connect()
+        assert client.wait_connected(10)
+        wait_for(lambda: host.service.producers and host.service.producers[0].calls)
+        assert host.service.producers[0].calls == [("register_data_source", "early")]
+        assert producer.names() == ["on_connect"]
+    finally:
+        client.disconnect()

@@ -157,6 +157,7 @@ class ConsumerSession:
     def __init__(self, socket: str) -> None:
         self.consumer = RecordingConsumer()
         self.client = ConsumerIPCClient(socket, self.consumer)
+        self.client.connect()
         assert self.client.wait_connected(TIMEOUT)
 
     def read_trace(self) -> Any:

@@ -30,8 +30,9 @@ CONNECTION_LOST = "the connection to the tracing service was lost"
 class ConsumerIPCClient(PortClient):
     """A `ConsumerEndpoint` that talks to a tracing service over the consumer socket.
 
-    Methods may be called from any thread; calls made before the connection is up are sent
-    once it is. `Consumer` callbacks and the callbacks given to methods run on the IPC thread.
+    Nothing is bound before `connect()`. Methods may be called from any thread; calls made before
+    the connection is up are sent once it is. `Consumer` callbacks and the callbacks given to
+    methods run on the IPC thread.
     """
 
     def __init__(self, socket_name: str, consumer: Consumer, *, retry: bool = False) -> None:

@@ -20,9 +20,9 @@ PortTask = Callable[[ServiceProxy], None]
 class PortClient:
     """A connection to one service port, owned by a background IPC thread.
 
-    Calls made before the port is ready (bound, and for producers initialized) wait in a
-    queue and go out in order once it is; calls made after the connection is gone are
-    dropped. `on_ready` and `on_lost` run on the IPC thread.
+    Nothing is bound until `connect()`. Calls made before the port is ready (bound, and for
+    producers initialized) wait in a queue and go out in order once it is; calls made after the
+    connection is gone are dropped. `on_ready` and `on_lost` run on the IPC thread.
     """
 
     def __init__(
@@ -39,10 +39,20 @@ class PortClient:
         self._queue: list[tuple[PortTask, Callable[[], None] | None]] = []
         self._lost = False
         self._done_event = threading.Event()
+        self._connect_requested = False
         self._client = Client(
             socket_name, retry=retry, on_disconnect=self._lose, thread_name=thread_name
         )
-        self._client.post(self._bind)
+
+    def connect(self) -> None:
+        """Starts talking to the service: binds the port (then, for producers, initializes).
+
+        Separate from construction so that callbacks, which run on the IPC thread, never
+        see an application that has not stored this object yet.
+        """
+        if not self._connect_requested:
+            self._connect_requested = True
+            self.post(self._bind)
 
     @property
     def client(self) -> Client:

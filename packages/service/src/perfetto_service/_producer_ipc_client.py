@@ -42,11 +42,11 @@ _DEFAULT_PAGE_SIZE_KB = 4
 class ProducerIPCClient(PortClient):
     """A `ProducerEndpoint` that talks to a tracing service over a producer socket.
 
-    Connects to `socket_name` (with `retry`, until a service appears), binds ProducerPort and
-    initializes the connection as `name` with the given hints. With `producer_shm` the
-    producer offers its own shared memory buffer (a sealed memfd), which the service may
-    adopt. Methods may be called from any thread; calls made before the connection is
-    initialized are sent once it is.
+    After `connect()`, connects to `socket_name` (with `retry`, until a service appears), binds
+    ProducerPort and initializes the connection as `name` with the given hints. With `producer_shm`
+    the producer offers its own shared memory buffer (a sealed memfd), which the service may adopt.
+    Methods may be called from any thread; calls made before the connection is initialized are sent
+    once it is.
     """
 
     def __init__(
