@@ -164,3 +164,39 @@ def test_background_reports_start_errors(directory: str) -> None:
     assert result.returncode == 1
     assert result.stdout == ""
     assert result.stderr.startswith("traced: cannot listen on")
+
+
+def test_sockets_created_by_init_are_served(directory: str) -> None:
+    producer_path, consumer_path = f"{directory}/init-p", f"{directory}/init-c"
+    listeners = []
+    for path in (producer_path, consumer_path):
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(path)
+        listener.listen()
+        listeners.append(listener)
+    env = _env(f"{directory}/unused-p", f"{directory}/unused-c")
+    env["ANDROID_SOCKET_traced_producer"] = str(listeners[0].fileno())
+    env["ANDROID_SOCKET_traced_consumer"] = str(listeners[1].fileno())
+    process = subprocess.Popen(
+        TRACED, env=env, pass_fds=[s.fileno() for s in listeners], stderr=subprocess.PIPE
+    )
+    for listener in listeners:
+        listener.close()
+    try:
+        session = ConsumerSession(consumer_path)
+        session.close()
+        assert _accepts(producer_path)
+        assert not os.path.exists(f"{directory}/unused-c")
+    finally:
+        process.terminate()
+        process.wait(TIMEOUT)
+        assert process.stderr is not None
+        process.stderr.close()
+    assert os.path.exists(consumer_path)
+
+
+def test_init_sockets_come_in_pairs(directory: str) -> None:
+    env = _env(f"{directory}/p", f"{directory}/c") | {"ANDROID_SOCKET_traced_producer": "3"}
+    result = _run([], env)
+    assert result.returncode == 1
+    assert "set both or neither" in result.stderr

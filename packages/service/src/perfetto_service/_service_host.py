@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -58,6 +59,14 @@ class ServiceIPCHost:
         except WireError as exc:
             self.close()
             raise ServiceError(str(exc)) from exc
+
+    def adopt(
+        self, producer_sockets: Sequence[socket.socket], consumer_socket: socket.socket
+    ) -> None:
+        """Serves on sockets that are already listening (e.g. created by init)."""
+        for sock in producer_sockets:
+            self._producer_server.adopt_listening_socket(sock)
+        self._consumer_server.adopt_listening_socket(consumer_socket)
 
     @property
     def producer_addresses(self) -> list[str]:

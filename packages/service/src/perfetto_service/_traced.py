@@ -13,6 +13,7 @@ import contextlib
 import grp
 import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ RUN_PERFETTO_DIR = "/run/perfetto/"
 PRODUCER_SOCKET_ENV = "PERFETTO_PRODUCER_SOCK_NAME"
 CONSUMER_SOCKET_ENV = "PERFETTO_CONSUMER_SOCK_NAME"
 NOTIFY_FD_ENV = "TRACED_NOTIFY_FD"
+INIT_PRODUCER_SOCKET_ENV = "ANDROID_SOCKET_traced_producer"
+INIT_CONSUMER_SOCKET_ENV = "ANDROID_SOCKET_traced_consumer"
 _STATUS_FD_ENV = "_TRACED_STATUS_FD"
 
 
@@ -171,7 +174,16 @@ class Daemon:
         self._owned_paths: list[str] = []
 
     def start(self, permissions: SocketPermissions | None) -> None:
-        """Claims and binds the sockets; `ServiceError` with a one-line reason on failure."""
+        """Claims and binds the sockets; `ServiceError` with a one-line reason on failure.
+
+        Sockets created by init (ANDROID_SOCKET_traced_producer and _consumer, both or
+        neither) are served as they are instead.
+        """
+        inherited = _inherited_sockets()
+        if inherited is not None:
+            self.host.adopt(*inherited)
+            self._watch_signals()
+            return
         names = [*self.producers, self.consumer]
         _claim_socket_paths(names)
         try:
@@ -181,6 +193,9 @@ class Daemon:
         self._owned_paths = _filesystem_paths(names)
         if permissions is not None:
             _apply_permissions(permissions, self.producers, self.consumer)
+        self._watch_signals()
+
+    def _watch_signals(self) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(signum, self.loop.stop)
 
@@ -201,6 +216,22 @@ class Daemon:
         for signum in (signal.SIGTERM, signal.SIGINT):
             self.loop.remove_signal_handler(signum)
         self.loop.close()
+
+
+def _inherited_sockets() -> tuple[list[socket.socket], socket.socket] | None:
+    producer = os.environ.get(INIT_PRODUCER_SOCKET_ENV)
+    consumer = os.environ.get(INIT_CONSUMER_SOCKET_ENV)
+    if producer is None and consumer is None:
+        return None
+    if producer is None or consumer is None:
+        raise ServiceError(
+            f"{INIT_PRODUCER_SOCKET_ENV} and {INIT_CONSUMER_SOCKET_ENV} go together; "
+            "set both or neither"
+        )
+    try:
+        return [socket.socket(fileno=int(producer))], socket.socket(fileno=int(consumer))
+    except (ValueError, OSError) as exc:
+        raise ServiceError(f"cannot use the sockets passed by init: {exc}") from None
 
 
 def _notify_ready() -> None:
