@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
+from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
 from perfetto_protos.common.trace_stats_pb2 import TraceStats
 from perfetto_protos.upstream import upstream_message_class
 from perfetto_smb import PageLayout, SharedMemoryABI, pack_chunk_header
@@ -262,18 +263,6 @@ def fuzz_scene(fuzz_env: ServiceEnv) -> Scene:
     return Scene(fuzz_env)
 
 
-def test_after_fuzzing_the_others_are_intact(fuzz_scene: Scene) -> None:
-    scene = fuzz_scene
-    packets = scene.finish()
-    assert _good_strings(packets) == scene.good_strings
-    assert len(scene.good_strings) > 100
-    assert not scene.other.disabled
-    assert scene.other.stop() == ""
-    stats = scene.stats()
-    assert stats.chunks_discarded > 0
-    assert stats.patches_discarded > 0
-
-
 def test_scraping_recovers_uncommitted_packets(env: ServiceEnv) -> None:
     results = {}
     for mode, name in ((1, "scraped"), (2, "not scraped")):
@@ -298,3 +287,62 @@ def test_scraping_recovers_uncommitted_packets(env: ServiceEnv) -> None:
         env.call(consumer.endpoint.disconnect)
     assert results[1] == [f"uncommitted {n}" for n in range(3)]
     assert results[2] == []
+
+
+_producer_calls = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("register_data_source"),
+            st.sampled_from(["", "test.ds", "x"]),
+            st.integers(0, 3),
+        ),
+        st.tuples(
+            st.just("update_data_source"), st.sampled_from(["", "test.ds", "x"]), st.integers(0, 3)
+        ),
+        st.tuples(st.just("unregister_data_source"), st.sampled_from(["", "test.ds", "x"])),
+        st.tuples(
+            st.just("register_trace_writer"), st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1)
+        ),
+        st.tuples(st.just("unregister_trace_writer"), st.integers(0, 2**32 - 1)),
+        st.tuples(st.just("notify_flush_complete"), st.integers(0, 2**64 - 1)),
+        st.tuples(st.just("notify_data_source_started"), st.integers(0, 2**64 - 1)),
+        st.tuples(st.just("notify_data_source_stopped"), st.integers(0, 2**64 - 1)),
+        st.tuples(st.just("activate_triggers"), st.lists(st.text(max_size=5), max_size=3)),
+    ),
+    max_size=10,
+)
+
+
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(calls=_producer_calls)
+def test_random_producer_calls(fuzz_scene: Scene, calls: list[tuple[Any, ...]]) -> None:
+    scene = fuzz_scene
+    endpoint = scene.hostile.endpoint
+
+    def run() -> None:
+        for name, *args in calls:
+            if name in {"register_data_source", "update_data_source"}:
+                descriptor = DataSourceDescriptor(name=args[0], id=args[1])
+                getattr(endpoint, name)(descriptor)
+            else:
+                getattr(endpoint, name)(*args)
+
+    scene.env.call(run)
+    scene.env.settle()
+    scene.write_good(1)
+
+
+def test_after_fuzzing_the_others_are_intact(fuzz_scene: Scene) -> None:
+    scene = fuzz_scene
+    packets = scene.finish()
+    assert _good_strings(packets) == scene.good_strings
+    assert len(scene.good_strings) > 100
+    assert not scene.other.disabled
+    assert scene.other.stop() == ""
+    stats = scene.stats()
+    assert stats.chunks_discarded > 0
+    assert stats.patches_discarded > 0
