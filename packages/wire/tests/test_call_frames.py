@@ -14,8 +14,8 @@ from perfetto_wire._call_frames import decode_invoke, decode_invoke_reply
 from perfetto_wire._sockets import recv_with_fd
 from perfetto_wire._transport import SocketTransport
 
-u64 = st.integers(min_value=0, max_value=2**64 - 1)
-u32 = st.integers(min_value=0, max_value=2**32 - 1)
+u64 = st.integers(min_value=0, max_value=0x4000) | st.integers(min_value=0, max_value=2**64 - 1)
+u32 = st.integers(min_value=0, max_value=0x80) | st.integers(min_value=0, max_value=2**32 - 1)
 payloads = st.binary(max_size=300)
 
 

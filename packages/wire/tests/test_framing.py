@@ -208,13 +208,18 @@ def test_mutated_frames_never_escape_the_decoder(
     assert all(isinstance(frame, IPCFrame) for frame in frames)
 
 
-u64 = st.integers(min_value=0, max_value=2**64 - 1)
-u32 = st.integers(min_value=0, max_value=2**32 - 1)
+# Small values too: the encoders have a fast path for one- and two-byte varints.
+u64 = st.integers(min_value=0, max_value=0x4000) | st.integers(min_value=0, max_value=2**64 - 1)
+u32 = st.integers(min_value=0, max_value=0x80) | st.integers(min_value=0, max_value=2**32 - 1)
 
 
 @settings(max_examples=200, deadline=None)
 @given(
-    request_id=u64, service_id=u32, method_id=u32, args=st.binary(max_size=400), drop=st.booleans()
+    request_id=u64,
+    service_id=u32,
+    method_id=u32,
+    args=st.binary(max_size=0x80) | st.binary(max_size=400),
+    drop=st.booleans(),
 )
 def test_hand_written_invoke_matches_protobuf(
     request_id: int, service_id: int, method_id: int, args: bytes, drop: bool
@@ -231,7 +236,11 @@ def test_hand_written_invoke_matches_protobuf(
 
 
 @settings(max_examples=200, deadline=None)
-@given(request_id=u64, has_more=st.booleans(), reply=st.binary(max_size=400))
+@given(
+    request_id=u64,
+    has_more=st.booleans(),
+    reply=st.binary(max_size=0x80) | st.binary(max_size=400),
+)
 def test_hand_written_reply_matches_protobuf(request_id: int, has_more: bool, reply: bytes) -> None:
     frame = IPCFrame(request_id=request_id)
     answer = frame.msg_invoke_method_reply

@@ -59,6 +59,17 @@ def encode_invoke(
     request_id: int, service_id: int, method_id: int, args_proto: bytes, drop_reply: bool
 ) -> bytes:
     """An InvokeMethod frame, every field set like upstream's client sets them."""
+    args_length = len(args_proto)
+    if args_length < 0x70 and service_id < 0x80 and method_id < 0x80 and request_id < 0x4000:
+        # Every varint but the request id is one byte: 08 s 10 m 1a n <args> 20 d.
+        member = (0x2A, 8 + args_length, 0x08, service_id, 0x10, method_id, 0x1A, args_length)
+        tail = b"\x20\x01" if drop_reply else b"\x20\x00"
+        if request_id < 0x80:
+            head = bytes((12 + args_length, 0, 0, 0, 0x10, request_id, *member))
+        else:
+            low, high = (request_id & 0x7F) | 0x80, request_id >> 7
+            head = bytes((13 + args_length, 0, 0, 0, 0x10, low, high, *member))
+        return head + args_proto + tail
     small = _ONE_BYTE_VARINTS
     request = small[request_id] if request_id < 0x80 else _varint(request_id)
     service = small[service_id] if service_id < 0x80 else _varint(service_id)
@@ -92,6 +103,13 @@ def invoke_reply_header(request_id: int, has_more: bool, reply_size: int) -> byt
     The frame is this header followed by the serialized reply, so a large reply can be
     written after it without being copied into one buffer.
     """
+    if reply_size < 0x70 and request_id < 0x4000:
+        # 32 m 08 01 10 h 1a n: every varint but the request id is one byte.
+        member = (0x32, 6 + reply_size, 0x08, 0x01, 0x10, 1 if has_more else 0, 0x1A, reply_size)
+        if request_id < 0x80:
+            return bytes((10 + reply_size, 0, 0, 0, 0x10, request_id, *member))
+        low, high = (request_id & 0x7F) | 0x80, request_id >> 7
+        return bytes((11 + reply_size, 0, 0, 0, 0x10, low, high, *member))
     small = _ONE_BYTE_VARINTS
     request = small[request_id] if request_id < 0x80 else _varint(request_id)
     reply_varint = small[reply_size] if reply_size < 0x80 else _varint(reply_size)
@@ -136,6 +154,9 @@ def _member_start(data: Buffer, start: int, end: int, tag: int) -> tuple[int, in
         if pos < end and data[pos] < 0x80:
             request_id = data[pos]
             pos += 1
+        elif pos + 1 < end and data[pos + 1] < 0x80:
+            request_id = (data[pos] & 0x7F) | (data[pos + 1] << 7)
+            pos += 2
         else:
             request_id, pos = _slow_varint(data, pos, end)
             if pos < 0 or request_id > _UINT64_MAX:
@@ -155,12 +176,6 @@ def _member_start(data: Buffer, start: int, end: int, tag: int) -> tuple[int, in
     return request_id, pos
 
 
-def _scalar(data: Buffer, pos: int, end: int) -> tuple[int, int]:
-    if pos < end and data[pos] < 0x80:
-        return data[pos], pos + 1
-    return _slow_varint(data, pos, end)
-
-
 def decode_invoke(data: Buffer, start: int, end: int) -> tuple[int, int, int, Buffer, bool] | None:
     """(request_id, service_id, method_id, args_proto, drop_reply) of the IPCFrame in
     `data[start:end]`, or None unless it is an InvokeMethod in the usual layout.
@@ -173,19 +188,21 @@ def decode_invoke(data: Buffer, start: int, end: int) -> tuple[int, int, int, Bu
     service_id = method_id = 0
     args_proto: Buffer = b""
     drop_reply = False
-    while pos < end:
+    while pos < end - 1:
         tag = data[pos]
-        if tag == _TAG_BYTES_3:
-            size, pos = _scalar(data, pos + 1, end)
-            if pos < 0 or pos + size > end:
+        value = data[pos + 1]
+        if value < 0x80:
+            pos += 2
+        else:
+            value, pos = _slow_varint(data, pos + 1, end)
+            if pos < 0:
                 return None
-            args_proto = data[pos : pos + size]
-            pos += size
-            continue
-        value, pos = _scalar(data, pos + 1, end)
-        if pos < 0:
-            return None
-        if tag == _TAG_FIELD_1 and value <= _UINT32_MAX:
+        if tag == _TAG_BYTES_3:
+            if pos + value > end:
+                return None
+            args_proto = data[pos : pos + value]
+            pos += value
+        elif tag == _TAG_FIELD_1 and value <= _UINT32_MAX:
             service_id = value
         elif tag == _TAG_FIELD_2 and value <= _UINT32_MAX:
             method_id = value
@@ -193,6 +210,8 @@ def decode_invoke(data: Buffer, start: int, end: int) -> tuple[int, int, int, Bu
             drop_reply = value != 0
         else:
             return None
+    if pos != end:
+        return None
     return request_id, service_id, method_id, args_proto, drop_reply
 
 
@@ -209,22 +228,26 @@ def decode_invoke_reply(
         return None
     success = has_more = False
     reply_proto: Buffer = b""
-    while pos < end:
+    while pos < end - 1:
         tag = data[pos]
-        if tag == _TAG_BYTES_3:
-            size, pos = _scalar(data, pos + 1, end)
-            if pos < 0 or pos + size > end:
+        value = data[pos + 1]
+        if value < 0x80:
+            pos += 2
+        else:
+            value, pos = _slow_varint(data, pos + 1, end)
+            if pos < 0 or value > _UINT64_MAX:
                 return None
-            reply_proto = data[pos : pos + size]
-            pos += size
-            continue
-        value, pos = _scalar(data, pos + 1, end)
-        if pos < 0 or value > _UINT64_MAX:
-            return None
-        if tag == _TAG_FIELD_1:
+        if tag == _TAG_BYTES_3:
+            if pos + value > end:
+                return None
+            reply_proto = data[pos : pos + value]
+            pos += value
+        elif tag == _TAG_FIELD_1:
             success = value != 0
         elif tag == _TAG_FIELD_2:
             has_more = value != 0
         else:
             return None
+    if pos != end:
+        return None
     return request_id, success, has_more, reply_proto
