@@ -324,3 +324,8 @@ def test_pending_flush_fails_when_the_session_is_freed(env: ServiceEnv) -> None:
     env.call(lambda: consumer.endpoint.flush(30_000, results.append))
     env.call(consumer.endpoint.free_buffers)
     assert results == [False]
+
+
+def test_flush_without_a_session_fails(env: ServiceEnv) -> None:
+    consumer = FakeConsumer(env).connect()
+    assert consumer.flush() is False

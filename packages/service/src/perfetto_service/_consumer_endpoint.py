@@ -129,6 +129,8 @@ class ConsumerEndpointImpl:
         """Asks every data source to commit its data; `callback(False)` on timeout."""
         if self.tracing_session_id:
             self._service.flush(self.tracing_session_id, timeout_ms, callback, flags)
+        else:
+            callback(False)
 
     def read_buffers(self) -> None:
         """Streams the buffers' contents to `Consumer.on_trace_data`."""

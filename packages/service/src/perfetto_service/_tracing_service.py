@@ -1003,6 +1003,7 @@ class TracingService:
         """Asks the session's data sources to commit; `callback(success)` at the end."""
         session = self.session(session_id)
         if session is None:
+            callback(False)
             return
         session.record_lifecycle_event(TracingServiceEventKind.FLUSH_STARTED, boot_time_ns())
         by_producer: dict[int, list[int]] = {}
