@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -314,3 +315,36 @@ def test_stop_trigger_ends_the_session(traced: Traced, consumer: ConsumerSession
             producer.close()
     assert [p.for_testing.seq_value for p in fortesting_packets(trace)] == list(range(30))
     assert any(p.trigger.trigger_name == "halt" for p in trace.packet if p.HasField("trigger"))
+
+
+def _free_tcp_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_tcp_producer_uses_shared_memory_emulation() -> None:
+    tcp = f"127.0.0.1:{_free_tcp_port()}"
+    with (
+        tempfile.TemporaryDirectory() as directory,
+        Traced(directory, extra_producer_sockets=[tcp]) as daemon,
+    ):
+        producers = start_producers(tcp, ["remote"], 400, "--size", "300")
+        producers += start_producers(daemon.producer_socket, ["local"], 400, "--size", "300")
+        consumer = ConsumerSession(daemon.consumer_socket)
+        try:
+            consumer.client.enable_tracing(make_config())
+            for producer in producers:
+                producer.wait_line("WROTE")
+            consumer.client.disable_tracing()
+            consumer.wait_disabled()
+            trace = consumer.read_trace()
+        finally:
+            consumer.close()
+            for producer in producers:
+                producer.close()
+    by_label: dict[str, list[int]] = collections.defaultdict(list)
+    for packet in fortesting_packets(trace):
+        by_label[packet.for_testing.str.split("/")[0]].append(packet.for_testing.seq_value)
+    assert by_label["remote"] == list(range(400))
+    assert by_label["local"] == list(range(400))

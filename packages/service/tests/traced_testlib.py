@@ -25,8 +25,15 @@ TIMEOUT = 30.0
 class Traced:
     """A traced subprocess on socket paths under `directory`."""
 
-    def __init__(self, directory: str, *extra_args: str, producers: int = 1) -> None:
+    def __init__(
+        self,
+        directory: str,
+        *extra_args: str,
+        producers: int = 1,
+        extra_producer_sockets: Sequence[str] = (),
+    ) -> None:
         self.producer_sockets = [f"{directory}/producer{n}" for n in range(producers)]
+        self.producer_sockets += extra_producer_sockets
         self.producer_socket = self.producer_sockets[0]
         self.consumer_socket = f"{directory}/consumer"
         self.env = dict(os.environ)

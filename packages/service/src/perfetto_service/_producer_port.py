@@ -51,8 +51,9 @@ class ProducerConnector(Protocol):
 class RemoteProducer:
     """The service's view of one producer on the other end of a socket."""
 
-    def __init__(self, client: ClientInfo) -> None:
+    def __init__(self, client: ClientInfo, *, shmem_emulation: bool = False) -> None:
         self.client = client
+        self.shmem_emulation = shmem_emulation
         self.endpoint: ProducerEndpoint | None = None
         self.provided_shm: SharedMemory | None = None
         self._commands: Deferred | None = None
@@ -143,7 +144,7 @@ class RemoteProducer:
         if shm is None or shm is self.provided_shm:
             return None
         command.setup_tracing.shared_buffer_page_size_kb = endpoint.shared_buffer_page_size_kb()
-        return shm.fd
+        return None if self.shmem_emulation else shm.fd
 
     def close(self) -> None:
         """The socket is gone: leaves the service."""
@@ -160,12 +161,17 @@ def _resolve_empty(deferred: Deferred) -> None:
 
 
 class ProducerPort:
-    """The handlers of the ProducerPort service, one `RemoteProducer` per connection."""
+    """The handlers of the ProducerPort service, one `RemoteProducer` per connection.
+
+    With `shmem_emulation` (sockets that cannot pass file descriptors) producers are told to
+    send their chunks inside CommitData, and SetupTracing carries no fd.
+    """
 
     descriptor = ServiceDescriptor.for_service("ProducerPort")
 
-    def __init__(self, service: ProducerConnector) -> None:
+    def __init__(self, service: ProducerConnector, *, shmem_emulation: bool = False) -> None:
         self._service = service
+        self.shmem_emulation = shmem_emulation
         self._producers: dict[int, RemoteProducer] = {}
         self._hosts: list[Host] = []
 
@@ -231,7 +237,7 @@ class ProducerPort:
             deferred.reject()
             return
         shm: SharedMemory | None = None
-        if request.producer_provided_shmem and received_fd is not None:
+        if request.producer_provided_shmem and received_fd is not None and not self.shmem_emulation:
             try:
                 shm = SharedMemory.attach(received_fd)
             except SmbError as exc:
@@ -243,7 +249,7 @@ class ProducerPort:
                     shm = None
         elif received_fd is not None:
             os.close(received_fd)
-        producer = RemoteProducer(client)
+        producer = RemoteProducer(client, shmem_emulation=self.shmem_emulation)
         producer.drop_connection = lambda: self._drop(client.client_id)
         producer.provided_shm = shm
         identity = ClientIdentity(client.uid, client.pid, client.machine_id)
@@ -275,7 +281,7 @@ class ProducerPort:
             pb.InitializeConnectionResponse(
                 using_shmem_provided_by_producer=using_provided,
                 direct_smb_patching_supported=True,
-                use_shmem_emulation=False,
+                use_shmem_emulation=self.shmem_emulation,
             )
         )
 
