@@ -69,12 +69,14 @@ class PortClient:
         self._done_event.wait(timeout)
         return self.connected
 
-    def post(self, task: Callable[[], object]) -> None:
-        """Runs `task` on the IPC thread (dropped once the client is closed)."""
+    def post(self, task: Callable[[], object]) -> bool:
+        """Runs `task` on the IPC thread; False (and dropped) once the client is closed."""
         try:
             self._client.post(task)
         except WireError:
             _log.debug("dropping a task posted after close")
+            return False
+        return True
 
     def run_on_port(self, task: PortTask) -> None:
         """Runs `task` with the port on the IPC thread once it is ready."""
@@ -108,7 +110,8 @@ class PortClient:
             if on_reply is not None:
                 _reject(on_reply)
 
-        self.post(lambda: self._run_or_queue(send, drop))
+        if not self.post(lambda: self._run_or_queue(send, drop)):
+            drop()
 
     def close(self) -> None:
         """Closes the connection and stops the IPC thread."""

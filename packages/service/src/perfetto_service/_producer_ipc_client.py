@@ -247,13 +247,16 @@ class ProducerIPCClient(PortClient):
             buffer,
             page_size,
             self._commit_from_arbiter,
-            post_task=self.post,
+            post_task=self._post_for_arbiter,
             emulation=shm is None,
             register_writer=self.register_trace_writer,
             unregister_writer=self.unregister_trace_writer,
         )
         self._shm = shm
         self._page_size_kb = page_size // 1024
+
+    def _post_for_arbiter(self, task: Callable[[], None]) -> None:
+        self.post(task)
 
     def _commit_from_arbiter(
         self, request: CommitDataRequest, callback: Callable[[], None] | None
