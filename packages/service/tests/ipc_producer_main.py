@@ -1,9 +1,10 @@
 """A producer process for the traced tests: writes numbered TestEvent packets when started.
 
 Run as `python ipc_producer_main.py SOCKET NAME COUNT [--no-flush-ack] [--writers N]
-[--size BYTES] [--trigger NAME] [--shm-size BYTES]`. It prints `CONNECTED`, `SETUP`,
-`STARTED <instance>` and `WROTE <writer_id>` (once the service acknowledged the data) lines,
-and exits when stdin closes.
+[--size BYTES] [--trigger NAME] [--shm-size BYTES] [--own-smb BYTES]`. It prints
+`ADOPTED`/`NOT-ADOPTED` (with --own-smb), `CONNECTED`, `SETUP`, `STARTED <instance>` and
+`WROTE <writer_id>` (once the service acknowledged the data) lines, and exits when stdin
+closes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescript
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_protos.trace.trace_packet_pb2 import TracePacket
 from perfetto_service import ProducerIPCClient
+from perfetto_smb import SharedMemory
 
 DATA_SOURCE = "test.ds"
 
@@ -32,15 +34,24 @@ class TestProducer:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.threads: list[threading.Thread] = []
+        own = SharedMemory.create(args.own_smb) if args.own_smb else None
         self.client = ProducerIPCClient(
-            args.socket, self, args.name, shm_size_hint_bytes=args.shm_size
+            args.socket,
+            self,
+            args.name,
+            shm_size_hint_bytes=args.shm_size,
+            shm_page_size_hint_bytes=4096 if own is not None else 0,
+            producer_shm=own,
         )
+        self.own = own
         self.client.connect()
 
     def on_connect(self) -> None:
         self.client.register_data_source(DataSourceDescriptor(name=DATA_SOURCE))
         if self.args.trigger:
             self.client.activate_triggers([self.args.trigger])
+        if self.own is not None:
+            _say("ADOPTED" if self.client.shared_memory() is self.own else "NOT-ADOPTED")
         _say("CONNECTED")
 
     def on_disconnect(self) -> None:
@@ -97,6 +108,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=0)
     parser.add_argument("--trigger", default="")
     parser.add_argument("--shm-size", type=int, default=0)
+    parser.add_argument("--own-smb", type=int, default=0, help="offer an SMB of this size")
     producer = TestProducer(parser.parse_args())
     sys.stdin.read()
     producer.client.disconnect()

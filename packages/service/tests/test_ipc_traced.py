@@ -348,3 +348,22 @@ def test_tcp_producer_uses_shared_memory_emulation() -> None:
         by_label[packet.for_testing.str.split("/")[0]].append(packet.for_testing.seq_value)
     assert by_label["remote"] == list(range(400))
     assert by_label["local"] == list(range(400))
+
+
+def test_producer_provided_smb_is_adopted_and_used(
+    traced: Traced, consumer: ConsumerSession
+) -> None:
+    producers = start_producers(
+        traced.producer_socket, ["own-smb"], 3000, "--own-smb", str(256 * 1024), "--size", "100"
+    )
+    try:
+        assert "ADOPTED" in producers[0].lines
+        consumer.client.enable_tracing(make_config())
+        producers[0].wait_line("WROTE")
+        consumer.client.disable_tracing()
+        consumer.wait_disabled()
+        trace = consumer.read_trace()
+    finally:
+        for producer in producers:
+            producer.close()
+    assert [p.for_testing.seq_value for p in fortesting_packets(trace)] == list(range(3000))
