@@ -456,3 +456,22 @@ def test_nothing_happens_before_connect(host: HostThread, sockets: tuple[str, st
         assert producer.names() == ["on_connect"]
     finally:
         client.disconnect()
+
+
+def test_a_command_too_big_for_a_frame_drops_only_that_producer(
+    host: HostThread, sockets: tuple[str, str]
+) -> None:
+    client, producer = _connect_producer(host, sockets[0])
+    other, other_producer = _connect_producer(host, sockets[0])
+    try:
+        wait_for(lambda: len(host.service.producers) == 2)
+        huge = DataSourceConfig(name="huge", legacy_config="x" * 200_000)
+        host.call(lambda: host.service.producers[0].producer.start_data_source(1, huge))
+        assert producer.disconnected.wait(10)
+        small = DataSourceConfig(name="small")
+        host.call(lambda: host.service.producers[1].producer.start_data_source(2, small))
+        wait_for(lambda: "start_data_source" in other_producer.names())
+        assert not other_producer.disconnected.is_set()
+    finally:
+        client.disconnect()
+        other.disconnect()

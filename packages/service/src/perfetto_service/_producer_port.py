@@ -19,7 +19,7 @@ from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_protos.ipc import producer_port_pb2 as pb
 from perfetto_smb import SharedMemory, SmbError
-from perfetto_wire import ClientInfo, Deferred, Host, ServiceDescriptor
+from perfetto_wire import ClientInfo, Deferred, Host, ServiceDescriptor, WireError
 
 from perfetto_service._errors import ServiceError
 from perfetto_service._interfaces import ClientIdentity, Producer, ProducerEndpoint
@@ -131,10 +131,18 @@ class RemoteProducer:
             if not self.disconnected:
                 self._queued.append((command, setup))
             return
+        if deferred.done:
+            return
         fd: int | None = None
         if setup:
             fd = self._setup_tracing_fd(command)
-        deferred.resolve(command, has_more=True, fd=fd)
+        try:
+            deferred.resolve(command, has_more=True, fd=fd)
+        except WireError as exc:
+            # The command stream is dead (e.g. a config too big for one frame).
+            _log.warning("cannot send %s to the producer: %s", command.WhichOneof("cmd"), exc)
+            if self.drop_connection is not None:
+                self.drop_connection()
 
     def _setup_tracing_fd(self, command: pb.GetAsyncCommandResponse) -> int | None:
         endpoint = self.endpoint
