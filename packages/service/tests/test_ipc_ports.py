@@ -475,3 +475,22 @@ def test_a_command_too_big_for_a_frame_drops_only_that_producer(
     finally:
         client.disconnect()
         other.disconnect()
+
+
+def test_an_answer_too_big_for_a_frame_fails_the_call(
+    host: HostThread, sockets: tuple[str, str]
+) -> None:
+    consumer = RecordingConsumer()
+    client = ConsumerIPCClient(sockets[1], consumer)
+    client.connect()
+    try:
+        client.enable_tracing(TraceConfig())
+        wait_for(lambda: host.service.consumers and host.service.consumers[0].calls)
+        host.service.consumers[0].config = TraceConfig(unique_session_name="x" * 200_000)
+        client.attach("good")
+        wait_for(lambda: "on_attach" in consumer.names())
+        assert consumer.events[-1] == ("on_attach", (False, TraceConfig().SerializeToString()))
+        client.get_trace_stats()
+        wait_for(lambda: "on_trace_stats" in consumer.names())
+    finally:
+        client.disconnect()

@@ -20,7 +20,7 @@ from perfetto_protos.common.tracing_service_capabilities_pb2 import TracingServi
 from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.ipc import consumer_port_pb2 as pb
-from perfetto_wire import ClientInfo, Deferred, Host, ServiceDescriptor
+from perfetto_wire import ClientInfo, Deferred, Host, ServiceDescriptor, WireError
 
 from perfetto_service._interfaces import Consumer, ConsumerEndpoint, TracePacketSlices
 from perfetto_service._read_slicer import IPC_BUFFER_SIZE, read_buffers_replies
@@ -108,7 +108,7 @@ class RemoteConsumer:
         reply = pb.EnableTracingResponse(disabled=True)
         if error:
             reply.error = error
-        deferred.resolve(reply)
+        _send(deferred, reply)
 
     def on_trace_data(self, packets: Sequence[TracePacketSlices], has_more: bool) -> None:
         """Streams packets to the pending ReadBuffers call, sliced to fit IPC frames."""
@@ -120,7 +120,8 @@ class RemoteConsumer:
         parse = pb.ReadBuffersResponse.FromString
         for index, reply in enumerate(replies):
             more = has_more if index == last else True
-            deferred.resolve(parse(reply), has_more=more)
+            if not _send(deferred, parse(reply), has_more=more):
+                break
         if not has_more:
             self.read_buffers = None
 
@@ -143,13 +144,23 @@ class RemoteConsumer:
         """Sends events on the ObserveEvents stream."""
         deferred = self.observe_events
         if deferred is not None and not deferred.done:
-            deferred.resolve(pb.ObserveEventsResponse(events=events), has_more=True)
+            _send(deferred, pb.ObserveEventsResponse(events=events), has_more=True)
 
     def close_observe_events(self) -> None:
         """Ends the ObserveEvents stream, if one is open."""
         deferred, self.observe_events = self.observe_events, None
         if deferred is not None and not deferred.done:
-            deferred.resolve(pb.ObserveEventsResponse())
+            _send(deferred, pb.ObserveEventsResponse())
+
+
+def _send(deferred: Deferred, reply: Message, *, has_more: bool = False) -> bool:
+    """Sends one reply; False if it could not go out (the call is then failed)."""
+    try:
+        deferred.resolve(reply, has_more=has_more)
+    except WireError as exc:
+        _log.warning("cannot answer %s: %s", deferred.method.name, exc)
+        return False
+    return True
 
 
 def _answer(deferred: Deferred | None, reply: Message | None) -> None:
@@ -158,7 +169,7 @@ def _answer(deferred: Deferred | None, reply: Message | None) -> None:
     if reply is None:
         deferred.reject()
     else:
-        deferred.resolve(reply)
+        _send(deferred, reply)
 
 
 def _replace_call(held: Deferred | None) -> None:
@@ -380,7 +391,8 @@ def _query_service_state(
             reply = pb.QueryServiceStateResponse(
                 service_state=TracingServiceState.FromString(piece)
             )
-            deferred.resolve(reply, has_more=index != last)
+            if not _send(deferred, reply, has_more=index != last):
+                return
 
     endpoint.query_service_state(request.sessions_only, on_state)
 
