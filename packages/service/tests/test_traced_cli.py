@@ -200,3 +200,9 @@ def test_init_sockets_come_in_pairs(directory: str) -> None:
     result = _run([], env)
     assert result.returncode == 1
     assert "set both or neither" in result.stderr
+
+
+def test_unknown_flag_is_a_one_line_error() -> None:
+    result = _run(["--bogus"], dict(os.environ))
+    assert result.returncode == 2
+    assert result.stderr == "traced: unrecognized arguments: --bogus (see traced --help)\n"

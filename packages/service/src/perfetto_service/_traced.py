@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
+from typing import NoReturn
 
 from perfetto_wire import WireError, parse_address, remove_stale_socket
 
@@ -101,8 +102,15 @@ def _mode(text: str) -> int:
     return mode
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="traced",
         description="The Perfetto tracing service: producers write trace data, consumers "
         "control sessions and read traces.",
