@@ -9,6 +9,8 @@ from protozero._message import Message, tag_bytes, tag_word
 from protozero._proto_utils import (
     MAX_MESSAGE_LENGTH,
     MESSAGE_LENGTH_FIELD_SIZE,
+    SHORT_VARINTS,
+    VARINT_PAIRS,
     WIRE_TYPE_FIXED32,
     WIRE_TYPE_FIXED64,
     WIRE_TYPE_LENGTH_DELIMITED,
@@ -28,6 +30,8 @@ __version__: str = _version("perfetto-protozero")
 __all__ = [
     "MAX_MESSAGE_LENGTH",
     "MESSAGE_LENGTH_FIELD_SIZE",
+    "SHORT_VARINTS",
+    "VARINT_PAIRS",
     "WIRE_TYPE_FIXED32",
     "WIRE_TYPE_FIXED64",
     "WIRE_TYPE_LENGTH_DELIMITED",

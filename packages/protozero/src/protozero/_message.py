@@ -67,6 +67,12 @@ _UNBOUND_WRITER = ScatteredStreamWriter(
 _FINALIZED_WRITER = ScatteredStreamWriter(
     _RefusingDelegate("message was already finalized and cannot be written to")
 )
+# A message's `stream_writer` while a nested message is open: its empty range sends every
+# write to the slow path, which finalizes the nested message first, so fast paths need not
+# check `nested_message`.
+_SUSPENDED_WRITER = ScatteredStreamWriter(
+    _RefusingDelegate("internal error: wrote to a message while its nested message is open")
+)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -81,14 +87,16 @@ class Message:
 
     The `put_*` methods take the field's pre-encoded tag (generated classes keep tags as
     constants); the `append_*` methods take a field id. Generated setters write common fields
-    straight into `stream_writer` (its `buffer`, `write_ptr` and `end`) when no nested message
-    is open and the field fits the current range, and call `put_*` otherwise.
+    straight into `stream_writer` (its `buffer`, `write_ptr` and `end`) when the field fits the
+    current range, and call `put_*` otherwise. While a nested message is open (and once the
+    message is finalized) `stream_writer` has an empty range, so every write takes the `put_*`
+    path, which finalizes the nested message first.
     """
 
     __slots__ = (
         "_begin",
         "_size",
-        "is_finalized",
+        "_writer",
         "nested_message",
         "size_field_buffer",
         "size_field_offset",
@@ -104,15 +112,13 @@ class Message:
         buffer and its payload starts at the writer's current position.
         """
         self.stream_writer: ScatteredStreamWriter = stream_writer
+        self._writer: ScatteredStreamWriter = stream_writer
         self.nested_message: Message | None = None
         self._size = 0
-        self.is_finalized = False
         if size_field_offset >= 0:
             self.size_field_buffer: WritableBuffer | None = stream_writer.buffer
             self.size_field_offset = size_field_offset
-            self._begin = (
-                stream_writer._written_previously + stream_writer.write_ptr - stream_writer._begin
-            )
+            self._begin = stream_writer.write_ptr - stream_writer._origin
         else:
             self.size_field_buffer = None
             self.size_field_offset = 0
@@ -121,12 +127,17 @@ class Message:
     def reset(self, stream_writer: ScatteredStreamWriter) -> None:
         """Makes this a fresh root message (no size field) writing into `stream_writer`."""
         self.stream_writer = stream_writer
-        self._begin = stream_writer.written()
+        self._writer = stream_writer
+        self._begin = stream_writer.write_ptr - stream_writer._origin
         self._size = 0
         self.nested_message = None
         self.size_field_buffer = None
         self.size_field_offset = 0
-        self.is_finalized = False
+
+    @property
+    def is_finalized(self) -> bool:
+        """Whether `finalize()` was called (since the last `reset()`)."""
+        return self._writer is _FINALIZED_WRITER
 
     def set_size_field(self, buffer: WritableBuffer | None, offset: int) -> None:
         """Redirects where `finalize()` writes this message's size; None means no size field."""
@@ -135,12 +146,14 @@ class Message:
 
     def finalize(self) -> int:
         """Finalizes the open nested message, back-fills the size field, returns the size."""
-        if self.is_finalized:
+        w = self._writer
+        if w is _FINALIZED_WRITER:
             return self._size
-        if self.nested_message is not None:
-            self._end_nested_message()
-        w = self.stream_writer
-        size = w._written_previously + w.write_ptr - w._begin - self._begin
+        child = self.nested_message
+        if child is not None:
+            child.finalize()
+            self.nested_message = None
+        size = w.write_ptr - w._origin - self._begin
         buf = self.size_field_buffer
         if buf is not None:
             if size > MAX_MESSAGE_LENGTH:
@@ -148,12 +161,17 @@ class Message:
                     f"nested message of {size} bytes exceeds {MAX_MESSAGE_LENGTH} bytes"
                 )
             o = self.size_field_offset
-            buf[o] = (size & 0x7F) | 0x80
-            buf[o + 1] = ((size >> 7) & 0x7F) | 0x80
-            buf[o + 2] = ((size >> 14) & 0x7F) | 0x80
-            buf[o + 3] = size >> 21
+            # The four 7-bit groups of the size, each in its own byte, continuation bits on
+            # all but the last: one store of a 4-byte redundant varint.
+            buf[o : o + 4] = (
+                (size & 0x7F)
+                | ((size & 0x3F80) << 1)
+                | ((size & 0x1FC000) << 2)
+                | ((size & 0xFE00000) << 3)
+                | 0x808080
+            ).to_bytes(4, "little")
         self._size = size
-        self.is_finalized = True
+        self._writer = _FINALIZED_WRITER
         self.stream_writer = _FINALIZED_WRITER
         return size
 
@@ -162,6 +180,7 @@ class Message:
         if child is not None:
             child.finalize()
             self.nested_message = None
+            self.stream_writer = self._writer
 
     # -- Tag-first writers (the hot path of generated code) ----------------------------------
     #
@@ -336,13 +355,8 @@ class Message:
             self._end_nested_message()
         w = self.stream_writer
         p = w.write_ptr
-        if p + 9 <= w.end:
-            buf = w.buffer
-            while tag > 0xFF:
-                buf[p] = tag & 0xFF
-                tag >>= 8
-                p += 1
-            buf[p] = tag
+        if tag < 0x100 and p + 5 <= w.end:
+            w.buffer[p] = tag
             p += 1
             w.write_ptr = p + 4
         else:
@@ -350,6 +364,7 @@ class Message:
             p = w.reserve_bytes(4)
         child = cls(w, p)
         self.nested_message = child
+        self.stream_writer = _SUSPENDED_WRITER
         return child
 
     # -- Field-id writers ----------------------------------------------------------------------

@@ -28,6 +28,21 @@ MAX_FIELD_ID: Final = (1 << 29) - 1
 UINT64_MASK: Final = 0xFFFF_FFFF_FFFF_FFFF
 
 
+SHORT_VARINTS: Final[tuple[bytes, ...]] = tuple(
+    bytes((v,)) if v < 0x80 else bytes(((v & 0x7F) | 0x80, v >> 7)) for v in range(1 << 14)
+)
+"""The varint encoding of every value below 2**14 (1 or 2 bytes), indexed by value."""
+
+VARINT_PAIRS: Final[tuple[bytes, ...]] = tuple(
+    bytes(((v & 0x7F) | 0x80, (v >> 7) | 0x80)) for v in range(1 << 14)
+)
+"""Two 7-bit groups of a longer varint, both with the continuation bit: `v & 0x3FFF` -> bytes.
+
+Generated setters encode a varint as `VARINT_PAIRS[v & 0x3FFF] + ... + SHORT_VARINTS[rest]`:
+a few table lookups instead of a Python loop over its bytes.
+"""
+
+
 def make_tag(field_id: int, wire_type: int) -> int:
     """The numeric tag (field id and wire type) that precedes a field on the wire."""
     if not 0 < field_id <= MAX_FIELD_ID:

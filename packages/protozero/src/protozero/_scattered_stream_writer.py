@@ -25,7 +25,15 @@ class ScatteredStreamWriter:
     fields straight into the buffer; everything else goes through the methods below.
     """
 
-    __slots__ = ("_begin", "_delegate", "_written_previously", "buffer", "end", "write_ptr")
+    __slots__ = (
+        "_begin",
+        "_delegate",
+        "_origin",
+        "_written_previously",
+        "buffer",
+        "end",
+        "write_ptr",
+    )
 
     def __init__(self, delegate: ScatteredStreamWriterDelegate) -> None:
         self._delegate = delegate
@@ -34,6 +42,8 @@ class ScatteredStreamWriter:
         self.end = 0
         self._begin = 0
         self._written_previously = 0
+        self._origin = 0
+        """`write_ptr - _origin` is `written()`: one subtraction on the hot path."""
 
     def reset(self, buffer: WritableBuffer, begin: int, end: int) -> None:
         """Starts writing into `buffer[begin:end]`; bytes written so far stay counted."""
@@ -42,6 +52,7 @@ class ScatteredStreamWriter:
         self.write_ptr = begin
         self.end = end
         self._begin = begin
+        self._origin = begin - self._written_previously
 
     def extend(self) -> None:
         """Moves on to the next range the delegate provides."""
@@ -98,4 +109,4 @@ class ScatteredStreamWriter:
 
     def written(self) -> int:
         """Total bytes written (including reserved ones) since construction."""
-        return self._written_previously + self.write_ptr - self._begin
+        return self.write_ptr - self._origin

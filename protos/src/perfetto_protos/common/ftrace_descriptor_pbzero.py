@@ -26,7 +26,7 @@ class FtraceDescriptor(Message):
             n = len(data)
             w = self.stream_writer
             p = w.write_ptr
-            if self.nested_message is None and n < 0x80 and p + 2 + n <= w.end:
+            if n < 0x80 and p + 2 + n <= w.end:
                 buf = w.buffer
                 buf[p] = 0x0A
                 buf[p + 1] = n
@@ -41,7 +41,7 @@ class FtraceDescriptor(Message):
             n = len(data)
             w = self.stream_writer
             p = w.write_ptr
-            if self.nested_message is None and n < 0x80 and p + 2 + n <= w.end:
+            if n < 0x80 and p + 2 + n <= w.end:
                 buf = w.buffer
                 buf[p] = 0x12
                 buf[p + 1] = n
@@ -54,13 +54,4 @@ class FtraceDescriptor(Message):
     FIELD_ATRACE_CATEGORIES = 1
 
     def add_atrace_categories(self) -> FtraceDescriptor.AtraceCategory:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 5 <= w.end:
-            buf = w.buffer
-            buf[p] = 0x0A
-            w.write_ptr = p + 5
-            child = FtraceDescriptor.AtraceCategory(w, p + 1)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x0A, FtraceDescriptor.AtraceCategory)

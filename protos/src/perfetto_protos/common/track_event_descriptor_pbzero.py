@@ -22,7 +22,7 @@ class TrackEventCategory(Message):
         n = len(data)
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and n < 0x80 and p + 2 + n <= w.end:
+        if n < 0x80 and p + 2 + n <= w.end:
             buf = w.buffer
             buf[p] = 0x0A
             buf[p + 1] = n
@@ -37,7 +37,7 @@ class TrackEventCategory(Message):
         n = len(data)
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and n < 0x80 and p + 2 + n <= w.end:
+        if n < 0x80 and p + 2 + n <= w.end:
             buf = w.buffer
             buf[p] = 0x12
             buf[p + 1] = n
@@ -52,7 +52,7 @@ class TrackEventCategory(Message):
         n = len(data)
         w = self.stream_writer
         p = w.write_ptr
-        if self.nested_message is None and n < 0x80 and p + 2 + n <= w.end:
+        if n < 0x80 and p + 2 + n <= w.end:
             buf = w.buffer
             buf[p] = 0x1A
             buf[p + 1] = n
@@ -71,13 +71,4 @@ class TrackEventDescriptor(Message):
     FIELD_AVAILABLE_CATEGORIES = 1
 
     def add_available_categories(self) -> TrackEventCategory:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 5 <= w.end:
-            buf = w.buffer
-            buf[p] = 0x0A
-            w.write_ptr = p + 5
-            child = TrackEventCategory(w, p + 1)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x0A, TrackEventCategory)

@@ -18,13 +18,4 @@ class Trace(Message):
     FIELD_PACKET = 1
 
     def add_packet(self) -> _trace_packet_pbzero.TracePacket:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 5 <= w.end:
-            buf = w.buffer
-            buf[p] = 0x0A
-            w.write_ptr = p + 5
-            child = _trace_packet_pbzero.TracePacket(w, p + 1)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x0A, _trace_packet_pbzero.TracePacket)

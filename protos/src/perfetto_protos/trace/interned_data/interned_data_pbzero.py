@@ -39,232 +39,59 @@ class InternedData(Message):
     FIELD_KERNEL_SYMBOLS = 26
 
     def add_event_categories(self) -> _track_event_pbzero.EventCategory:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 5 <= w.end:
-            buf = w.buffer
-            buf[p] = 0x0A
-            w.write_ptr = p + 5
-            child = _track_event_pbzero.EventCategory(w, p + 1)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x0A, _track_event_pbzero.EventCategory)
 
     def add_event_names(self) -> _track_event_pbzero.EventName:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 5 <= w.end:
-            buf = w.buffer
-            buf[p] = 0x12
-            w.write_ptr = p + 5
-            child = _track_event_pbzero.EventName(w, p + 1)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x12, _track_event_pbzero.EventName)
 
     def add_debug_annotation_names(self) -> _debug_annotation_pbzero.DebugAnnotationName:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 5 <= w.end:
-            buf = w.buffer
-            buf[p] = 0x1A
-            w.write_ptr = p + 5
-            child = _debug_annotation_pbzero.DebugAnnotationName(w, p + 1)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x1A, _debug_annotation_pbzero.DebugAnnotationName)
 
     def add_debug_annotation_value_type_names(
         self,
     ) -> _debug_annotation_pbzero.DebugAnnotationValueTypeName:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 6 <= w.end:
-            buf = w.buffer
-            buf[p] = 0xDA
-            buf[p + 1] = 0x01
-            w.write_ptr = p + 6
-            child = _debug_annotation_pbzero.DebugAnnotationValueTypeName(w, p + 2)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x1DA, _debug_annotation_pbzero.DebugAnnotationValueTypeName)
 
     def add_debug_annotation_string_values(self) -> _profile_common_pbzero.InternedString:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 6 <= w.end:
-            buf = w.buffer
-            buf[p] = 0xEA
-            buf[p + 1] = 0x01
-            w.write_ptr = p + 6
-            child = _profile_common_pbzero.InternedString(w, p + 2)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x1EA, _profile_common_pbzero.InternedString)
 
     def add_correlation_id_str(self) -> _profile_common_pbzero.InternedString:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 6 <= w.end:
-            buf = w.buffer
-            buf[p] = 0xDA
-            buf[p + 1] = 0x02
-            w.write_ptr = p + 6
-            child = _profile_common_pbzero.InternedString(w, p + 2)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x2DA, _profile_common_pbzero.InternedString)
 
     def add_build_ids(self) -> _profile_common_pbzero.InternedString:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 6 <= w.end:
-            buf = w.buffer
-            buf[p] = 0x82
-            buf[p + 1] = 0x01
-            w.write_ptr = p + 6
-            child = _profile_common_pbzero.InternedString(w, p + 2)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x182, _profile_common_pbzero.InternedString)
 
     def add_mapping_paths(self) -> _profile_common_pbzero.InternedString:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 6 <= w.end:
-            buf = w.buffer
-            buf[p] = 0x8A
-            buf[p + 1] = 0x01
-            w.write_ptr = p + 6
-            child = _profile_common_pbzero.InternedString(w, p + 2)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x18A, _profile_common_pbzero.InternedString)
 
     def add_source_paths(self) -> _profile_common_pbzero.InternedString:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 6 <= w.end:
-            buf = w.buffer
-            buf[p] = 0x92
-            buf[p + 1] = 0x01
-            w.write_ptr = p + 6
-            child = _profile_common_pbzero.InternedString(w, p + 2)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x192, _profile_common_pbzero.InternedString)
 
     def add_function_names(self) -> _profile_common_pbzero.InternedString:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 5 <= w.end:
-            buf = w.buffer
-            buf[p] = 0x2A
-            w.write_ptr = p + 5
-            child = _profile_common_pbzero.InternedString(w, p + 1)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x2A, _profile_common_pbzero.InternedString)
 
     def add_mappings(self) -> _profile_common_pbzero.Mapping:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 6 <= w.end:
-            buf = w.buffer
-            buf[p] = 0x9A
-            buf[p + 1] = 0x01
-            w.write_ptr = p + 6
-            child = _profile_common_pbzero.Mapping(w, p + 2)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x19A, _profile_common_pbzero.Mapping)
 
     def add_frames(self) -> _profile_common_pbzero.Frame:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 5 <= w.end:
-            buf = w.buffer
-            buf[p] = 0x32
-            w.write_ptr = p + 5
-            child = _profile_common_pbzero.Frame(w, p + 1)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x32, _profile_common_pbzero.Frame)
 
     def add_callstacks(self) -> _profile_common_pbzero.Callstack:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 5 <= w.end:
-            buf = w.buffer
-            buf[p] = 0x3A
-            w.write_ptr = p + 5
-            child = _profile_common_pbzero.Callstack(w, p + 1)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x3A, _profile_common_pbzero.Callstack)
 
     def add_source_locations(self) -> _source_location_pbzero.SourceLocation:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 5 <= w.end:
-            buf = w.buffer
-            buf[p] = 0x22
-            w.write_ptr = p + 5
-            child = _source_location_pbzero.SourceLocation(w, p + 1)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x22, _source_location_pbzero.SourceLocation)
 
     def add_unsymbolized_source_locations(
         self,
     ) -> _source_location_pbzero.UnsymbolizedSourceLocation:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 6 <= w.end:
-            buf = w.buffer
-            buf[p] = 0xE2
-            buf[p + 1] = 0x01
-            w.write_ptr = p + 6
-            child = _source_location_pbzero.UnsymbolizedSourceLocation(w, p + 2)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x1E2, _source_location_pbzero.UnsymbolizedSourceLocation)
 
     def add_log_message_body(self) -> _log_message_pbzero.LogMessageBody:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 6 <= w.end:
-            buf = w.buffer
-            buf[p] = 0xA2
-            buf[p + 1] = 0x01
-            w.write_ptr = p + 6
-            child = _log_message_pbzero.LogMessageBody(w, p + 2)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x1A2, _log_message_pbzero.LogMessageBody)
 
     def add_vulkan_memory_keys(self) -> _profile_common_pbzero.InternedString:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 6 <= w.end:
-            buf = w.buffer
-            buf[p] = 0xB2
-            buf[p + 1] = 0x01
-            w.write_ptr = p + 6
-            child = _profile_common_pbzero.InternedString(w, p + 2)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x1B2, _profile_common_pbzero.InternedString)
 
     def add_kernel_symbols(self) -> _profile_common_pbzero.InternedString:
-        w = self.stream_writer
-        p = w.write_ptr
-        if self.nested_message is None and p + 6 <= w.end:
-            buf = w.buffer
-            buf[p] = 0xD2
-            buf[p + 1] = 0x01
-            w.write_ptr = p + 6
-            child = _profile_common_pbzero.InternedString(w, p + 2)
-            self.nested_message = child
-            return child
         return self.begin_nested(0x1D2, _profile_common_pbzero.InternedString)
