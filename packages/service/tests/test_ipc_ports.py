@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -215,6 +216,8 @@ def test_refused_producer_is_disconnected(host: HostThread, sockets: tuple[str, 
 def test_missing_service_reports_disconnect(sockets: tuple[str, str]) -> None:
     producer = RecordingProducer()
     client = ProducerIPCClient(sockets[0] + ".none", producer, "p")
+    time.sleep(0.2)
+    assert not producer.disconnected.is_set()
     client.connect()
     assert not client.wait_connected(10)
     assert producer.disconnected.wait(10)

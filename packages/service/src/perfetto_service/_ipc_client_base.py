@@ -160,7 +160,8 @@ class PortClient:
             self._queue.append((task, drop))
 
     def _lose(self) -> None:
-        if self._lost:
+        if self._lost or not self._connect_requested:
+            # Before connect() nobody hears of it: binding will fail then, and report it.
             return
         self._lost = True
         queue, self._queue = self._queue, []
