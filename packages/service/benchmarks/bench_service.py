@@ -10,9 +10,10 @@ with CommitData. Measured:
 * a full, wrapped 64 MiB RING_BUFFER read back over IPC into a trace file, MB/s end to end.
 
 Same-run reference: a bare Python loop copying the same chunks (the SMB's chunk size) from an
-mmap into a bytearray, CPU seconds per MB (median of 7).
+mmap into a bytearray, CPU seconds per MB (median of 7). Each end-to-end figure is the median
+of `--runs` sessions.
 
-    python packages/service/benchmarks/bench_service.py [--packets N] [--ring-mib N]
+    python packages/service/benchmarks/bench_service.py [--packets N] [--ring-mib N] [--runs N]
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import IO
 
 from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
@@ -308,6 +309,11 @@ def _session(
     return figures, reader
 
 
+def _median(runs: Iterable[dict[str, float]]) -> dict[str, float]:
+    collected = list(runs)
+    return {key: statistics.median(run[key] for run in collected) for key in collected[0]}
+
+
 def baseline_cpu_per_mb(total_bytes: int) -> float:
     """CPU seconds per MB of a bare loop copying CHUNK_SIZE pieces from an mmap."""
     region = mmap.mmap(-1, SMB_SIZE)
@@ -334,21 +340,31 @@ def main() -> None:
     parser.add_argument("--packets", type=int, default=100_000, help="per producer")
     parser.add_argument("--size", type=int, default=64, help="bytes per ingest packet")
     parser.add_argument("--ring-mib", type=int, default=64)
+    parser.add_argument("--runs", type=int, default=3, help="sessions of each kind (median)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         traced = Traced(directory)
         try:
             written = len(track_event_packet(args.size)) * args.packets * PRODUCERS
             buffer_kb = max(4096, written * 3 // 2 // 1024)
-            figures, reader = _session(traced, buffer_kb, args.packets, args.size, output=None)
+            runs = [
+                _session(traced, buffer_kb, args.packets, args.size, output=None)
+                for _ in range(args.runs)
+            ]
+            figures = _median(run[0] for run in runs)
+            reader = runs[0][1]
             ingest_mb = written / MB
             read_mb = reader.bytes / MB
             ring_kb = args.ring_mib * 1024
             big = 1000
             overfill = int(args.ring_mib * 1024 * 1024 * 1.25 / big / PRODUCERS)
-            with tempfile.TemporaryFile(dir=directory) as output:
-                ring, ring_reader = _session(traced, ring_kb, overfill, big, output)
-                file_mb = output.seek(0, os.SEEK_END) / MB
+            ring_runs = []
+            for _ in range(args.runs):
+                with tempfile.TemporaryFile(dir=directory) as output:
+                    ring_runs.append(_session(traced, ring_kb, overfill, big, output))
+                    file_mb = output.seek(0, os.SEEK_END) / MB
+            ring = _median(run[0] for run in ring_runs)
+            ring_reader = ring_runs[0][1]
         finally:
             traced.stop()
     baseline = baseline_cpu_per_mb(int(ingest_mb * MB))
