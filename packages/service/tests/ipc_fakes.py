@@ -115,6 +115,7 @@ class FakeConsumerEndpoint:
         self.uid = uid
         self.calls: list[tuple[str, Any]] = []
         self.packets: list[list[bytes]] = []
+        self.parts = 2
         self.state = TracingServiceState()
         self.config = TraceConfig()
 
@@ -143,10 +144,14 @@ class FakeConsumerEndpoint:
         callback(timeout_ms != 1)
 
     def read_buffers(self) -> None:
+        """Delivers `packets` in `parts` parts, like the service's read tasks."""
         self.calls.append(("read_buffers", None))
-        half = len(self.packets) // 2
-        self.consumer.on_trace_data(self.packets[:half], True)
-        self.consumer.on_trace_data(self.packets[half:], False)
+        step = -(-len(self.packets) // self.parts) if self.packets else 1
+        for start in range(0, len(self.packets), step):
+            more = start + step < len(self.packets)
+            self.consumer.on_trace_data(self.packets[start : start + step], more)
+        if not self.packets:
+            self.consumer.on_trace_data([], False)
 
     def free_buffers(self) -> None:
         self.calls.append(("free_buffers", None))

@@ -497,3 +497,42 @@ def test_an_answer_too_big_for_a_frame_fails_the_call(
         wait_for(lambda: "on_trace_stats" in consumer.names())
     finally:
         client.disconnect()
+
+
+def test_read_buffers_parts_are_packed_into_full_frames(
+    host: HostThread, sockets: tuple[str, str]
+) -> None:
+    client = Client(sockets[1])
+    try:
+        port = client.bind("ConsumerPort").result(10)
+        client.invoke(port, "GetTraceStats", consumer_port_pb2.GetTraceStatsRequest()).result(10)
+        endpoint = host.service.consumers[0]
+        endpoint.packets = [[f"{n:06d}".encode() * 160, b"\x18\x01"] for n in range(2000)]
+        endpoint.parts = 400
+        replies: list[Reply] = []
+        client.invoke(
+            port, "ReadBuffers", consumer_port_pb2.ReadBuffersRequest(), on_reply=replies.append
+        ).result(10)
+        messages = [r.unwrap(consumer_port_pb2.ReadBuffersResponse) for r in replies]
+        assert [r.has_more for r in replies] == [True] * (len(replies) - 1) + [False]
+        assert all(m.ByteSize() <= IPC_BUFFER_SIZE - 64 for m in messages)
+        total = sum(m.ByteSize() for m in messages)
+        assert len(replies) <= total // (IPC_BUFFER_SIZE - 64 - 1100) + 1
+        data = [piece.data for m in messages for piece in m.slices]
+        assert data == [piece for packet in endpoint.packets for piece in packet]
+        ends = [piece.last_slice_for_packet for m in messages for piece in m.slices]
+        assert ends == [False, True] * 2000
+    finally:
+        client.close()
+
+
+def test_read_buffers_with_nothing_to_read(host: HostThread, sockets: tuple[str, str]) -> None:
+    consumer = RecordingConsumer()
+    client = ConsumerIPCClient(sockets[1], consumer)
+    client.connect()
+    try:
+        client.read_buffers()
+        assert consumer.read_done.wait(10)
+        assert consumer.packets == []
+    finally:
+        client.disconnect()

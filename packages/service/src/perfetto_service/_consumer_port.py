@@ -39,6 +39,10 @@ _log = logging.getLogger("perfetto_service")
 QUERY_SERVICE_STATE_CHUNK_SIZE = IPC_BUFFER_SIZE - 128
 """A QueryServiceState reply stays below this many bytes unless one data source is bigger."""
 
+_READ_REPLY_BUDGET = IPC_BUFFER_SIZE - 64
+"""Largest serialized ReadBuffersResponse sent, leaving room for the frame around it."""
+_parse_read_reply = pb.ReadBuffersResponse.FromString
+
 SAVE_FOR_BUGREPORT_UNSUPPORTED = "SaveTraceForBugreport is not supported by this service"
 CLONE_UNSUPPORTED = "CloneSession is not supported by this service"
 
@@ -93,6 +97,7 @@ class RemoteConsumer:
         self.attach_call: Deferred | None = None
         self.trace_stats_call: Deferred | None = None
         self.observe_events: Deferred | None = None
+        self._pending_reply = bytearray()
 
     def on_connect(self) -> None:
         """Nothing to do: the consumer is already talking."""
@@ -111,19 +116,39 @@ class RemoteConsumer:
         _send(deferred, reply)
 
     def on_trace_data(self, packets: Sequence[TracePacketSlices], has_more: bool) -> None:
-        """Streams packets to the pending ReadBuffers call, sliced to fit IPC frames."""
+        """Streams packets to the pending ReadBuffers call, sliced to fit IPC frames.
+
+        The service reads in small parts; serialized replies are packed together (two
+        ReadBuffersResponse messages concatenated are one holding both slice lists) so that
+        frames go out nearly full, and the last part is sent at once.
+        """
         deferred = self.read_buffers
         if deferred is None or deferred.done:
             return
-        replies = read_buffers_replies(packets)
-        last = len(replies) - 1
-        parse = pb.ReadBuffersResponse.FromString
-        for index, reply in enumerate(replies):
-            more = has_more if index == last else True
-            if not _send(deferred, parse(reply), has_more=more):
-                break
-        if not has_more:
-            self.read_buffers = None
+        pending = self._pending_reply
+        for reply in read_buffers_replies(packets):
+            if pending and len(pending) + len(reply) > _READ_REPLY_BUDGET:
+                if not _send(deferred, _parse_read_reply(bytes(pending)), has_more=True):
+                    self._abandon_read()
+                    return
+                pending = bytearray()
+            pending += reply
+        if has_more:
+            self._pending_reply = pending
+            return
+        self._pending_reply = bytearray()
+        self.read_buffers = None
+        _send(deferred, _parse_read_reply(bytes(pending)))
+
+    def start_read(self, deferred: Deferred) -> None:
+        """Adopts a ReadBuffers call (a previous one still streaming is failed)."""
+        _replace_call(self.read_buffers)
+        self._pending_reply = bytearray()
+        self.read_buffers = deferred
+
+    def _abandon_read(self) -> None:
+        self._pending_reply = bytearray()
+        self.read_buffers = None
 
     def on_detach(self, success: bool) -> None:
         """Answers Detach."""
@@ -277,8 +302,7 @@ def _read_buffers(
     _request: pb.ReadBuffersRequest,
     deferred: Deferred,
 ) -> None:
-    _replace_call(consumer.read_buffers)
-    consumer.read_buffers = deferred
+    consumer.start_read(deferred)
     endpoint.read_buffers()
 
 
