@@ -1,8 +1,13 @@
 """perfetto_wire speed: InvokeMethod round trips and 64 KiB replies over a real UNIX socket.
 
 The host runs in another process (asyncio `HostServer`). Each figure is compared, in the same
-run, with a bare Python socket echo that moves the very same bytes between two processes:
-the request frame one way, the reply frame(s) back. Prints ns/op, MB/s and the ratios.
+run, with a bare Python socket echo that moves the same bytes between two processes: the
+request frame one way, the reply frame back (with a three-byte request id varint, as most of
+the clients' requests have). Two more references bound what a host on asyncio can reach: the
+same echo driven by an asyncio loop, and the minimal protocol work on top of it (a frame
+decoded by hand, the request parsed, the reply serialized and framed, the reply parsed by the
+client) with none of the library's layers. Runs are interleaved in slices, so that load from
+other processes hits every variant alike. Prints ns/op, MB/s and the ratios.
 
     python packages/wire/benchmarks/bench_wire.py [--round-trips N] [--bulk N] [--runs 7]
 """
@@ -21,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from typing import cast
 
 from perfetto_protos.ipc import consumer_port_pb2 as cp
 from perfetto_protos.ipc import producer_port_pb2 as pp
@@ -36,6 +42,12 @@ from perfetto_wire import (
     ServiceDescriptor,
     ServiceProxy,
     encode_frame,
+)
+from perfetto_wire._call_frames import (
+    decode_invoke,
+    decode_invoke_reply,
+    encode_invoke,
+    invoke_reply_header,
 )
 
 PAYLOAD_SIZE = 64 * 1024
@@ -104,8 +116,7 @@ def serve_asyncio_echo(ready: Connection, address: str, reply: bytes, request_si
     listener.setblocking(False)
 
     def accept() -> None:
-        conn, _ = listener.accept()
-        conn.setblocking(False)
+        conn, _ = listener.accept()  # left blocking: reads only follow readiness
         received = [0]
 
         def readable() -> None:
@@ -117,9 +128,43 @@ def serve_asyncio_echo(ready: Connection, address: str, reply: bytes, request_si
             received[0] += len(chunk)
             if received[0] >= request_size:
                 received[0] = 0
-                conn.setblocking(True)
                 conn.sendall(reply)
-                conn.setblocking(False)
+
+        loop.add_reader(conn.fileno(), readable)
+
+    loop.add_reader(listener.fileno(), accept)
+    ready.send("ready")
+    loop.run_forever()
+
+
+def serve_minimal(ready: Connection, address: str) -> None:
+    """The protocol floor on asyncio: each InvokeMethod decoded, parsed and answered inline."""
+    loop = asyncio.new_event_loop()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen()
+    listener.setblocking(False)
+    buffer = memoryview(bytearray(1 << 17))
+    bulk = bulk_reply()
+
+    def accept() -> None:
+        conn, _ = listener.accept()  # left blocking: reads only follow readiness
+
+        def readable() -> None:
+            size = conn.recv_into(buffer)
+            call = decode_invoke(buffer, 4, size) if size else None
+            if call is None:
+                loop.remove_reader(conn.fileno())
+                conn.close()
+                return
+            request_id, service_id, _, args, _ = call
+            if service_id == 1:
+                pp.SyncRequest.FromString(cast(bytes, args))
+                reply = pp.SyncResponse().SerializeToString()
+            else:
+                cp.ReadBuffersRequest.FromString(cast(bytes, args))
+                reply = bulk.SerializeToString()
+            conn.sendmsg([invoke_reply_header(request_id, False, len(reply)), reply])
 
         loop.add_reader(conn.fileno(), readable)
 
@@ -141,6 +186,10 @@ def start(target: Callable[..., None], *args: object) -> multiprocessing.process
 
 # ---------------------------------------------------------------------------------------------
 # Frames: what goes over the socket for one round trip
+
+
+REFERENCE_REQUEST_ID = 1 << 14
+"""The request id of the reference frames: a three-byte varint like most of our clients' ids."""
 
 
 def invoke_bytes(request_id: int, service_id: int, method_id: int) -> bytes:
@@ -179,6 +228,37 @@ def echo_client(address: str, request: bytes, reply_size: int) -> Callable[[int]
             received = 0
             while received < reply_size:
                 received += sock.recv_into(view[received:])
+        return time.perf_counter() - started
+
+    return run
+
+
+def minimal_client(
+    address: str, ids: tuple[int, int], request: object, reply_size: int
+) -> Callable[[int], float]:
+    """The protocol floor on the client side: frames written and read inline, no library."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(address)
+    view = memoryview(bytearray(1 << 17))
+    assert isinstance(request, pp.SyncRequest | cp.ReadBuffersRequest)
+    service_id, method_id = ids
+    reply_type = pp.SyncResponse if service_id == 1 else cp.ReadBuffersResponse
+    next_id = [REFERENCE_REQUEST_ID]
+
+    def run(iterations: int) -> float:
+        started = time.perf_counter()
+        for _ in range(iterations):
+            request_id = next_id[0]
+            next_id[0] += 1
+            sock.sendall(
+                encode_invoke(request_id, service_id, method_id, request.SerializeToString(), False)
+            )
+            received = 0
+            while received < reply_size:
+                received += sock.recv_into(view[received:])
+            reply = decode_invoke_reply(view, 4, received)
+            assert reply is not None
+            reply_type.FromString(cast(bytes, reply[3]))
         return time.perf_counter() - started
 
     return run
@@ -268,16 +348,28 @@ def threaded_client(
     return run
 
 
+SLICES = 20
+"""Each run is cut into this many slices, the runners taking turns slice by slice."""
+
+
 def measure(
     runners: dict[str, Callable[[int], float]], iterations: int, runs: int
 ) -> dict[str, float]:
-    """Median seconds per run of each runner; runs are interleaved so load drift hits all alike."""
+    """Median seconds per run of each runner, runs interleaved slice by slice across runners."""
     for run in runners.values():
         run(max(1, iterations // 10))
+    step = max(1, iterations // SLICES)
     samples: dict[str, list[float]] = {name: [] for name in runners}
     for _ in range(runs):
-        for name, run in runners.items():
-            samples[name].append(run(iterations))
+        elapsed = dict.fromkeys(runners, 0.0)
+        done = 0
+        while done < iterations:
+            count = min(step, iterations - done)
+            for name, run in runners.items():
+                elapsed[name] += run(count)
+            done += count
+        for name, seconds in elapsed.items():
+            samples[name].append(seconds)
     return {name: statistics.median(times) for name, times in samples.items()}
 
 
@@ -288,6 +380,7 @@ CLIENTS: dict[str, Callable[[str, str, str, object], Callable[[int], float]]] = 
 }
 REFERENCE = "bare socket echo"
 ASYNCIO_REFERENCE = "asyncio socket echo"
+FLOOR_REFERENCE = "minimal protocol on asyncio"
 
 
 def main(argv: list[str]) -> None:
@@ -299,30 +392,34 @@ def main(argv: list[str]) -> None:
 
     workdir = tempfile.mkdtemp(prefix="pwb-")
     wire_address = os.path.join(workdir, "wire.sock")
-    servers = [start(serve_wire, wire_address)]
+    minimal_address = os.path.join(workdir, "minimal.sock")
+    servers = [start(serve_wire, wire_address), start(serve_minimal, minimal_address)]
 
     producer = ServiceDescriptor.for_service("ProducerPort")
     consumer = ServiceDescriptor.for_service("ConsumerPort")
+    request_id = REFERENCE_REQUEST_ID
     cases = [
         (
             "round trip",
             args.round_trips,
-            invoke_bytes(2, 1, producer.method("Sync").id),
-            reply_bytes(2, b""),
+            invoke_bytes(request_id, 1, producer.method("Sync").id),
+            reply_bytes(request_id, b""),
             ("ProducerPort", "Sync", pp.SyncRequest()),
+            (1, producer.method("Sync").id),
         ),
         (
             "64 KiB reply",
             args.bulk,
-            invoke_bytes(2, 2, consumer.method("ReadBuffers").id),
-            reply_bytes(2, bulk_reply().SerializeToString()),
+            invoke_bytes(request_id, 2, consumer.method("ReadBuffers").id),
+            reply_bytes(request_id, bulk_reply().SerializeToString()),
             ("ConsumerPort", "ReadBuffers", cp.ReadBuffersRequest()),
+            (2, consumer.method("ReadBuffers").id),
         ),
     ]
     python = sys.version.split()[0]
     print(f"perfetto_wire benchmark: median of {args.runs} interleaved runs, python {python}")
     try:
-        for label, iterations, request, reply, (service, method, message) in cases:
+        for label, iterations, request, reply, (service, method, message), ids in cases:
             echo_address = os.path.join(workdir, f"echo-{len(servers)}.sock")
             servers.append(start(serve_echo, echo_address, reply, len(request)))
             asyncio_echo_address = os.path.join(workdir, f"aecho-{len(servers)}.sock")
@@ -330,6 +427,7 @@ def main(argv: list[str]) -> None:
             runners = {
                 REFERENCE: echo_client(echo_address, request, len(reply)),
                 ASYNCIO_REFERENCE: echo_client(asyncio_echo_address, request, len(reply)),
+                FLOOR_REFERENCE: minimal_client(minimal_address, ids, message, len(reply)),
             }
             for name, factory in CLIENTS.items():
                 runners[name] = factory(wire_address, service, method, message)

@@ -5,12 +5,27 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+from collections.abc import Sequence
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from perfetto_protos.ipc import consumer_port_pb2 as cp
+from perfetto_protos.ipc import producer_port_pb2 as pp
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
-from perfetto_wire import FrameDecoder, encode_frame
+from perfetto_wire import (
+    IPC_BUFFER_SIZE,
+    ClientConnection,
+    Deferred,
+    FrameDecoder,
+    FrameEndpoint,
+    Host,
+    Reply,
+    ServiceDescriptor,
+    ServiceProxy,
+    encode_frame,
+)
 from perfetto_wire._call_frames import decode_invoke, decode_invoke_reply
+from perfetto_wire._endpoint import GATHER_MIN_PAYLOAD
 from perfetto_wire._sockets import recv_with_fd
 from perfetto_wire._transport import SocketTransport
 
@@ -192,3 +207,61 @@ def test_send_parts_queues_what_the_socket_cannot_take_and_passes_the_fd() -> No
         transport.close()
         theirs.close()
         loop.close()
+
+
+class SharedBufferLink:
+    """Delivers bytes to a core through one reused buffer, scribbled over after each delivery,
+    like a socket adapter reusing its receive buffer."""
+
+    def __init__(self) -> None:
+        self.peer: FrameEndpoint | None = None
+        self.buffer = bytearray(IPC_BUFFER_SIZE)
+
+    def send(self, data: bytes, fd: int | None = None) -> None:
+        assert self.peer is not None
+        self.buffer[: len(data)] = data
+        self.peer.receive_data(memoryview(self.buffer)[: len(data)], fd)
+        self.buffer[: len(data)] = b"\xee" * len(data)
+
+    def send_parts(self, parts: Sequence[bytes], fd: int | None = None) -> None:
+        self.send(b"".join(parts), fd)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def test_requests_and_replies_do_not_alias_the_receive_buffer() -> None:
+    requests: list[pp.RegisterDataSourceRequest] = []
+    bulk = cp.ReadBuffersResponse()
+    bulk.slices.add(data=os.urandom(GATHER_MIN_PAYLOAD * 2), last_slice_for_packet=True)
+
+    def register(
+        request: pp.RegisterDataSourceRequest, call: Deferred
+    ) -> pp.RegisterDataSourceResponse:
+        requests.append(request)
+        return pp.RegisterDataSourceResponse()
+
+    host = Host()
+    host.expose_service(
+        ServiceDescriptor.for_service("ProducerPort"), {"RegisterDataSource": register}
+    )
+    host.expose_service(
+        ServiceDescriptor.for_service("ConsumerPort"), {"ReadBuffers": lambda r, c: bulk}
+    )
+    to_client, to_host = SharedBufferLink(), SharedBufferLink()
+    to_host.peer = host.connect(to_client, uid=1, pid=2)
+    client = ClientConnection(to_host)
+    to_client.peer = client
+    proxies: list[ServiceProxy | None] = []
+    client.bind("ProducerPort", proxies.append)
+    client.bind("ConsumerPort", proxies.append)
+    producer, consumer = proxies
+    assert producer is not None
+    assert consumer is not None
+    replies: list[Reply] = []
+    request = pp.RegisterDataSourceRequest()
+    request.data_source_descriptor.name = "track_event"
+    client.invoke(producer, "RegisterDataSource", request, replies.append)
+    client.invoke(consumer, "ReadBuffers", cp.ReadBuffersRequest(), replies.append)
+    assert requests == [request]
+    assert [reply.message for reply in replies] == [pp.RegisterDataSourceResponse(), bulk]

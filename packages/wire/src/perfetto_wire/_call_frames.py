@@ -60,16 +60,15 @@ def encode_invoke(
 ) -> bytes:
     """An InvokeMethod frame, every field set like upstream's client sets them."""
     args_length = len(args_proto)
-    if args_length < 0x70 and service_id < 0x80 and method_id < 0x80 and request_id < 0x4000:
+    if args_length < 0x70 and service_id < 0x80 and method_id < 0x80:
         # Every varint but the request id is one byte: 08 s 10 m 1a n <args> 20 d.
         member = (0x2A, 8 + args_length, 0x08, service_id, 0x10, method_id, 0x1A, args_length)
         tail = b"\x20\x01" if drop_reply else b"\x20\x00"
         if request_id < 0x80:
-            head = bytes((12 + args_length, 0, 0, 0, 0x10, request_id, *member))
-        else:
-            low, high = (request_id & 0x7F) | 0x80, request_id >> 7
-            head = bytes((13 + args_length, 0, 0, 0, 0x10, low, high, *member))
-        return head + args_proto + tail
+            return bytes((12 + args_length, 0, 0, 0, 0x10, request_id, *member)) + args_proto + tail
+        request = _varint(request_id)
+        head = bytes((11 + len(request) + args_length, 0, 0, 0, 0x10))
+        return head + request + bytes(member) + args_proto + tail
     small = _ONE_BYTE_VARINTS
     request = small[request_id] if request_id < 0x80 else _varint(request_id)
     service = small[service_id] if service_id < 0x80 else _varint(service_id)
@@ -103,13 +102,14 @@ def invoke_reply_header(request_id: int, has_more: bool, reply_size: int) -> byt
     The frame is this header followed by the serialized reply, so a large reply can be
     written after it without being copied into one buffer.
     """
-    if reply_size < 0x70 and request_id < 0x4000:
+    if reply_size < 0x70:
         # 32 m 08 01 10 h 1a n: every varint but the request id is one byte.
         member = (0x32, 6 + reply_size, 0x08, 0x01, 0x10, 1 if has_more else 0, 0x1A, reply_size)
         if request_id < 0x80:
             return bytes((10 + reply_size, 0, 0, 0, 0x10, request_id, *member))
-        low, high = (request_id & 0x7F) | 0x80, request_id >> 7
-        return bytes((11 + reply_size, 0, 0, 0, 0x10, low, high, *member))
+        request = _varint(request_id)
+        head = bytes((9 + len(request) + reply_size, 0, 0, 0, 0x10))
+        return head + request + bytes(member)
     small = _ONE_BYTE_VARINTS
     request = small[request_id] if request_id < 0x80 else _varint(request_id)
     reply_varint = small[reply_size] if reply_size < 0x80 else _varint(reply_size)
