@@ -9,6 +9,13 @@ decoded by hand, the request parsed, the reply serialized and framed, the reply 
 client) with none of the library's layers. Runs are interleaved in slices, so that load from
 other processes hits every variant alike. Prints ns/op, MB/s and the ratios.
 
+By default every process runs on one CPU, so that a round trip costs the CPU time of both
+sides plus two context switches, the same for every variant: on a shared virtual machine,
+processes left to the scheduler land on the same or on different CPUs from one run to the
+next, and an idle virtual CPU wakes up slowly (guest halt-polling) once the peer has worked for
+more than a few microseconds, which swings the ratios by a factor of two. `--spread` measures
+that way anyway.
+
     python packages/wire/benchmarks/bench_wire.py [--round-trips N] [--bulk N] [--runs 7]
 """
 
@@ -388,8 +395,18 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--round-trips", type=int, default=10_000)
     parser.add_argument("--bulk", type=int, default=2_000)
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument(
+        "--spread",
+        action="store_true",
+        help="let the scheduler place the processes (default: all on one CPU, see above)",
+    )
     args = parser.parse_args(argv)
 
+    placement = "scheduler's choice of CPUs"
+    if not args.spread:
+        cpu = max(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpu})  # the servers and threads started below inherit it
+        placement = f"every process on CPU {cpu}"
     workdir = tempfile.mkdtemp(prefix="pwb-")
     wire_address = os.path.join(workdir, "wire.sock")
     minimal_address = os.path.join(workdir, "minimal.sock")
@@ -417,7 +434,10 @@ def main(argv: list[str]) -> None:
         ),
     ]
     python = sys.version.split()[0]
-    print(f"perfetto_wire benchmark: median of {args.runs} interleaved runs, python {python}")
+    print(
+        f"perfetto_wire benchmark: median of {args.runs} interleaved runs, python {python}, "
+        f"{placement}"
+    )
     try:
         for label, iterations, request, reply, (service, method, message), ids in cases:
             echo_address = os.path.join(workdir, f"echo-{len(servers)}.sock")
