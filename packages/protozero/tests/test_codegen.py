@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from protozero import HeapBuffered, Message, ScatteredStreamWriter
+from protozero import (
+    SHORT_VARINTS,
+    VARINT_PAIRS,
+    HeapBuffered,
+    Message,
+    ScatteredStreamWriter,
+    encode_varint,
+)
 from protozero.codegen import DescriptorError, generate, main, parse_descriptor_set
 from protozero.codegen._descriptors import (
     TYPE_GROUP,
@@ -122,7 +129,7 @@ def test_constants_and_types(pbzero: ModuleType, generated: Path) -> None:
     assert isinstance(hb.msg.begin_point(), other.Point)
     assert isinstance(hb.msg.add_field_nested(), pbzero.EveryField)
     text = (generated / "pzgen" / "pztest_pbzero.py").read_text()
-    assert "buf[p] = 0xA2\n            buf[p + 1] = 0x1F\n" in text
+    assert 'data = b"\\xa2\\x1f" + _VARINTS[n] + data' in text
     assert "self.put_bytes(0x1FA2, data)" in text
     assert "from pzgen import pztest_other_pbzero as _pztest_other_pbzero" in text
 
@@ -222,10 +229,54 @@ def test_benchmark_writers_are_up_to_date(tmp_path: Path) -> None:
     assert fresh == {"bench_messages_pbzero.py": (bench / "bench_messages_pbzero.py").read_text()}
 
 
+def test_varint_tables_hold_varint_encodings() -> None:
+    for value in range(1 << 14):
+        assert SHORT_VARINTS[value] == encode_varint(value)
+        assert VARINT_PAIRS[value] == encode_varint(value | 1 << 14)[:2]
+
+
+# Where a varint grows by a byte, and where the generated setters switch encoders.
+_LENGTH_EDGES = sorted(
+    {e for k in range(7, 64, 7) for e in ((1 << k) - 1, 1 << k)} | {(1 << 64) - 1}
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    value=st.one_of(st.sampled_from(_LENGTH_EDGES), st.integers(0, (1 << 64) - 1)),
+    fields=st.tuples(st.integers(-(1 << 31), (1 << 31) - 1), st.text(max_size=200)),
+    compiled=st.booleans(),
+)
+def test_generated_setters_match_protobuf(
+    pbzero: ModuleType,
+    pb: dict[str, Any],
+    value: int,
+    fields: tuple[int, str],
+    compiled: bool,
+) -> None:
+    """Varints of every length and short strings, through both varint fast paths."""
+    signed, text = fields
+    original = pbzero._COMPILED
+    setattr(pbzero, "_COMPILED", compiled)  # noqa: B010 - module attribute, not typed
+    try:
+        hb = HeapBuffered(pbzero.EveryField)
+        hb.msg.set_field_uint64(value)
+        hb.msg.set_field_sint64(value - (1 << 63))
+        hb.msg.set_field_string(text)
+        hb.msg.set_max_id(signed)  # a 5-byte tag
+        ours = hb.serialize()
+    finally:
+        setattr(pbzero, "_COMPILED", original)  # noqa: B010 - module attribute, not typed
+    expected = pb["pztest.EveryField"](
+        field_uint64=value, field_sint64=value - (1 << 63), max_id=signed, field_string=text
+    )
+    assert ours == expected.SerializeToString()
+
+
 # (generated setter, equivalent Message.append_* call, field id, values)
 _VARINTS = st.one_of(
     st.integers(-(1 << 63), (1 << 64) - 1),
-    st.sampled_from([0, 0x7F, 0x80, (1 << 62) - 1, 1 << 62, (1 << 64) - 1, -1]),
+    st.sampled_from([0, -1, *_LENGTH_EDGES]),
 )
 _OPS: list[tuple[str, Callable[[Message, int, Any], None], int, st.SearchStrategy[Any]]] = [
     ("set_field_int64", Message.append_int, 2, _VARINTS),

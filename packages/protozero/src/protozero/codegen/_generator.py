@@ -125,8 +125,9 @@ def _call_lines(indent: str, head: str, args: list[str], tail: str) -> list[str]
 # field's bytes in a native int and store them with one slice assignment; interpreted writers
 # store byte by byte, which is the cheapest there.
 _FAST_PATH_GLOBALS = [
-    "# True when this module runs compiled (mypyc): fields are then stored with one slice store.",
+    "# True when this module runs compiled (mypyc): a varint field is then stored with one call.",
     '_COMPILED: Final = not __file__.endswith(".py")',
+    '_pack_u64: Final = struct.Struct("<Q").pack_into',
 ]
 
 
@@ -154,7 +155,8 @@ def _inline_varint(body: str, tag: bytes, *, zigzag: bool) -> list[str]:
     """A varint setter whose fast path writes straight into the stream writer's buffer.
 
     Interpreted, the value's bytes come from protozero's varint tables (at most four lookups
-    and one slice store); compiled, they are built in a native int and stored in one go.
+    and one slice store); compiled, tag and value are built in a native int and stored with
+    one `pack_into` (which may write up to 8 bytes past the field, inside the checked room).
     """
     inner = body + INDENT
     deeper = inner + INDENT
@@ -172,8 +174,12 @@ def _inline_varint(body: str, tag: bytes, *, zigzag: bool) -> list[str]:
         f"{deeper}{INDENT}enc |= ((value & 0x7F) | 0x80) << shift",
         f"{deeper}{INDENT}value >>= 7",
         f"{deeper}{INDENT}shift += 8",
+        f"{deeper}enc |= value << shift",
         f"{deeper}n = (shift >> 3) + 1",
-        f'{deeper}w.buffer[p : p + n] = (enc | (value << shift)).to_bytes(n, "little")',
+        f"{deeper}if n <= 8:",
+        f"{deeper}{INDENT}_pack_u64(w.buffer, p, enc)",
+        f"{deeper}else:",
+        f'{deeper}{INDENT}w.buffer[p : p + n] = enc.to_bytes(n, "little")',
         f"{deeper}w.write_ptr = p + n",
         f"{deeper}return",
         f"{inner}buf = w.buffer",
@@ -209,21 +215,21 @@ def _begin_lines(body: str, tag: bytes, cls: str) -> list[str]:
 
 
 def _inline_bytes(body: str, tag: bytes, *, encode: bool) -> list[str]:
-    """A string/bytes setter whose fast path writes short values straight into the buffer."""
+    """A string/bytes setter whose fast path stores tag, length and value with one store."""
     inner = body + INDENT
     word = int.from_bytes(tag, "little")
+    literal = 'b"' + "".join(f"\\x{b:02x}" for b in tag) + '"'
     if encode:
         lines = [f"{body}data = value.encode() if isinstance(value, str) else value"]
     else:
         lines = [f"{body}data = value"]
     lines += [f"{body}n = len(data)", f"{body}w = self.stream_writer", f"{body}p = w.write_ptr"]
-    lines += _condition_lines(body, ["n < 0x80", f"p + {len(tag) + 1} + n <= w.end"])
-    lines += [f"{inner}buf = w.buffer", *_tag_store_lines(inner, tag)]
+    lines += _condition_lines(body, ["n < 0x4000", f"p + {len(tag) + 2} + n <= w.end"])
     lines += [
-        f"{inner}buf[p + {len(tag)}] = n",
-        f"{inner}p += {len(tag) + 1}",
-        f"{inner}buf[p : p + n] = data",
-        f"{inner}w.write_ptr = p + n",
+        f"{inner}data = {literal} + _VARINTS[n] + data",
+        f"{inner}q = p + len(data)",
+        f"{inner}w.buffer[p:q] = data",
+        f"{inner}w.write_ptr = q",
         f"{body}else:",
         f"{inner}self.put_bytes(0x{word:02X}, data)",
     ]
@@ -242,6 +248,7 @@ class _FileRenderer:
         self._uses_iterable = False
         self._uses_int_enum = False
         self._uses_varint_fast_path = False
+        self._uses_varint_tables = False
 
     def _alias_for(self, proto_file: str) -> str:
         if proto_file not in self._imports:
@@ -309,8 +316,10 @@ class _FileRenderer:
         tag_bytes = encode_tag(field.number, wire_type)
         if kind in ("varint", "zigzag") and py_type == "int":
             self._uses_varint_fast_path = True
+            self._uses_varint_tables = True
             return [*signature, *_inline_varint(body, tag_bytes, zigzag=kind == "zigzag")]
         if kind in ("string", "bytes"):
+            self._uses_varint_tables = True
             return [*signature, *_inline_bytes(body, tag_bytes, encode=kind == "string")]
         return [*signature, f"{body}self.put_{kind}(0x{tag:02X}, value)"]
 
@@ -374,18 +383,16 @@ class _FileRenderer:
         if self._uses_int_enum:
             stdlib.append("from enum import IntEnum")
         if self._uses_varint_fast_path:
-            stdlib.append("from typing import Final")
+            stdlib = ["import struct", *stdlib, "from typing import Final"]
         sections = [stdlib]
+        protozero_imports = []
+        if self._uses_varint_tables:
+            protozero_imports.append("from protozero import SHORT_VARINTS as _VARINTS")
         if self._uses_varint_fast_path:
-            sections.append(
-                [
-                    "from protozero import SHORT_VARINTS as _VARINTS",
-                    "from protozero import VARINT_PAIRS as _PAIRS",
-                    "from protozero import Message",
-                ]
-            )
-        elif self._desc.messages:
-            sections.append(["from protozero import Message"])
+            protozero_imports.append("from protozero import VARINT_PAIRS as _PAIRS")
+        if self._desc.messages:
+            protozero_imports.append("from protozero import Message")
+        sections.append(protozero_imports)
         sections.append(self._import_lines())
         for section in sections:
             if section:
