@@ -9,6 +9,7 @@ import struct
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -198,6 +199,16 @@ class EveryField(Message):
             self.put_varint(0x20, value)
 
     def add_field_nested(self) -> EveryField:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x72
+            w.write_ptr = p + 5
+            child = EveryField(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x72, EveryField)
 
     def set_field_string(self, value: str | bytes) -> None:

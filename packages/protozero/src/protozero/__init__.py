@@ -5,7 +5,7 @@ from importlib.metadata import version as _version
 from protozero._decoder import Field, PackedRepeated, ProtoDecoder, read_varint
 from protozero._errors import ProtozeroError
 from protozero._heap_buffered import HeapBuffered, ScatteredHeapBuffer
-from protozero._message import Message, tag_bytes, tag_word
+from protozero._message import SUSPENDED_WRITER, Message, tag_bytes, tag_word
 from protozero._proto_utils import (
     MAX_MESSAGE_LENGTH,
     MESSAGE_LENGTH_FIELD_SIZE,
@@ -31,6 +31,7 @@ __all__ = [
     "MAX_MESSAGE_LENGTH",
     "MESSAGE_LENGTH_FIELD_SIZE",
     "SHORT_VARINTS",
+    "SUSPENDED_WRITER",
     "VARINT_PAIRS",
     "WIRE_TYPE_FIXED32",
     "WIRE_TYPE_FIXED64",

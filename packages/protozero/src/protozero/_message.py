@@ -10,6 +10,7 @@ from protozero._compat import mypyc_attr
 from protozero._errors import ProtozeroError
 from protozero._proto_utils import (
     MAX_MESSAGE_LENGTH,
+    VARINT_PAIRS,
     WIRE_TYPE_FIXED32,
     WIRE_TYPE_FIXED64,
     WIRE_TYPE_LENGTH_DELIMITED,
@@ -67,12 +68,14 @@ _UNBOUND_WRITER = ScatteredStreamWriter(
 _FINALIZED_WRITER = ScatteredStreamWriter(
     _RefusingDelegate("message was already finalized and cannot be written to")
 )
-# A message's `stream_writer` while a nested message is open: its empty range sends every
-# write to the slow path, which finalizes the nested message first, so fast paths need not
-# check `nested_message`.
-_SUSPENDED_WRITER = ScatteredStreamWriter(
+SUSPENDED_WRITER = ScatteredStreamWriter(
     _RefusingDelegate("internal error: wrote to a message while its nested message is open")
 )
+"""A message's `stream_writer` while a nested message is open (generated code sets it).
+
+Its range is empty, so every write takes the `put_*` path, which finalizes the nested message
+first: fast paths never need to check `nested_message`.
+"""
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -161,15 +164,18 @@ class Message:
                     f"nested message of {size} bytes exceeds {MAX_MESSAGE_LENGTH} bytes"
                 )
             o = self.size_field_offset
-            # The four 7-bit groups of the size, each in its own byte, continuation bits on
-            # all but the last: one store of a 4-byte redundant varint.
-            buf[o : o + 4] = (
-                (size & 0x7F)
-                | ((size & 0x3F80) << 1)
-                | ((size & 0x1FC000) << 2)
-                | ((size & 0xFE00000) << 3)
-                | 0x808080
-            ).to_bytes(4, "little")
+            # A 4-byte redundant varint: the four 7-bit groups of the size, continuation bits
+            # on all but the last byte, stored at once.
+            if size < 0x4000:
+                buf[o : o + 4] = VARINT_PAIRS[size] + b"\x80\x00"
+            else:
+                buf[o : o + 4] = (
+                    (size & 0x7F)
+                    | ((size & 0x3F80) << 1)
+                    | ((size & 0x1FC000) << 2)
+                    | ((size & 0xFE00000) << 3)
+                    | 0x808080
+                ).to_bytes(4, "little")
         self._size = size
         self._writer = _FINALIZED_WRITER
         self.stream_writer = _FINALIZED_WRITER
@@ -364,7 +370,7 @@ class Message:
             p = w.reserve_bytes(4)
         child = cls(w, p)
         self.nested_message = child
-        self.stream_writer = _SUSPENDED_WRITER
+        self.stream_writer = SUSPENDED_WRITER
         return child
 
     # -- Field-id writers ----------------------------------------------------------------------

@@ -9,6 +9,7 @@ import struct
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -376,6 +377,16 @@ class CommitDataRequest(Message):
                 self.put_varint(0x18, value)
 
         def add_patches(self) -> CommitDataRequest.ChunkToPatch.Patch:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x22
+                w.write_ptr = p + 5
+                child = CommitDataRequest.ChunkToPatch.Patch(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x22, CommitDataRequest.ChunkToPatch.Patch)
 
         def set_has_more_patches(self, value: bool) -> None:
@@ -386,9 +397,29 @@ class CommitDataRequest(Message):
     FIELD_FLUSH_REQUEST_ID = 3
 
     def add_chunks_to_move(self) -> CommitDataRequest.ChunksToMove:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = CommitDataRequest.ChunksToMove(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x0A, CommitDataRequest.ChunksToMove)
 
     def add_chunks_to_patch(self) -> CommitDataRequest.ChunkToPatch:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x12
+            w.write_ptr = p + 5
+            child = CommitDataRequest.ChunkToPatch(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x12, CommitDataRequest.ChunkToPatch)
 
     def set_flush_request_id(self, value: int) -> None:

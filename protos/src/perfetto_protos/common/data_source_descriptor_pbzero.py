@@ -9,6 +9,7 @@ import struct
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -104,10 +105,40 @@ class DataSourceDescriptor(Message):
         self.put_varint(0x48, value)
 
     def begin_gpu_counter_descriptor(self) -> _gpu_counter_descriptor_pbzero.GpuCounterDescriptor:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x2A
+            w.write_ptr = p + 5
+            child = _gpu_counter_descriptor_pbzero.GpuCounterDescriptor(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x2A, _gpu_counter_descriptor_pbzero.GpuCounterDescriptor)
 
     def begin_track_event_descriptor(self) -> _track_event_descriptor_pbzero.TrackEventDescriptor:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x32
+            w.write_ptr = p + 5
+            child = _track_event_descriptor_pbzero.TrackEventDescriptor(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x32, _track_event_descriptor_pbzero.TrackEventDescriptor)
 
     def begin_ftrace_descriptor(self) -> _ftrace_descriptor_pbzero.FtraceDescriptor:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x42
+            w.write_ptr = p + 5
+            child = _ftrace_descriptor_pbzero.FtraceDescriptor(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x42, _ftrace_descriptor_pbzero.FtraceDescriptor)

@@ -10,6 +10,7 @@ from enum import IntEnum
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -732,12 +733,42 @@ class GpuCounterDescriptor(Message):
     FIELD_SUPPORTS_COUNTER_NAME_GLOBS = 8
 
     def add_specs(self) -> GpuCounterDescriptor.GpuCounterSpec:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = GpuCounterDescriptor.GpuCounterSpec(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x0A, GpuCounterDescriptor.GpuCounterSpec)
 
     def add_blocks(self) -> GpuCounterDescriptor.GpuCounterBlock:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x12
+            w.write_ptr = p + 5
+            child = GpuCounterDescriptor.GpuCounterBlock(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x12, GpuCounterDescriptor.GpuCounterBlock)
 
     def add_counter_groups(self) -> GpuCounterDescriptor.GpuCounterGroupSpec:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x32
+            w.write_ptr = p + 5
+            child = GpuCounterDescriptor.GpuCounterGroupSpec(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x32, GpuCounterDescriptor.GpuCounterGroupSpec)
 
     def set_min_sampling_period_ns(self, value: int) -> None:

@@ -10,6 +10,7 @@ from enum import IntEnum
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -331,10 +332,30 @@ class ObservableEvents(Message):
     FIELD_CLONE_TRIGGER_HIT = 3
 
     def add_instance_state_changes(self) -> ObservableEvents.DataSourceInstanceStateChange:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = ObservableEvents.DataSourceInstanceStateChange(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x0A, ObservableEvents.DataSourceInstanceStateChange)
 
     def set_all_data_sources_started(self, value: bool) -> None:
         self.put_varint(0x10, value)
 
     def begin_clone_trigger_hit(self) -> ObservableEvents.CloneTriggerHit:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x1A
+            w.write_ptr = p + 5
+            child = ObservableEvents.CloneTriggerHit(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x1A, ObservableEvents.CloneTriggerHit)

@@ -11,6 +11,7 @@ from enum import IntEnum
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -1289,6 +1290,16 @@ class TraceStats(Message):
     FIELD_FINAL_FLUSH_OUTCOME = 15
 
     def add_buffer_stats(self) -> TraceStats.BufferStats:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = TraceStats.BufferStats(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x0A, TraceStats.BufferStats)
 
     def add_chunk_payload_histogram_def(self, value: int) -> None:
@@ -1335,6 +1346,17 @@ class TraceStats(Message):
             self.put_varint(0x188, value)
 
     def add_writer_stats(self) -> TraceStats.WriterStats:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x92
+            buf[p + 1] = 0x01
+            w.write_ptr = p + 6
+            child = TraceStats.WriterStats(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x192, TraceStats.WriterStats)
 
     def set_producers_connected(self, value: int) -> None:
@@ -1716,6 +1738,16 @@ class TraceStats(Message):
             self.put_varint(0x50, value)
 
     def begin_filter_stats(self) -> TraceStats.FilterStats:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x5A
+            w.write_ptr = p + 5
+            child = TraceStats.FilterStats(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x5A, TraceStats.FilterStats)
 
     def set_flushes_requested(self, value: int) -> None:

@@ -9,6 +9,7 @@ import struct
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -257,6 +258,16 @@ class TracingServiceState(Message):
         FIELD_PRODUCER_ID = 2
 
         def begin_ds_descriptor(self) -> _data_source_descriptor_pbzero.DataSourceDescriptor:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x0A
+                w.write_ptr = p + 5
+                child = _data_source_descriptor_pbzero.DataSourceDescriptor(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x0A, _data_source_descriptor_pbzero.DataSourceDescriptor)
 
         def set_producer_id(self, value: int) -> None:
@@ -663,12 +674,42 @@ class TracingServiceState(Message):
     FIELD_TRACING_SERVICE_VERSION = 5
 
     def add_producers(self) -> TracingServiceState.Producer:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = TracingServiceState.Producer(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x0A, TracingServiceState.Producer)
 
     def add_data_sources(self) -> TracingServiceState.DataSource:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x12
+            w.write_ptr = p + 5
+            child = TracingServiceState.DataSource(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x12, TracingServiceState.DataSource)
 
     def add_tracing_sessions(self) -> TracingServiceState.TracingSession:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x32
+            w.write_ptr = p + 5
+            child = TracingServiceState.TracingSession(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x32, TracingServiceState.TracingSession)
 
     def set_supports_tracing_sessions(self, value: bool) -> None:

@@ -10,6 +10,7 @@ from enum import IntEnum
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -353,12 +354,44 @@ class DataSourceConfig(Message):
             self.put_varint(0x48, value)
 
     def begin_priority_boost(self) -> _priority_boost_config_pbzero.PriorityBoostConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x52
+            w.write_ptr = p + 5
+            child = _priority_boost_config_pbzero.PriorityBoostConfig(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x52, _priority_boost_config_pbzero.PriorityBoostConfig)
 
     def begin_heapprofd_config(self) -> _heapprofd_config_pbzero.HeapprofdConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xCA
+            buf[p + 1] = 0x06
+            w.write_ptr = p + 6
+            child = _heapprofd_config_pbzero.HeapprofdConfig(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x6CA, _heapprofd_config_pbzero.HeapprofdConfig)
 
     def begin_track_event_config(self) -> _track_event_config_pbzero.TrackEventConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x8A
+            buf[p + 1] = 0x07
+            w.write_ptr = p + 6
+            child = _track_event_config_pbzero.TrackEventConfig(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x78A, _track_event_config_pbzero.TrackEventConfig)
 
     def set_legacy_config(self, value: str | bytes) -> None:
@@ -375,4 +408,15 @@ class DataSourceConfig(Message):
             self.put_bytes(0x3EC2, data)
 
     def begin_for_testing(self) -> _test_config_pbzero.TestConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xCA
+            buf[p + 1] = 0x3E
+            w.write_ptr = p + 6
+            child = _test_config_pbzero.TestConfig(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x3ECA, _test_config_pbzero.TestConfig)

@@ -10,6 +10,7 @@ from enum import IntEnum
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -215,6 +216,16 @@ class TraceConfig(Message):
         FIELD_MACHINE_NAME_FILTER = 4
 
         def begin_config(self) -> _data_source_config_pbzero.DataSourceConfig:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x0A
+                w.write_ptr = p + 5
+                child = _data_source_config_pbzero.DataSourceConfig(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x0A, _data_source_config_pbzero.DataSourceConfig)
 
         def add_producer_name_filter(self, value: str | bytes) -> None:
@@ -948,6 +959,16 @@ class TraceConfig(Message):
             self.put_varint(0x28, value)
 
         def add_triggers(self) -> TraceConfig.TriggerConfig.Trigger:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x12
+                w.write_ptr = p + 5
+                child = TraceConfig.TriggerConfig.Trigger(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x12, TraceConfig.TriggerConfig.Trigger)
 
         def set_trigger_timeout_ms(self, value: int) -> None:
@@ -1104,9 +1125,29 @@ class TraceConfig(Message):
         FIELD_ZSTD = 2
 
         def begin_deflate(self) -> TraceConfig.CompressionConfig.Deflate:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x0A
+                w.write_ptr = p + 5
+                child = TraceConfig.CompressionConfig.Deflate(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x0A, TraceConfig.CompressionConfig.Deflate)
 
         def begin_zstd(self) -> TraceConfig.CompressionConfig.Zstd:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x12
+                w.write_ptr = p + 5
+                child = TraceConfig.CompressionConfig.Zstd(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x12, TraceConfig.CompressionConfig.Zstd)
 
     class IncidentReportConfig(Message):
@@ -1341,6 +1382,16 @@ class TraceConfig(Message):
             FIELD_RULES = 1
 
             def add_rules(self) -> TraceConfig.TraceFilter.StringFilterRule:
+                w = self.stream_writer
+                p = w.write_ptr
+                if p + 5 <= w.end:
+                    buf = w.buffer
+                    buf[p] = 0x0A
+                    w.write_ptr = p + 5
+                    child = TraceConfig.TraceFilter.StringFilterRule(w, p + 1)
+                    self.nested_message = child
+                    self.stream_writer = _SUSPENDED
+                    return child
                 return self.begin_nested(0x0A, TraceConfig.TraceFilter.StringFilterRule)
 
         class StringFilterPolicy(IntEnum):
@@ -1392,6 +1443,16 @@ class TraceConfig(Message):
                 self.put_bytes(0x12, data)
 
         def begin_string_filter_chain(self) -> TraceConfig.TraceFilter.StringFilterChain:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x1A
+                w.write_ptr = p + 5
+                child = TraceConfig.TraceFilter.StringFilterChain(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x1A, TraceConfig.TraceFilter.StringFilterChain)
 
         def set_bytecode_overlay_v54(self, value: bytes | bytearray | memoryview) -> None:
@@ -1408,6 +1469,16 @@ class TraceConfig(Message):
                 self.put_bytes(0x22, data)
 
         def begin_string_filter_chain_v54(self) -> TraceConfig.TraceFilter.StringFilterChain:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x2A
+                w.write_ptr = p + 5
+                child = TraceConfig.TraceFilter.StringFilterChain(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x2A, TraceConfig.TraceFilter.StringFilterChain)
 
     class AndroidReportConfig(Message):
@@ -1701,12 +1772,43 @@ class TraceConfig(Message):
     FIELD_TRACE_ATTRIBUTES = 48
 
     def add_buffers(self) -> TraceConfig.BufferConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = TraceConfig.BufferConfig(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x0A, TraceConfig.BufferConfig)
 
     def add_data_sources(self) -> TraceConfig.DataSource:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x12
+            w.write_ptr = p + 5
+            child = TraceConfig.DataSource(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x12, TraceConfig.DataSource)
 
     def begin_builtin_data_sources(self) -> TraceConfig.BuiltinDataSource:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xA2
+            buf[p + 1] = 0x01
+            w.write_ptr = p + 6
+            child = TraceConfig.BuiltinDataSource(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x1A2, TraceConfig.BuiltinDataSource)
 
     def set_duration_ms(self, value: int) -> None:
@@ -1800,9 +1902,29 @@ class TraceConfig(Message):
             self.put_varint(0x28, value)
 
     def add_producers(self) -> TraceConfig.ProducerConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x32
+            w.write_ptr = p + 5
+            child = TraceConfig.ProducerConfig(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x32, TraceConfig.ProducerConfig)
 
     def begin_statsd_metadata(self) -> TraceConfig.StatsdMetadata:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x3A
+            w.write_ptr = p + 5
+            child = TraceConfig.StatsdMetadata(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x3A, TraceConfig.StatsdMetadata)
 
     def set_write_into_file(self, value: bool) -> None:
@@ -1906,6 +2028,16 @@ class TraceConfig(Message):
             self.put_varint(0x50, value)
 
     def begin_guardrail_overrides(self) -> TraceConfig.GuardrailOverrides:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x5A
+            w.write_ptr = p + 5
+            child = TraceConfig.GuardrailOverrides(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x5A, TraceConfig.GuardrailOverrides)
 
     def set_deferred_start(self, value: bool) -> None:
@@ -2098,6 +2230,17 @@ class TraceConfig(Message):
             self.put_bytes(0x2B2, data)
 
     def begin_trigger_config(self) -> TraceConfig.TriggerConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x8A
+            buf[p + 1] = 0x01
+            w.write_ptr = p + 6
+            child = TraceConfig.TriggerConfig(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x18A, TraceConfig.TriggerConfig)
 
     def add_activate_triggers(self, value: str | bytes) -> None:
@@ -2114,6 +2257,17 @@ class TraceConfig(Message):
             self.put_bytes(0x192, data)
 
     def begin_incremental_state_config(self) -> TraceConfig.IncrementalStateConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xAA
+            buf[p + 1] = 0x01
+            w.write_ptr = p + 6
+            child = TraceConfig.IncrementalStateConfig(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x1AA, TraceConfig.IncrementalStateConfig)
 
     def set_allow_user_build_tracing(self, value: bool) -> None:
@@ -2176,9 +2330,31 @@ class TraceConfig(Message):
             self.put_varint(0x1C0, value)
 
     def begin_compression(self) -> TraceConfig.CompressionConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xFA
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = TraceConfig.CompressionConfig(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x2FA, TraceConfig.CompressionConfig)
 
     def begin_incident_report_config(self) -> TraceConfig.IncidentReportConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xCA
+            buf[p + 1] = 0x01
+            w.write_ptr = p + 6
+            child = TraceConfig.IncidentReportConfig(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x1CA, TraceConfig.IncidentReportConfig)
 
     def set_statsd_logging(self, value: int) -> None:
@@ -2311,18 +2487,73 @@ class TraceConfig(Message):
             self.put_varint(0x1E0, value)
 
     def begin_trace_filter(self) -> TraceConfig.TraceFilter:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x8A
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = TraceConfig.TraceFilter(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x28A, TraceConfig.TraceFilter)
 
     def begin_android_report_config(self) -> TraceConfig.AndroidReportConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x92
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = TraceConfig.AndroidReportConfig(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x292, TraceConfig.AndroidReportConfig)
 
     def begin_cmd_trace_start_delay(self) -> TraceConfig.CmdTraceStartDelay:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x9A
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = TraceConfig.CmdTraceStartDelay(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x29A, TraceConfig.CmdTraceStartDelay)
 
     def add_session_semaphores(self) -> TraceConfig.SessionSemaphore:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xBA
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = TraceConfig.SessionSemaphore(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x2BA, TraceConfig.SessionSemaphore)
 
     def begin_priority_boost(self) -> _priority_boost_config_pbzero.PriorityBoostConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xC2
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = _priority_boost_config_pbzero.PriorityBoostConfig(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x2C2, _priority_boost_config_pbzero.PriorityBoostConfig)
 
     def set_exclusive_prio(self, value: int) -> None:
@@ -2458,4 +2689,15 @@ class TraceConfig(Message):
         self.put_varint(0x2D8, value)
 
     def begin_trace_attributes(self) -> _trace_attributes_pbzero.TraceAttributes:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x82
+            buf[p + 1] = 0x03
+            w.write_ptr = p + 6
+            child = _trace_attributes_pbzero.TraceAttributes(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x382, _trace_attributes_pbzero.TraceAttributes)

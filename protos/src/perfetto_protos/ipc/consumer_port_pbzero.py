@@ -9,6 +9,7 @@ import struct
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -34,6 +35,16 @@ class EnableTracingRequest(Message):
     FIELD_ATTACH_NOTIFICATION_ONLY = 2
 
     def begin_trace_config(self) -> _trace_config_pbzero.TraceConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _trace_config_pbzero.TraceConfig(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x0A, _trace_config_pbzero.TraceConfig)
 
     def set_attach_notification_only(self, value: bool) -> None:
@@ -85,6 +96,16 @@ class ChangeTraceConfigRequest(Message):
     FIELD_TRACE_CONFIG = 1
 
     def begin_trace_config(self) -> _trace_config_pbzero.TraceConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _trace_config_pbzero.TraceConfig(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x0A, _trace_config_pbzero.TraceConfig)
 
 
@@ -144,6 +165,16 @@ class ReadBuffersResponse(Message):
     FIELD_SLICES = 2
 
     def add_slices(self) -> ReadBuffersResponse.Slice:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x12
+            w.write_ptr = p + 5
+            child = ReadBuffersResponse.Slice(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x12, ReadBuffersResponse.Slice)
 
 
@@ -358,6 +389,16 @@ class AttachResponse(Message):
     FIELD_TRACE_CONFIG = 1
 
     def begin_trace_config(self) -> _trace_config_pbzero.TraceConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _trace_config_pbzero.TraceConfig(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x0A, _trace_config_pbzero.TraceConfig)
 
 
@@ -375,6 +416,16 @@ class GetTraceStatsResponse(Message):
     FIELD_TRACE_STATS = 1
 
     def begin_trace_stats(self) -> _trace_stats_pbzero.TraceStats:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _trace_stats_pbzero.TraceStats(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x0A, _trace_stats_pbzero.TraceStats)
 
 
@@ -436,6 +487,16 @@ class ObserveEventsResponse(Message):
     FIELD_EVENTS = 1
 
     def begin_events(self) -> _observable_events_pbzero.ObservableEvents:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _observable_events_pbzero.ObservableEvents(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x0A, _observable_events_pbzero.ObservableEvents)
 
 
@@ -458,6 +519,16 @@ class QueryServiceStateResponse(Message):
     FIELD_SERVICE_STATE = 1
 
     def begin_service_state(self) -> _tracing_service_state_pbzero.TracingServiceState:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _tracing_service_state_pbzero.TracingServiceState(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x0A, _tracing_service_state_pbzero.TracingServiceState)
 
 
@@ -475,6 +546,16 @@ class QueryCapabilitiesResponse(Message):
     FIELD_CAPABILITIES = 1
 
     def begin_capabilities(self) -> _tracing_service_capabilities_pbzero.TracingServiceCapabilities:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _tracing_service_capabilities_pbzero.TracingServiceCapabilities(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(
             0x0A, _tracing_service_capabilities_pbzero.TracingServiceCapabilities
         )

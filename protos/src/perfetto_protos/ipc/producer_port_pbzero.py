@@ -10,6 +10,7 @@ from enum import IntEnum
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -240,6 +241,16 @@ class RegisterDataSourceRequest(Message):
     FIELD_DATA_SOURCE_DESCRIPTOR = 1
 
     def begin_data_source_descriptor(self) -> _data_source_descriptor_pbzero.DataSourceDescriptor:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _data_source_descriptor_pbzero.DataSourceDescriptor(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x0A, _data_source_descriptor_pbzero.DataSourceDescriptor)
 
 
@@ -272,6 +283,16 @@ class UpdateDataSourceRequest(Message):
     FIELD_DATA_SOURCE_DESCRIPTOR = 1
 
     def begin_data_source_descriptor(self) -> _data_source_descriptor_pbzero.DataSourceDescriptor:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _data_source_descriptor_pbzero.DataSourceDescriptor(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x0A, _data_source_descriptor_pbzero.DataSourceDescriptor)
 
 
@@ -670,6 +691,16 @@ class GetAsyncCommandResponse(Message):
                 self.put_varint(0x08, value)
 
         def begin_config(self) -> _data_source_config_pbzero.DataSourceConfig:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x12
+                w.write_ptr = p + 5
+                child = _data_source_config_pbzero.DataSourceConfig(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x12, _data_source_config_pbzero.DataSourceConfig)
 
     class StartDataSource(Message):
@@ -723,6 +754,16 @@ class GetAsyncCommandResponse(Message):
                 self.put_varint(0x08, value)
 
         def begin_config(self) -> _data_source_config_pbzero.DataSourceConfig:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x12
+                w.write_ptr = p + 5
+                child = _data_source_config_pbzero.DataSourceConfig(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x12, _data_source_config_pbzero.DataSourceConfig)
 
     class StopDataSource(Message):
@@ -1029,21 +1070,81 @@ class GetAsyncCommandResponse(Message):
     FIELD_CLEAR_INCREMENTAL_STATE = 7
 
     def begin_setup_tracing(self) -> GetAsyncCommandResponse.SetupTracing:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x1A
+            w.write_ptr = p + 5
+            child = GetAsyncCommandResponse.SetupTracing(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x1A, GetAsyncCommandResponse.SetupTracing)
 
     def begin_setup_data_source(self) -> GetAsyncCommandResponse.SetupDataSource:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x32
+            w.write_ptr = p + 5
+            child = GetAsyncCommandResponse.SetupDataSource(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x32, GetAsyncCommandResponse.SetupDataSource)
 
     def begin_start_data_source(self) -> GetAsyncCommandResponse.StartDataSource:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = GetAsyncCommandResponse.StartDataSource(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x0A, GetAsyncCommandResponse.StartDataSource)
 
     def begin_stop_data_source(self) -> GetAsyncCommandResponse.StopDataSource:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x12
+            w.write_ptr = p + 5
+            child = GetAsyncCommandResponse.StopDataSource(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x12, GetAsyncCommandResponse.StopDataSource)
 
     def begin_flush(self) -> GetAsyncCommandResponse.Flush:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x2A
+            w.write_ptr = p + 5
+            child = GetAsyncCommandResponse.Flush(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x2A, GetAsyncCommandResponse.Flush)
 
     def begin_clear_incremental_state(self) -> GetAsyncCommandResponse.ClearIncrementalState:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x3A
+            w.write_ptr = p + 5
+            child = GetAsyncCommandResponse.ClearIncrementalState(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x3A, GetAsyncCommandResponse.ClearIncrementalState)
 
 

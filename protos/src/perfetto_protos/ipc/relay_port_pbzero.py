@@ -10,6 +10,7 @@ from enum import IntEnum
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -28,6 +29,16 @@ class InitRelayRequest(Message):
     FIELD_SYSTEM_INFO = 1
 
     def begin_system_info(self) -> _system_info_pbzero.SystemInfo:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _system_info_pbzero.SystemInfo(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x0A, _system_info_pbzero.SystemInfo)
 
 
@@ -188,6 +199,16 @@ class SyncClockRequest(Message):
             self.put_varint(0x08, value)
 
     def add_clocks(self) -> SyncClockRequest.Clock:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x12
+            w.write_ptr = p + 5
+            child = SyncClockRequest.Clock(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x12, SyncClockRequest.Clock)
 
 

@@ -9,6 +9,7 @@ import struct
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -160,6 +161,16 @@ class IPCFrame(Message):
                 self.put_varint(0x10, value)
 
         def add_methods(self) -> IPCFrame.BindServiceReply.MethodInfo:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x1A
+                w.write_ptr = p + 5
+                child = IPCFrame.BindServiceReply.MethodInfo(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x1A, IPCFrame.BindServiceReply.MethodInfo)
 
     class InvokeMethod(Message):
@@ -492,21 +503,81 @@ class IPCFrame(Message):
             self.put_varint(0x10, value)
 
     def begin_msg_bind_service(self) -> IPCFrame.BindService:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x1A
+            w.write_ptr = p + 5
+            child = IPCFrame.BindService(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x1A, IPCFrame.BindService)
 
     def begin_msg_bind_service_reply(self) -> IPCFrame.BindServiceReply:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x22
+            w.write_ptr = p + 5
+            child = IPCFrame.BindServiceReply(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x22, IPCFrame.BindServiceReply)
 
     def begin_msg_invoke_method(self) -> IPCFrame.InvokeMethod:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x2A
+            w.write_ptr = p + 5
+            child = IPCFrame.InvokeMethod(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x2A, IPCFrame.InvokeMethod)
 
     def begin_msg_invoke_method_reply(self) -> IPCFrame.InvokeMethodReply:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x32
+            w.write_ptr = p + 5
+            child = IPCFrame.InvokeMethodReply(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x32, IPCFrame.InvokeMethodReply)
 
     def begin_msg_request_error(self) -> IPCFrame.RequestError:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x3A
+            w.write_ptr = p + 5
+            child = IPCFrame.RequestError(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x3A, IPCFrame.RequestError)
 
     def begin_set_peer_identity(self) -> IPCFrame.SetPeerIdentity:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x42
+            w.write_ptr = p + 5
+            child = IPCFrame.SetPeerIdentity(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x42, IPCFrame.SetPeerIdentity)
 
     def add_data_for_testing(self, value: bytes | bytearray | memoryview) -> None:

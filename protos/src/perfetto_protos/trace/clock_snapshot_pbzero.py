@@ -10,6 +10,7 @@ from enum import IntEnum
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -186,6 +187,16 @@ class ClockSnapshot(Message):
     FIELD_PRIMARY_TRACE_CLOCK = 2
 
     def add_clocks(self) -> ClockSnapshot.Clock:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = ClockSnapshot.Clock(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x0A, ClockSnapshot.Clock)
 
     def set_primary_trace_clock(self, value: int) -> None:

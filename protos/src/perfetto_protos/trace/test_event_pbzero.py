@@ -9,6 +9,7 @@ import struct
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -51,6 +52,16 @@ class TestEvent(Message):
                 self.put_bytes(0x0A, data)
 
         def add_nested(self) -> TestEvent.TestPayload:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x12
+                w.write_ptr = p + 5
+                child = TestEvent.TestPayload(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x12, TestEvent.TestPayload)
 
         def set_single_string(self, value: str | bytes) -> None:
@@ -193,6 +204,16 @@ class TestEvent(Message):
                 self.put_varint(0x18, value)
 
         def add_debug_annotations(self) -> _debug_annotation_pbzero.DebugAnnotation:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x3A
+                w.write_ptr = p + 5
+                child = _debug_annotation_pbzero.DebugAnnotation(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x3A, _debug_annotation_pbzero.DebugAnnotation)
 
     class ProtoVmMessage(Message):
@@ -295,6 +316,16 @@ class TestEvent(Message):
                 self.put_varint(0x08, value)
 
         def begin_submessage(self) -> TestEvent.ProtoVmMessage.ProtoVmSubmessage:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x12
+                w.write_ptr = p + 5
+                child = TestEvent.ProtoVmMessage.ProtoVmSubmessage(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x12, TestEvent.ProtoVmMessage.ProtoVmSubmessage)
 
     class ProtoVmPatch(Message):
@@ -364,9 +395,29 @@ class TestEvent(Message):
                 self.put_varint(0x10, value)
 
         def begin_single_message(self) -> TestEvent.ProtoVmMessage:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x1A
+                w.write_ptr = p + 5
+                child = TestEvent.ProtoVmMessage(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x1A, TestEvent.ProtoVmMessage)
 
         def add_messages(self) -> TestEvent.ProtoVmMessage:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x22
+                w.write_ptr = p + 5
+                child = TestEvent.ProtoVmMessage(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x22, TestEvent.ProtoVmMessage)
 
         def add_delete_message_ids(self, value: int) -> None:
@@ -477,9 +528,29 @@ class TestEvent(Message):
                 self.put_varint(0x10, value)
 
         def begin_single_message(self) -> TestEvent.ProtoVmMessage:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x1A
+                w.write_ptr = p + 5
+                child = TestEvent.ProtoVmMessage(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x1A, TestEvent.ProtoVmMessage)
 
         def add_messages(self) -> TestEvent.ProtoVmMessage:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x22
+                w.write_ptr = p + 5
+                child = TestEvent.ProtoVmMessage(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x22, TestEvent.ProtoVmMessage)
 
     FIELD_STR = 1
@@ -591,10 +662,40 @@ class TestEvent(Message):
         self.put_varint(0x20, value)
 
     def begin_payload(self) -> TestEvent.TestPayload:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x2A
+            w.write_ptr = p + 5
+            child = TestEvent.TestPayload(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x2A, TestEvent.TestPayload)
 
     def begin_protovm_patch(self) -> TestEvent.ProtoVmPatch:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x32
+            w.write_ptr = p + 5
+            child = TestEvent.ProtoVmPatch(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x32, TestEvent.ProtoVmPatch)
 
     def begin_protovm_incremental_state(self) -> TestEvent.ProtoVmIncrementalState:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x3A
+            w.write_ptr = p + 5
+            child = TestEvent.ProtoVmIncrementalState(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x3A, TestEvent.ProtoVmIncrementalState)

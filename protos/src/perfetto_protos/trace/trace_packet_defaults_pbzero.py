@@ -9,6 +9,7 @@ import struct
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -71,4 +72,14 @@ class TracePacketDefaults(Message):
             self.put_varint(0x3D0, value)
 
     def begin_track_event_defaults(self) -> _track_event_pbzero.TrackEventDefaults:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x5A
+            w.write_ptr = p + 5
+            child = _track_event_pbzero.TrackEventDefaults(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x5A, _track_event_pbzero.TrackEventDefaults)

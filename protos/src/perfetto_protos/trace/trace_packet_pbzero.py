@@ -10,6 +10,7 @@ from enum import IntEnum
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -201,54 +202,239 @@ class TracePacket(Message):
             self.put_varint(0x3D0, value)
 
     def begin_track_event(self) -> _track_event_pbzero.TrackEvent:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x5A
+            w.write_ptr = p + 5
+            child = _track_event_pbzero.TrackEvent(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x5A, _track_event_pbzero.TrackEvent)
 
     def begin_track_descriptor(self) -> _track_descriptor_pbzero.TrackDescriptor:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xE2
+            buf[p + 1] = 0x03
+            w.write_ptr = p + 6
+            child = _track_descriptor_pbzero.TrackDescriptor(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x3E2, _track_descriptor_pbzero.TrackDescriptor)
 
     def begin_clock_snapshot(self) -> _clock_snapshot_pbzero.ClockSnapshot:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x32
+            w.write_ptr = p + 5
+            child = _clock_snapshot_pbzero.ClockSnapshot(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x32, _clock_snapshot_pbzero.ClockSnapshot)
 
     def begin_trace_uuid(self) -> _trace_uuid_pbzero.TraceUuid:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xCA
+            buf[p + 1] = 0x05
+            w.write_ptr = p + 6
+            child = _trace_uuid_pbzero.TraceUuid(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x5CA, _trace_uuid_pbzero.TraceUuid)
 
     def begin_trace_config(self) -> _trace_config_pbzero.TraceConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x8A
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = _trace_config_pbzero.TraceConfig(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x28A, _trace_config_pbzero.TraceConfig)
 
     def begin_trace_stats(self) -> _trace_stats_pbzero.TraceStats:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x9A
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = _trace_stats_pbzero.TraceStats(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x29A, _trace_stats_pbzero.TraceStats)
 
     def begin_profile_packet(self) -> _profile_packet_pbzero.ProfilePacket:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xAA
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = _profile_packet_pbzero.ProfilePacket(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x2AA, _profile_packet_pbzero.ProfilePacket)
 
     def begin_streaming_allocation(self) -> _profile_packet_pbzero.StreamingAllocation:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xD2
+            buf[p + 1] = 0x04
+            w.write_ptr = p + 6
+            child = _profile_packet_pbzero.StreamingAllocation(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x4D2, _profile_packet_pbzero.StreamingAllocation)
 
     def begin_streaming_free(self) -> _profile_packet_pbzero.StreamingFree:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xDA
+            buf[p + 1] = 0x04
+            w.write_ptr = p + 6
+            child = _profile_packet_pbzero.StreamingFree(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x4DA, _profile_packet_pbzero.StreamingFree)
 
     def begin_system_info(self) -> _system_info_pbzero.SystemInfo:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xEA
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = _system_info_pbzero.SystemInfo(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x2EA, _system_info_pbzero.SystemInfo)
 
     def begin_trigger(self) -> _trigger_pbzero.Trigger:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xF2
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = _trigger_pbzero.Trigger(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x2F2, _trigger_pbzero.Trigger)
 
     def begin_service_event(self) -> _tracing_service_event_pbzero.TracingServiceEvent:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xAA
+            buf[p + 1] = 0x04
+            w.write_ptr = p + 6
+            child = _tracing_service_event_pbzero.TracingServiceEvent(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x4AA, _tracing_service_event_pbzero.TracingServiceEvent)
 
     def begin_trace_provenance(self) -> _trace_provenance_pbzero.TraceProvenance:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xE2
+            buf[p + 1] = 0x07
+            w.write_ptr = p + 6
+            child = _trace_provenance_pbzero.TraceProvenance(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x7E2, _trace_provenance_pbzero.TraceProvenance)
 
     def begin_trace_attributes(self) -> _trace_attributes_pbzero.TraceAttributes:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xF2
+            buf[p + 1] = 0x07
+            w.write_ptr = p + 6
+            child = _trace_attributes_pbzero.TraceAttributes(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x7F2, _trace_attributes_pbzero.TraceAttributes)
 
     def begin_module_symbols(self) -> _profile_common_pbzero.ModuleSymbols:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xEA
+            buf[p + 1] = 0x03
+            w.write_ptr = p + 6
+            child = _profile_common_pbzero.ModuleSymbols(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x3EA, _profile_common_pbzero.ModuleSymbols)
 
     def begin_process_descriptor(self) -> _process_descriptor_pbzero.ProcessDescriptor:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xDA
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = _process_descriptor_pbzero.ProcessDescriptor(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x2DA, _process_descriptor_pbzero.ProcessDescriptor)
 
     def begin_thread_descriptor(self) -> _thread_descriptor_pbzero.ThreadDescriptor:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xE2
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = _thread_descriptor_pbzero.ThreadDescriptor(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x2E2, _thread_descriptor_pbzero.ThreadDescriptor)
 
     def set_synchronization_marker(self, value: bytes | bytearray | memoryview) -> None:
@@ -291,9 +477,31 @@ class TracePacket(Message):
             self.put_bytes(0x8AA, data)
 
     def begin_clone_snapshot_trigger(self) -> _trigger_pbzero.Trigger:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x8A
+            buf[p + 1] = 0x07
+            w.write_ptr = p + 6
+            child = _trigger_pbzero.Trigger(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x78A, _trigger_pbzero.Trigger)
 
     def begin_for_testing(self) -> _test_event_pbzero.TestEvent:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xA2
+            buf[p + 1] = 0x38
+            w.write_ptr = p + 6
+            child = _test_event_pbzero.TestEvent(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x38A2, _test_event_pbzero.TestEvent)
 
     def set_trusted_uid(self, value: int) -> None:
@@ -424,6 +632,16 @@ class TracePacket(Message):
             self.put_varint(0x4F8, value)
 
     def begin_interned_data(self) -> _interned_data_pbzero.InternedData:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x62
+            w.write_ptr = p + 5
+            child = _interned_data_pbzero.InternedData(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x62, _interned_data_pbzero.InternedData)
 
     def set_sequence_flags(self, value: int) -> None:
@@ -472,6 +690,17 @@ class TracePacket(Message):
         self.put_varint(0x2C8, value)
 
     def begin_trace_packet_defaults(self) -> _trace_packet_defaults_pbzero.TracePacketDefaults:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xDA
+            buf[p + 1] = 0x03
+            w.write_ptr = p + 6
+            child = _trace_packet_defaults_pbzero.TracePacketDefaults(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x3DA, _trace_packet_defaults_pbzero.TracePacketDefaults)
 
     def set_previous_packet_dropped(self, value: int) -> None:

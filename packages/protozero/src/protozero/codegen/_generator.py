@@ -209,9 +209,22 @@ def _inline_varint(body: str, tag: bytes, *, zigzag: bool) -> list[str]:
 
 
 def _begin_lines(body: str, tag: bytes, cls: str) -> list[str]:
-    """A nested-message starter (Message.begin_nested with the tag as a constant)."""
+    """A nested-message starter whose fast path writes the tag and reserves the size in place."""
+    inner = body + INDENT
     word = int.from_bytes(tag, "little")
-    return _call_lines(body, "return self.begin_nested(", [f"0x{word:02X}", cls], ")")
+    return [
+        f"{body}w = self.stream_writer",
+        f"{body}p = w.write_ptr",
+        f"{body}if p + {len(tag) + 4} <= w.end:",
+        f"{inner}buf = w.buffer",
+        *_tag_store_lines(inner, tag),
+        f"{inner}w.write_ptr = p + {len(tag) + 4}",
+        *_call_lines(inner, f"child = {cls}(", ["w", f"p + {len(tag)}"], ")"),
+        f"{inner}self.nested_message = child",
+        f"{inner}self.stream_writer = _SUSPENDED",
+        f"{inner}return child",
+        *_call_lines(body, "return self.begin_nested(", [f"0x{word:02X}", cls], ")"),
+    ]
 
 
 def _inline_bytes(body: str, tag: bytes, *, encode: bool) -> list[str]:
@@ -249,6 +262,7 @@ class _FileRenderer:
         self._uses_int_enum = False
         self._uses_varint_fast_path = False
         self._uses_varint_tables = False
+        self._uses_begin = False
 
     def _alias_for(self, proto_file: str) -> str:
         if proto_file not in self._imports:
@@ -293,6 +307,7 @@ class _FileRenderer:
         if field.type == TYPE_MESSAGE:
             cls = self._message_type(field)
             method = f"{'add' if repeated else 'begin'}_{name}"
+            self._uses_begin = True
             return [
                 *_call_lines(indent, f"def {method}(", ["self"], f") -> {cls}:"),
                 *_begin_lines(body, encode_tag(field.number, WIRE_TYPE_LENGTH_DELIMITED), cls),
@@ -388,6 +403,8 @@ class _FileRenderer:
         protozero_imports = []
         if self._uses_varint_tables:
             protozero_imports.append("from protozero import SHORT_VARINTS as _VARINTS")
+        if self._uses_begin:
+            protozero_imports.append("from protozero import SUSPENDED_WRITER as _SUSPENDED")
         if self._uses_varint_fast_path:
             protozero_imports.append("from protozero import VARINT_PAIRS as _PAIRS")
         if self._desc.messages:

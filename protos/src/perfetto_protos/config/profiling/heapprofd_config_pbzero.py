@@ -9,6 +9,7 @@ import struct
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -556,6 +557,16 @@ class HeapprofdConfig(Message):
             self.put_bytes(0x3A, data)
 
     def begin_continuous_dump_config(self) -> HeapprofdConfig.ContinuousDumpConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x32
+            w.write_ptr = p + 5
+            child = HeapprofdConfig.ContinuousDumpConfig(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x32, HeapprofdConfig.ContinuousDumpConfig)
 
     def set_shmem_size_bytes(self, value: int) -> None:

@@ -9,6 +9,7 @@ import struct
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -122,9 +123,29 @@ class TraceProvenance(Message):
         FIELD_SEQUENCES = 1
 
         def add_sequences(self) -> TraceProvenance.Sequence:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x0A
+                w.write_ptr = p + 5
+                child = TraceProvenance.Sequence(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x0A, TraceProvenance.Sequence)
 
     FIELD_BUFFERS = 2
 
     def add_buffers(self) -> TraceProvenance.Buffer:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x12
+            w.write_ptr = p + 5
+            child = TraceProvenance.Buffer(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x12, TraceProvenance.Buffer)

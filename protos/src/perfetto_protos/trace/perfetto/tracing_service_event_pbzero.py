@@ -9,6 +9,7 @@ import struct
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -64,6 +65,16 @@ class TracingServiceEvent(Message):
         FIELD_DATA_SOURCE = 1
 
         def add_data_source(self) -> TracingServiceEvent.DataSources.DataSource:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x0A
+                w.write_ptr = p + 5
+                child = TracingServiceEvent.DataSources.DataSource(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x0A, TracingServiceEvent.DataSources.DataSource)
 
     FIELD_TRACING_STARTED = 2
@@ -100,9 +111,29 @@ class TracingServiceEvent(Message):
         self.put_varint(0x30, value)
 
     def begin_slow_starting_data_sources(self) -> TracingServiceEvent.DataSources:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x3A
+            w.write_ptr = p + 5
+            child = TracingServiceEvent.DataSources(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x3A, TracingServiceEvent.DataSources)
 
     def begin_last_flush_slow_data_sources(self) -> TracingServiceEvent.DataSources:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x42
+            w.write_ptr = p + 5
+            child = TracingServiceEvent.DataSources(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x42, TracingServiceEvent.DataSources)
 
     def set_clone_started(self, value: bool) -> None:

@@ -10,6 +10,7 @@ from enum import IntEnum
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -211,6 +212,16 @@ class AddressSymbols(Message):
             self.put_varint(0x08, value)
 
     def add_lines(self) -> Line:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x12
+            w.write_ptr = p + 5
+            child = Line(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x12, Line)
 
 
@@ -250,6 +261,16 @@ class ModuleSymbols(Message):
             self.put_bytes(0x12, data)
 
     def add_address_symbols(self) -> AddressSymbols:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x1A
+            w.write_ptr = p + 5
+            child = AddressSymbols(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x1A, AddressSymbols)
 
 

@@ -10,6 +10,7 @@ from enum import IntEnum
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -479,6 +480,16 @@ class ProfilePacket(Message):
         FIELD_BUCKETS = 1
 
         def add_buckets(self) -> ProfilePacket.Histogram.Bucket:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x0A
+                w.write_ptr = p + 5
+                child = ProfilePacket.Histogram.Bucket(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x0A, ProfilePacket.Histogram.Bucket)
 
     class ProcessStats(Message):
@@ -620,6 +631,16 @@ class ProfilePacket(Message):
                 self.put_varint(0x18, value)
 
         def begin_unwinding_time_us(self) -> ProfilePacket.Histogram:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x22
+                w.write_ptr = p + 5
+                child = ProfilePacket.Histogram(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x22, ProfilePacket.Histogram)
 
         def set_total_unwinding_time_us(self, value: int) -> None:
@@ -1021,9 +1042,29 @@ class ProfilePacket(Message):
                 self.put_varint(0x78, value)
 
         def begin_stats(self) -> ProfilePacket.ProcessStats:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x2A
+                w.write_ptr = p + 5
+                child = ProfilePacket.ProcessStats(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x2A, ProfilePacket.ProcessStats)
 
         def add_samples(self) -> ProfilePacket.HeapSample:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x12
+                w.write_ptr = p + 5
+                child = ProfilePacket.HeapSample(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x12, ProfilePacket.HeapSample)
 
     FIELD_STRINGS = 1
@@ -1035,18 +1076,68 @@ class ProfilePacket(Message):
     FIELD_INDEX = 7
 
     def add_strings(self) -> _profile_common_pbzero.InternedString:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _profile_common_pbzero.InternedString(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x0A, _profile_common_pbzero.InternedString)
 
     def add_mappings(self) -> _profile_common_pbzero.Mapping:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x22
+            w.write_ptr = p + 5
+            child = _profile_common_pbzero.Mapping(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x22, _profile_common_pbzero.Mapping)
 
     def add_frames(self) -> _profile_common_pbzero.Frame:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x12
+            w.write_ptr = p + 5
+            child = _profile_common_pbzero.Frame(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x12, _profile_common_pbzero.Frame)
 
     def add_callstacks(self) -> _profile_common_pbzero.Callstack:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x1A
+            w.write_ptr = p + 5
+            child = _profile_common_pbzero.Callstack(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x1A, _profile_common_pbzero.Callstack)
 
     def add_process_dumps(self) -> ProfilePacket.ProcessHeapSamples:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x2A
+            w.write_ptr = p + 5
+            child = ProfilePacket.ProcessHeapSamples(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x2A, ProfilePacket.ProcessHeapSamples)
 
     def set_continued(self, value: bool) -> None:

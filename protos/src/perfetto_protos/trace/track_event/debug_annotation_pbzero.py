@@ -10,6 +10,7 @@ from enum import IntEnum
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -103,9 +104,29 @@ class DebugAnnotation(Message):
                 self.put_bytes(0x12, data)
 
         def add_dict_values(self) -> DebugAnnotation.NestedValue:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x1A
+                w.write_ptr = p + 5
+                child = DebugAnnotation.NestedValue(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x1A, DebugAnnotation.NestedValue)
 
         def add_array_values(self) -> DebugAnnotation.NestedValue:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x22
+                w.write_ptr = p + 5
+                child = DebugAnnotation.NestedValue(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x22, DebugAnnotation.NestedValue)
 
         def set_int_value(self, value: int) -> None:
@@ -374,6 +395,16 @@ class DebugAnnotation(Message):
             self.put_varint(0x38, value)
 
     def begin_nested_value(self) -> DebugAnnotation.NestedValue:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x42
+            w.write_ptr = p + 5
+            child = DebugAnnotation.NestedValue(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x42, DebugAnnotation.NestedValue)
 
     def set_legacy_json_value(self, value: str | bytes) -> None:
@@ -514,9 +545,29 @@ class DebugAnnotation(Message):
             self.put_bytes(0x72, data)
 
     def add_dict_entries(self) -> DebugAnnotation:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x5A
+            w.write_ptr = p + 5
+            child = DebugAnnotation(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x5A, DebugAnnotation)
 
     def add_array_values(self) -> DebugAnnotation:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x62
+            w.write_ptr = p + 5
+            child = DebugAnnotation(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x62, DebugAnnotation)
 
 

@@ -10,6 +10,7 @@ from enum import IntEnum
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -226,12 +227,42 @@ class TrackDescriptor(Message):
             self.put_bytes(0x72, data)
 
     def begin_process(self) -> _process_descriptor_pbzero.ProcessDescriptor:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x1A
+            w.write_ptr = p + 5
+            child = _process_descriptor_pbzero.ProcessDescriptor(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x1A, _process_descriptor_pbzero.ProcessDescriptor)
 
     def begin_thread(self) -> _thread_descriptor_pbzero.ThreadDescriptor:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x22
+            w.write_ptr = p + 5
+            child = _thread_descriptor_pbzero.ThreadDescriptor(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x22, _thread_descriptor_pbzero.ThreadDescriptor)
 
     def begin_counter(self) -> _counter_descriptor_pbzero.CounterDescriptor:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x42
+            w.write_ptr = p + 5
+            child = _counter_descriptor_pbzero.CounterDescriptor(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x42, _counter_descriptor_pbzero.CounterDescriptor)
 
     def set_disallow_merging_with_system_tracks(self, value: bool) -> None:

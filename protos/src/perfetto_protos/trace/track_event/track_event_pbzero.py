@@ -10,6 +10,7 @@ from enum import IntEnum
 from typing import Final
 
 from protozero import SHORT_VARINTS as _VARINTS
+from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
@@ -113,6 +114,16 @@ class TrackEvent(Message):
         FIELD_FRAMES = 1
 
         def add_frames(self) -> TrackEvent.InlineCallstack.Frame:
+            w = self.stream_writer
+            p = w.write_ptr
+            if p + 5 <= w.end:
+                buf = w.buffer
+                buf[p] = 0x0A
+                w.write_ptr = p + 5
+                child = TrackEvent.InlineCallstack.Frame(w, p + 1)
+                self.nested_message = child
+                self.stream_writer = _SUSPENDED
+                return child
             return self.begin_nested(0x0A, TrackEvent.InlineCallstack.Frame)
 
     class LegacyEvent(Message):
@@ -1342,6 +1353,17 @@ class TrackEvent(Message):
             self.put_varint(0x3B0, value)
 
     def begin_callstack(self) -> TrackEvent.InlineCallstack:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xBA
+            buf[p + 1] = 0x03
+            w.write_ptr = p + 6
+            child = TrackEvent.InlineCallstack(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x3BA, TrackEvent.InlineCallstack)
 
     def set_callstack_iid(self, value: int) -> None:
@@ -1391,15 +1413,57 @@ class TrackEvent(Message):
         self.put_double(0x3C9, value)
 
     def add_debug_annotations(self) -> _debug_annotation_pbzero.DebugAnnotation:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x22
+            w.write_ptr = p + 5
+            child = _debug_annotation_pbzero.DebugAnnotation(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x22, _debug_annotation_pbzero.DebugAnnotation)
 
     def begin_task_execution(self) -> _task_execution_pbzero.TaskExecution:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x2A
+            w.write_ptr = p + 5
+            child = _task_execution_pbzero.TaskExecution(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x2A, _task_execution_pbzero.TaskExecution)
 
     def begin_log_message(self) -> _log_message_pbzero.LogMessage:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xAA
+            buf[p + 1] = 0x01
+            w.write_ptr = p + 6
+            child = _log_message_pbzero.LogMessage(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x1AA, _log_message_pbzero.LogMessage)
 
     def begin_source_location(self) -> _source_location_pbzero.SourceLocation:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x8A
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = _source_location_pbzero.SourceLocation(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x28A, _source_location_pbzero.SourceLocation)
 
     def set_source_location_iid(self, value: int) -> None:
@@ -1701,6 +1765,16 @@ class TrackEvent(Message):
             self.put_varint(0x1A0, value)
 
     def begin_legacy_event(self) -> TrackEvent.LegacyEvent:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x32
+            w.write_ptr = p + 5
+            child = TrackEvent.LegacyEvent(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
         return self.begin_nested(0x32, TrackEvent.LegacyEvent)
 
 
