@@ -50,10 +50,8 @@ from perfetto_service._service_packets import (
 )
 from perfetto_service._trace_buffer import (
     CHUNK_PAYLOAD_HISTOGRAM_THRESHOLDS,
-    PACKET_SIZE_DROP_PACKET,
     BufferedPacket,
     BufferStats,
-    ChunkFlags,
     ChunkPayloadHistogram,
     OverwritePolicy,
     PacketRun,
@@ -75,7 +73,6 @@ __all__ = [
     "CHUNK_PAYLOAD_HISTOGRAM_THRESHOLDS",
     "ENABLE_TRACING_REJECTED",
     "IPC_BUFFER_SIZE",
-    "PACKET_SIZE_DROP_PACKET",
     "PRODUCER_SOCKET_SEND_TIMEOUT",
     "SERVICE_PACKET_SEQUENCE_ID",
     "SERVICE_RESERVED_FIELDS",
@@ -84,7 +81,6 @@ __all__ = [
     "AsyncioTaskRunner",
     "BufferStats",
     "BufferedPacket",
-    "ChunkFlags",
     "ChunkPayloadHistogram",
     "ClientIdentity",
     "ClockReading",

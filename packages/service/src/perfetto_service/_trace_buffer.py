@@ -15,18 +15,13 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from perfetto_protos.common import trace_stats_pb2
+from perfetto_smb import PACKET_SIZE_DROP_PACKET, PATCH_SIZE, ChunkFlags
 
 from perfetto_service._errors import ServiceError
 from perfetto_service._field_encoding import varint_field
 
 RECORD_HEADER_SIZE = 16
 """Size of the header stored in front of every chunk record (upstream's ChunkRecord)."""
-
-PACKET_SIZE_DROP_PACKET = 0x0FFFFFFF
-"""Fragment size a TraceWriter writes to abort a fragmented packet (kPacketSizeDropPacket)."""
-
-PATCH_SIZE = 4
-"""Every out-of-band patch overwrites exactly this many bytes."""
 
 _MAX_RECORD_SIZE = 0xFFFF
 _CHUNK_ID_MASK = 0xFFFFFFFF
@@ -43,14 +38,6 @@ _U32 = struct.Struct("<I")
 
 BytesLike = bytes | bytearray | memoryview
 """What chunk payloads may be given as (a memoryview of a shared memory mapping included)."""
-
-
-class ChunkFlags(enum.IntFlag):
-    """The six flag bits of a shared-memory chunk header, as passed to `copy_chunk_untrusted`."""
-
-    FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK = 0x01
-    LAST_PACKET_CONTINUES_ON_NEXT_CHUNK = 0x02
-    CHUNK_NEEDS_PATCHING = 0x04
 
 
 _FIRST_CONTINUES = int(ChunkFlags.FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK)
