@@ -29,7 +29,11 @@ from perfetto_wire._endpoint import GATHER_MIN_PAYLOAD
 from perfetto_wire._sockets import recv_with_fd
 from perfetto_wire._transport import SocketTransport
 
-u64 = st.integers(min_value=0, max_value=0x4000) | st.integers(min_value=0, max_value=2**64 - 1)
+u64 = (
+    st.integers(min_value=0, max_value=0x4000)
+    | st.integers(min_value=0x4000, max_value=0x200000)
+    | st.integers(min_value=0, max_value=2**64 - 1)
+)
 u32 = st.integers(min_value=0, max_value=0x80) | st.integers(min_value=0, max_value=2**32 - 1)
 payloads = st.binary(max_size=300)
 

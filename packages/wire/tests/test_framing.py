@@ -208,8 +208,12 @@ def test_mutated_frames_never_escape_the_decoder(
     assert all(isinstance(frame, IPCFrame) for frame in frames)
 
 
-# Small values too: the encoders have a fast path for one- and two-byte varints.
-u64 = st.integers(min_value=0, max_value=0x4000) | st.integers(min_value=0, max_value=2**64 - 1)
+# Small values too: the encoders have fast paths for one- to three-byte varints.
+u64 = (
+    st.integers(min_value=0, max_value=0x4000)
+    | st.integers(min_value=0x4000, max_value=0x200000)
+    | st.integers(min_value=0, max_value=2**64 - 1)
+)
 u32 = st.integers(min_value=0, max_value=0x80) | st.integers(min_value=0, max_value=2**32 - 1)
 
 

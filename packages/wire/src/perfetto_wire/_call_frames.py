@@ -41,6 +41,8 @@ def _varint(value: int) -> bytes:
         return _ONE_BYTE_VARINTS[value]
     if value < 0x4000:
         return bytes(((value & 0x7F) | 0x80, value >> 7))
+    if value < 0x200000:
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
