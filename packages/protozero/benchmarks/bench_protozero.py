@@ -4,9 +4,10 @@ Simple = int32, uint32, int64, uint64 and a 32-byte string (the values of upstre
 protozero_benchmark.cc); Nested = Simple plus a child filled the same way, 3 levels deep.
 protozero writes into one reused buffer through a ScatteredStreamWriter, the way a TraceWriter
 does; protobuf builds a new message, sets the fields and calls SerializeToString(); the
-speed-of-light writer is one `struct.pack_into` per level. The runs of the three are
-interleaved and timed in process CPU time (the machine is shared); each prints the median
-ns/op and the ratios.
+speed-of-light writer is one `struct.pack_into` per level; the floor row makes one method call
+and one slice store of the field's final bytes per field, the least any writer that stores each
+field as it is set can cost (encoding for free). The runs are interleaved and timed in process
+CPU time (the machine is shared); each prints the median ns/op and the ratios.
 
 When protozero is compiled (`nox -s bench` builds it with tools/build_mypyc.py), a second
 protozero row shows the same writes made by a compiled caller (bench_fill, compiled too).
@@ -29,7 +30,7 @@ from typing import Any
 
 import bench_fill
 import protozero
-from bench_fill import INT32, INT64, STRING, UINT32, UINT64
+from bench_fill import INT32, INT64, STRING, UINT32, UINT64, FieldStoreFloor
 from bench_messages_pbzero import EveryField
 from protozero import ScatteredStreamWriter, WritableBuffer
 
@@ -162,6 +163,48 @@ def upb_writers(cls: Any) -> tuple[Callable[[], bytes], Callable[[], bytes]]:
     return simple, nested
 
 
+def floor_writers(cls: Any) -> tuple[Callable[[], None], Callable[[], None]]:
+    """One method call and one slice store of the field's final bytes per field (and per child).
+
+    The floor of a writer that, like protozero, stores each field as it is set: what remains
+    when encoding costs nothing.
+    """
+    floor = FieldStoreFloor(memoryview(bytearray(BUFFER_SIZE)))
+    store = floor.store
+    m = cls(field_int32=INT32, field_uint32=UINT32, field_int64=INT64, field_uint64=UINT64)
+    m.field_string = STRING
+    f_int32, f_int64, f_uint32, f_uint64, f_string = (
+        bytes(cls(**{name: getattr(m, name)}).SerializeToString())
+        for name in ("field_int32", "field_int64", "field_uint32", "field_uint64", "field_string")
+    )
+    child = b"\x72\x80\x80\x80\x00"
+
+    def simple() -> None:
+        store(0, f_int32)
+        store(6, f_uint32)
+        store(12, f_int64)
+        store(18, f_uint64)
+        store(24, f_string)
+
+    def nested() -> None:
+        p = 0
+        for _ in range(3):
+            store(p, f_int32)
+            store(p + 6, f_uint32)
+            store(p + 12, f_int64)
+            store(p + 18, f_uint64)
+            store(p + 24, f_string)
+            store(p + 59, child)
+            p += 64
+        store(p, f_int32)
+        store(p + 6, f_uint32)
+        store(p + 12, f_int64)
+        store(p + 18, f_uint64)
+        store(p + 24, f_string)
+
+    return simple, nested
+
+
 def speed_of_light_writers() -> tuple[Callable[[], None], Callable[[], None]]:
     layout = struct.Struct("<iIqQ32s")
     pack = layout.pack_into
@@ -207,6 +250,7 @@ def main() -> int:
     cls = upb_classes()
     upb_simple, upb_nested = upb_writers(cls)
     sol_simple, sol_nested = speed_of_light_writers()
+    floor_simple, floor_nested = floor_writers(cls)
     variants = [("protozero", protozero_writers())]
     compiled = _module_is_compiled(protozero._message)
     if compiled and _module_is_compiled(bench_fill):
@@ -224,11 +268,15 @@ def main() -> int:
     for index, name in enumerate(("Simple", "Nested")):
         upb = (upb_simple, upb_nested)[index]
         sol = (sol_simple, sol_nested)[index]
+        floor = (floor_simple, floor_nested)[index]
         writers = [v[1][index] for v in variants]
-        *t_pz, t_upb, t_sol = measure([*writers, upb, sol], args.iterations, args.repeats)
+        *t_pz, t_upb, t_sol, t_floor = measure(
+            [*writers, upb, sol, floor], args.iterations, args.repeats
+        )
         target = TARGETS[name][1 if compiled else 0]
         print(f"{name:7} {'protobuf upb':20} {t_upb:8.0f}")
         print(f"{name:7} {'struct.pack_into':20} {t_sol:8.0f}")
+        print(f"{name:7} {'floor: call+store':20} {t_floor:8.0f} {t_floor / t_upb:6.2f}x")
         for (label, _), t in zip(variants, t_pz, strict=True):
             verdict = "ok" if t / t_upb <= target else "MISSED"
             print(
