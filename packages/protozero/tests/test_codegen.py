@@ -17,6 +17,7 @@ from protozero import (
     VARINT_PAIRS,
     HeapBuffered,
     Message,
+    ProtozeroError,
     ScatteredStreamWriter,
     encode_varint,
 )
@@ -227,6 +228,45 @@ def test_benchmark_writers_are_up_to_date(tmp_path: Path) -> None:
     )
     fresh = generate(parse_descriptor_set(descriptors.read_bytes()), "", "")
     assert fresh == {"bench_messages_pbzero.py": (bench / "bench_messages_pbzero.py").read_text()}
+
+
+@pytest.mark.parametrize("parent_write", ["varint", "string", "begin"])
+def test_generated_parent_write_finalizes_open_children(
+    pbzero: ModuleType, pb: dict[str, Any], parent_write: str
+) -> None:
+    hb = HeapBuffered(pbzero.EveryField)
+    root = hb.msg
+    root.set_field_int32(5)  # the writer now has a range: the starters below take fast paths
+    child = root.add_field_nested()
+    child.set_field_int64(300)
+    grandchild = child.add_field_nested()
+    grandchild.set_field_string("deep")
+    assert (root.nested_message, child.nested_message) == (child, grandchild)
+    if parent_write == "varint":
+        root.set_field_int64(1 << 40)
+    elif parent_write == "string":
+        root.set_field_string("parent")
+    else:
+        root.add_field_nested().set_field_int64(7)
+    assert child.is_finalized
+    assert grandchild.is_finalized
+    for stale in (child, grandchild):
+        with pytest.raises(ProtozeroError, match="finalized"):
+            stale.set_field_int64(1)
+        with pytest.raises(ProtozeroError, match="finalized"):
+            stale.set_field_string("late")
+        with pytest.raises(ProtozeroError, match="finalized"):
+            stale.add_field_nested()
+    parsed = pb["pztest.EveryField"].FromString(hb.serialize())
+    assert parsed.field_int32 == 5
+    assert parsed.field_nested[0].field_int64 == 300
+    assert parsed.field_nested[0].field_nested[0].field_string == "deep"
+    if parent_write == "varint":
+        assert parsed.field_int64 == 1 << 40
+    elif parent_write == "string":
+        assert parsed.field_string == "parent"
+    else:
+        assert [n.field_int64 for n in parsed.field_nested] == [300, 7]
 
 
 def test_varint_tables_hold_varint_encodings() -> None:
