@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import mmap
 import os
@@ -36,6 +37,7 @@ CHUNK_SHIFT = 2
 
 _RETRY_ATTEMPTS = 64
 _HEADER = struct.Struct("<IHH")
+_ZERO_HEADER = bytes(CHUNK_HEADER_SIZE)
 
 
 class ChunkState(enum.IntEnum):
@@ -392,6 +394,73 @@ class SharedMemoryABI:
     def try_acquire_chunk_for_reading(self, page_idx: int, chunk_idx: int) -> Chunk | None:
         """Complete -> BeingRead; None if the chunk is not (or no longer) Complete."""
         return self._try_acquire(page_idx, chunk_idx, ChunkState.BEING_READ)
+
+    def read_and_free_chunk(
+        self, page_idx: int, chunk_idx: int
+    ) -> tuple[int, int, int, int, bytes] | None:
+        """Complete -> BeingRead, copies the chunk out, then frees it, as a service reads it.
+
+        The same steps as try_acquire_chunk_for_reading(), Chunk.read() and
+        release_chunk_as_free(), in one call. Returns (chunk_id, writer_id, packet_count,
+        flags, payload), or None if the chunk is not (or no longer) Complete; raises
+        SmbError, after copying, if the page changed layout or the chunk's state while read.
+        """
+        offset = self._page_offset(page_idx)
+        atomics = self._atomics
+        pointer = atomics.pointer(offset)
+        compare_exchange = atomics.compare_exchange_at
+        shift = chunk_idx * CHUNK_SHIFT
+        # Complete (0b11) -> BeingRead (0b10) clears the state's low bit.
+        state_low_bit = 1 << shift
+        bitmap = int(self.words[offset >> 2])
+        for attempt in range(_RETRY_ATTEMPTS):
+            layout = (bitmap & LAYOUT_MASK) >> LAYOUT_SHIFT
+            if not 0 <= chunk_idx < NUM_CHUNKS_FOR_LAYOUT[layout]:
+                return None
+            if (bitmap >> shift) & CHUNK_MASK != ChunkState.COMPLETE:
+                return None
+            found = compare_exchange(pointer, bitmap, bitmap ^ state_low_bit)
+            if found == bitmap:
+                break
+            bitmap = found
+            _wait_before_next_attempt(attempt)
+        else:
+            return None
+        size = self.chunk_sizes[layout]
+        begin = offset + PAGE_HEADER_SIZE + chunk_idx * size
+        view = self.view
+        chunk_id, writer_id, packets = _HEADER.unpack_from(view, begin)
+        payload = bytes(view[begin + CHUNK_HEADER_SIZE : begin + size])
+        view[begin : begin + CHUNK_HEADER_SIZE] = _ZERO_HEADER
+        self._release_read_chunk(pointer, page_idx, chunk_idx, size, bitmap ^ state_low_bit)
+        return chunk_id, writer_id, packets & 0x3FF, packets >> 10, payload
+
+    def _release_read_chunk(
+        self, pointer: ctypes.c_void_p, page_idx: int, chunk_idx: int, size: int, bitmap: int
+    ) -> None:
+        """BeingRead (Complete in emulation) -> Free; `bitmap` is the last value seen."""
+        compare_exchange = self._atomics.compare_exchange_at
+        shift = chunk_idx * CHUNK_SHIFT
+        expected_state = ChunkState.COMPLETE if self.emulation else ChunkState.BEING_READ
+        keep = ~(CHUNK_MASK << shift)
+        for attempt in range(_RETRY_ATTEMPTS):
+            if self.chunk_sizes[(bitmap & LAYOUT_MASK) >> LAYOUT_SHIFT] != size:
+                raise SmbError(f"page {page_idx} changed layout under chunk {chunk_idx}")
+            state = (bitmap >> shift) & CHUNK_MASK
+            if state != expected_state:
+                raise SmbError(
+                    f"chunk {chunk_idx} of page {page_idx} is {ChunkState(state).name}, "
+                    f"expected {expected_state.name}"
+                )
+            desired = bitmap & keep
+            if desired & ALL_CHUNKS_MASK == 0:
+                desired = 0
+            found = compare_exchange(pointer, bitmap, desired)
+            if found == bitmap:
+                return
+            bitmap = found
+            _wait_before_next_attempt(attempt)
+        raise SmbError(f"too much contention on page {page_idx}")
 
     def release_chunk_as_complete(self, chunk: Chunk) -> int:
         """BeingWritten -> Complete; returns the page index."""

@@ -15,9 +15,12 @@ _ACQUIRE = 2
 _RELEASE = 3
 _ACQ_REL = 4
 
-_CasFunction = Callable[[int, object, int, int, int], bool]
-_LoadFunction = Callable[[int, int], int]
-_StoreFunction = Callable[[int, int, int], None]
+_CasFunction = Callable[[ctypes.c_void_p, object, int, int, int], bool]
+_LoadFunction = Callable[[ctypes.c_void_p, int], int]
+_StoreFunction = Callable[[ctypes.c_void_p, int, int], None]
+
+_SIGN_BIT = 1 << 31
+_WORD_RANGE = 1 << 32
 
 
 @functools.cache
@@ -37,16 +40,21 @@ def _load_backend() -> tuple[_CasFunction, _LoadFunction, _StoreFunction]:
             "no atomic backend: libatomic.so.1 could not be loaded "
             "(install libatomic1, e.g. `apt-get install libatomic1`)"
         )
+    # No argtypes: every call passes ready-made c_void_p objects and C ints, which ctypes
+    # hands over as they are (converting through argtypes costs a microsecond per call).
     cas = lib.__atomic_compare_exchange_4
-    cas.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_int]
     cas.restype = ctypes.c_bool
     load = lib.__atomic_load_4
-    load.argtypes = [ctypes.c_void_p, ctypes.c_int]
     load.restype = ctypes.c_uint32
     store = lib.__atomic_store_4
-    store.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int]
     store.restype = None
     return (cas, load, store)
+
+
+def _as_c_int(value: int) -> int:
+    """The C int with the bit pattern of the 32-bit word `value`."""
+    value &= 0xFFFFFFFF
+    return value - _WORD_RANGE if value >= _SIGN_BIT else value
 
 
 class AtomicWords:
@@ -57,7 +65,7 @@ class AtomicWords:
     open the buffer cannot be closed or resized (it holds an export of it).
     """
 
-    __slots__ = ("_anchor", "_base", "_cas", "_limit", "_load", "_store")
+    __slots__ = ("_anchor", "_base", "_cas", "_limit", "_load", "_pointers", "_store")
 
     def __init__(self, buffer: mmap.mmap | bytearray) -> None:
         self._cas, self._load, self._store = _load_backend()
@@ -69,31 +77,42 @@ class AtomicWords:
         if self._base % 4:
             raise SmbError("buffer is not 4-byte aligned")
         self._limit = len(buffer) - 4
+        # Pointers to the words used so far, by offset (checked once, when made).
+        self._pointers: dict[int, ctypes.c_void_p] = {}
 
-    def _address(self, offset: int) -> int:
-        if self._anchor is None:
-            raise SmbError("atomic access to a closed buffer")
-        if offset < 0 or offset > self._limit or offset & 3:
-            raise SmbError(f"atomic access at offset {offset} outside the buffer or unaligned")
-        return self._base + offset
+    def pointer(self, offset: int) -> ctypes.c_void_p:
+        """A pointer to the word at `offset`, for `compare_exchange_at`; checked and cached."""
+        pointer = self._pointers.get(offset)
+        if pointer is None:
+            if self._anchor is None:
+                raise SmbError("atomic access to a closed buffer")
+            if offset < 0 or offset > self._limit or offset & 3:
+                raise SmbError(f"atomic access at offset {offset} outside the buffer or unaligned")
+            pointer = self._pointers[offset] = ctypes.c_void_p(self._base + offset)
+        return pointer
 
     def load(self, offset: int) -> int:
         """Loads the word at `offset` with acquire ordering."""
-        return self._load(self._address(offset), _ACQUIRE)
+        return self._load(self.pointer(offset), _ACQUIRE)
 
     def store(self, offset: int, value: int) -> None:
         """Stores `value` into the word at `offset` with release ordering."""
-        self._store(self._address(offset), value, _RELEASE)
+        self._store(self.pointer(offset), _as_c_int(value), _RELEASE)
 
     def compare_exchange(self, offset: int, expected: int, desired: int) -> int:
         """Sets the word to `desired` if it equals `expected` (acq_rel); returns the old value.
 
         The swap happened if and only if the returned value equals `expected`.
         """
+        return self.compare_exchange_at(self.pointer(offset), expected, desired)
+
+    def compare_exchange_at(self, pointer: ctypes.c_void_p, expected: int, desired: int) -> int:
+        """`compare_exchange` on the word `pointer` (from `pointer()`) points to."""
         cell = ctypes.c_uint32(expected)
-        self._cas(self._address(offset), ctypes.byref(cell), desired, _ACQ_REL, _ACQUIRE)
+        self._cas(pointer, ctypes.byref(cell), _as_c_int(desired), _ACQ_REL, _ACQUIRE)
         return cell.value
 
     def close(self) -> None:
         """Releases the buffer; later operations raise SmbError."""
+        self._pointers.clear()
         self._anchor = None

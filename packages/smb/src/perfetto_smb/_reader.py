@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Container
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from perfetto_smb._abi import (
     CHUNK_HEADER_SIZE,
+    LAYOUT_MASK,
+    LAYOUT_SHIFT,
     MAX_WRITER_ID,
+    NUM_CHUNKS_FOR_LAYOUT,
     SharedMemoryABI,
-    num_chunks_from_bitmap,
     unpack_chunk_header,
 )
 from perfetto_smb._errors import SmbError
@@ -19,8 +21,7 @@ MAX_EMULATED_CHUNK_SIZE = 65535
 """Chunks sent over IPC (emulation mode) are at most this big, header included."""
 
 
-@dataclass(frozen=True, slots=True)
-class CopiedChunk:
+class CopiedChunk(NamedTuple):
     """A chunk copied out of an SMB (or received over IPC): its header and payload bytes."""
 
     page: int
@@ -61,21 +62,24 @@ class SharedMemoryReader:
         if not 0 <= page_idx < abi.num_pages:
             self._reject("page_out_of_range")
             return None
-        bitmap = abi.relaxed_page_header_bitmap(page_idx)
-        if not 0 <= chunk_idx < num_chunks_from_bitmap(bitmap):
+        bitmap = abi.words[page_idx * abi.page_size >> 2]
+        if not 0 <= chunk_idx < NUM_CHUNKS_FOR_LAYOUT[(bitmap & LAYOUT_MASK) >> LAYOUT_SHIFT]:
             self._reject("chunk_out_of_range")
             return None
-        chunk = abi.try_acquire_chunk_for_reading(page_idx, chunk_idx)
-        if chunk is None:
-            self._reject("chunk_not_complete")
-            return None
-        data = chunk.read()
         try:
-            abi.release_chunk_as_free(chunk)
+            read = abi.read_and_free_chunk(page_idx, chunk_idx)
         except SmbError:
             self._reject("chunk_changed_while_read")
             return None
-        return self._make(page_idx, chunk_idx, data, complete=True)
+        if read is None:
+            self._reject("chunk_not_complete")
+            return None
+        chunk_id, writer_id, count, flags, payload = read
+        if not 1 <= writer_id <= MAX_WRITER_ID:
+            self._reject("invalid_writer_id")
+            return None
+        self.chunks_read += 1
+        return CopiedChunk(page_idx, chunk_idx, writer_id, chunk_id, count, flags, True, payload)
 
     def _make(self, page: int, chunk: int, data: bytes, *, complete: bool) -> CopiedChunk | None:
         chunk_id, writer_id, count, flags = unpack_chunk_header(data)
