@@ -48,7 +48,8 @@ class ScatteredHeapBuffer:
         buf = bytearray(size)
         self._slices.append(buf)
         self._used.append(-1)
-        return buf, 0, size
+        # Written through a memoryview: slice stores into a bytearray cost about twice as much.
+        return memoryview(buf), 0, size
 
     def _close_last_slice(self) -> None:
         if self._slices and self._writer is not None and self._used[-1] < 0:
