@@ -37,7 +37,8 @@ CHUNK_SHIFT = 2
 
 _RETRY_ATTEMPTS = 64
 _HEADER = struct.Struct("<IHH")
-_ZERO_HEADER = bytes(CHUNK_HEADER_SIZE)
+_COMPLETE = 3
+"""ChunkState.COMPLETE as a plain int, for hot paths."""
 
 
 class ChunkState(enum.IntEnum):
@@ -412,12 +413,12 @@ class SharedMemoryABI:
         shift = chunk_idx * CHUNK_SHIFT
         # Complete (0b11) -> BeingRead (0b10) clears the state's low bit.
         state_low_bit = 1 << shift
-        bitmap = int(self.words[offset >> 2])
+        bitmap = self.words[offset >> 2]
         for attempt in range(_RETRY_ATTEMPTS):
             layout = (bitmap & LAYOUT_MASK) >> LAYOUT_SHIFT
             if not 0 <= chunk_idx < NUM_CHUNKS_FOR_LAYOUT[layout]:
                 return None
-            if (bitmap >> shift) & CHUNK_MASK != ChunkState.COMPLETE:
+            if (bitmap >> shift) & CHUNK_MASK != _COMPLETE:
                 return None
             found = compare_exchange(pointer, bitmap, bitmap ^ state_low_bit)
             if found == bitmap:
@@ -426,19 +427,34 @@ class SharedMemoryABI:
             _wait_before_next_attempt(attempt)
         else:
             return None
+        bitmap ^= state_low_bit
         size = self.chunk_sizes[layout]
         begin = offset + PAGE_HEADER_SIZE + chunk_idx * size
-        view = self.view
-        chunk_id, writer_id, packets = _HEADER.unpack_from(view, begin)
-        payload = bytes(view[begin + CHUNK_HEADER_SIZE : begin + size])
-        view[begin : begin + CHUNK_HEADER_SIZE] = _ZERO_HEADER
-        self._release_read_chunk(pointer, page_idx, chunk_idx, size, bitmap ^ state_low_bit)
-        return chunk_id, writer_id, packets & 0x3FF, packets >> 10, payload
+        words = self.words
+        word = begin >> 2
+        chunk_id = words[word]
+        packets = words[word + 1]
+        buffer = self.buffer
+        if isinstance(buffer, mmap.mmap):
+            payload = buffer[begin + CHUNK_HEADER_SIZE : begin + size]
+        else:
+            payload = bytes(buffer[begin + CHUNK_HEADER_SIZE : begin + size])
+        words[word] = 0
+        words[word + 1] = 0
+        freed = bitmap & ~(CHUNK_MASK << shift)
+        if not freed & ALL_CHUNKS_MASK:
+            freed = 0  # the page's last busy chunk: the page goes back to unpartitioned
+        if self.emulation or compare_exchange(pointer, bitmap, freed) != bitmap:
+            self._release_read_chunk(pointer, page_idx, chunk_idx, size, bitmap)
+        return chunk_id, packets & 0xFFFF, (packets >> 16) & 0x3FF, packets >> 26, payload
 
     def _release_read_chunk(
         self, pointer: ctypes.c_void_p, page_idx: int, chunk_idx: int, size: int, bitmap: int
     ) -> None:
-        """BeingRead (Complete in emulation) -> Free; `bitmap` is the last value seen."""
+        """BeingRead (Complete in emulation) -> Free, when a first attempt did not do it.
+
+        `bitmap` is the value that attempt expected (or a fresh read in emulation mode).
+        """
         compare_exchange = self._atomics.compare_exchange_at
         shift = chunk_idx * CHUNK_SHIFT
         expected_state = ChunkState.COMPLETE if self.emulation else ChunkState.BEING_READ

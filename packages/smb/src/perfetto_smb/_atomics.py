@@ -109,7 +109,9 @@ class AtomicWords:
     def compare_exchange_at(self, pointer: ctypes.c_void_p, expected: int, desired: int) -> int:
         """`compare_exchange` on the word `pointer` (from `pointer()`) points to."""
         cell = ctypes.c_uint32(expected)
-        self._cas(pointer, ctypes.byref(cell), _as_c_int(desired), _ACQ_REL, _ACQUIRE)
+        desired &= 0xFFFFFFFF
+        as_c_int = desired - ((desired >> 31) << 32)  # the C int with the word's bit pattern
+        self._cas(pointer, ctypes.byref(cell), as_c_int, _ACQ_REL, _ACQUIRE)
         return cell.value
 
     def close(self) -> None:

@@ -8,11 +8,9 @@ from typing import NamedTuple
 
 from perfetto_smb._abi import (
     CHUNK_HEADER_SIZE,
-    LAYOUT_MASK,
-    LAYOUT_SHIFT,
     MAX_WRITER_ID,
-    NUM_CHUNKS_FOR_LAYOUT,
     SharedMemoryABI,
+    num_chunks_from_bitmap,
     unpack_chunk_header,
 )
 from perfetto_smb._errors import SmbError
@@ -62,17 +60,17 @@ class SharedMemoryReader:
         if not 0 <= page_idx < abi.num_pages:
             self._reject("page_out_of_range")
             return None
-        bitmap = abi.words[page_idx * abi.page_size >> 2]
-        if not 0 <= chunk_idx < NUM_CHUNKS_FOR_LAYOUT[(bitmap & LAYOUT_MASK) >> LAYOUT_SHIFT]:
-            self._reject("chunk_out_of_range")
-            return None
         try:
             read = abi.read_and_free_chunk(page_idx, chunk_idx)
         except SmbError:
             self._reject("chunk_changed_while_read")
             return None
         if read is None:
-            self._reject("chunk_not_complete")
+            bitmap = abi.relaxed_page_header_bitmap(page_idx)
+            if 0 <= chunk_idx < num_chunks_from_bitmap(bitmap):
+                self._reject("chunk_not_complete")
+            else:
+                self._reject("chunk_out_of_range")
             return None
         chunk_id, writer_id, count, flags, payload = read
         if not 1 <= writer_id <= MAX_WRITER_ID:
