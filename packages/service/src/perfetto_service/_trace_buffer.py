@@ -441,27 +441,47 @@ class TraceBuffer:
             self._add_padding_record(size_to_end)
             self._wptr = 0
             stats.write_wrap_count += 1
-        padding = self._delete_next_chunks_for(record_size)
+        offset = self._wptr
+        data = self._data
+        # A record size of 0 where the record goes: the rest of the buffer was never written.
+        padding = (
+            self._delete_next_chunks_for(record_size)
+            if data[offset + 10] or data[offset + 11]
+            else 0
+        )
         if padding < 0:
             self._discard_write()
             return
 
         stats.chunks_written += 1
         stats.bytes_written += record_size
-        offset = self._wptr
         self._index[key] = _ChunkMeta(
             offset, record_size, num_fragments, chunk_flags, sequence, complete=chunk_complete
         )
-        self._write_record(offset, record_size, key, num_fragments, chunk_flags, payload)
-        self._wptr = offset + record_size
-        if self._wptr >= self._size:
-            self._wptr = 0
+        _HEADER.pack_into(
+            data,
+            offset,
+            chunk_id,
+            producer_id,
+            writer_id,
+            num_fragments,
+            record_size,
+            chunk_flags,
+            _HEADER_MARK,
+        )
+        start = offset + RECORD_HEADER_SIZE
+        data[start : start + size] = payload
+        offset += record_size
+        if offset - start - size:
+            data[start + size : offset] = _ZEROS[: offset - start - size]
+        if offset >= self._size:
+            offset = 0
             stats.write_wrap_count += 1
+        self._wptr = offset
 
-        seq_key = (producer_id, writer_id)
-        seq = self._sequences.get(seq_key)
+        seq = self._sequences.get((producer_id, writer_id))
         if seq is None:
-            seq = self._sequences[seq_key] = _Sequence(producer_id, writer_id)
+            seq = self._sequences[producer_id, writer_id] = _Sequence(producer_id, writer_id)
         seq.chunk_ids.add(chunk_id)
         if seq.resume is not None and _before(chunk_id, seq.resume):
             seq.resume = None
@@ -513,7 +533,7 @@ class TraceBuffer:
         )
         stats.chunks_rewritten += 1
 
-    def _write_record(  # noqa: PLR0917 - private, called from two places with the same shape
+    def _write_record(  # noqa: PLR0917 - private, the fields of a record header
         self,
         offset: int,
         record_size: int,
