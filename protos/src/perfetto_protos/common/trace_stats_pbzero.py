@@ -8,14 +8,18 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 from enum import IntEnum
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from protozero import SHORT_VARINTS as _VARINTS
 from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
-# True when this module runs compiled (mypyc): a varint field is then stored with one call.
+if TYPE_CHECKING:
+    from mypy_extensions import i64
+
+# True when this module runs compiled (mypyc): a varint that fits 8 bytes with its tag is
+# then built in a native i64 and stored with one call.
 _COMPILED: Final = not __file__.endswith(".py")
 _pack_u64: Final = struct.Struct("<Q").pack_into
 
@@ -55,20 +59,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x60
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x60
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x60
@@ -97,20 +97,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x08
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x08
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x08
@@ -139,20 +135,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x68
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x68
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x68
@@ -181,20 +173,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x70
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x70
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x70
@@ -223,20 +211,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x78
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x78
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x78
@@ -265,20 +249,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x180
-                    shift = 16
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x40000000000:
+                    v: i64 = value
+                    enc: i64 = 0x180
+                    shift: i64 = 16
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x80
@@ -308,20 +288,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x10
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x10
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x10
@@ -350,20 +326,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x50
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x50
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x50
@@ -392,20 +364,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x1A0
-                    shift = 16
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x40000000000:
+                    v: i64 = value
+                    enc: i64 = 0x1A0
+                    shift: i64 = 16
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0xA0
@@ -435,20 +403,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x18
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x18
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x18
@@ -477,20 +441,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x190
-                    shift = 16
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x40000000000:
+                    v: i64 = value
+                    enc: i64 = 0x190
+                    shift: i64 = 16
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x90
@@ -520,20 +480,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x188
-                    shift = 16
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x40000000000:
+                    v: i64 = value
+                    enc: i64 = 0x188
+                    shift: i64 = 16
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x88
@@ -563,20 +519,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x58
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x58
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x58
@@ -605,20 +557,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x20
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x20
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x20
@@ -647,20 +595,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x28
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x28
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x28
@@ -689,20 +633,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x30
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x30
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x30
@@ -731,20 +671,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x38
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x38
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x38
@@ -773,20 +709,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x40
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x40
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x40
@@ -815,20 +747,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x48
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x48
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x48
@@ -857,20 +785,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x198
-                    shift = 16
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x40000000000:
+                    v: i64 = value
+                    enc: i64 = 0x198
+                    shift: i64 = 16
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x98
@@ -910,20 +834,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x08
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x08
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x08
@@ -952,20 +872,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x20
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x20
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x20
@@ -1012,20 +928,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x08
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x08
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x08
@@ -1054,20 +966,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x10
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x10
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x10
@@ -1096,20 +1004,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x18
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x18
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x18
@@ -1138,20 +1042,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x20
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x20
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x20
@@ -1180,20 +1080,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x28
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x28
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x28
@@ -1222,20 +1118,16 @@ class TraceStats(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x1A0
-                    shift = 16
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x40000000000:
+                    v: i64 = value
+                    enc: i64 = 0x1A0
+                    shift: i64 = 16
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0xA0
@@ -1306,20 +1198,16 @@ class TraceStats(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x188
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x188
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x88
@@ -1363,20 +1251,16 @@ class TraceStats(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x10
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x10
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x10
@@ -1405,20 +1289,16 @@ class TraceStats(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x18
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x18
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x18
@@ -1447,20 +1327,16 @@ class TraceStats(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x20
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x20
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x20
@@ -1489,20 +1365,16 @@ class TraceStats(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x28
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x28
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x28
@@ -1531,20 +1403,16 @@ class TraceStats(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x30
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x30
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x30
@@ -1573,20 +1441,16 @@ class TraceStats(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x38
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x38
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x38
@@ -1615,20 +1479,16 @@ class TraceStats(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x40
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x40
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x40
@@ -1657,20 +1517,16 @@ class TraceStats(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x48
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x48
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x48
@@ -1699,20 +1555,16 @@ class TraceStats(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x50
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x50
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x50
@@ -1754,20 +1606,16 @@ class TraceStats(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x60
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x60
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x60
@@ -1796,20 +1644,16 @@ class TraceStats(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x68
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x68
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x68
@@ -1838,20 +1682,16 @@ class TraceStats(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x70
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x70
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x70
@@ -1880,20 +1720,16 @@ class TraceStats(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x78
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x78
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x78

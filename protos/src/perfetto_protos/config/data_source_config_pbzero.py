@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import struct
 from enum import IntEnum
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from protozero import SHORT_VARINTS as _VARINTS
 from protozero import SUSPENDED_WRITER as _SUSPENDED
@@ -23,7 +23,11 @@ from perfetto_protos.config.track_event import (
     track_event_config_pbzero as _track_event_config_pbzero,
 )
 
-# True when this module runs compiled (mypyc): a varint field is then stored with one call.
+if TYPE_CHECKING:
+    from mypy_extensions import i64
+
+# True when this module runs compiled (mypyc): a varint that fits 8 bytes with its tag is
+# then built in a native i64 and stored with one call.
 _COMPILED: Final = not __file__.endswith(".py")
 _pack_u64: Final = struct.Struct("<Q").pack_into
 
@@ -86,20 +90,16 @@ class DataSourceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x10
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x10
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x10
@@ -141,20 +141,16 @@ class DataSourceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x18
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x18
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x18
@@ -186,20 +182,16 @@ class DataSourceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x38
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x38
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x38
@@ -231,20 +223,16 @@ class DataSourceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x40
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x40
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x40
@@ -273,20 +261,16 @@ class DataSourceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x20
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x20
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x20
@@ -315,20 +299,16 @@ class DataSourceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x48
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x48
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x48

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import struct
 from enum import IntEnum
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from protozero import SHORT_VARINTS as _VARINTS
 from protozero import SUSPENDED_WRITER as _SUSPENDED
@@ -20,7 +20,11 @@ from perfetto_protos.config.priority_boost import (
     priority_boost_config_pbzero as _priority_boost_config_pbzero,
 )
 
-# True when this module runs compiled (mypyc): a varint field is then stored with one call.
+if TYPE_CHECKING:
+    from mypy_extensions import i64
+
+# True when this module runs compiled (mypyc): a varint that fits 8 bytes with its tag is
+# then built in a native i64 and stored with one call.
 _COMPILED: Final = not __file__.endswith(".py")
 _pack_u64: Final = struct.Struct("<Q").pack_into
 
@@ -64,20 +68,16 @@ class TraceConfig(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x08
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x08
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x08
@@ -106,20 +106,16 @@ class TraceConfig(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x20
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x20
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x20
@@ -167,20 +163,16 @@ class TraceConfig(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x40
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x40
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x40
@@ -299,20 +291,16 @@ class TraceConfig(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x28
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x28
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x28
@@ -341,20 +329,16 @@ class TraceConfig(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x30
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x30
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x30
@@ -417,20 +401,16 @@ class TraceConfig(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x10
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x10
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x10
@@ -459,20 +439,16 @@ class TraceConfig(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x18
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x18
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x18
@@ -511,20 +487,16 @@ class TraceConfig(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x08
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x08
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x08
@@ -553,20 +525,16 @@ class TraceConfig(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x10
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x10
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x10
@@ -595,20 +563,16 @@ class TraceConfig(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x18
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x18
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x18
@@ -637,20 +601,16 @@ class TraceConfig(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x20
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x20
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x20
@@ -687,20 +647,16 @@ class TraceConfig(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x08
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x08
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x08
@@ -729,20 +685,16 @@ class TraceConfig(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x10
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x10
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x10
@@ -813,20 +765,16 @@ class TraceConfig(Message):
                 w = self.stream_writer
                 p = w.write_ptr
                 if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                    if _COMPILED:
-                        enc = 0x18
-                        shift = 8
-                        while value > 0x7F:
-                            enc |= ((value & 0x7F) | 0x80) << shift
-                            value >>= 7
+                    if _COMPILED and value < 0x2000000000000:
+                        v: i64 = value
+                        enc: i64 = 0x18
+                        shift: i64 = 8
+                        while v > 0x7F:
+                            enc |= ((v & 0x7F) | 0x80) << shift
+                            v >>= 7
                             shift += 8
-                        enc |= value << shift
-                        n = (shift >> 3) + 1
-                        if n <= 8:
-                            _pack_u64(w.buffer, p, enc)
-                        else:
-                            w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                        w.write_ptr = p + n
+                        _pack_u64(w.buffer, p, enc | (v << shift))
+                        w.write_ptr = p + (shift >> 3) + 1
                         return
                     buf = w.buffer
                     buf[p] = 0x18
@@ -855,20 +803,16 @@ class TraceConfig(Message):
                 w = self.stream_writer
                 p = w.write_ptr
                 if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                    if _COMPILED:
-                        enc = 0x20
-                        shift = 8
-                        while value > 0x7F:
-                            enc |= ((value & 0x7F) | 0x80) << shift
-                            value >>= 7
+                    if _COMPILED and value < 0x2000000000000:
+                        v: i64 = value
+                        enc: i64 = 0x20
+                        shift: i64 = 8
+                        while v > 0x7F:
+                            enc |= ((v & 0x7F) | 0x80) << shift
+                            v >>= 7
                             shift += 8
-                        enc |= value << shift
-                        n = (shift >> 3) + 1
-                        if n <= 8:
-                            _pack_u64(w.buffer, p, enc)
-                        else:
-                            w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                        w.write_ptr = p + n
+                        _pack_u64(w.buffer, p, enc | (v << shift))
+                        w.write_ptr = p + (shift >> 3) + 1
                         return
                     buf = w.buffer
                     buf[p] = 0x20
@@ -917,20 +861,16 @@ class TraceConfig(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x08
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x08
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x08
@@ -975,20 +915,16 @@ class TraceConfig(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x18
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x18
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x18
@@ -1024,20 +960,16 @@ class TraceConfig(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x08
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x08
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x08
@@ -1083,20 +1015,16 @@ class TraceConfig(Message):
                 w = self.stream_writer
                 p = w.write_ptr
                 if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                    if _COMPILED:
-                        enc = 0x08
-                        shift = 8
-                        while value > 0x7F:
-                            enc |= ((value & 0x7F) | 0x80) << shift
-                            value >>= 7
+                    if _COMPILED and value < 0x2000000000000:
+                        v: i64 = value
+                        enc: i64 = 0x08
+                        shift: i64 = 8
+                        while v > 0x7F:
+                            enc |= ((v & 0x7F) | 0x80) << shift
+                            v >>= 7
                             shift += 8
-                        enc |= value << shift
-                        n = (shift >> 3) + 1
-                        if n <= 8:
-                            _pack_u64(w.buffer, p, enc)
-                        else:
-                            w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                        w.write_ptr = p + n
+                        _pack_u64(w.buffer, p, enc | (v << shift))
+                        w.write_ptr = p + (shift >> 3) + 1
                         return
                     buf = w.buffer
                     buf[p] = 0x08
@@ -1191,20 +1119,16 @@ class TraceConfig(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x18
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x18
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x18
@@ -1255,20 +1179,16 @@ class TraceConfig(Message):
                 w = self.stream_writer
                 p = w.write_ptr
                 if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                    if _COMPILED:
-                        enc = 0x08
-                        shift = 8
-                        while value > 0x7F:
-                            enc |= ((value & 0x7F) | 0x80) << shift
-                            value >>= 7
+                    if _COMPILED and value < 0x2000000000000:
+                        v: i64 = value
+                        enc: i64 = 0x08
+                        shift: i64 = 8
+                        while v > 0x7F:
+                            enc |= ((v & 0x7F) | 0x80) << shift
+                            v >>= 7
                             shift += 8
-                        enc |= value << shift
-                        n = (shift >> 3) + 1
-                        if n <= 8:
-                            _pack_u64(w.buffer, p, enc)
-                        else:
-                            w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                        w.write_ptr = p + n
+                        _pack_u64(w.buffer, p, enc | (v << shift))
+                        w.write_ptr = p + (shift >> 3) + 1
                         return
                     buf = w.buffer
                     buf[p] = 0x08
@@ -1336,20 +1256,16 @@ class TraceConfig(Message):
                 w = self.stream_writer
                 p = w.write_ptr
                 if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                    if _COMPILED:
-                        enc = 0x28
-                        shift = 8
-                        while value > 0x7F:
-                            enc |= ((value & 0x7F) | 0x80) << shift
-                            value >>= 7
+                    if _COMPILED and value < 0x2000000000000:
+                        v: i64 = value
+                        enc: i64 = 0x28
+                        shift: i64 = 8
+                        while v > 0x7F:
+                            enc |= ((v & 0x7F) | 0x80) << shift
+                            v >>= 7
                             shift += 8
-                        enc |= value << shift
-                        n = (shift >> 3) + 1
-                        if n <= 8:
-                            _pack_u64(w.buffer, p, enc)
-                        else:
-                            w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                        w.write_ptr = p + n
+                        _pack_u64(w.buffer, p, enc | (v << shift))
+                        w.write_ptr = p + (shift >> 3) + 1
                         return
                     buf = w.buffer
                     buf[p] = 0x28
@@ -1535,20 +1451,16 @@ class TraceConfig(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x08
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x08
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x08
@@ -1577,20 +1489,16 @@ class TraceConfig(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x10
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x10
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x10
@@ -1640,20 +1548,16 @@ class TraceConfig(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x10
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x10
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x10
@@ -1815,20 +1719,16 @@ class TraceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x18
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x18
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x18
@@ -1863,20 +1763,16 @@ class TraceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x28
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x28
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x28
@@ -1947,20 +1843,16 @@ class TraceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x48
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x48
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x48
@@ -1989,20 +1881,16 @@ class TraceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x50
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x50
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x50
@@ -2047,20 +1935,16 @@ class TraceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x68
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x68
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x68
@@ -2089,20 +1973,16 @@ class TraceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x70
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x70
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x70
@@ -2131,20 +2011,16 @@ class TraceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x1B8
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x1B8
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xB8
@@ -2177,20 +2053,16 @@ class TraceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x1F0
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x1F0
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xF0
@@ -2290,20 +2162,16 @@ class TraceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x1C0
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x1C0
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xC0
@@ -2361,20 +2229,16 @@ class TraceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x1F8
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x1F8
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xF8
@@ -2404,20 +2268,16 @@ class TraceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x1D8
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x1D8
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xD8
@@ -2447,20 +2307,16 @@ class TraceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x1E0
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x1E0
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xE0
@@ -2560,20 +2416,16 @@ class TraceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x2C8
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x2C8
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xC8
@@ -2603,20 +2455,16 @@ class TraceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x2E0
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x2E0
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xE0
@@ -2646,20 +2494,16 @@ class TraceConfig(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x2E8
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x2E8
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xE8

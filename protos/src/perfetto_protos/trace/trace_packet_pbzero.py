@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import struct
 from enum import IntEnum
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from protozero import SHORT_VARINTS as _VARINTS
 from protozero import SUSPENDED_WRITER as _SUSPENDED
@@ -37,7 +37,11 @@ from perfetto_protos.trace.track_event import thread_descriptor_pbzero as _threa
 from perfetto_protos.trace.track_event import track_descriptor_pbzero as _track_descriptor_pbzero
 from perfetto_protos.trace.track_event import track_event_pbzero as _track_event_pbzero
 
-# True when this module runs compiled (mypyc): a varint field is then stored with one call.
+if TYPE_CHECKING:
+    from mypy_extensions import i64
+
+# True when this module runs compiled (mypyc): a varint that fits 8 bytes with its tag is
+# then built in a native i64 and stored with one call.
 _COMPILED: Final = not __file__.endswith(".py")
 _pack_u64: Final = struct.Struct("<Q").pack_into
 
@@ -120,20 +124,16 @@ class TracePacket(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x40
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x40
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x40
@@ -162,20 +162,16 @@ class TracePacket(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x3D0
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x3D0
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xD0
@@ -508,20 +504,16 @@ class TracePacket(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x18
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x18
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x18
@@ -550,20 +542,16 @@ class TracePacket(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x50
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x50
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x50
@@ -592,20 +580,16 @@ class TracePacket(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x4F8
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x4F8
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xF8
@@ -648,20 +632,16 @@ class TracePacket(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x68
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x68
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x68
@@ -707,20 +687,16 @@ class TracePacket(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x2D0
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x2D0
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xD0
@@ -753,20 +729,16 @@ class TracePacket(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x690
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x690
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x90

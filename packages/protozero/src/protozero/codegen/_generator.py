@@ -125,7 +125,8 @@ def _call_lines(indent: str, head: str, args: list[str], tail: str) -> list[str]
 # field's bytes in a native int and store them with one slice assignment; interpreted writers
 # store byte by byte, which is the cheapest there.
 _FAST_PATH_GLOBALS = [
-    "# True when this module runs compiled (mypyc): a varint field is then stored with one call.",
+    "# True when this module runs compiled (mypyc): a varint that fits 8 bytes with its tag is",
+    "# then built in a native i64 and stored with one call.",
     '_COMPILED: Final = not __file__.endswith(".py")',
     '_pack_u64: Final = struct.Struct("<Q").pack_into',
 ]
@@ -155,8 +156,9 @@ def _inline_varint(body: str, tag: bytes, *, zigzag: bool) -> list[str]:
     """A varint setter whose fast path writes straight into the stream writer's buffer.
 
     Interpreted, the value's bytes come from protozero's varint tables (at most four lookups
-    and one slice store); compiled, tag and value are built in a native int and stored with
-    one `pack_into` (which may write up to 8 bytes past the field, inside the checked room).
+    and one slice store). Compiled, a tag and value that fit 8 bytes are built in a native i64
+    and stored with one `pack_into` (which writes 8 bytes, inside the checked room); longer
+    ones take the table path.
     """
     inner = body + INDENT
     deeper = inner + INDENT
@@ -167,20 +169,16 @@ def _inline_varint(body: str, tag: bytes, *, zigzag: bool) -> list[str]:
         body, [f"p + {len(tag) + 8} <= w.end", "0 <= value < 0x100_0000_0000_0000"]
     )
     lines += [
-        f"{inner}if _COMPILED:",
-        f"{deeper}enc = 0x{word:02X}",
-        f"{deeper}shift = {8 * len(tag)}",
-        f"{deeper}while value > 0x7F:",
-        f"{deeper}{INDENT}enc |= ((value & 0x7F) | 0x80) << shift",
-        f"{deeper}{INDENT}value >>= 7",
+        f"{inner}if _COMPILED and value < 0x{1 << (7 * (8 - len(tag))):X}:",
+        f"{deeper}v: i64 = value",
+        f"{deeper}enc: i64 = 0x{word:02X}",
+        f"{deeper}shift: i64 = {8 * len(tag)}",
+        f"{deeper}while v > 0x7F:",
+        f"{deeper}{INDENT}enc |= ((v & 0x7F) | 0x80) << shift",
+        f"{deeper}{INDENT}v >>= 7",
         f"{deeper}{INDENT}shift += 8",
-        f"{deeper}enc |= value << shift",
-        f"{deeper}n = (shift >> 3) + 1",
-        f"{deeper}if n <= 8:",
-        f"{deeper}{INDENT}_pack_u64(w.buffer, p, enc)",
-        f"{deeper}else:",
-        f'{deeper}{INDENT}w.buffer[p : p + n] = enc.to_bytes(n, "little")',
-        f"{deeper}w.write_ptr = p + n",
+        f"{deeper}_pack_u64(w.buffer, p, enc | (v << shift))",
+        f"{deeper}w.write_ptr = p + (shift >> 3) + 1",
         f"{deeper}return",
         f"{inner}buf = w.buffer",
         *_tag_store_lines(inner, tag),
@@ -398,7 +396,7 @@ class _FileRenderer:
         if self._uses_int_enum:
             stdlib.append("from enum import IntEnum")
         if self._uses_varint_fast_path:
-            stdlib = ["import struct", *stdlib, "from typing import Final"]
+            stdlib = ["import struct", *stdlib, "from typing import TYPE_CHECKING, Final"]
         sections = [stdlib]
         protozero_imports = []
         if self._uses_varint_tables:
@@ -415,6 +413,7 @@ class _FileRenderer:
             if section:
                 header += ["", *section]
         if self._uses_varint_fast_path:
+            header += ["", "if TYPE_CHECKING:", f"{INDENT}from mypy_extensions import i64"]
             header += ["", *_FAST_PATH_GLOBALS]
         out = header
         for block in blocks:

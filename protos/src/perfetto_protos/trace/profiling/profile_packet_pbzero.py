@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import struct
 from enum import IntEnum
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from protozero import SHORT_VARINTS as _VARINTS
 from protozero import SUSPENDED_WRITER as _SUSPENDED
@@ -16,7 +16,11 @@ from protozero import Message
 
 from perfetto_protos.trace.profiling import profile_common_pbzero as _profile_common_pbzero
 
-# True when this module runs compiled (mypyc): a varint field is then stored with one call.
+if TYPE_CHECKING:
+    from mypy_extensions import i64
+
+# True when this module runs compiled (mypyc): a varint that fits 8 bytes with its tag is
+# then built in a native i64 and stored with one call.
 _COMPILED: Final = not __file__.endswith(".py")
 _pack_u64: Final = struct.Struct("<Q").pack_into
 
@@ -44,20 +48,16 @@ class ProfilePacket(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x08
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x08
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x08
@@ -86,20 +86,16 @@ class ProfilePacket(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x10
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x10
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x10
@@ -128,20 +124,16 @@ class ProfilePacket(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x18
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x18
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x18
@@ -170,20 +162,16 @@ class ProfilePacket(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x40
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x40
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x40
@@ -212,20 +200,16 @@ class ProfilePacket(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x48
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x48
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x48
@@ -254,20 +238,16 @@ class ProfilePacket(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x20
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x20
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x20
@@ -296,20 +276,16 @@ class ProfilePacket(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x28
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x28
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x28
@@ -338,20 +314,16 @@ class ProfilePacket(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x30
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x30
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x30
@@ -394,20 +366,16 @@ class ProfilePacket(Message):
                 w = self.stream_writer
                 p = w.write_ptr
                 if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                    if _COMPILED:
-                        enc = 0x08
-                        shift = 8
-                        while value > 0x7F:
-                            enc |= ((value & 0x7F) | 0x80) << shift
-                            value >>= 7
+                    if _COMPILED and value < 0x2000000000000:
+                        v: i64 = value
+                        enc: i64 = 0x08
+                        shift: i64 = 8
+                        while v > 0x7F:
+                            enc |= ((v & 0x7F) | 0x80) << shift
+                            v >>= 7
                             shift += 8
-                        enc |= value << shift
-                        n = (shift >> 3) + 1
-                        if n <= 8:
-                            _pack_u64(w.buffer, p, enc)
-                        else:
-                            w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                        w.write_ptr = p + n
+                        _pack_u64(w.buffer, p, enc | (v << shift))
+                        w.write_ptr = p + (shift >> 3) + 1
                         return
                     buf = w.buffer
                     buf[p] = 0x08
@@ -439,20 +407,16 @@ class ProfilePacket(Message):
                 w = self.stream_writer
                 p = w.write_ptr
                 if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                    if _COMPILED:
-                        enc = 0x18
-                        shift = 8
-                        while value > 0x7F:
-                            enc |= ((value & 0x7F) | 0x80) << shift
-                            value >>= 7
+                    if _COMPILED and value < 0x2000000000000:
+                        v: i64 = value
+                        enc: i64 = 0x18
+                        shift: i64 = 8
+                        while v > 0x7F:
+                            enc |= ((v & 0x7F) | 0x80) << shift
+                            v >>= 7
                             shift += 8
-                        enc |= value << shift
-                        n = (shift >> 3) + 1
-                        if n <= 8:
-                            _pack_u64(w.buffer, p, enc)
-                        else:
-                            w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                        w.write_ptr = p + n
+                        _pack_u64(w.buffer, p, enc | (v << shift))
+                        w.write_ptr = p + (shift >> 3) + 1
                         return
                     buf = w.buffer
                     buf[p] = 0x18
@@ -508,20 +472,16 @@ class ProfilePacket(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x08
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x08
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x08
@@ -550,20 +510,16 @@ class ProfilePacket(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x10
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x10
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x10
@@ -592,20 +548,16 @@ class ProfilePacket(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x18
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x18
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x18
@@ -647,20 +599,16 @@ class ProfilePacket(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x28
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x28
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x28
@@ -689,20 +637,16 @@ class ProfilePacket(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x30
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x30
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x30
@@ -762,20 +706,16 @@ class ProfilePacket(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x08
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x08
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x08
@@ -816,20 +756,16 @@ class ProfilePacket(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x70
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x70
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x70
@@ -877,20 +813,16 @@ class ProfilePacket(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x60
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x60
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x60
@@ -919,20 +851,16 @@ class ProfilePacket(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x68
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x68
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x68
@@ -961,20 +889,16 @@ class ProfilePacket(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x48
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x48
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x48
@@ -1003,20 +927,16 @@ class ProfilePacket(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x78
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x78
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x78
@@ -1147,20 +1067,16 @@ class ProfilePacket(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x38
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x38
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x38
@@ -1202,20 +1118,16 @@ class StreamingAllocation(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x08
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x08
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x08
@@ -1244,20 +1156,16 @@ class StreamingAllocation(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x10
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x10
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x10
@@ -1286,20 +1194,16 @@ class StreamingAllocation(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x18
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x18
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x18
@@ -1328,20 +1232,16 @@ class StreamingAllocation(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x20
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x20
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x20
@@ -1370,20 +1270,16 @@ class StreamingAllocation(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x28
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x28
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x28
@@ -1412,20 +1308,16 @@ class StreamingAllocation(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x30
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x30
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x30
@@ -1464,20 +1356,16 @@ class StreamingFree(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x08
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x08
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x08
@@ -1506,20 +1394,16 @@ class StreamingFree(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x10
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x10
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x10
@@ -1548,20 +1432,16 @@ class StreamingFree(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x18
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x18
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x18

@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import struct
 from enum import IntEnum
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from protozero import SHORT_VARINTS as _VARINTS
 from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
-# True when this module runs compiled (mypyc): a varint field is then stored with one call.
+if TYPE_CHECKING:
+    from mypy_extensions import i64
+
+# True when this module runs compiled (mypyc): a varint that fits 8 bytes with its tag is
+# then built in a native i64 and stored with one call.
 _COMPILED: Final = not __file__.endswith(".py")
 _pack_u64: Final = struct.Struct("<Q").pack_into
 
@@ -52,20 +56,16 @@ class DebugAnnotation(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x08
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x08
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x08
@@ -133,20 +133,16 @@ class DebugAnnotation(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x28
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x28
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x28
@@ -211,20 +207,16 @@ class DebugAnnotation(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x08
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x08
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x08
@@ -269,20 +261,16 @@ class DebugAnnotation(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x18
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x18
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x18
@@ -311,20 +299,16 @@ class DebugAnnotation(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x20
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x20
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x20
@@ -356,20 +340,16 @@ class DebugAnnotation(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x38
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x38
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x38
@@ -437,20 +417,16 @@ class DebugAnnotation(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x188
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x188
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x88
@@ -493,20 +469,16 @@ class DebugAnnotation(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x68
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x68
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x68
@@ -583,20 +555,16 @@ class DebugAnnotationName(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x08
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x08
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x08
@@ -647,20 +615,16 @@ class DebugAnnotationValueTypeName(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x08
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x08
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x08

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import struct
 from enum import IntEnum
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from protozero import SHORT_VARINTS as _VARINTS
 from protozero import SUSPENDED_WRITER as _SUSPENDED
@@ -19,7 +19,11 @@ from perfetto_protos.trace.track_event import log_message_pbzero as _log_message
 from perfetto_protos.trace.track_event import source_location_pbzero as _source_location_pbzero
 from perfetto_protos.trace.track_event import task_execution_pbzero as _task_execution_pbzero
 
-# True when this module runs compiled (mypyc): a varint field is then stored with one call.
+if TYPE_CHECKING:
+    from mypy_extensions import i64
+
+# True when this module runs compiled (mypyc): a varint that fits 8 bytes with its tag is
+# then built in a native i64 and stored with one call.
 _COMPILED: Final = not __file__.endswith(".py")
 _pack_u64: Final = struct.Struct("<Q").pack_into
 
@@ -73,20 +77,16 @@ class TrackEvent(Message):
                 w = self.stream_writer
                 p = w.write_ptr
                 if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                    if _COMPILED:
-                        enc = 0x18
-                        shift = 8
-                        while value > 0x7F:
-                            enc |= ((value & 0x7F) | 0x80) << shift
-                            value >>= 7
+                    if _COMPILED and value < 0x2000000000000:
+                        v: i64 = value
+                        enc: i64 = 0x18
+                        shift: i64 = 8
+                        while v > 0x7F:
+                            enc |= ((v & 0x7F) | 0x80) << shift
+                            v >>= 7
                             shift += 8
-                        enc |= value << shift
-                        n = (shift >> 3) + 1
-                        if n <= 8:
-                            _pack_u64(w.buffer, p, enc)
-                        else:
-                            w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                        w.write_ptr = p + n
+                        _pack_u64(w.buffer, p, enc | (v << shift))
+                        w.write_ptr = p + (shift >> 3) + 1
                         return
                     buf = w.buffer
                     buf[p] = 0x18
@@ -176,20 +176,16 @@ class TrackEvent(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x08
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x08
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x08
@@ -218,20 +214,16 @@ class TrackEvent(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x10
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x10
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x10
@@ -260,20 +252,16 @@ class TrackEvent(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x18
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x18
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x18
@@ -302,20 +290,16 @@ class TrackEvent(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x20
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x20
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x20
@@ -344,20 +328,16 @@ class TrackEvent(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x78
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x78
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x78
@@ -386,20 +366,16 @@ class TrackEvent(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x30
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x30
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x30
@@ -428,20 +404,16 @@ class TrackEvent(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x50
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x50
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x50
@@ -470,20 +442,16 @@ class TrackEvent(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x58
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x58
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x58
@@ -528,20 +496,16 @@ class TrackEvent(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x40
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x40
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x40
@@ -573,20 +537,16 @@ class TrackEvent(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x68
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x68
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x68
@@ -615,20 +575,16 @@ class TrackEvent(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x70
-                    shift = 8
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x2000000000000:
+                    v: i64 = value
+                    enc: i64 = 0x70
+                    shift: i64 = 8
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x70
@@ -657,20 +613,16 @@ class TrackEvent(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x190
-                    shift = 16
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x40000000000:
+                    v: i64 = value
+                    enc: i64 = 0x190
+                    shift: i64 = 16
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x90
@@ -700,20 +652,16 @@ class TrackEvent(Message):
             w = self.stream_writer
             p = w.write_ptr
             if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-                if _COMPILED:
-                    enc = 0x198
-                    shift = 16
-                    while value > 0x7F:
-                        enc |= ((value & 0x7F) | 0x80) << shift
-                        value >>= 7
+                if _COMPILED and value < 0x40000000000:
+                    v: i64 = value
+                    enc: i64 = 0x198
+                    shift: i64 = 16
+                    while v > 0x7F:
+                        enc |= ((v & 0x7F) | 0x80) << shift
+                        v >>= 7
                         shift += 8
-                    enc |= value << shift
-                    n = (shift >> 3) + 1
-                    if n <= 8:
-                        _pack_u64(w.buffer, p, enc)
-                    else:
-                        w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                    w.write_ptr = p + n
+                    _pack_u64(w.buffer, p, enc | (v << shift))
+                    w.write_ptr = p + (shift >> 3) + 1
                     return
                 buf = w.buffer
                 buf[p] = 0x98
@@ -794,20 +742,16 @@ class TrackEvent(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x18
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x18
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x18
@@ -849,20 +793,16 @@ class TrackEvent(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x50
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x50
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x50
@@ -904,20 +844,16 @@ class TrackEvent(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x48
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x48
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x48
@@ -946,20 +882,16 @@ class TrackEvent(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x58
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x58
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x58
@@ -988,20 +920,16 @@ class TrackEvent(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x1F0
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x1F0
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xF0
@@ -1034,20 +962,16 @@ class TrackEvent(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x1F8
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x1F8
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xF8
@@ -1077,20 +1001,16 @@ class TrackEvent(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x60
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x60
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x60
@@ -1119,20 +1039,16 @@ class TrackEvent(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x2E8
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x2E8
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xE8
@@ -1165,20 +1081,16 @@ class TrackEvent(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x2A0
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x2A0
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xA0
@@ -1211,20 +1123,16 @@ class TrackEvent(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x2D0
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x2D0
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xD0
@@ -1257,20 +1165,16 @@ class TrackEvent(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x3A0
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x3A0
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xA0
@@ -1313,20 +1217,16 @@ class TrackEvent(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x3B0
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x3B0
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xB0
@@ -1370,20 +1270,16 @@ class TrackEvent(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x3C0
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x3C0
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xC0
@@ -1470,20 +1366,16 @@ class TrackEvent(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x290
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x290
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x90
@@ -1513,20 +1405,16 @@ class TrackEvent(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x08
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x08
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x08
@@ -1555,20 +1443,16 @@ class TrackEvent(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x180
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x180
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x80
@@ -1598,20 +1482,16 @@ class TrackEvent(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x10
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x10
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x10
@@ -1640,20 +1520,16 @@ class TrackEvent(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x188
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x188
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x88
@@ -1683,20 +1559,16 @@ class TrackEvent(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x40
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x40
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x40
@@ -1725,20 +1597,16 @@ class TrackEvent(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x1A0
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x1A0
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xA0
@@ -1791,20 +1659,16 @@ class TrackEventDefaults(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x58
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x58
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x58
@@ -1833,20 +1697,16 @@ class TrackEventDefaults(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x1F8
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x1F8
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xF8
@@ -1876,20 +1736,16 @@ class TrackEventDefaults(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x2E8
-                shift = 16
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x40000000000:
+                v: i64 = value
+                enc: i64 = 0x2E8
+                shift: i64 = 16
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0xE8
@@ -1928,20 +1784,16 @@ class EventCategory(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x08
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x08
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x08
@@ -1992,20 +1844,16 @@ class EventName(Message):
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            if _COMPILED:
-                enc = 0x08
-                shift = 8
-                while value > 0x7F:
-                    enc |= ((value & 0x7F) | 0x80) << shift
-                    value >>= 7
+            if _COMPILED and value < 0x2000000000000:
+                v: i64 = value
+                enc: i64 = 0x08
+                shift: i64 = 8
+                while v > 0x7F:
+                    enc |= ((v & 0x7F) | 0x80) << shift
+                    v >>= 7
                     shift += 8
-                enc |= value << shift
-                n = (shift >> 3) + 1
-                if n <= 8:
-                    _pack_u64(w.buffer, p, enc)
-                else:
-                    w.buffer[p : p + n] = enc.to_bytes(n, "little")
-                w.write_ptr = p + n
+                _pack_u64(w.buffer, p, enc | (v << shift))
+                w.write_ptr = p + (shift >> 3) + 1
                 return
             buf = w.buffer
             buf[p] = 0x08
