@@ -11,7 +11,10 @@ bytes.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Sequence
+from itertools import accumulate, chain, repeat
+from operator import add
 
 from perfetto_service._field_encoding import nested_length, varint
 
@@ -38,10 +41,12 @@ def _slice_prefix(size: int) -> bytes:
     return _SLICES_TAG + nested_length(1 + len(size_varint) + size + 2) + _DATA_TAG + size_varint
 
 
-# Slice prefixes by slice size, built as sizes are first seen; producer slices are at most
-# a chunk, so only sizes below 64 KiB are kept.
+# Slice prefixes by slice size, built as sizes are first seen (slices are at most 64 KiB).
 _SLICE_PREFIXES: dict[int, bytes] = {}
-_CACHED_SLICE_SIZES = 1 << 16
+# The last_slice_for_packet values of the slices of a packet, by its number of slices.
+_LAST_FLAGS: list[tuple[bytes, ...]] = [
+    (_NOT_LAST_SLICE,) * (n - 1) + (_LAST_SLICE,) if n else () for n in range(65)
+]
 
 
 def _split(packet: Sequence[Slice]) -> Sequence[Slice]:
@@ -53,38 +58,58 @@ def _split(packet: Sequence[Slice]) -> Sequence[Slice]:
     return pieces
 
 
+def _last_flags(counts: list[int]) -> Iterable[bytes]:
+    """The last_slice_for_packet field of every slice of packets of `counts` slices."""
+    if max(counts) < len(_LAST_FLAGS):
+        return chain.from_iterable(map(_LAST_FLAGS.__getitem__, counts))
+    return [
+        _LAST_SLICE if position == count - 1 else _NOT_LAST_SLICE
+        for count in counts
+        for position in range(count)
+    ]
+
+
 def read_buffers_replies(packets: Iterable[Sequence[Slice]]) -> list[bytes]:
     """The serialized ReadBuffersResponse messages carrying `packets`, in order.
 
     Every reply but the last goes out with has_more = true; the last one carries the
     read's own has_more, and exists (possibly empty) even when `packets` is empty.
     """
-    replies: list[bytes] = []
-    parts: list[Slice] = []
-    extend = parts.extend
+    packets = list(packets)
+    pieces: list[Slice] = list(chain.from_iterable(packets))
+    if not pieces:
+        return [b""]
+    sizes = list(map(len, pieces))
+    if max(sizes) > _MAX_SLICE:
+        packets = [
+            _split(packet) if max(map(len, packet), default=0) > _MAX_SLICE else packet
+            for packet in packets
+        ]
+        pieces = list(chain.from_iterable(packets))
+        sizes = list(map(len, pieces))
     prefixes = _SLICE_PREFIXES
-    reply_size = 0
-    for packet in packets:
-        for piece in packet:
-            if len(piece) > _MAX_SLICE:
-                packet = _split(packet)  # noqa: PLW2901 - the same packet, cut finer
-                break
-        last = len(packet) - 1
-        for position, piece in enumerate(packet):
-            size = len(piece)
-            reply_size += size + _SLICE_OVERHEAD
-            if reply_size > _REPLY_BUDGET and parts:
-                replies.append(b"".join(parts))
-                parts = []
-                extend = parts.extend
-                reply_size = size + _SLICE_OVERHEAD
-            prefix = prefixes.get(size)
-            if prefix is None:
-                prefix = _slice_prefix(size)
-                if size < _CACHED_SLICE_SIZES:
-                    prefixes[size] = prefix
-            extend((prefix, piece, _LAST_SLICE if position == last else _NOT_LAST_SLICE))
-    replies.append(b"".join(parts))
+    for size in set(sizes).difference(prefixes):
+        prefixes[size] = _slice_prefix(size)
+    flat = list(
+        chain.from_iterable(
+            zip(
+                map(prefixes.__getitem__, sizes),
+                pieces,
+                _last_flags(list(map(len, packets))),
+                strict=True,
+            )
+        )
+    )
+    # A reply is closed before a slice would push its estimated size past the budget.
+    estimated = list(accumulate(map(add, sizes, repeat(_SLICE_OVERHEAD))))
+    replies: list[bytes] = []
+    begin = 0
+    sent = 0
+    while begin < len(pieces):
+        end = max(bisect.bisect_right(estimated, sent + _REPLY_BUDGET, begin), begin + 1)
+        replies.append(b"".join(flat[3 * begin : 3 * end]))
+        sent = estimated[end - 1]
+        begin = end
     return replies
 
 
