@@ -7,10 +7,7 @@ slices (for ReadBuffers replies), or directly the bytes of a trace file.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from itertools import chain, repeat
-from operator import add, sub
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 from perfetto_service._packet_validator import valid_packet_spans
 from perfetto_service._read_slicer import PACKET_PREAMBLES, packet_preamble
@@ -75,7 +72,7 @@ def read_producer_packets(
     buffer.begin_read()
     read_spans = buffer.read_next_packet_spans
     packets: list[PacketSlices] = []
-    extend = packets.extend
+    append = packets.append
     total = 0
     invalid = 0
     while total < threshold:
@@ -87,15 +84,17 @@ def read_producer_packets(
         invalid += (len(offsets) - len(valid)) >> 1
         if not valid:
             continue
-        first_suffix, suffix = _packet_suffixes(trusted_fields, spans, valid)
-        starts = valid[0::2]
-        ends = valid[1::2]
-        total += sum(ends) - sum(starts) + len(first_suffix) + len(suffix) * (len(starts) - 1)
-        # Copies rather than views: as cheap for small packets, and unlike views, not
-        # tracked by the garbage collector (thousands of views make it run often).
-        copies = map(bytes, map(memoryview(data).__getitem__, map(slice, starts, ends)))
-        packets.append((next(copies), first_suffix))
-        extend(zip(copies, repeat(suffix)))
+        suffix_for_run = _packet_suffixes(trusted_fields, spans, valid)
+        view = memoryview(data)
+        suffix = suffix_for_run[0]
+        for i in range(0, len(valid), 2):
+            start = valid[i]
+            end = valid[i + 1]
+            total += end - start + len(suffix)
+            # A copy rather than a view: as cheap for small packets, and unlike views, not
+            # tracked by the garbage collector (thousands of views make it run often).
+            append((bytes(view[start:end]), suffix))
+            suffix = suffix_for_run[1]
     return DrainResult(packets, total, invalid, True)
 
 
@@ -106,6 +105,7 @@ def read_producer_packets_as_trace(
     buffer.begin_read()
     read_spans = buffer.read_next_packet_spans
     preambles = PACKET_PREAMBLES
+    cached = len(preambles)
     parts: list[bytes | bytearray] = []
     extend = parts.extend
     total = 0
@@ -122,26 +122,20 @@ def read_producer_packets_as_trace(
         invalid += (len(offsets) - len(valid)) >> 1
         if not valid:
             continue
-        first_suffix, suffix = _packet_suffixes(trusted_fields, spans, valid)
-        starts = valid[0::2]
-        ends = valid[1::2]
-        start = starts[0]
-        end = ends[0]
-        size = end - start + len(first_suffix)
-        extend((packet_preamble(size), data[start:end], first_suffix))
-        total += size
-        count += len(starts)
-        if len(starts) == 1:
-            continue
-        del starts[0], ends[0]
-        sizes = list(map(sub, ends, starts))
-        suffix_size = len(suffix)
-        total += sum(sizes) + suffix_size * len(sizes)
-        if max(sizes) + suffix_size < len(preambles):
-            framing = map(preambles.__getitem__, map(add, sizes, repeat(suffix_size)))
-        else:
-            framing = map(packet_preamble, map(add, sizes, repeat(suffix_size)))
-        cuts = map(slice, starts, ends)
-        bodies = cast("Iterator[bytes | bytearray]", map(data.__getitem__, cuts))
-        extend(chain.from_iterable(zip(framing, bodies, repeat(suffix))))
+        suffix_for_run = _packet_suffixes(trusted_fields, spans, valid)
+        suffix = suffix_for_run[0]
+        count += len(valid) >> 1
+        for i in range(0, len(valid), 2):
+            start = valid[i]
+            end = valid[i + 1]
+            size = end - start + len(suffix)
+            total += size
+            extend(
+                (
+                    preambles[size] if size < cached else packet_preamble(size),
+                    data[start:end],
+                    suffix,
+                )
+            )
+            suffix = suffix_for_run[1]
     return TraceDrainResult(b"".join(parts), total, count, invalid, hit_threshold)
