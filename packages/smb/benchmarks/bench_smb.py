@@ -10,6 +10,7 @@ as in a long-running producer, and big enough that no chunk needs freeing during
 from __future__ import annotations
 
 import collections
+import mmap
 import os
 import random
 import statistics
@@ -56,6 +57,36 @@ def bytearray_baseline() -> float:
     for packet in SEQUENCE:
         buf += packet
     return clock() - start
+
+
+class FloorWriter:
+    """The least any per-packet writer API does: one method call that stores a 1-byte size
+    and the packet into shared memory, with no chunk, fragment or protobuf bookkeeping."""
+
+    __slots__ = ("buffer", "pos")
+
+    def __init__(self, buffer: mmap.mmap) -> None:
+        self.buffer = buffer
+        self.pos = 0
+
+    def write(self, packet: bytes) -> None:
+        """Appends `packet` with its size."""
+        p = self.pos
+        q = p + 1 + len(packet)
+        self.buffer[p] = len(packet)
+        self.buffer[p + 1 : q] = packet
+        self.pos = q
+
+
+def floor_case() -> float:
+    """FloorWriter over the same pre-faulted shared memory: the per-packet Python floor."""
+    with SharedMemory.create(SMB_SIZE) as shm:
+        shm.buffer[:] = bytes(SMB_SIZE)
+        write = FloorWriter(shm.buffer).write
+        start = clock()
+        for packet in SEQUENCE:
+            write(packet)
+        return clock() - start
 
 
 def _discard(request: CommitDataRequest, done: Callable[[], None] | None) -> None:
@@ -143,6 +174,7 @@ def chunk_cycle(read_back: bool) -> Callable[[], float]:
 def main() -> None:
     cases: list[tuple[str, Callable[[], float]]] = [
         ("bytearray += packet (baseline)", bytearray_baseline),
+        ("floor: one call + one store per packet, SMB", floor_case),
         ("4K pages: new_trace_packet().append_raw(p)", writer_case(4096, messages)),
         ("4K pages: new_trace_packet() + 2 fields", writer_case(4096, fields)),
         ("4K pages: write_packet(p)", writer_case(4096, single)),
