@@ -818,7 +818,11 @@ class TraceBuffer:
         while reads < whole_end and gathered < max_bytes:
             if pos + 4 <= record_end:
                 (word,) = unpack_word(data, pos)
-                if word & 0x80808080 == 0x00808080:
+                size = word - 0x808080
+                if 0 <= size < 0x80:
+                    # The 4-byte redundant varint of a fragment below 128 bytes.
+                    start = pos + 4
+                elif word & 0x80808080 == 0x00808080:
                     # The 4-byte redundant varint every TraceWriter writes.
                     size = (
                         (word & 0x7F)
