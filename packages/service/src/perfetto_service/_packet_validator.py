@@ -105,9 +105,11 @@ def valid_packet_spans(data: bytes | bytearray | memoryview, offsets: list[int])
                 if action == _VARINT:
                     if data[pos] < 0x80:
                         pos += 1
+                    elif data[pos + 1] < 0x80:
+                        pos += 2
                     else:
                         limit = pos + _MAX_VARINT_BYTES - 1
-                        pos += 1
+                        pos += 2
                         while data[pos] >= 0x80:
                             if pos >= limit:
                                 pos = -1
