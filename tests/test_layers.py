@@ -49,4 +49,4 @@ def test_allowed_set_is_the_transitive_closure_of_design_table() -> None:
         "perfetto_protos",
         "protozero",
     }
-    assert "perfetto_client" not in checker.allowed("perfetto_cli")
+    assert "perfetto_client" not in checker.allowed("perfetto_cmd")

@@ -17,7 +17,7 @@ PACKAGES = {
     "perfetto_smb": ("packages/smb", "perfetto-smb", "SmbError"),
     "perfetto_service": ("packages/service", "perfetto-service", "ServiceError"),
     "perfetto_client": ("packages/client", "perfetto-client", "TracingError"),
-    "perfetto_cli": ("packages/cli", "perfetto-cli", "CliError"),
+    "perfetto_cmd": ("packages/cli", "perfetto-cmd", "CliError"),
     "heapprofd": ("packages/heapprofd", "perfetto-heapprofd", "HeapprofdError"),
 }
 

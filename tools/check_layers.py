@@ -17,7 +17,7 @@ SOURCES: dict[str, Path] = {
     "perfetto_smb": ROOT / "packages/smb/src/perfetto_smb",
     "perfetto_service": ROOT / "packages/service/src/perfetto_service",
     "perfetto_client": ROOT / "packages/client/src/perfetto_client",
-    "perfetto_cli": ROOT / "packages/cli/src/perfetto_cli",
+    "perfetto_cmd": ROOT / "packages/cli/src/perfetto_cmd",
     "heapprofd": ROOT / "packages/heapprofd/src/heapprofd",
 }
 
@@ -29,7 +29,7 @@ DIRECT: dict[str, set[str]] = {
     "perfetto_smb": {"perfetto_protos", "protozero"},
     "perfetto_service": {"perfetto_wire", "perfetto_smb"},
     "perfetto_client": {"perfetto_service"},
-    "perfetto_cli": {"perfetto_service"},
+    "perfetto_cmd": {"perfetto_service"},
     "heapprofd": {"perfetto_service", "perfetto_smb"},
 }
 

@@ -2,8 +2,8 @@
 
 from importlib.metadata import version as _version
 
-from perfetto_cli._errors import CliError
+from perfetto_cmd._errors import CliError
 
-__version__: str = _version("perfetto-cli")
+__version__: str = _version("perfetto-cmd")
 
 __all__ = ["CliError", "__version__"]
