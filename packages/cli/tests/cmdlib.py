@@ -66,20 +66,26 @@ class Producer:
             env=traced.env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            text=True,
         )
+        self._pending = b""
         self.wait_for("CONNECTED")
 
     def wait_for(self, prefix: str) -> str:
         """The next stdout line starting with `prefix` (fails on EOF or after TIMEOUT)."""
         assert self.process.stdout is not None
+        fd = self.process.stdout.fileno()
         while True:
-            ready, _, _ = select.select([self.process.stdout], [], [], TIMEOUT)
+            line, newline, rest = self._pending.partition(b"\n")
+            if newline:
+                self._pending = rest
+                if line.decode().startswith(prefix):
+                    return line.decode()
+                continue
+            ready, _, _ = select.select([fd], [], [], TIMEOUT)
             assert ready, f"producer: no {prefix!r} line in time"
-            line = self.process.stdout.readline()
-            assert line, f"producer exited before printing {prefix!r}"
-            if line.startswith(prefix):
-                return line.rstrip("\n")
+            chunk = os.read(fd, 65536)
+            assert chunk, f"producer exited before printing {prefix!r}"
+            self._pending += chunk
 
     def stop(self) -> None:
         assert self.process.stdin is not None

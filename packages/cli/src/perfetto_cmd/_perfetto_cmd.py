@@ -268,6 +268,8 @@ class SessionRunner:
         self._finish(0)
 
     def on_tracing_disabled(self, error: str) -> None:
+        if self._done.is_set():  # e.g. detached: closing the connection ends the reply
+            return
         if error:
             log(f"Service error: {error}")
             if self.output is not None:
