@@ -15,6 +15,7 @@ from perfetto_service._interfaces import (
     ConsumerEndpoint,
     Producer,
     ProducerEndpoint,
+    SessionCloned,
     TaskRunner,
     TracePacketSlices,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "ProducerPort",
     "ServiceError",
     "ServiceIPCHost",
+    "SessionCloned",
     "TaskRunner",
     "TracePacketSlices",
     "TracingService",
