@@ -11,18 +11,21 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from perfetto_protos.common.trace_stats_pb2 import TraceStats
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 
-from perfetto_service._buffer_reader import read_producer_packets, read_producer_packets_as_trace
-from perfetto_service._read_slicer import trace_file_bytes
-from perfetto_service._service_packets import (
+from perfetto_service.core._buffer_reader import (
+    read_producer_packets,
+    read_producer_packets_as_trace,
+)
+from perfetto_service.core._read_slicer import trace_file_bytes
+from perfetto_service.core._service_packets import (
     BUILTIN_CLOCK_BOOTTIME,
     ServicePacketWriter,
     SystemInfo,
     TracingServiceEventKind,
     boot_time_ns,
 )
-from perfetto_service._session import TracingSession
-from perfetto_service._session_packets import compressed_packets_packet, trigger_packet
-from perfetto_service._trace_buffer import TraceBuffer
+from perfetto_service.core._session import TracingSession
+from perfetto_service.core._session_packets import compressed_packets_packet, trigger_packet
+from perfetto_service.core._trace_buffer import TraceBuffer
 
 
 class SessionReader:

@@ -18,7 +18,7 @@ from perfetto_protos.common import trace_stats_pb2
 from perfetto_smb import PACKET_SIZE_DROP_PACKET, PATCH_SIZE, ChunkFlags
 
 from perfetto_service._errors import ServiceError
-from perfetto_service._field_encoding import varint_field
+from perfetto_service.core._field_encoding import varint_field
 
 RECORD_HEADER_SIZE = 16
 """Size of the header stored in front of every chunk record (upstream's ChunkRecord)."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 
-from perfetto_service._field_encoding import bytes_field, nested_field, varint, varint_field
-from perfetto_service._service_packets import ServicePacketWriter
-from perfetto_service._session import TriggerInfo
+from perfetto_service.core._field_encoding import bytes_field, nested_field, varint, varint_field
+from perfetto_service.core._service_packets import ServicePacketWriter
+from perfetto_service.core._session import TriggerInfo
 
 _TIMESTAMP = 8
 _TRIGGER = 46

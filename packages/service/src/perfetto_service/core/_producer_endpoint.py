@@ -18,10 +18,10 @@ from perfetto_smb import (
 )
 
 from perfetto_service._interfaces import ClientIdentity, Producer, TaskRunner
-from perfetto_service._trace_buffer import PacketSequenceProperties
+from perfetto_service.core._trace_buffer import PacketSequenceProperties
 
 if TYPE_CHECKING:
-    from perfetto_service._tracing_service import TracingService
+    from perfetto_service.core._tracing_service import TracingService
 
 
 class ProducerEndpointImpl:

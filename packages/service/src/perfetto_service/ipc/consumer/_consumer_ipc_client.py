@@ -19,7 +19,7 @@ from perfetto_protos.ipc import consumer_port_pb2 as pb
 from perfetto_wire import Reply
 
 from perfetto_service._interfaces import Consumer
-from perfetto_service._ipc_client_base import PortClient
+from perfetto_service.ipc._client_base import PortClient
 
 __all__ = ["ENABLE_TRACING_REJECTED", "ConsumerIPCClient"]
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from perfetto_service._packet_validator import valid_packet_spans
-from perfetto_service._read_slicer import PACKET_PREAMBLES, packet_preamble
-from perfetto_service._trace_buffer import PacketSpans, TraceBuffer
-from perfetto_service._trusted_fields import TrustedFieldsWriter
+from perfetto_service.core._packet_validator import valid_packet_spans
+from perfetto_service.core._read_slicer import PACKET_PREAMBLES, packet_preamble
+from perfetto_service.core._trace_buffer import PacketSpans, TraceBuffer
+from perfetto_service.core._trusted_fields import TrustedFieldsWriter
 
 PacketSlices = tuple[bytes, bytes]
 """A packet ready to be sent: its bytes (a copy, not a view of the buffer), then its trusted

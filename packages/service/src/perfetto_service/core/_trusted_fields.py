@@ -8,8 +8,8 @@ validator already refused packets that write them.
 
 from __future__ import annotations
 
-from perfetto_service._field_encoding import varint, varint_field
-from perfetto_service._trace_buffer import PacketSequenceProperties
+from perfetto_service.core._field_encoding import varint, varint_field
+from perfetto_service.core._trace_buffer import PacketSequenceProperties
 
 SERVICE_PACKET_SEQUENCE_ID = 1
 """trusted_packet_sequence_id of the service's own packets."""

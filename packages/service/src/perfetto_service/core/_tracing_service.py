@@ -33,12 +33,12 @@ from perfetto_smb import (
     ensure_valid_shm_sizes,
 )
 
-from perfetto_service._config_checks import check_trace_config
-from perfetto_service._consumer_endpoint import ConsumerEndpointImpl
 from perfetto_service._errors import ServiceError
 from perfetto_service._interfaces import ClientIdentity, Consumer, Producer, TaskRunner
-from perfetto_service._producer_endpoint import ProducerEndpointImpl
-from perfetto_service._service_packets import (
+from perfetto_service.core._config_checks import check_trace_config
+from perfetto_service.core._consumer_endpoint import ConsumerEndpointImpl
+from perfetto_service.core._producer_endpoint import ProducerEndpointImpl
+from perfetto_service.core._service_packets import (
     ServicePacketWriter,
     SystemInfo,
     TracingServiceEventKind,
@@ -46,7 +46,7 @@ from perfetto_service._service_packets import (
     capture_clock_snapshot,
     collect_system_info,
 )
-from perfetto_service._session import (
+from perfetto_service.core._session import (
     ClockSnapshot,
     DataSourceInstance,
     FlushStrategy,
@@ -56,15 +56,15 @@ from perfetto_service._session import (
     TracingSession,
     TriggerInfo,
 )
-from perfetto_service._session_packets import data_sources_event_packet
-from perfetto_service._session_reader import SessionReader
-from perfetto_service._trace_buffer import (
+from perfetto_service.core._session_packets import data_sources_event_packet
+from perfetto_service.core._session_reader import SessionReader
+from perfetto_service.core._trace_buffer import (
     CHUNK_PAYLOAD_HISTOGRAM_THRESHOLDS,
     OverwritePolicy,
     Patch,
     TraceBuffer,
 )
-from perfetto_service._write_into_file import (
+from perfetto_service.core._write_into_file import (
     DEFAULT_WRITE_PERIOD_MS,
     TraceFileWriter,
     create_trace_file,

@@ -24,42 +24,21 @@ from perfetto_wire import WireError, parse_address, remove_stale_socket
 
 from perfetto_service._errors import ServiceError
 from perfetto_service._interfaces import AsyncioTaskRunner
-from perfetto_service._service_host import ServiceIPCHost
-from perfetto_service._tracing_service import TracingService
+from perfetto_service.core._tracing_service import TracingService
+from perfetto_service.ipc._default_socket import (
+    CONSUMER_SOCKET_ENV,
+    PRODUCER_SOCKET_ENV,
+    consumer_socket_name,
+    producer_socket_names,
+)
+from perfetto_service.ipc.service._host import ServiceIPCHost
 
-__all__ = ["consumer_socket_name", "main", "producer_socket_names"]
+__all__ = ["main"]
 
-RUN_PERFETTO_DIR = "/run/perfetto/"
-PRODUCER_SOCKET_ENV = "PERFETTO_PRODUCER_SOCK_NAME"
-CONSUMER_SOCKET_ENV = "PERFETTO_CONSUMER_SOCK_NAME"
 NOTIFY_FD_ENV = "TRACED_NOTIFY_FD"
 INIT_PRODUCER_SOCKET_ENV = "ANDROID_SOCKET_traced_producer"
 INIT_CONSUMER_SOCKET_ENV = "ANDROID_SOCKET_traced_consumer"
 _STATUS_FD_ENV = "_TRACED_STATUS_FD"
-
-
-def _use_run_dir() -> bool:
-    return os.access(RUN_PERFETTO_DIR, os.X_OK)
-
-
-def producer_socket_names() -> list[str]:
-    """The producer sockets to listen on (the env var may list several, comma-separated)."""
-    name = os.environ.get(PRODUCER_SOCKET_ENV)
-    if name is None:
-        name = (
-            RUN_PERFETTO_DIR + "traced-producer.sock"
-            if _use_run_dir()
-            else "/tmp/perfetto-producer"
-        )
-    return [part for part in name.split(",") if part]
-
-
-def consumer_socket_name() -> str:
-    """The consumer socket to listen on."""
-    name = os.environ.get(CONSUMER_SOCKET_ENV)
-    if name is not None:
-        return name
-    return RUN_PERFETTO_DIR + "traced-consumer.sock" if _use_run_dir() else "/tmp/perfetto-consumer"
 
 
 @dataclass(frozen=True)
@@ -336,7 +315,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     _notify_ready()
     daemon.run()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 
-from perfetto_service._session import TracingSession
+from perfetto_service.core._session import TracingSession
 
 MAX_BUFFERS_PER_CONSUMER = 128
 MAX_CONCURRENT_SESSIONS = 15

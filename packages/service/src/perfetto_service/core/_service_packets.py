@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from perfetto_service._field_encoding import bytes_field, nested_field, varint_field
-from perfetto_service._trusted_fields import SERVICE_PACKET_SEQUENCE_ID
+from perfetto_service.core._field_encoding import bytes_field, nested_field, varint_field
+from perfetto_service.core._trusted_fields import SERVICE_PACKET_SEQUENCE_ID
 
 SYNC_MARKER = bytes.fromhex("82477a76b28d42ba81dc33326d57a079")
 """Payload of TracePacket.synchronization_marker (UUID 82477a76-b28d-42ba-81dc-33326d57a079)."""

@@ -9,9 +9,9 @@ from typing import Protocol
 
 from perfetto_wire import Host, HostServer, WireError, parse_address
 
-from perfetto_service._consumer_port import ConsumerConnector, ConsumerPort
 from perfetto_service._errors import ServiceError
-from perfetto_service._producer_port import ProducerConnector, ProducerPort
+from perfetto_service.ipc.service._consumer_port import ConsumerConnector, ConsumerPort
+from perfetto_service.ipc.service._producer_port import ProducerConnector, ProducerPort
 
 __all__ = ["PRODUCER_SOCKET_SEND_TIMEOUT", "ServiceIPCHost", "TracingServiceConnector"]
 

@@ -12,12 +12,12 @@ from perfetto_protos.common.trace_stats_pb2 import TraceStats
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 
-from perfetto_service._service_packets import ClockReading, TracingServiceEventKind
-from perfetto_service._trusted_fields import TrustedFieldsWriter
-from perfetto_service._write_into_file import TraceFileWriter
+from perfetto_service.core._service_packets import ClockReading, TracingServiceEventKind
+from perfetto_service.core._trusted_fields import TrustedFieldsWriter
+from perfetto_service.core._write_into_file import TraceFileWriter
 
 if TYPE_CHECKING:
-    from perfetto_service._consumer_endpoint import ConsumerEndpointImpl
+    from perfetto_service.core._consumer_endpoint import ConsumerEndpointImpl
 
 DEFAULT_FLUSH_TIMEOUT_MS = 5000
 """Flush timeout when TraceConfig.flush_timeout_ms is 0 (kDefaultFlushTimeoutMs)."""

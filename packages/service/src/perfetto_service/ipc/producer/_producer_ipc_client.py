@@ -27,7 +27,7 @@ from perfetto_wire import Reply, ServiceProxy
 
 from perfetto_service._errors import ServiceError
 from perfetto_service._interfaces import Producer
-from perfetto_service._ipc_client_base import PortClient
+from perfetto_service.ipc._client_base import PortClient
 
 __all__ = ["SHMEM_EMULATION_SIZE", "ProducerIPCClient"]
 

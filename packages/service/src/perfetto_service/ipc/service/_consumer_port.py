@@ -23,7 +23,7 @@ from perfetto_protos.ipc import consumer_port_pb2 as pb
 from perfetto_wire import ClientInfo, Deferred, Host, ServiceDescriptor, WireError
 
 from perfetto_service._interfaces import Consumer, ConsumerEndpoint, TracePacketSlices
-from perfetto_service._read_slicer import IPC_BUFFER_SIZE, read_buffers_replies
+from perfetto_service.core._read_slicer import IPC_BUFFER_SIZE, read_buffers_replies
 
 __all__ = [
     "QUERY_SERVICE_STATE_CHUNK_SIZE",

@@ -12,10 +12,10 @@ from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 
 from perfetto_service._interfaces import Consumer, TaskRunner
-from perfetto_service._session import DataSourceInstance, InstanceState
+from perfetto_service.core._session import DataSourceInstance, InstanceState
 
 if TYPE_CHECKING:
-    from perfetto_service._tracing_service import TracingService
+    from perfetto_service.core._tracing_service import TracingService
 
 _TYPE_DATA_SOURCES_INSTANCES = ObservableEvents.TYPE_DATA_SOURCES_INSTANCES
 _TYPE_ALL_DATA_SOURCES_STARTED = ObservableEvents.TYPE_ALL_DATA_SOURCES_STARTED

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from itertools import accumulate, chain, repeat
 from operator import add
 
-from perfetto_service._field_encoding import nested_length, varint
+from perfetto_service.core._field_encoding import nested_length, varint
 
 IPC_BUFFER_SIZE = 131072
 """Largest IPC frame, length prefix included (kIPCBufferSize)."""
