@@ -15,15 +15,16 @@ from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_service import (
     AsyncioTaskRunner,
     ClientIdentity,
-    ProducerEndpointImpl,
+    ProducerEndpoint,
     ProducerIPCClient,
     TracingService,
+    producer_socket_names,
 )
 from perfetto_smb import SharedMemoryArbiter
 
 from perfetto_client._producer import DataSourceKind, TracingProducer
 
-__all__ = ["InProcessBackend", "SystemBackend", "producer_socket_name"]
+__all__ = ["InProcessBackend", "SystemBackend"]
 
 _log = logging.getLogger("perfetto_client")
 
@@ -31,26 +32,6 @@ T = TypeVar("T")
 
 _TIMEOUT = 10.0
 _SMB_SCRAPING_ENABLED = 1
-
-
-def producer_socket_name() -> str:
-    """The system producer socket: PERFETTO_PRODUCER_SOCK_NAME, else upstream's default."""
-    name = os.environ.get("PERFETTO_PRODUCER_SOCK_NAME")
-    if name:
-        return name.split(",")[0]
-    if os.access("/run/perfetto/", os.X_OK):
-        return "/run/perfetto/traced-producer.sock"
-    return "/tmp/perfetto-producer"
-
-
-def consumer_socket_name() -> str:
-    """The system consumer socket: PERFETTO_CONSUMER_SOCK_NAME, else upstream's default."""
-    name = os.environ.get("PERFETTO_CONSUMER_SOCK_NAME")
-    if name:
-        return name
-    if os.access("/run/perfetto/", os.X_OK):
-        return "/run/perfetto/traced-consumer.sock"
-    return "/tmp/perfetto-consumer"
 
 
 def _producer_name() -> str:
@@ -87,7 +68,7 @@ class InProcessBackend:
         self._arbiter: SharedMemoryArbiter | None = None
         identity = ClientIdentity(os.getuid(), os.getpid())
 
-        def connect() -> ProducerEndpointImpl:
+        def connect() -> ProducerEndpoint:
             endpoint = self.service.connect_producer(
                 self.producer,
                 identity,
@@ -201,7 +182,7 @@ class SystemBackend:
         socket_name: str | None = None,
     ) -> None:
         self._kinds = kinds
-        self.socket_name = socket_name or producer_socket_name()
+        self.socket_name = socket_name or producer_socket_names()[0]
         self._shm_hint = shmem_size_hint_kb * 1024
         self._lock = threading.Lock()
         self._closed = False

@@ -10,8 +10,10 @@ import threading
 import time
 from collections.abc import Sequence
 
+from perfetto_service import consumer_socket_name
+
 from perfetto_client import _api
-from perfetto_client._backends import InProcessBackend, SystemBackend, consumer_socket_name
+from perfetto_client._backends import InProcessBackend, SystemBackend
 from perfetto_client._categories import registry
 from perfetto_client._errors import TracingError
 from perfetto_client._producer import DataSourceKind
