@@ -15,6 +15,7 @@ from perfetto_client._api import (
     trace_event,
 )
 from perfetto_client._categories import Category
+from perfetto_client._data_source import DataSource, FlushArgs, StopArgs, TraceContext
 from perfetto_client._debug_annotations import Traceable
 from perfetto_client._errors import TracingError
 from perfetto_client._session import TracingSession
@@ -37,11 +38,15 @@ __all__ = [
     "Category",
     "CounterTrack",
     "CounterUnit",
+    "DataSource",
     "Flow",
+    "FlushArgs",
     "NamedTrack",
     "ProcessTrack",
+    "StopArgs",
     "ThreadTrack",
     "TraceConfig",
+    "TraceContext",
     "Traceable",
     "Tracing",
     "TracingError",

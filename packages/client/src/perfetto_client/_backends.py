@@ -227,6 +227,10 @@ class SystemBackend:
         """Counts established connections."""
         self.connections += 1
 
+    def post(self, fn: Callable[[], object]) -> None:
+        """The IPC client may be called from any thread: runs `fn` now."""
+        fn()
+
     def arbiter(self) -> SharedMemoryArbiter | None:
         """The arbiter of the current connection, once the service set up the SMB."""
         client = self.client

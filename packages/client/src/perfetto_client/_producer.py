@@ -55,6 +55,9 @@ class ProducerHost(Protocol):
     def on_producer_connected(self) -> None:
         """The connection to the service is up."""
 
+    def post(self, fn: Callable[[], object]) -> None:
+        """Runs `fn` where the producer endpoint may be called."""
+
     def on_producer_disconnected(self) -> None:
         """The service went away."""
 
@@ -146,12 +149,15 @@ class TracingProducer:
         instance = self.instances.pop(instance_id, None)
         endpoint = self.endpoint
 
-        def done() -> None:
+        def notify() -> None:
             arbiter = self.host.arbiter()
             if arbiter is not None:
                 arbiter.flush_pending_commit_data_requests()
             if endpoint is not None:
                 endpoint.notify_data_source_stopped(instance_id)
+
+        def done() -> None:
+            self.host.post(notify)
 
         if instance is None:
             done()

@@ -161,6 +161,10 @@ def _after_fork_in_child() -> None:
     _state = _State()
     _state.lock = threading.RLock()
     kinds = [k for k in old.kinds if not isinstance(k, TrackEventKind)]
+    for kind in kinds:
+        after_fork = getattr(kind, "after_fork", None)
+        if after_fork is not None:
+            after_fork()
     if old.track_event is not None:
         registry.on_new_category.clear()
         system = Backend.SYSTEM in old.backends
