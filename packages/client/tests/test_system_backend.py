@@ -37,7 +37,8 @@ class Traced:
         os.close(write_end)
         try:
             ready, _, _ = select.select([read_end], [], [], TIMEOUT)
-            assert ready and os.read(read_end, 1) == b"1", "traced did not start"
+            assert ready, "traced did not start"
+            assert os.read(read_end, 1) == b"1", "traced did not start"
         finally:
             os.close(read_end)
 
