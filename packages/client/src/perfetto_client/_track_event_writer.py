@@ -16,15 +16,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from perfetto_protos.trace.trace_packet_pb2 import TracePacket
-from protozero import SHORT_VARINTS, VARINT_PAIRS, encode_varint
-
 __all__ = [
     "CLOCK_ID_INCREMENTAL",
     "EventKeys",
     "TrackEventWriter",
     "event_keys",
     "intern_debug_annotation_name",
+    "load_encoders",
     "varint",
 ]
 
@@ -62,6 +60,29 @@ _INTERNED_ANNOTATION_NAME = b"\x1a"  # InternedData.debug_annotation_names (3)
 _MAX_CACHED_TAILS = 50_000
 
 _U64 = 0xFFFF_FFFF_FFFF_FFFF
+
+# protozero's varint tables, bound by load_encoders() when tracing is initialized (importing
+# protozero costs more than the rest of `import perfetto_client`).
+SHORT_VARINTS: tuple[bytes, ...] = ()
+VARINT_PAIRS: tuple[bytes, ...] = ()
+
+
+def _encode_varint_unloaded(value: int) -> bytes:
+    load_encoders()
+    return encode_varint(value)
+
+
+encode_varint: Callable[[int], bytes] = _encode_varint_unloaded
+
+
+def load_encoders() -> None:
+    """Binds protozero's varint encoders (before any event is encoded)."""
+    global SHORT_VARINTS, VARINT_PAIRS, encode_varint  # noqa: PLW0603 - deferred import
+    import protozero
+
+    SHORT_VARINTS = protozero.SHORT_VARINTS
+    VARINT_PAIRS = protozero.VARINT_PAIRS
+    encode_varint = protozero.encode_varint
 
 
 def varint(value: int) -> bytes:
@@ -380,6 +401,8 @@ def clock_snapshot_packet(ts: int, clock_id: int, track_uuid: int) -> bytes:
     It clears the incremental state, sets TracePacketDefaults (the sequence-scoped clock and
     the thread's track) and ties the sequence clock to `clock_id` with a ClockSnapshot.
     """
+    from perfetto_protos.trace.trace_packet_pb2 import TracePacket
+
     packet = TracePacket(
         timestamp=ts,
         timestamp_clock_id=clock_id,
