@@ -13,7 +13,10 @@ from perfetto_client._categories import registry
 from perfetto_client._producer import TracingProducer
 from perfetto_client._track_event import TRACK_EVENT_DATA_SOURCE, TrackEventInstance
 
-__all__ = ["TrackEventKind"]
+__all__ = ["TRACK_EVENT_DESCRIPTOR_ID", "TrackEventKind"]
+
+TRACK_EVENT_DESCRIPTOR_ID = 1
+"""The id that lets UpdateDataSource replace the descriptor when categories are added."""
 
 
 class _TrackEventHandle:
@@ -49,6 +52,7 @@ class TrackEventKind:
         """track_event, with every registered category in its TrackEventDescriptor."""
         desc = DataSourceDescriptor(
             name=TRACK_EVENT_DATA_SOURCE,
+            id=TRACK_EVENT_DESCRIPTOR_ID,
             will_notify_on_start=True,
             will_notify_on_stop=True,
             handles_incremental_state_clear=True,

@@ -279,7 +279,10 @@ class TrackEventWriter:
         return out
 
     def _timestamp(self, ts: int) -> bytes:
-        """The timestamp fields of a packet at `ts`, moving the sequence's clock forward."""
+        """The timestamp fields of a packet at `ts`, moving the sequence's clock forward.
+
+        A timestamp before the sequence's last one is written absolute, on the trace clock.
+        """
         delta = ts - self.last_ts
         if delta >= 0:
             self.last_ts = ts
@@ -309,40 +312,36 @@ class TrackEventWriter:
             self._reset(ts)
         tail = self._begin_tails.get(key)
         if tail is None:
-            interned, fields = self._event_head(key, TYPE_SLICE_BEGIN)
-            tail = _field_bytes(_TRACK_EVENT, fields) + _NEEDS_STATE
-            if len(self._begin_tails) < _MAX_CACHED_TAILS:
-                self._begin_tails[key] = tail
-            if interned:
-                self._write(self._timestamp(ts) + _field_bytes(_INTERNED_DATA, interned) + tail)
+            tail = self._new_begin_tail(key, ts)
+            if not tail:
                 return
         delta = ts - self.last_ts
-        if delta >= 0:
+        if 0 <= delta < 16384:
             self.last_ts = ts
-            if delta < 16384:
-                self._write(_TS + SHORT_VARINTS[delta] + tail)
-            elif delta < 268435456:
-                self._write(_TS + VARINT_PAIRS[delta & 0x3FFF] + SHORT_VARINTS[delta >> 14] + tail)
-            else:
-                self._write(_TS + encode_varint(delta) + tail)
+            self._write(_TS + SHORT_VARINTS[delta] + tail)
         else:
             self._write(self._timestamp(ts) + tail)
+
+    def _new_begin_tail(self, key: int, ts: int) -> bytes:
+        """Caches the encoding of `key`'s begin event; writes it (and returns b"") if it needs
+        interned data first."""
+        interned, fields = self._event_head(key, TYPE_SLICE_BEGIN)
+        tail = _field_bytes(_TRACK_EVENT, fields) + _NEEDS_STATE
+        if len(self._begin_tails) < _MAX_CACHED_TAILS:
+            self._begin_tails[key] = tail
+        if interned:
+            self._write(self._timestamp(ts) + _field_bytes(_INTERNED_DATA, interned) + tail)
+            return b""
+        return tail
 
     def slice_end(self, ts: int) -> None:
         """Ends the innermost open slice on the thread's track at `ts`."""
         if self.cleared:
             self._reset(ts)
         delta = ts - self.last_ts
-        if delta >= 0:
+        if 0 <= delta < 16384:
             self.last_ts = ts
-            if delta < 16384:
-                self._write(_TS + SHORT_VARINTS[delta] + _END_TAIL)
-            elif delta < 268435456:
-                self._write(
-                    _TS + VARINT_PAIRS[delta & 0x3FFF] + SHORT_VARINTS[delta >> 14] + _END_TAIL
-                )
-            else:
-                self._write(_TS + encode_varint(delta) + _END_TAIL)
+            self._write(_TS + SHORT_VARINTS[delta] + _END_TAIL)
         else:
             self._write(self._timestamp(ts) + _END_TAIL)
 
