@@ -181,6 +181,7 @@ def _emit(  # noqa: PLR0917 - the hot path passes its state positionally
 ) -> None:
     lineage = track.lineage() if track is not None else ()
     for writer in writers:
+        writer.ensure_state(ts)
         for item in lineage:
             writer.ensure_track(item.uuid, item.descriptor_bytes, ts)
         interned = writer.interned_for(0, 0, iids) if iids else b""
@@ -240,6 +241,7 @@ def _event(
 def begin(
     category: str | Category,
     name: str,
+    /,
     *,
     track: Track | None = None,
     timestamp: int | None = None,
@@ -272,6 +274,7 @@ def begin(
 
 def end(
     category: str | Category,
+    /,
     *,
     track: Track | None = None,
     timestamp: int | None = None,
@@ -297,6 +300,7 @@ def end(
 def instant(
     category: str | Category,
     name: str,
+    /,
     *,
     track: Track | None = None,
     timestamp: int | None = None,
@@ -415,6 +419,7 @@ _NO_SLICE = _NoSlice()
 def trace_event(
     category: str | Category,
     name: str,
+    /,
     *,
     track: Track | None = None,
     flow: FlowArg = None,

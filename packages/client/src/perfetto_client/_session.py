@@ -286,6 +286,7 @@ class InProcessTransport:
 
     def close(self) -> None:
         endpoint = self.endpoint
+        self._backend.post(endpoint.free_buffers)
         self._backend.post(endpoint.disconnect)  # type: ignore[attr-defined]
 
 
@@ -305,4 +306,5 @@ class SystemTransport:
         fn()
 
     def close(self) -> None:
+        self._client.free_buffers()
         self._client.close()

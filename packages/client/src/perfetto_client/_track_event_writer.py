@@ -370,6 +370,11 @@ class TrackEventWriter:
             packet += _field_bytes(_INTERNED_DATA, interned)
         self._write(packet + _field_bytes(_TRACK_EVENT, fields + extra_fields) + _NEEDS_STATE)
 
+    def ensure_state(self, ts: int) -> None:
+        """Re-emits the incremental state if it was cleared (before computing interned data)."""
+        if self.cleared:
+            self._reset(ts)
+
     def ensure_track(self, uuid: int, descriptor: Callable[[], bytes], ts: int) -> None:
         """Emits a track's descriptor packet if this sequence has not described it yet."""
         if self.cleared:
