@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from perfetto_wire._framing import FrameDecoder, FrameTooLargeError, encode_frame
     from perfetto_wire._host import ClientInfo, Deferred, Host
     from perfetto_wire._server import HostServer
-    from perfetto_wire._sockets import parse_address, remove_stale_socket
+    from perfetto_wire._sockets import ListenError, parse_address, remove_stale_socket
     from perfetto_wire._threaded_client import Client
 
     __version__: str
@@ -44,6 +44,7 @@ _EXPORTS: dict[str, str] = {
     "FrameTooLargeError": "perfetto_wire._framing",
     "Host": "perfetto_wire._host",
     "HostServer": "perfetto_wire._server",
+    "ListenError": "perfetto_wire._sockets",
     "MethodNotAvailableError": "perfetto_wire._client",
     "parse_address": "perfetto_wire._sockets",
     "remove_stale_socket": "perfetto_wire._sockets",
@@ -66,6 +67,7 @@ __all__ = [
     "FrameTooLargeError",
     "Host",
     "HostServer",
+    "ListenError",
     "MethodNotAvailableError",
     "Reply",
     "ReplyCallback",
