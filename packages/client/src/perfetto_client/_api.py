@@ -19,9 +19,7 @@ from perfetto_client._track_event_writer import (
     TYPE_SLICE_END,
     TrackEventWriter,
     counter_value_field,
-    event_keys,
     flow_fields,
-    track_uuid_field,
     varint,
 )
 from perfetto_client._tracks import CounterTrack, NamedTrack, Track, process_uuid
@@ -149,7 +147,7 @@ def _extra_fields(
     out = b""
     iids: list[int] = []
     if track is not None:
-        out += track_uuid_field(track.uuid)
+        out += track.uuid_field()
     if args:
         encoded, iids = encode_annotations(args)
         out += encoded
@@ -210,7 +208,7 @@ def _event(
     ts = _now() if timestamp is None else timestamp
     if track is None:
         track = _task_track()
-    key = event_keys.key(cat.name, name, dynamic_category=cat.dynamic) if name else 0
+    key = cat.event_key(name) if name else 0
     if key == 0 and event_type == TYPE_SLICE_END and track is None:
         for writer in writers:
             writer.slice_end(ts)
@@ -351,11 +349,14 @@ def counter(
         track = found
     writers = thread_writers(cat.mask)
     ts = _now() if timestamp is None else timestamp
-    extra = track_uuid_field(track.uuid) + counter_value_field(value)
     lineage = track.lineage()
+    extra = track.uuid_field() + counter_value_field(value)
     for writer in writers:
+        if writer.cleared:
+            writer.ensure_state(ts)
         for item in lineage:
-            writer.ensure_track(item.uuid, item.descriptor_bytes, ts)
+            if item.uuid not in writer.seen_tracks:
+                writer.ensure_track(item.uuid, item.descriptor_bytes, ts)
         writer.event(0, TYPE_COUNTER, ts, extra, b"")
 
 
@@ -396,7 +397,7 @@ class _Slice:
             for writer in self._writers:
                 writer.slice_end(ts)
         else:
-            extra = track_uuid_field(track.uuid)
+            extra = track.uuid_field()
             for writer in self._writers:
                 writer.event(0, TYPE_SLICE_END, ts, extra, b"")
 
@@ -437,7 +438,7 @@ def trace_event(
         return _NO_SLICE
     if track is None:
         track = _task_track()
-    key = event_keys.key(cat.name, name, dynamic_category=cat.dynamic)
+    key = cat.event_key(name)
     if (
         track is None
         and not args
@@ -489,7 +490,7 @@ def trace(
 
 def _decorate(cat: Category, name: str | None, fn: Callable[P, R]) -> Callable[P, R]:
     slice_name = name or getattr(fn, "__qualname__", None) or repr(fn)
-    key = event_keys.key(cat.name, slice_name, dynamic_category=cat.dynamic)
+    key = cat.event_key(slice_name)
     code = getattr(fn, "__code__", None)
     if code is not None and code.co_flags & _CO_COROUTINE:
         return _decorate_coroutine(cat, key, fn)  # type: ignore[arg-type, return-value]
@@ -528,14 +529,14 @@ def _decorate_coroutine(
             TYPE_SLICE_BEGIN,
             ts,
             track,
-            b"" if track is None else track_uuid_field(track.uuid),
+            b"" if track is None else track.uuid_field(),
             [],
         )
         try:
             return await fn(*args, **kwargs)
         finally:
             ts = _now()
-            extra = b"" if track is None else track_uuid_field(track.uuid)
+            extra = b"" if track is None else track.uuid_field()
             for writer in writers:
                 writer.event(0, TYPE_SLICE_END, ts, extra, b"")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
@@ -10,8 +11,10 @@ from perfetto_protos.config.track_event.track_event_config_pb2 import TrackEvent
 from perfetto_smb import BufferExhaustedPolicy, TraceWriter
 
 from perfetto_client._categories import registry
+from perfetto_client._console import CONSOLE_INTERCEPTOR, ConsoleSink
 from perfetto_client._producer import TracingProducer
 from perfetto_client._track_event import TRACK_EVENT_DATA_SOURCE, TrackEventInstance
+from perfetto_client._track_event_writer import boottime_ns
 
 __all__ = ["TRACK_EVENT_DESCRIPTOR_ID", "TrackEventKind"]
 
@@ -66,8 +69,15 @@ class TrackEventKind:
         """A new instance writing into the session buffer of `config`."""
         target_buffer = config.target_buffer
 
-        def create() -> TraceWriter:
+        def create() -> TraceWriter | ConsoleSink:
             return producer.create_trace_writer(target_buffer, BufferExhaustedPolicy.DROP)
+
+        if config.interceptor_config.name == CONSOLE_INTERCEPTOR:
+            start = time.monotonic_ns() if self.use_monotonic_clock else boottime_ns()
+            output = int(config.interceptor_config.console_config.output)
+
+            def create() -> TraceWriter | ConsoleSink:
+                return ConsoleSink(start, output)
 
         te_config = TrackEventConfig()
         te_config.CopyFrom(config.track_event_config)
