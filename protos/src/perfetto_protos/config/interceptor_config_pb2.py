@@ -9,6 +9,7 @@ from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
+from perfetto_protos import _pool as _perfetto_pool
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC,
     7,
@@ -25,7 +26,7 @@ _sym_db = _symbol_database.Default()
 from perfetto_protos.config.interceptors import console_config_pb2 as perfetto_dot_config_dot_interceptors_dot_console__config__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(perfetto/config/interceptor_config.proto\x12\x0fperfetto.protos\x1a\x31perfetto/config/interceptors/console_config.proto\"Y\n\x11InterceptorConfig\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x36\n\x0e\x63onsole_config\x18\x64 \x01(\x0b\x32\x1e.perfetto.protos.ConsoleConfig')
+DESCRIPTOR = _perfetto_pool.POOL.AddSerializedFile(b'\n(perfetto/config/interceptor_config.proto\x12\x0fperfetto.protos\x1a\x31perfetto/config/interceptors/console_config.proto\"Y\n\x11InterceptorConfig\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x36\n\x0e\x63onsole_config\x18\x64 \x01(\x0b\x32\x1e.perfetto.protos.ConsoleConfig')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
