@@ -201,6 +201,17 @@ class CategoryRegistry:
             self.generation += 1
             self._update_all()
 
+    def replace_instance(self, old: TrackEventInstance, new: TrackEventInstance) -> None:
+        """`new` takes over `old`'s slot in one step (startup tracing adopted by a session)."""
+        with self._lock:
+            if old in self.instances:
+                self.instances.remove(old)
+            used = {i.slot for i in self.instances}
+            new.slot = next(s for s in range(len(used) + 1) if s not in used)
+            self.instances.append(new)
+            self.generation += 1
+            self._update_all()
+
     def stop_instance(self, instance: TrackEventInstance) -> None:
         """A session stopped: its categories go back to what the remaining sessions want."""
         with self._lock:

@@ -408,6 +408,11 @@ class TrackEventWriter:
         """Writes a packet made of already encoded TracePacket fields."""
         self._write(fields)
 
+    def rebind(self, write_packet: Callable[[bytes], None], close: Callable[[], None]) -> None:
+        """Continues the same sequence into another writer (startup tracing adoption)."""
+        self._write = write_packet
+        self._close = close
+
     def close(self) -> None:
         """Flushes and closes the underlying TraceWriter; later events are dropped."""
         if not self.closed:
