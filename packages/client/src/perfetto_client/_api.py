@@ -495,21 +495,104 @@ def _decorate(cat: Category, name: str | None, fn: Callable[P, R]) -> Callable[P
     if code is not None and code.co_flags & _CO_COROUTINE:
         return _decorate_coroutine(cat, key, fn)  # type: ignore[arg-type, return-value]
 
-    @functools.wraps(fn)
-    def traced(*args: P.args, **kwargs: P.kwargs) -> R:
-        if not cat.enabled:
-            return fn(*args, **kwargs)
-        writers = thread_writers(cat.mask)
-        ts = _now()
-        for writer in writers:
-            writer.slice_begin(key, ts)
-        try:
-            return fn(*args, **kwargs)
-        finally:
+    traced = _exact_wrapper(fn, cat, key)
+    if traced is None:
+
+        def traced(*args: P.args, **kwargs: P.kwargs) -> R:
+            if not cat.enabled:
+                return fn(*args, **kwargs)
+            writers = thread_writers(cat.mask)
             ts = _now()
             for writer in writers:
-                writer.slice_end(ts)
+                writer.slice_begin(key, ts)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                ts = _now()
+                for writer in writers:
+                    writer.slice_end(ts)
 
+    return functools.update_wrapper(traced, fn)
+
+
+_CO_VARARGS = 0x04
+_CO_VARKEYWORDS = 0x08
+_factories: dict[str, Callable[..., Any]] = {}
+"""Wrapper factories by source (one compile per distinct signature)."""
+
+_WRAPPER = """
+def _perfetto_make(_perfetto_fn, _perfetto_cat, _perfetto_key, {defaults}):
+    def traced({params}):
+        if not _perfetto_cat.enabled:
+            return _perfetto_fn({args})
+        _perfetto_writers = thread_writers(_perfetto_cat.mask)
+        _perfetto_ts = _now()
+        for _perfetto_writer in _perfetto_writers:
+            _perfetto_writer.slice_begin(_perfetto_key, _perfetto_ts)
+        try:
+            return _perfetto_fn({args})
+        finally:
+            _perfetto_ts = _now()
+            for _perfetto_writer in _perfetto_writers:
+                _perfetto_writer.slice_end(_perfetto_ts)
+    return traced
+"""
+
+
+def _exact_wrapper(fn: Callable[P, R], cat: Category, key: int) -> Callable[P, R] | None:
+    """A wrapper with `fn`'s own parameters (a call without *args/**kwargs packing costs
+    about a third), or None when `fn` is not a plain Python function."""
+    code = getattr(fn, "__code__", None)
+    if code is None or not isinstance(getattr(fn, "__defaults__", ()), tuple | None):
+        return None
+    names = code.co_varnames
+    positional = code.co_argcount
+    kwonly = code.co_kwonlyargcount
+    if any(n.startswith("_perfetto_") for n in names[: positional + kwonly + 2]):
+        return None
+    defaults = fn.__defaults__ or ()
+    kwdefaults = fn.__kwdefaults__ or {}
+    params: list[str] = []
+    args: list[str] = []
+    default_values: list[object] = []
+    first_default = positional - len(defaults)
+    for i, name in enumerate(names[:positional]):
+        if i >= first_default:
+            params.append(f"{name}=_perfetto_d{len(default_values)}")
+            default_values.append(defaults[i - first_default])
+        else:
+            params.append(name)
+        if i == code.co_posonlyargcount - 1:
+            params.append("/")
+        args.append(name)
+    index = positional + kwonly
+    if code.co_flags & _CO_VARARGS:
+        params.append(f"*{names[index]}")
+        args.append(f"*{names[index]}")
+        index += 1
+    elif kwonly:
+        params.append("*")
+    for name in names[positional : positional + kwonly]:
+        if name in kwdefaults:
+            params.append(f"{name}=_perfetto_d{len(default_values)}")
+            default_values.append(kwdefaults[name])
+        else:
+            params.append(name)
+        args.append(f"{name}={name}")
+    if code.co_flags & _CO_VARKEYWORDS:
+        params.append(f"**{names[index]}")
+        args.append(f"**{names[index]}")
+    source = _WRAPPER.format(
+        defaults=", ".join(f"_perfetto_d{i}" for i in range(len(default_values))),
+        params=", ".join(params),
+        args=", ".join(args),
+    )
+    factory = _factories.get(source)
+    if factory is None:
+        namespace: dict[str, Any] = {}
+        exec(compile(source, "<perfetto_client.trace>", "exec"), globals(), namespace)
+        factory = _factories[source] = namespace["_perfetto_make"]
+    traced: Callable[P, R] = factory(fn, cat, key, *default_values)
     return traced
 
 
