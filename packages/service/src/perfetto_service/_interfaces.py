@@ -12,20 +12,22 @@ thread (the asyncio loop that owns all service state).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
-from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
-from perfetto_protos.common.observable_events_pb2 import ObservableEvents
-from perfetto_protos.common.trace_stats_pb2 import TraceStats
-from perfetto_protos.common.tracing_service_capabilities_pb2 import TracingServiceCapabilities
-from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
-from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
-from perfetto_protos.config.trace_config_pb2 import TraceConfig
-from perfetto_smb import SharedMemory
+if TYPE_CHECKING:
+    import asyncio
+
+    from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
+    from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
+    from perfetto_protos.common.observable_events_pb2 import ObservableEvents
+    from perfetto_protos.common.trace_stats_pb2 import TraceStats
+    from perfetto_protos.common.tracing_service_capabilities_pb2 import TracingServiceCapabilities
+    from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
+    from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
+    from perfetto_protos.config.trace_config_pb2 import TraceConfig
+    from perfetto_smb import SharedMemory
 
 TracePacketSlices = Sequence[bytes | memoryview]
 """One trace packet as the service returns it: its slices, in order (no preamble)."""
