@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from heapprofd._heap_profile import trace_config
+from heapprofd._heap_profile import trace_config, traced_command
 from heapprofd._recorder import Recorder
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.upstream import parse_upstream_trace
@@ -57,9 +57,7 @@ class Stack:
         self.env["PERFETTO_PRODUCER_SOCK_NAME"] = f"{directory}/producer"
         self.env["PERFETTO_CONSUMER_SOCK_NAME"] = self.consumer = f"{directory}/consumer"
         self.env["PERFETTO_HEAPPROFD_SOCK_NAME"] = self.heapprofd_socket = f"{directory}/hp"
-        self.traced = _start(
-            [sys.executable, "-m", "perfetto_service._traced"], self.env, "TRACED_NOTIFY_FD"
-        )
+        self.traced = _start(traced_command(), self.env, "TRACED_NOTIFY_FD")
         self.daemon = _start([sys.executable, "-m", "heapprofd"], self.env, "HEAPPROFD_NOTIFY_FD")
         self._daemon_log: list[str] = []
         self._log_thread = threading.Thread(target=self._read_log, daemon=True)

@@ -10,25 +10,21 @@ import runpy
 import signal
 import sys
 
+from perfetto_service import producer_socket_names
+
 from heapprofd._errors import HeapprofdError
 from heapprofd._task_runner import TaskRunner
 from heapprofd._wire import default_socket_path
 
 __all__ = ["main", "producer_socket_name"]
 
-PRODUCER_SOCKET_ENV = "PERFETTO_PRODUCER_SOCK_NAME"
 NOTIFY_FD_ENV = "HEAPPROFD_NOTIFY_FD"
 WAIT_ENV = "HEAPPROFD_WAIT_S"
 
 
 def producer_socket_name() -> str:
     """traced's producer socket, found as upstream's producers find it."""
-    name = os.environ.get(PRODUCER_SOCKET_ENV)
-    if name:
-        return name.split(",")[0]
-    if os.access("/run/perfetto/", os.X_OK):
-        return "/run/perfetto/traced-producer.sock"
-    return "/tmp/perfetto-producer"
+    return producer_socket_names()[0]
 
 
 def run_daemon() -> int:

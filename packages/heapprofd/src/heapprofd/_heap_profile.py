@@ -19,12 +19,13 @@ import tempfile
 from pathlib import Path
 
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
+from perfetto_service import consumer_socket_name
 
 from heapprofd._errors import HeapprofdError
 from heapprofd._recorder import Recorder
 from heapprofd._wire import SOCKET_ENV, default_socket_path
 
-__all__ = ["main", "trace_config"]
+__all__ = ["main", "trace_config", "traced_command"]
 
 _START_TIMEOUT_S = 30.0
 _PROFILE_WAIT_S = "20"
@@ -69,13 +70,9 @@ def _connectable(path: str) -> bool:
         probe.close()
 
 
-def _consumer_socket() -> str:
-    name = os.environ.get("PERFETTO_CONSUMER_SOCK_NAME")
-    if name:
-        return name
-    if os.access("/run/perfetto/", os.X_OK):
-        return "/run/perfetto/traced-consumer.sock"
-    return "/tmp/perfetto-consumer"
+def traced_command() -> list[str]:
+    """How to start our `traced` (perfetto-service's daemon) with this interpreter."""
+    return [sys.executable, "-m", "perfetto_service.traced"]
 
 
 def _start_notified(
@@ -115,7 +112,7 @@ def record(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     started: list[subprocess.Popen[bytes]] = []
     private = None
-    consumer_socket = _consumer_socket()
+    consumer_socket = consumer_socket_name()
     heapprofd_socket = default_socket_path()
     try:
         if not _connectable(consumer_socket):
@@ -123,11 +120,7 @@ def record(args: argparse.Namespace) -> int:
             env["PERFETTO_PRODUCER_SOCK_NAME"] = f"{private}/producer"
             env["PERFETTO_CONSUMER_SOCK_NAME"] = consumer_socket = f"{private}/consumer"
             env[SOCKET_ENV] = heapprofd_socket = f"{private}/heapprofd"
-            started.append(
-                _start_notified(
-                    [sys.executable, "-m", "perfetto_service._traced"], env, "TRACED_NOTIFY_FD"
-                )
-            )
+            started.append(_start_notified(traced_command(), env, "TRACED_NOTIFY_FD"))
         if private is not None or not _connectable(heapprofd_socket):
             started.append(
                 _start_notified([sys.executable, "-m", "heapprofd"], env, "HEAPPROFD_NOTIFY_FD")
