@@ -41,6 +41,7 @@ def _start(argv: list[str], env: dict[str, str], notify_env: str) -> subprocess.
         argv,
         env={**env, notify_env: str(write_end)},
         pass_fds=(write_end,),
+        stderr=subprocess.DEVNULL,
     )
     os.close(write_end)
     ready, _, _ = select.select([read_end], [], [], TIMEOUT)
@@ -84,7 +85,7 @@ class Stack:
         """Runs the workload under a session; returns its CPU time and the trace."""
         env = {**self.env, "HEAPPROFD_WAIT_S": "30"}
         target = subprocess.Popen(
-            _loaded_argv(rounds),
+            [sys.executable, "-m", "heapprofd", "run", "--", WORKLOAD, str(rounds)],
             env=env,
             stdout=subprocess.PIPE,
             text=True,
@@ -128,10 +129,13 @@ def main() -> None:
         stack = Stack(directory)
         try:
             plain, hooked, profiled, memray = [], [], [], []
+            samples: list[int] = []
             for _ in range(args.repeat):
                 plain.append(_workload_cpu([sys.executable, WORKLOAD, rounds], env))
                 hooked.append(_workload_cpu(_loaded_argv(args.rounds), env))
-                profiled.append(stack.profiled(args.rounds)[0])
+                cpu, trace = stack.profiled(args.rounds)
+                profiled.append(cpu)
+                samples.append(_records(trace)[0])
                 out = os.path.join(directory, "memray.bin")
                 memray.append(
                     _workload_cpu(
@@ -163,6 +167,7 @@ def main() -> None:
                     f"  {name:26} {value:8.3f} s   {value / base:4.2f}x "
                     f"(overhead {100 * (value / base - 1):+.1f}%)"
                 )
+            print(f"  (heapprofd recorded {statistics.median(samples):.0f} sampled records a run)")
             overhead = statistics.median(profiled) / base - 1
             memray_overhead = statistics.median(memray) / base - 1
             print(f"  heapprofd overhead / memray overhead = {overhead / memray_overhead:.2f}")

@@ -133,7 +133,7 @@ def _disconnected(connection: _Connection) -> None:
     with _lock:
         if _state.connection is not connection:
             return
-        native.deactivate()
+        native.uninstall_hooks()
         _state.connection = None
         for heap in _heaps:
             if heap.on_disabled is not None and heap._index:
@@ -151,7 +151,6 @@ def enable() -> None:
     with _lock:
         if _state.enabled:
             return
-        native.install_hooks()
         if not _heaps:
             _heaps.append(_python_heap())
         if threading.current_thread() is threading.main_thread():

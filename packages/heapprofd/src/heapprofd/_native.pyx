@@ -282,10 +282,10 @@ cdef extern from "Python.h":
         PYMEM_DOMAIN_OBJ
     ctypedef struct PyMemAllocatorEx:
         void *ctx
-        void *(*malloc)(void *ctx, size_t size) nogil
-        void *(*calloc)(void *ctx, size_t nelem, size_t elsize) nogil
-        void *(*realloc)(void *ctx, void *ptr, size_t new_size) nogil
-        void (*free)(void *ctx, void *ptr) nogil
+        void *(*malloc)(void *ctx, size_t size) noexcept
+        void *(*calloc)(void *ctx, size_t nelem, size_t elsize) noexcept
+        void *(*realloc)(void *ctx, void *ptr, size_t new_size) noexcept
+        void (*free)(void *ctx, void *ptr) noexcept
     void PyMem_GetAllocator(PyMemAllocatorDomain domain, PyMemAllocatorEx *allocator)
     void PyMem_SetAllocator(PyMemAllocatorDomain domain, PyMemAllocatorEx *allocator)
     int PyGILState_Check() nogil
@@ -473,6 +473,7 @@ cdef struct addr_set_t:
     uint64_t *keys
     uint64_t cap
     uint64_t count
+    uint8_t *filter  # counts of members per 16-bit address hash: 0 means surely absent
 
 cdef struct frame_entry_t:
     PyObject *code
@@ -493,6 +494,7 @@ cdef struct domain_t:
     bint raw
 
 cdef domain_t _domains[3]
+cdef uint64_t _malloc_header[42]  # record type + AllocMetadata; registers stay zero
 cdef bint _hooks_installed = False
 cdef bint _active = False
 cdef hp_ring_t *_ring = NULL
@@ -511,13 +513,10 @@ cdef uint64_t _dropped = 0
 cdef SharedRingBuffer _ring_owner = None
 
 cdef inline void *_raw_alloc(size_t n) noexcept nogil:
-    return _domains[0].orig.malloc(_domains[0].orig.ctx, n) if _hooks_installed else c_calloc(1, n)
+    return c_calloc(1, n)  # libc's allocator is never hooked
 
 cdef inline void _raw_free(void *p) noexcept nogil:
-    if _hooks_installed:
-        _domains[0].orig.free(_domains[0].orig.ctx, p)
-    else:
-        c_free(p)
+    c_free(p)
 
 cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
     x ^= x >> 33
@@ -545,10 +544,17 @@ cdef bint _set_grow(addr_set_t *s) noexcept nogil:
     s.cap = new_cap
     return True
 
+cdef inline uint64_t _filter_slot(uint64_t k) noexcept nogil:
+    return ((k >> 4) ^ (k >> 20)) & 0xffff
+
 cdef void _set_add(addr_set_t *s, uint64_t k) noexcept nogil:
     cdef uint64_t j
-    if (s.count + 1) * 2 > s.cap:
+    if (s.count + 1) * 4 > s.cap:
         if not _set_grow(s):
+            return
+    if s.filter == NULL:
+        s.filter = <uint8_t *>_raw_alloc(0x10000)
+        if s.filter == NULL:
             return
     j = _mix(k) & (s.cap - 1)
     while s.keys[j]:
@@ -557,11 +563,15 @@ cdef void _set_add(addr_set_t *s, uint64_t k) noexcept nogil:
         j = (j + 1) & (s.cap - 1)
     s.keys[j] = k
     s.count += 1
+    j = _filter_slot(k)
+    if s.filter[j] < 255:
+        s.filter[j] += 1
 
 cdef bint _set_remove(addr_set_t *s, uint64_t k) noexcept nogil:
     """Removes `k` (backward-shift deletion); True when it was present."""
     cdef uint64_t mask, j, i, home
-    if s.count == 0:
+    cdef uint64_t slot = _filter_slot(k)
+    if s.count == 0 or s.filter[slot] == 0:
         return False
     mask = s.cap - 1
     j = _mix(k) & mask
@@ -576,6 +586,8 @@ cdef bint _set_remove(addr_set_t *s, uint64_t k) noexcept nogil:
             j = (j + 1) & mask
             if s.keys[j] == 0:
                 s.count -= 1
+                if s.filter[slot] < 255:  # a saturated count stays (lookups then probe)
+                    s.filter[slot] -= 1
                 return True
             home = _mix(s.keys[j]) & mask
             # keep keys[j] where it is when its home lies cyclically in (i, j]
@@ -588,6 +600,9 @@ cdef bint _set_remove(addr_set_t *s, uint64_t k) noexcept nogil:
 cdef void _set_clear(addr_set_t *s) noexcept nogil:
     if s.keys != NULL:
         _raw_free(s.keys)
+    if s.filter != NULL:
+        _raw_free(s.filter)
+    s.filter = NULL
     s.keys = NULL
     s.cap = 0
     s.count = 0
@@ -712,8 +727,9 @@ cdef void _record_malloc(heap_t *h, uint64_t addr, uint64_t size, uint64_t sampl
     cdef PyObject *codes[MAX_FRAMES]
     cdef int lastis[MAX_FRAMES]
     cdef uint64_t ids[MAX_FRAMES]
-    cdef uint64_t header[42]  # record type + AllocMetadata
+    cdef uint64_t *header = _malloc_header
     cdef int n, i, is_new
+    cdef int64_t free_bytes
     global _sampled_total
     n = hp_walk(codes, lastis, MAX_FRAMES)
     for i in range(n):
@@ -724,7 +740,6 @@ cdef void _record_malloc(heap_t *h, uint64_t addr, uint64_t size, uint64_t sampl
             return
         if not _active:
             return
-    memset(header, 0, sizeof(header))
     h.sequence += 1
     header[0] = RECORD_MALLOC
     header[1] = h.sequence
@@ -734,11 +749,13 @@ cdef void _record_malloc(heap_t *h, uint64_t addr, uint64_t size, uint64_t sampl
     header[5] = 0
     header[6] = hp_coarse_ns()
     (<uint32_t *>&header[41])[0] = h.heap_id
-    if _send(header, 8 + ALLOC_METADATA_SIZE, ids, <uint64_t>n * 8, NULL, 0) < 0:
+    free_bytes = _send(header, 8 + ALLOC_METADATA_SIZE, ids, <uint64_t>n * 8, NULL, 0)
+    if free_bytes < 0:
         return
     _set_add(&h.sampled, addr)
     _sampled_total += 1
-    _wake()
+    if <uint64_t>free_bytes < _ring.size // 2:
+        _wake()
 
 cdef void _record_free(heap_t *h, uint64_t addr) noexcept nogil:
     cdef uint64_t rec[4]
@@ -752,38 +769,37 @@ cdef void _record_free(heap_t *h, uint64_t addr) noexcept nogil:
     if free_bytes >= 0 and <uint64_t>free_bytes < _ring.size // 2:
         _wake()
 
-cdef inline void _on_alloc(domain_t *d, void *p, size_t size) noexcept nogil:
+# The hooks below are C callbacks: the mem and object domains always run them with the GIL
+# held; the raw domain may not, so it checks before touching anything shared.
+
+cdef inline void _on_alloc(domain_t *d, void *p, size_t size) noexcept:
     cdef heap_t *h = &_heaps[0]
     cdef uint64_t sample
-    if not h.enabled or hp_get_in_hook():
+    if not h.enabled:
         return
     if d.raw and not PyGILState_Check():
         return
     sample = _sample_size(h, size)
-    if sample == 0:
+    if sample == 0 or hp_get_in_hook():
         return
     hp_set_in_hook(1)
-    with gil:
-        _record_malloc(h, <uint64_t>p, size, sample)
+    _record_malloc(h, <uint64_t>p, size, sample)
     hp_set_in_hook(0)
 
-cdef inline void _on_free(domain_t *d, void *p) noexcept nogil:
+cdef inline void _on_free(domain_t *d, void *p) noexcept:
+    # a Free record is plain C work: it may be written even from inside a sampled Malloc
     cdef heap_t *h = &_heaps[0]
-    if h.sampled.count == 0 or hp_get_in_hook():
-        return
     if d.raw and not PyGILState_Check():
         return
     if _set_remove(&h.sampled, <uint64_t>p) and _active:
-        hp_set_in_hook(1)
         _record_free(h, <uint64_t>p)
-        hp_set_in_hook(0)
 
 cdef int _nested = 0
 # Set (under the GIL) while the mem/object allocators run: pymalloc hands large blocks to the
 # raw allocator, whose hook must then not count the same block a second time.
 
 
-cdef void *_hook_malloc(void *ctx, size_t size) noexcept nogil:
+cdef void *_hook_malloc(void *ctx, size_t size) noexcept:
     global _nested
     cdef domain_t *d = <domain_t *>ctx
     cdef void *p
@@ -799,7 +815,7 @@ cdef void *_hook_malloc(void *ctx, size_t size) noexcept nogil:
         _on_alloc(d, p, size)
     return p
 
-cdef void *_hook_calloc(void *ctx, size_t nelem, size_t elsize) noexcept nogil:
+cdef void *_hook_calloc(void *ctx, size_t nelem, size_t elsize) noexcept:
     global _nested
     cdef domain_t *d = <domain_t *>ctx
     cdef void *p
@@ -815,7 +831,7 @@ cdef void *_hook_calloc(void *ctx, size_t nelem, size_t elsize) noexcept nogil:
         _on_alloc(d, p, nelem * elsize)
     return p
 
-cdef void *_hook_realloc(void *ctx, void *ptr, size_t size) noexcept nogil:
+cdef void *_hook_realloc(void *ctx, void *ptr, size_t size) noexcept:
     global _nested
     cdef domain_t *d = <domain_t *>ctx
     cdef void *p
@@ -835,10 +851,16 @@ cdef void *_hook_realloc(void *ctx, void *ptr, size_t size) noexcept nogil:
         _on_alloc(d, p, size)
     return p
 
-cdef void _hook_free(void *ctx, void *ptr) noexcept nogil:
+cdef void _hook_free(void *ctx, void *ptr) noexcept:
     global _nested
     cdef domain_t *d = <domain_t *>ctx
-    if ptr != NULL and _heaps[0].sampled.count and not (d.raw and _nested):
+    cdef addr_set_t *sampled = &_heaps[0].sampled
+    if (
+        sampled.count
+        and sampled.filter[_filter_slot(<uint64_t>ptr)]
+        and ptr != NULL
+        and not (d.raw and _nested)
+    ):
         _on_free(d, ptr)
     if d.raw:
         d.orig.free(d.orig.ctx, ptr)
@@ -849,7 +871,7 @@ cdef void _hook_free(void *ctx, void *ptr) noexcept nogil:
 
 
 def install_hooks() -> None:
-    """Wraps the raw, mem and object allocators (once per process)."""
+    """Wraps the raw, mem and object allocators."""
     global _hooks_installed
     cdef PyMemAllocatorEx hook
     cdef int i
@@ -870,8 +892,18 @@ def install_hooks() -> None:
         hook.free = _hook_free
         PyMem_SetAllocator(doms[i], &hook)
     _hooks_installed = True
-    if _num_heaps == 0:
-        register_heap()
+
+
+def uninstall_hooks() -> None:
+    """Puts the original allocators back (the hooks cost nothing between sessions)."""
+    global _hooks_installed
+    if not _hooks_installed:
+        return
+    _deactivate()
+    PyMem_SetAllocator(PYMEM_DOMAIN_RAW, &_domains[0].orig)
+    PyMem_SetAllocator(PYMEM_DOMAIN_MEM, &_domains[1].orig)
+    PyMem_SetAllocator(PYMEM_DOMAIN_OBJ, &_domains[2].orig)
+    _hooks_installed = False
 
 
 def register_heap() -> int:
@@ -910,6 +942,7 @@ def activate(SharedRingBuffer ring, int sock, intervals: list, bint block_client
     _ring_owner = ring
     _ring = &ring.ring
     _sock = sock
+    install_hooks()
     _block_client = block_client
     if not block_client:
         _max_tries = 1
@@ -1028,3 +1061,6 @@ def read_events(SharedRingBuffer ring, int max_records, dict callstacks) -> tupl
         hp_ring_end_read(&ring.ring, size)
         n += 1
     return events, slow, corrupt
+
+
+register_heap()  # heap 0: Python's own allocators

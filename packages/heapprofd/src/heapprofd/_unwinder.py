@@ -32,7 +32,7 @@ __all__ = ["ClientEnd", "RecordBatch", "Unwinder"]
 
 _log = logging.getLogger("heapprofd")
 
-POLL_MS = 100
+POLL_MS = 50
 _MAX_RECORDS_PER_DRAIN = 4096
 _TYPE = struct.Struct("<Q")
 _MALLOC = struct.Struct("<QQQQQQ")  # seq, size, sample_size, address, sp, timestamp
