@@ -21,14 +21,16 @@ def record_in_process(body: Callable[[], Any], config: Any = None) -> TraceModel
     """Runs `body` inside an in-process session and returns the decoded trace."""
     Tracing.initialize(Backend.IN_PROCESS)
     session = Tracing.new_trace(Backend.IN_PROCESS)
-    session.setup(config)
-    session.start()
     try:
-        body()
+        session.setup(config)
+        session.start()
+        try:
+            body()
+        finally:
+            session.stop()
+        data = session.read_trace()
     finally:
-        session.stop()
-    data = session.read_trace()
-    session.close()
+        session.close()
     return TraceModel(data)
 
 

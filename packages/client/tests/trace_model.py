@@ -71,6 +71,8 @@ def annotation_value(ann: Any, names: dict[int, str]) -> tuple[str, Any]:
         return name, dict(annotation_value(e, names) for e in ann.dict_entries)
     if ann.array_values:
         return name, [annotation_value(e, names)[1] for e in ann.array_values]
+    if ann.HasField("nested_value"):
+        return name, {} if ann.nested_value.nested_type == 1 else []
     return name, None
 
 

@@ -6,7 +6,7 @@ import contextlib
 import os
 from collections.abc import Sequence
 
-from perfetto_service import TracePacketSlices, packet_preamble
+from perfetto_service import TracePacketSlices, trace_file_bytes
 
 from perfetto_cmd._errors import CliError
 
@@ -40,11 +40,7 @@ class TraceOutput:
 
     def write_packets(self, packets: Sequence[TracePacketSlices]) -> None:
         """Appends `packets` framed as `Trace.packet` fields."""
-        parts: list[bytes | memoryview] = []
-        for slices in packets:
-            parts.append(packet_preamble(sum(len(s) for s in slices)))
-            parts.extend(slices)
-        data = memoryview(b"".join(parts))
+        data = memoryview(trace_file_bytes(packets))
         self._written += len(data)
         while data:
             written = os.write(self.fd, data)

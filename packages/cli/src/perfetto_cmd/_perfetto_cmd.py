@@ -16,12 +16,11 @@ from perfetto_protos.common.observable_events_pb2 import ObservableEvents
 from perfetto_protos.common.trace_stats_pb2 import TraceStats
 from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
-from perfetto_service import ConsumerIPCClient, TracePacketSlices
+from perfetto_service import ConsumerIPCClient, TracePacketSlices, consumer_socket_name
 
 from perfetto_cmd._output import TraceOutput
 from perfetto_cmd._progress import ProgressLine
 from perfetto_cmd._query import format_service_state
-from perfetto_cmd._sockets import consumer_socket
 
 __all__ = ["EXIT_NOT_DETACHED", "SessionRunner", "daemonize"]
 
@@ -136,7 +135,7 @@ class SessionRunner:
         self.query_long = query_long
         self.query_raw = query_raw
         self.notify_fd = -1 if notify_fd is None else notify_fd
-        self.socket = consumer_socket()
+        self.socket = consumer_socket_name()
         self.client = ConsumerIPCClient(self.socket, self)
         self._connected = False
         self._done = threading.Event()

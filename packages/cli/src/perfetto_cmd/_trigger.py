@@ -7,13 +7,18 @@ import threading
 from collections.abc import Sequence
 
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
-from perfetto_service import ProducerIPCClient
-
-from perfetto_cmd._sockets import producer_socket
+from perfetto_service import ProducerIPCClient, producer_socket_names
 
 __all__ = ["activate_triggers", "trigger_perfetto_main"]
 
 _TIMEOUT_S = 10.0
+
+
+def _producer_socket() -> str:
+    names = producer_socket_names()
+    return names[0] if names else ""
+
+
 _PRODUCER_NAME = "perfetto_cmd_producer"
 
 
@@ -24,7 +29,7 @@ class _TriggerProducer:
         self.names = list(names)
         self.done = threading.Event()
         self.success = False
-        self.client = ProducerIPCClient(producer_socket(), self, _PRODUCER_NAME)
+        self.client = ProducerIPCClient(_producer_socket(), self, _PRODUCER_NAME)
 
     def on_connect(self) -> None:
         self.client.activate_triggers(self.names)
@@ -66,7 +71,7 @@ def activate_triggers(names: Sequence[str]) -> bool:
         producer.client.disconnect()
     if not producer.success:
         print(
-            f"Could not activate triggers: no tracing service answered on {producer_socket()}",
+            f"Could not activate triggers: no tracing service answered on {_producer_socket()}",
             file=sys.stderr,
         )
     return producer.success

@@ -1,8 +1,12 @@
-"""The Perfetto client library for Python programs: track events and custom data sources."""
+"""The Perfetto client library for Python programs: track events and custom data sources.
 
-from importlib.metadata import version as _version
+Importing it is cheap: the tracing service, shared memory and protobuf modules load when
+`Tracing.initialize` runs (or when one of their names below is first used).
+"""
 
-from perfetto_protos.config.trace_config_pb2 import TraceConfig
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from perfetto_client._api import (
     Flow,
@@ -15,10 +19,8 @@ from perfetto_client._api import (
     trace_event,
 )
 from perfetto_client._categories import Category
-from perfetto_client._data_source import DataSource, FlushArgs, StopArgs, TraceContext
 from perfetto_client._debug_annotations import Traceable
 from perfetto_client._errors import TracingError
-from perfetto_client._session import TracingSession
 from perfetto_client._tracing import Backend, Tracing
 from perfetto_client._tracks import (
     GLOBAL,
@@ -30,7 +32,39 @@ from perfetto_client._tracks import (
     Track,
 )
 
-__version__: str = _version("perfetto-client")
+if TYPE_CHECKING:
+    from perfetto_protos.config.trace_config_pb2 import TraceConfig
+
+    from perfetto_client._data_source import DataSource, FlushArgs, StopArgs, TraceContext
+    from perfetto_client._session import TracingSession
+
+    __version__: str
+
+_LAZY = {
+    "TraceConfig": "perfetto_protos.config.trace_config_pb2",
+    "DataSource": "perfetto_client._data_source",
+    "FlushArgs": "perfetto_client._data_source",
+    "StopArgs": "perfetto_client._data_source",
+    "TraceContext": "perfetto_client._data_source",
+    "TracingSession": "perfetto_client._session",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Loads the names whose modules are heavy on first use."""
+    import importlib
+
+    if name == "__version__":
+        from importlib.metadata import version
+
+        return version("perfetto-client")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'perfetto_client' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "GLOBAL",

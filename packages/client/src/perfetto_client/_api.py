@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import inspect
+import sys
 import weakref
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any, ParamSpec, TypeVar, overload
-
-from perfetto_protos.trace.track_event.track_event_pb2 import TrackEvent
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from perfetto_client._categories import Category, registry
 from perfetto_client._debug_annotations import encode_annotations
@@ -28,6 +25,9 @@ from perfetto_client._track_event_writer import (
     varint,
 )
 from perfetto_client._tracks import CounterTrack, NamedTrack, Track, process_uuid
+
+if TYPE_CHECKING:
+    from perfetto_protos.trace.track_event.track_event_pb2 import TrackEvent
 
 __all__ = [
     "Flow",
@@ -114,11 +114,15 @@ def _flow_ids(flow: FlowArg) -> tuple[int, ...]:
     return tuple(f.id for f in flow)
 
 
-_task_tracks: weakref.WeakKeyDictionary[asyncio.Task[Any], NamedTrack] = weakref.WeakKeyDictionary()
+_task_tracks: weakref.WeakKeyDictionary[Any, NamedTrack] = weakref.WeakKeyDictionary()
+_CO_COROUTINE = 0x80
 
 
 def _task_track() -> Track | None:
     """The track of the running asyncio task, if any (async slices survive awaits on it)."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:  # never imported: no loop can be running
+        return None
     loop = asyncio._get_running_loop()
     if loop is None:
         return None
@@ -158,6 +162,8 @@ def _extra_fields(
         else:
             out += _CORRELATION_ID + varint(correlation_id & ((1 << 64) - 1))
     if proto is not None:
+        from perfetto_protos.trace.track_event.track_event_pb2 import TrackEvent
+
         message = TrackEvent()
         proto(message)
         out += message.SerializeToString()
@@ -175,6 +181,7 @@ def _emit(  # noqa: PLR0917 - the hot path passes its state positionally
 ) -> None:
     lineage = track.lineage() if track is not None else ()
     for writer in writers:
+        writer.ensure_state(ts)
         for item in lineage:
             writer.ensure_track(item.uuid, item.descriptor_bytes, ts)
         interned = writer.interned_for(0, 0, iids) if iids else b""
@@ -234,6 +241,7 @@ def _event(
 def begin(
     category: str | Category,
     name: str,
+    /,
     *,
     track: Track | None = None,
     timestamp: int | None = None,
@@ -266,6 +274,7 @@ def begin(
 
 def end(
     category: str | Category,
+    /,
     *,
     track: Track | None = None,
     timestamp: int | None = None,
@@ -291,6 +300,7 @@ def end(
 def instant(
     category: str | Category,
     name: str,
+    /,
     *,
     track: Track | None = None,
     timestamp: int | None = None,
@@ -409,6 +419,7 @@ _NO_SLICE = _NoSlice()
 def trace_event(
     category: str | Category,
     name: str,
+    /,
     *,
     track: Track | None = None,
     flow: FlowArg = None,
@@ -479,8 +490,9 @@ def trace(
 def _decorate(cat: Category, name: str | None, fn: Callable[P, R]) -> Callable[P, R]:
     slice_name = name or getattr(fn, "__qualname__", None) or repr(fn)
     key = event_keys.key(cat.name, slice_name, dynamic_category=cat.dynamic)
-    if inspect.iscoroutinefunction(fn):
-        return _decorate_coroutine(cat, key, fn)  # type: ignore[return-value]
+    code = getattr(fn, "__code__", None)
+    if code is not None and code.co_flags & _CO_COROUTINE:
+        return _decorate_coroutine(cat, key, fn)  # type: ignore[arg-type, return-value]
 
     @functools.wraps(fn)
     def traced(*args: P.args, **kwargs: P.kwargs) -> R:

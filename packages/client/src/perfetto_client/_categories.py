@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
-
-from perfetto_protos.common.track_event_descriptor_pb2 import TrackEventDescriptor
-from perfetto_protos.config.track_event.track_event_config_pb2 import TrackEventConfig
+from typing import TYPE_CHECKING, Any
 
 from perfetto_client._errors import TracingError
 from perfetto_client._track_event_writer import event_keys
 
 if TYPE_CHECKING:
+    from perfetto_protos.common.track_event_descriptor_pb2 import TrackEventDescriptor
+
     from perfetto_client._track_event import TrackEventInstance
 
 __all__ = ["Category", "CategoryRegistry", "category_enabled_by", "registry"]
@@ -79,8 +78,8 @@ def _any(patterns: Iterable[str], name: str, match_type: int) -> bool:
     return any(_matches(p, name, match_type) for p in patterns)
 
 
-def category_enabled_by(config: TrackEventConfig, name: str, tags: Sequence[str]) -> bool:
-    """Whether a session with `config` records category `name` with `tags`.
+def category_enabled_by(config: Any, name: str, tags: Sequence[str]) -> bool:
+    """Whether a session with TrackEventConfig `config` records category `name` with `tags`.
 
     Upstream's order: for exact names, then prefix patterns, then "*": enabled categories,
     disabled categories, disabled tags ("slow" and "debug" by default), enabled tags;
@@ -153,6 +152,8 @@ class CategoryRegistry:
 
     def descriptor(self) -> TrackEventDescriptor:
         """The TrackEventDescriptor listing every registered category."""
+        from perfetto_protos.common.track_event_descriptor_pb2 import TrackEventDescriptor
+
         desc = TrackEventDescriptor()
         with self._lock:
             for name, categories in self.by_name.items():

@@ -24,6 +24,10 @@ _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 _UINT64_MAX = (1 << 64) - 1
 _MAX_DEPTH = 32
+# An empty dict or list has no entries to carry its type: say it with the NestedValue form
+# (nested_value = 8, NestedValue.nested_type = DICT (1) or ARRAY (2)).
+_EMPTY_DICT = b"\x42\x02\x08\x01"
+_EMPTY_ARRAY = b"\x42\x02\x08\x02"
 
 
 @runtime_checkable
@@ -66,6 +70,8 @@ def _value(value: object, depth: int) -> bytes:
     if depth >= _MAX_DEPTH:
         return _str(repr(value))
     if isinstance(value, Mapping):
+        if not value:
+            return _EMPTY_DICT
         out = b""
         for key, item in value.items():
             name = str(key).encode("utf-8", "surrogatepass")
@@ -73,6 +79,8 @@ def _value(value: object, depth: int) -> bytes:
             out += _DICT_ENTRY + varint(len(entry)) + entry
         return out
     if isinstance(value, list | tuple):
+        if not value:
+            return _EMPTY_ARRAY
         out = b""
         for item in value:
             entry = _value(item, depth + 1)

@@ -79,6 +79,7 @@ class TracingProducer:
         self.instances: dict[int, DataSourceInstanceHandle] = {}
         self.connected = False
         self._lost = False
+        self._registered: set[str] = set()
 
     def create_trace_writer(
         self, target_buffer: int, policy: BufferExhaustedPolicy = BufferExhaustedPolicy.DROP
@@ -90,8 +91,9 @@ class TracingProducer:
         return arbiter.create_trace_writer(target_buffer, policy)
 
     def register(self, kind: DataSourceKind) -> None:
-        """Registers (or re-registers) a data source kind with the service."""
-        if self.endpoint is not None and self.connected:
+        """Registers a data source kind with the service (once per connection)."""
+        if self.endpoint is not None and self.connected and kind.name not in self._registered:
+            self._registered.add(kind.name)
             self.endpoint.register_data_source(kind.descriptor())
 
     def update(self, kind: DataSourceKind) -> None:

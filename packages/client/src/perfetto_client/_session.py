@@ -66,6 +66,9 @@ class _Transport(Protocol):
     def call(self, fn: Callable[[], object]) -> None:
         """Runs `fn` where the endpoint may be used."""
 
+    def enable_tracing(self, config: TraceConfig, fd: int | None) -> None:
+        """EnableTracing; the caller keeps `fd` (the service gets its own copy)."""
+
     def close(self) -> None:
         """Disconnects the consumer."""
 
@@ -131,7 +134,7 @@ class TracingSession:
         fd = self._output_fd
         endpoint = transport.endpoint
         transport.call(lambda: endpoint.observe_events(_ALL_DATA_SOURCES_STARTED))
-        transport.call(lambda: endpoint.enable_tracing(config, fd))
+        transport.enable_tracing(config, fd)
         with self._lock:
             self._lock.wait_for(lambda: self._all_started or self._stopped, timeout)
         if self._stopped and self._error:
@@ -284,8 +287,15 @@ class InProcessTransport:
     def call(self, fn: Callable[[], object]) -> None:
         self._backend.post(fn)
 
+    def enable_tracing(self, config: TraceConfig, fd: int | None) -> None:
+        # The in-process service takes ownership of the descriptor it is given.
+        own = os.dup(fd) if fd is not None else None
+        endpoint = self.endpoint
+        self._backend.post(lambda: endpoint.enable_tracing(config, own))
+
     def close(self) -> None:
         endpoint = self.endpoint
+        self._backend.post(endpoint.free_buffers)
         self._backend.post(endpoint.disconnect)  # type: ignore[attr-defined]
 
 
@@ -304,5 +314,9 @@ class SystemTransport:
     def call(self, fn: Callable[[], object]) -> None:
         fn()
 
+    def enable_tracing(self, config: TraceConfig, fd: int | None) -> None:
+        self._client.enable_tracing(config, fd)  # sends a duplicate of `fd`
+
     def close(self) -> None:
+        self._client.free_buffers()
         self._client.close()

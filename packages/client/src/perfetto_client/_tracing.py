@@ -4,26 +4,26 @@ from __future__ import annotations
 
 import enum
 import functools
-import logging
 import os
 import threading
 import time
 from collections.abc import Sequence
-
-from perfetto_service import consumer_socket_name
+from typing import TYPE_CHECKING
 
 from perfetto_client import _api
-from perfetto_client._backends import InProcessBackend, SystemBackend
 from perfetto_client._categories import registry
 from perfetto_client._errors import TracingError
-from perfetto_client._producer import DataSourceKind
-from perfetto_client._session import InProcessTransport, SystemTransport, TracingSession
-from perfetto_client._track_event import TrackEventKind, forget_threads_after_fork
+from perfetto_client._track_event import forget_threads_after_fork
 from perfetto_client._tracks import reset_process_uuid
 
-__all__ = ["Backend", "Tracing"]
+if TYPE_CHECKING:
+    # The backends pull in the service and protobuf: imported when tracing is initialized.
+    from perfetto_client._backends import InProcessBackend, SystemBackend
+    from perfetto_client._producer import DataSourceKind
+    from perfetto_client._session import TracingSession
+    from perfetto_client._track_event_source import TrackEventKind
 
-_log = logging.getLogger("perfetto_client")
+__all__ = ["Backend", "Tracing"]
 
 
 class Backend(enum.IntFlag):
@@ -69,6 +69,11 @@ class Tracing:
         through PERFETTO_PRODUCER_SOCK_NAME or the default socket (a missing service is one
         log line; the connection comes up, and comes back, whenever the service does).
         """
+        from perfetto_client._backends import InProcessBackend, SystemBackend
+        from perfetto_client._track_event_source import TrackEventKind
+        from perfetto_client._track_event_writer import load_encoders
+
+        load_encoders()
         backends = Backend(backends)
         with _state.lock:
             if _state.track_event is None:
@@ -100,6 +105,8 @@ class Tracing:
     @staticmethod
     def new_trace(backend: Backend = Backend.IN_PROCESS) -> TracingSession:
         """A new session on `backend` (IN_PROCESS, or SYSTEM as a consumer of `traced`)."""
+        from perfetto_client._session import InProcessTransport, SystemTransport, TracingSession
+
         backend = Backend(backend)
         if backend == Backend.IN_PROCESS:
             if _state.in_process is None:
@@ -108,6 +115,8 @@ class Tracing:
             assert in_process is not None
             return TracingSession(lambda session: InProcessTransport(in_process, session))
         if backend == Backend.SYSTEM:
+            from perfetto_service import consumer_socket_name
+
             socket_name = consumer_socket_name()
             return TracingSession(lambda session: SystemTransport(socket_name, session))
         raise TracingError("new_trace() needs exactly one backend: IN_PROCESS or SYSTEM")
@@ -160,7 +169,7 @@ def _after_fork_in_child() -> None:
     reset_process_uuid()
     _state = _State()
     _state.lock = threading.RLock()
-    kinds = [k for k in old.kinds if not isinstance(k, TrackEventKind)]
+    kinds = [k for k in old.kinds if k is not old.track_event]
     for kind in kinds:
         after_fork = getattr(kind, "after_fork", None)
         if after_fork is not None:
@@ -178,7 +187,11 @@ def _after_fork_in_child() -> None:
             try:
                 Tracing.initialize(Backend.SYSTEM)
             except Exception:
-                _log.exception("perfetto: the forked child could not reconnect to traced")
+                import logging
+
+                logging.getLogger("perfetto_client").exception(
+                    "perfetto: the forked child could not reconnect to traced"
+                )
 
 
 if hasattr(os, "register_at_fork"):

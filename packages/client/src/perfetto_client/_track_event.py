@@ -8,25 +8,27 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING
-
-from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
-from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
-from perfetto_protos.config.track_event.track_event_config_pb2 import TrackEventConfig
-from perfetto_smb import BufferExhaustedPolicy, TraceWriter
+from typing import Any, Protocol
 
 from perfetto_client._categories import registry
 from perfetto_client._track_event_writer import TrackEventWriter, clock_snapshot_packet
 from perfetto_client._tracks import ProcessTrack, ThreadTrack
 
-if TYPE_CHECKING:
-    from perfetto_client._producer import TracingProducer
+
+class _TraceWriter(Protocol):
+    """What a TrackEventWriter needs of a perfetto_smb.TraceWriter."""
+
+    def write_packet(self, data: bytes) -> None:
+        """Writes one whole encoded packet."""
+
+    def close(self) -> None:
+        """Flushes and releases the writer."""
+
 
 __all__ = [
     "TRACK_EVENT_DATA_SOURCE",
     "ThreadState",
     "TrackEventInstance",
-    "TrackEventKind",
     "thread_state",
     "thread_writers",
 ]
@@ -45,8 +47,8 @@ class TrackEventInstance:
     def __init__(
         self,
         instance_id: int,
-        config: TrackEventConfig,
-        create_trace_writer: Callable[[BufferExhaustedPolicy], TraceWriter],
+        config: Any,
+        create_trace_writer: Callable[[], _TraceWriter],
         *,
         use_monotonic_clock: bool = False,
     ) -> None:
@@ -66,7 +68,7 @@ class TrackEventInstance:
     def new_writer(self, thread: ThreadTrack) -> TrackEventWriter | None:
         """A writer for the calling thread (None if the buffer is gone or writers ran out)."""
         try:
-            trace_writer = self._create_trace_writer(BufferExhaustedPolicy.DROP)
+            trace_writer = self._create_trace_writer()
         except Exception:
             return None
         writer = TrackEventWriter(
@@ -199,60 +201,3 @@ def forget_threads_after_fork() -> None:
         state.writers.clear()
         state.by_mask.clear()
     _tls = threading.local()
-
-
-class _TrackEventHandle:
-    """The producer's handle on one track_event instance."""
-
-    def __init__(self, instance: TrackEventInstance) -> None:
-        self.instance = instance
-
-    def start(self) -> None:
-        registry.start_instance(self.instance)
-
-    def stop(self, done: Callable[[], None]) -> None:
-        self.instance.stopped = True
-        registry.stop_instance(self.instance)
-        done()
-
-    def flush(self) -> None:
-        """Chunks being written by application threads are scraped by the service."""
-
-    def clear_incremental_state(self) -> None:
-        self.instance.clear_incremental_state()
-
-
-class TrackEventKind:
-    """The track_event data source as the producer registers and instantiates it."""
-
-    name = TRACK_EVENT_DATA_SOURCE
-
-    def __init__(self, *, use_monotonic_clock: bool = False) -> None:
-        self.use_monotonic_clock = use_monotonic_clock
-
-    def descriptor(self) -> DataSourceDescriptor:
-        """track_event, with every registered category in its TrackEventDescriptor."""
-        desc = DataSourceDescriptor(
-            name=TRACK_EVENT_DATA_SOURCE,
-            will_notify_on_start=True,
-            will_notify_on_stop=True,
-            handles_incremental_state_clear=True,
-        )
-        desc.track_event_descriptor.CopyFrom(registry.descriptor())
-        return desc
-
-    def setup(
-        self, producer: TracingProducer, instance_id: int, config: DataSourceConfig
-    ) -> _TrackEventHandle:
-        """A new instance writing into the session buffer of `config`."""
-        target_buffer = config.target_buffer
-
-        def create(policy: BufferExhaustedPolicy) -> TraceWriter:
-            return producer.create_trace_writer(target_buffer, policy)
-
-        te_config = TrackEventConfig()
-        te_config.CopyFrom(config.track_event_config)
-        instance = TrackEventInstance(
-            instance_id, te_config, create, use_monotonic_clock=self.use_monotonic_clock
-        )
-        return _TrackEventHandle(instance)

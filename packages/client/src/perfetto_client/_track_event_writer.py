@@ -16,15 +16,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from perfetto_protos.trace.trace_packet_pb2 import TracePacket
-from protozero import SHORT_VARINTS, VARINT_PAIRS, encode_varint
-
 __all__ = [
     "CLOCK_ID_INCREMENTAL",
     "EventKeys",
     "TrackEventWriter",
     "event_keys",
     "intern_debug_annotation_name",
+    "load_encoders",
     "varint",
 ]
 
@@ -62,6 +60,29 @@ _INTERNED_ANNOTATION_NAME = b"\x1a"  # InternedData.debug_annotation_names (3)
 _MAX_CACHED_TAILS = 50_000
 
 _U64 = 0xFFFF_FFFF_FFFF_FFFF
+
+# protozero's varint tables, bound by load_encoders() when tracing is initialized (importing
+# protozero costs more than the rest of `import perfetto_client`).
+SHORT_VARINTS: tuple[bytes, ...] = ()
+VARINT_PAIRS: tuple[bytes, ...] = ()
+
+
+def _encode_varint_unloaded(value: int) -> bytes:
+    load_encoders()
+    return encode_varint(value)
+
+
+encode_varint: Callable[[int], bytes] = _encode_varint_unloaded
+
+
+def load_encoders() -> None:
+    """Binds protozero's varint encoders (before any event is encoded)."""
+    global SHORT_VARINTS, VARINT_PAIRS, encode_varint  # noqa: PLW0603 - deferred import
+    import protozero
+
+    SHORT_VARINTS = protozero.SHORT_VARINTS
+    VARINT_PAIRS = protozero.VARINT_PAIRS
+    encode_varint = protozero.encode_varint
 
 
 def varint(value: int) -> bytes:
@@ -258,7 +279,10 @@ class TrackEventWriter:
         return out
 
     def _timestamp(self, ts: int) -> bytes:
-        """The timestamp fields of a packet at `ts`, moving the sequence's clock forward."""
+        """The timestamp fields of a packet at `ts`, moving the sequence's clock forward.
+
+        A timestamp before the sequence's last one is written absolute, on the trace clock.
+        """
         delta = ts - self.last_ts
         if delta >= 0:
             self.last_ts = ts
@@ -288,40 +312,36 @@ class TrackEventWriter:
             self._reset(ts)
         tail = self._begin_tails.get(key)
         if tail is None:
-            interned, fields = self._event_head(key, TYPE_SLICE_BEGIN)
-            tail = _field_bytes(_TRACK_EVENT, fields) + _NEEDS_STATE
-            if len(self._begin_tails) < _MAX_CACHED_TAILS:
-                self._begin_tails[key] = tail
-            if interned:
-                self._write(self._timestamp(ts) + _field_bytes(_INTERNED_DATA, interned) + tail)
+            tail = self._new_begin_tail(key, ts)
+            if not tail:
                 return
         delta = ts - self.last_ts
-        if delta >= 0:
+        if 0 <= delta < 16384:
             self.last_ts = ts
-            if delta < 16384:
-                self._write(_TS + SHORT_VARINTS[delta] + tail)
-            elif delta < 268435456:
-                self._write(_TS + VARINT_PAIRS[delta & 0x3FFF] + SHORT_VARINTS[delta >> 14] + tail)
-            else:
-                self._write(_TS + encode_varint(delta) + tail)
+            self._write(_TS + SHORT_VARINTS[delta] + tail)
         else:
             self._write(self._timestamp(ts) + tail)
+
+    def _new_begin_tail(self, key: int, ts: int) -> bytes:
+        """Caches the encoding of `key`'s begin event; writes it (and returns b"") if it needs
+        interned data first."""
+        interned, fields = self._event_head(key, TYPE_SLICE_BEGIN)
+        tail = _field_bytes(_TRACK_EVENT, fields) + _NEEDS_STATE
+        if len(self._begin_tails) < _MAX_CACHED_TAILS:
+            self._begin_tails[key] = tail
+        if interned:
+            self._write(self._timestamp(ts) + _field_bytes(_INTERNED_DATA, interned) + tail)
+            return b""
+        return tail
 
     def slice_end(self, ts: int) -> None:
         """Ends the innermost open slice on the thread's track at `ts`."""
         if self.cleared:
             self._reset(ts)
         delta = ts - self.last_ts
-        if delta >= 0:
+        if 0 <= delta < 16384:
             self.last_ts = ts
-            if delta < 16384:
-                self._write(_TS + SHORT_VARINTS[delta] + _END_TAIL)
-            elif delta < 268435456:
-                self._write(
-                    _TS + VARINT_PAIRS[delta & 0x3FFF] + SHORT_VARINTS[delta >> 14] + _END_TAIL
-                )
-            else:
-                self._write(_TS + encode_varint(delta) + _END_TAIL)
+            self._write(_TS + SHORT_VARINTS[delta] + _END_TAIL)
         else:
             self._write(self._timestamp(ts) + _END_TAIL)
 
@@ -349,6 +369,11 @@ class TrackEventWriter:
         if interned:
             packet += _field_bytes(_INTERNED_DATA, interned)
         self._write(packet + _field_bytes(_TRACK_EVENT, fields + extra_fields) + _NEEDS_STATE)
+
+    def ensure_state(self, ts: int) -> None:
+        """Re-emits the incremental state if it was cleared (before computing interned data)."""
+        if self.cleared:
+            self._reset(ts)
 
     def ensure_track(self, uuid: int, descriptor: Callable[[], bytes], ts: int) -> None:
         """Emits a track's descriptor packet if this sequence has not described it yet."""
@@ -380,6 +405,8 @@ def clock_snapshot_packet(ts: int, clock_id: int, track_uuid: int) -> bytes:
     It clears the incremental state, sets TracePacketDefaults (the sequence-scoped clock and
     the thread's track) and ties the sequence clock to `clock_id` with a ClockSnapshot.
     """
+    from perfetto_protos.trace.trace_packet_pb2 import TracePacket
+
     packet = TracePacket(
         timestamp=ts,
         timestamp_clock_id=clock_id,

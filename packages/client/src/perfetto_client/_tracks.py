@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import enum
-import hashlib
 import os
-import secrets
 import sys
 import threading
-from typing import ClassVar
+from typing import TYPE_CHECKING
 
-from perfetto_protos.trace.trace_packet_pb2 import TracePacket
-from perfetto_protos.trace.track_event.counter_descriptor_pb2 import CounterDescriptor
+if TYPE_CHECKING:
+    from perfetto_protos.trace.trace_packet_pb2 import TracePacket
 
 __all__ = [
     "CounterTrack",
@@ -25,7 +23,7 @@ __all__ = [
 ]
 
 _U64 = (1 << 64) - 1
-_process_uuid = secrets.randbits(63) | 1
+_process_uuid = int.from_bytes(os.urandom(8), "little") >> 1 | 1
 
 
 def process_uuid() -> int:
@@ -36,10 +34,12 @@ def process_uuid() -> int:
 def reset_process_uuid() -> None:
     """Draws a new process uuid (after fork: the child is another process)."""
     global _process_uuid  # noqa: PLW0603 - a forked child is another process
-    _process_uuid = secrets.randbits(63) | 1
+    _process_uuid = int.from_bytes(os.urandom(8), "little") >> 1 | 1
 
 
 def _hash64(*parts: object) -> int:
+    import hashlib
+
     digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
 
@@ -91,6 +91,8 @@ class Track:
 
     def descriptor(self) -> TracePacket:
         """The TracePacket describing this track."""
+        from perfetto_protos.trace.trace_packet_pb2 import TracePacket
+
         packet = TracePacket()
         desc = packet.track_descriptor
         desc.uuid = self.uuid
@@ -198,8 +200,6 @@ class CounterTrack(Track):
     `unit_multiplier` when shown; `is_incremental` tracks get deltas.
     """
 
-    unit_kinds: ClassVar[type[CounterUnit]] = CounterUnit
-
     def __init__(
         self,
         name: str,
@@ -221,7 +221,7 @@ class CounterTrack(Track):
         packet = super().descriptor()
         desc = packet.track_descriptor
         desc.name = self.name
-        counter: CounterDescriptor = desc.counter
+        counter = desc.counter
         counter.SetInParent()
         if isinstance(self.unit, CounterUnit):
             if self.unit:

@@ -64,6 +64,11 @@ class PortClient:
         """Whether the port is ready and the connection still up."""
         return self._ready and not self._lost
 
+    def connection_gone(self) -> bool:
+        """Whether the connection is closed or lost (already true while its calls are failed)."""
+        connection = self._client.async_client.connection
+        return self._lost or connection is None or connection.closed
+
     def wait_connected(self, timeout: float | None = None) -> bool:
         """Waits until the port is ready or the connection failed; True if it is ready."""
         self._done_event.wait(timeout)
