@@ -1,7 +1,8 @@
 """The client side, loaded into the profiled Python process.
 
-`enable()` installs the allocator hooks (compiled code, no pure fallback) and the handler of
-the profiling signal; `connect()` does the handshake with the daemon and starts sampling.
+`enable()` installs the handler of the profiling signal; `connect()` does the handshake with
+the daemon, installs the allocator hooks (compiled code, no pure fallback) and starts
+sampling until the session ends.
 """
 
 from __future__ import annotations
@@ -156,7 +157,15 @@ def enable() -> None:
         if threading.current_thread() is threading.main_thread():
             signal.signal(PROFILING_SIGNAL, _on_signal)
         atexit.register(native.deactivate)
+        os.register_at_fork(after_in_child=_after_fork_in_child)
         _state.enabled = True
+
+
+def _after_fork_in_child() -> None:
+    """A forked child stops profiling: the connection and buffer are its parent's."""
+    native = _native()
+    native.uninstall_hooks()
+    _state.connection = None
 
 
 def _python_heap() -> Heap:
