@@ -7,7 +7,7 @@ import signal
 from collections.abc import Iterator
 
 import pytest
-from hp_testlib import Stack, Target, config_for, heap_dumps, iter_processes, record
+from hp_testlib import Stack, Target, config_for, heap_dumps, iter_processes, record, wait_for
 
 KEPT_BYTES = 10240 * (1000 + 1 + 56)  # 10240 bytearrays: the object and its 1001-byte buffer
 
@@ -177,3 +177,23 @@ def test_hostile_client_cannot_hurt_the_daemon_or_another_client(stack: Stack) -
     keep = fine[0].totals("keep_10mb")
     assert 0.85 * KEPT_BYTES < keep["allocated"] < 1.2 * KEPT_BYTES
     assert os.path.exists(stack.heapprofd_socket)
+
+
+def test_continuous_dumps_and_the_memory_guardrail(stack: Stack) -> None:
+    target = Target(stack.env)
+
+    def during() -> None:
+        target.command("wait", "PROFILING")
+        target.command("keep", "KEPT")
+        wait_for(lambda: "guardrail" in stack.daemon_log)
+
+    config = config_for([target.pid], continuous_dump_ms=100)
+    config.data_sources[0].config.heapprofd_config.max_heapprofd_memory_kb = 1
+    try:
+        trace = record(stack, config, during)
+    finally:
+        target.close()
+    dumps = list(iter_processes(heap_dumps(trace), target.pid))
+    assert len(dumps) >= 2
+    assert dumps[-1].flags["hit_guardrail"]
+    assert stack.daemon.poll() is None
