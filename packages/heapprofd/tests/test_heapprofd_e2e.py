@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 from collections.abc import Iterator
 
 import pytest
@@ -196,4 +197,27 @@ def test_continuous_dumps_and_the_memory_guardrail(stack: Stack) -> None:
     dumps = list(iter_processes(heap_dumps(trace), target.pid))
     assert len(dumps) >= 2
     assert dumps[-1].flags["hit_guardrail"]
+    assert stack.daemon.poll() is None
+
+
+def test_bad_handshakes_are_dropped_and_the_daemon_keeps_serving(stack: Stack) -> None:
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.connect(stack.heapprofd_socket)
+    noisy = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    noisy.connect(stack.heapprofd_socket)
+    noisy.sendall(b"no descriptors here" * 100)
+    target = Target(stack.env)
+
+    def during() -> None:
+        assert target.command("wait", "PROFILING") == "PROFILING"
+        target.command("keep", "KEPT")
+
+    try:
+        trace = record(stack, config_for([target.pid]), during)
+    finally:
+        target.close()
+        silent.close()
+        noisy.close()
+    dumps = list(iter_processes(heap_dumps(trace), target.pid))
+    assert dumps[0].totals("keep_10mb")["allocated"] > 0.8 * KEPT_BYTES
     assert stack.daemon.poll() is None
