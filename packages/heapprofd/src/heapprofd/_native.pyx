@@ -166,6 +166,46 @@ cdef extern from *:
         return 1;
     }
 
+    /* Batched reading: positions are loaded once and the read position is published once
+       per batch, so the reader dirties the metadata page once per drain, not per record. */
+    typedef struct { uint64_t rd; uint64_t wr; uint64_t start; uint64_t count; } hp_cursor_t;
+
+    static int hp_cursor_open(hp_ring_t *r, hp_cursor_t *c) {
+        if (!hp_positions(r, &c->rd, &c->wr)) { r->meta->num_reads_corrupt++; return -1; }
+        c->start = c->rd;
+        c->count = 0;
+        return 0;
+    }
+
+    /* 1 with the next record, 0 when none is complete, -1 when corrupt. */
+    static int hp_cursor_next(hp_ring_t *r, hp_cursor_t *c, uint8_t **data, uint64_t *size) {
+        uint64_t avail = c->wr - c->rd;
+        if (avail < HP_HEADER) {
+            uint64_t wr = __atomic_load_n(&r->meta->write_pos, __ATOMIC_ACQUIRE);
+            if (wr < c->wr || wr - c->start > r->size || (wr % 8)) {
+                r->meta->num_reads_corrupt++; return -1;
+            }
+            c->wr = wr;
+            avail = wr - c->rd;
+            if (avail < HP_HEADER) return 0;
+        }
+        uint8_t *p = r->mem + (c->rd & r->mask);
+        uint64_t sz = __atomic_load_n((uint32_t *)p, __ATOMIC_ACQUIRE);
+        if (sz == 0) return 0;
+        if (HP_ALIGN(sz + HP_HEADER) > avail) { r->meta->num_reads_corrupt++; return -1; }
+        *data = p + HP_HEADER;
+        *size = sz;
+        c->rd += HP_ALIGN(sz + HP_HEADER);
+        c->count++;
+        return 1;
+    }
+
+    static void hp_cursor_close(hp_ring_t *r, hp_cursor_t *c) {
+        if (c->count == 0) { r->meta->num_reads_nodata++; return; }
+        __atomic_fetch_add(&r->meta->read_pos, c->rd - c->start, __ATOMIC_RELEASE);
+        r->meta->num_reads_succeeded += c->count;
+    }
+
     static void hp_ring_end_read(hp_ring_t *r, uint64_t size) {
         __atomic_fetch_add(&r->meta->read_pos, HP_ALIGN(size + HP_HEADER), __ATOMIC_RELAXED);
         r->meta->num_reads_succeeded++;
@@ -253,6 +293,11 @@ cdef extern from *:
     void hp_ring_unmap(hp_ring_t *r) nogil
     int64_t hp_ring_write(hp_ring_t *r, const void *a, uint64_t la, const void *b,
                           uint64_t lb, const void *c, uint64_t lc) nogil
+    ctypedef struct hp_cursor_t:
+        uint64_t count
+    int hp_cursor_open(hp_ring_t *r, hp_cursor_t *c) nogil
+    int hp_cursor_next(hp_ring_t *r, hp_cursor_t *c, uint8_t **data, uint64_t *size) nogil
+    void hp_cursor_close(hp_ring_t *r, hp_cursor_t *c) nogil
     int hp_ring_begin_read(hp_ring_t *r, uint8_t **data, uint64_t *size) nogil
     void hp_ring_end_read(hp_ring_t *r, uint64_t size) nogil
     uint64_t hp_coarse_ns() nogil
@@ -307,6 +352,7 @@ cdef enum:
     PYTHON_FRAME_SIZE = 24
     HEAP_NAME_SZ = 64
     MAX_FRAMES = 128
+    PYMALLOC_SMALL = 512
     MAX_HEAPS = 64
     RESEND_BACKOFF_US = 100
 
@@ -808,9 +854,12 @@ cdef void *_hook_malloc(void *ctx, size_t size) noexcept:
         if _active and p != NULL and not _nested:
             _on_alloc(d, p, size)
         return p
-    _nested += 1
-    p = d.orig.malloc(d.orig.ctx, size)
-    _nested -= 1
+    if size <= PYMALLOC_SMALL and size:
+        p = d.orig.malloc(d.orig.ctx, size)  # pymalloc serves it without the raw allocator
+    else:
+        _nested += 1
+        p = d.orig.malloc(d.orig.ctx, size)
+        _nested -= 1
     if _active and p != NULL:
         _on_alloc(d, p, size)
     return p
@@ -855,19 +904,11 @@ cdef void _hook_free(void *ctx, void *ptr) noexcept:
     global _nested
     cdef domain_t *d = <domain_t *>ctx
     cdef addr_set_t *sampled = &_heaps[0].sampled
-    if (
-        sampled.count
-        and sampled.filter[_filter_slot(<uint64_t>ptr)]
-        and ptr != NULL
-        and not (d.raw and _nested)
-    ):
+    # no nesting mark: when pymalloc hands a free to the raw allocator, the address has
+    # already left the sampled set
+    if sampled.count and sampled.filter[_filter_slot(<uint64_t>ptr)] and ptr != NULL:
         _on_free(d, ptr)
-    if d.raw:
-        d.orig.free(d.orig.ctx, ptr)
-        return
-    _nested += 1
     d.orig.free(d.orig.ctx, ptr)
-    _nested -= 1
 
 
 def install_hooks() -> None:
@@ -1031,13 +1072,15 @@ def read_events(SharedRingBuffer ring, int max_records, dict callstacks) -> tupl
     cdef uint64_t kind
     cdef uint64_t *words
     cdef int rc
+    cdef hp_cursor_t cursor
     cdef list events = []
     cdef list slow = []
     cdef bint corrupt = False
-    cdef Py_ssize_t n = 0
     cdef bytes key
-    while n < max_records:
-        rc = hp_ring_begin_read(&ring.ring, &data, &size)
+    if hp_cursor_open(&ring.ring, &cursor) != 0:
+        return events, slow, True
+    while <int>cursor.count < max_records:
+        rc = hp_cursor_next(&ring.ring, &cursor, &data, &size)
         if rc == 0:
             break
         if rc < 0:
@@ -1058,8 +1101,7 @@ def read_events(SharedRingBuffer ring, int max_records, dict callstacks) -> tupl
         else:
             slow.append(len(events))
             events.append((<char *>data)[:size])
-        hp_ring_end_read(&ring.ring, size)
-        n += 1
+    hp_cursor_close(&ring.ring, &cursor)
     return events, slow, corrupt
 
 
