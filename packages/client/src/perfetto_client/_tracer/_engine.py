@@ -1,0 +1,305 @@
+"""The engine: one recording in this process (hooks on every thread, names, GC, fork)."""
+
+from __future__ import annotations
+
+import fnmatch
+import gc
+import os
+import sys
+import threading
+import types
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from perfetto_client._errors import TracingError
+from perfetto_client._tracer import _packets
+from perfetto_client._tracer._options import TraceOptions
+from perfetto_client._tracer._sink import FileSink, SinkStats
+
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+_BATCH_BYTES = 1 << 20
+_RING_BATCH_BYTES = 64 << 10
+
+
+class Recorder(Protocol):
+    """A thread's recorder: `_hook.ThreadRecorder` (compiled) or `_hook_pure.ThreadRecorder`."""
+
+    active: bool
+    failed: bool
+    events: int
+    sequence_id: int
+
+    def install(self) -> None: ...
+    def call(self, frame: Any) -> None: ...
+    def flush(self, final: bool = False) -> None: ...
+    def discard(self) -> None: ...
+    def begin(self, iid: int) -> None: ...
+    def end(self) -> None: ...
+    def instant(self, iid: int) -> None: ...
+
+
+def hook_module(pure: bool = False) -> types.ModuleType:
+    """The compiled hook when it is built and wanted, else the pure one."""
+    if not pure and not os.environ.get("PERFETTO_PURE"):
+        try:
+            from perfetto_client._tracer import _hook  # type: ignore[attr-defined]
+
+            return _hook  # type: ignore[no-any-return]
+        except ImportError:
+            pass
+    from perfetto_client._tracer import _hook_pure
+
+    return _hook_pure
+
+
+class _State:
+    """This process's recording, and what a forked child runs (--follow-children)."""
+
+    current: Engine | None = None
+    child_restart: Callable[[Engine], None] | None = None
+
+
+_state = _State()
+
+
+def current() -> Engine | None:
+    """The engine recording in this process, if any."""
+    return _state.current
+
+
+class Engine:
+    """Records every thread of this process into one sink until `stop()`."""
+
+    def __init__(self, options: TraceOptions, sink: FileSink) -> None:
+        self.options = options
+        self.sink = sink
+        self.hook = hook_module(options.pure)
+        self.blobs: list[bytes] = [b""]
+        self.locations = bytearray(1)
+        self.pid = os.getpid()
+        self._names: dict[str, int] = {}
+        self._saved_excepthook = threading.excepthook
+        self._recorders: dict[int, tuple[Recorder, int]] = {}  # thread ident -> (recorder, tid)
+        self._next_sequence = 1
+        self._gc_open: dict[int, bool] = {}
+        self.started_ns = 0
+        self.stopped_ns = 0
+        self.failed = False
+        self._lock = threading.RLock()
+
+    # ---- names -------------------------------------------------------------------------------
+
+    def _new_iid(self, blob_of: Callable[[int], bytes], location: bool) -> int:
+        iid = len(self.blobs)
+        self.blobs.append(blob_of(iid))
+        self.locations.append(1 if location else 0)
+        return iid
+
+    def _selected(self, module: str, file: str) -> bool:
+        def matches(patterns: tuple[str, ...]) -> bool:
+            return any(
+                module == p
+                or module.startswith(p + ".")
+                or fnmatch.fnmatchcase(module, p)
+                or fnmatch.fnmatchcase(file, p)
+                for p in patterns
+            )
+
+        if self.options.include and not matches(self.options.include):
+            return False
+        return not matches(self.options.exclude)
+
+    def intern_code(self, code: types.CodeType, frame: types.FrameType) -> int:
+        """The iid naming `code` (0: not recorded)."""
+        file = code.co_filename
+        if file.startswith(_OWN_DIR):
+            return 0
+        module = frame.f_globals.get("__name__", "")
+        if not isinstance(module, str):
+            module = ""
+        if not self._selected(module, file):
+            return 0
+        name = code.co_qualname
+        if name == "<module>":
+            name = f"<module {module}>"
+        elif module and module != "__main__":
+            name = f"{module}.{name}"
+        line = code.co_firstlineno
+        return self._new_iid(lambda iid: _packets.interned_name(iid, name, file, line), True)
+
+    def intern_c_function(self, func: Any) -> int:
+        """The iid naming the builtin `func` (0: not recorded)."""
+        owner = getattr(func, "__self__", None)
+        fname = getattr(func, "__name__", type(func).__name__)
+        if owner is None or isinstance(owner, types.ModuleType):
+            module = getattr(func, "__module__", None) or "builtins"
+            name = fname if module == "builtins" else f"{module}.{fname}"
+        else:
+            kind = owner if isinstance(owner, type) else type(owner)
+            module = kind.__module__
+            name = f"{kind.__qualname__}.{fname}"
+        if not self._selected(module, ""):
+            return 0
+        return self.intern_name(name)
+
+    def intern_name(self, name: str) -> int:
+        """The iid of a plain event name (GC runs, exceptions)."""
+        iid = self._names.get(name)
+        if iid is None:
+            iid = self._new_iid(lambda iid: _packets.interned_name(iid, name), False)
+            self._names[name] = iid
+        return iid
+
+    def intern_exception_start(self) -> int:
+        """The iid of the instant marking where an exception started unwinding (0: none)."""
+        return self.intern_name("exception") if self.options.exceptions else 0
+
+    def record_uncaught(self, exc: BaseException) -> None:
+        """An instant naming the exception that ended the program or a thread."""
+        entry = self._recorders.get(threading.get_ident())
+        if entry is None or not self.options.exceptions:
+            return
+        kind = type(exc)
+        name = kind.__qualname__
+        if kind.__module__ not in ("builtins", "__main__"):
+            name = f"{kind.__module__}.{name}"
+        entry[0].instant(self.intern_name(f"uncaught {name}: {exc}"[:200]))
+
+    def _thread_excepthook(self, args: Any) -> None:
+        if args.exc_value is not None:
+            self.record_uncaught(args.exc_value)
+        self._saved_excepthook(args)
+
+    # ---- batches -----------------------------------------------------------------------------
+
+    def prologue(self, recorder: Recorder, timestamp_ns: int) -> bytes:
+        """The packets opening every batch of `recorder`."""
+        tid, name = self._thread_of(recorder)
+        return _packets.batch_prologue(self.pid, tid, name, recorder.sequence_id, timestamp_ns)
+
+    def _thread_of(self, recorder: Recorder) -> tuple[int, str]:
+        for ident, (r, tid) in list(self._recorders.items()):
+            if r is recorder:
+                thread = threading._active.get(ident)  # type: ignore[attr-defined]
+                return tid, thread.name if thread is not None else f"thread {tid}"
+        # Called from the recorder's constructor, on its own thread.
+        return threading.get_native_id(), threading.current_thread().name
+
+    def write_batch(self, recorder: Recorder, data: bytes) -> None:
+        """Takes a full batch from a thread's recorder."""
+        self.sink.write(data, recorder.events)
+        recorder.events = 0
+
+    # ---- threads -----------------------------------------------------------------------------
+
+    def _new_recorder(self) -> Recorder:
+        with self._lock:
+            index = self._next_sequence
+            self._next_sequence += 1
+        sequence_id = index if self.pid == _root_pid() else ((self.pid << 8) | (index & 0xFF))
+        sequence_id &= 0xFFFFFFFF
+        batch = _RING_BATCH_BYTES if self.sink.ring else _BATCH_BYTES
+        recorder: Recorder = self.hook.ThreadRecorder(
+            self,
+            sequence_id=sequence_id,
+            seq=_packets.sequence_field(sequence_id),
+            batch_size=batch,
+            max_depth=self.options.max_depth,
+            min_duration_ns=self.options.min_duration_ns,
+            c_calls=self.options.c_calls,
+        )
+        self._recorders[threading.get_ident()] = (recorder, threading.get_native_id())
+        return recorder
+
+    def _thread_bootstrap(self, frame: Any, event: str, arg: Any) -> None:
+        # threading.setprofile's hook runs first on every new thread: swap in our own.
+        if _state.current is self:
+            recorder = self._new_recorder()
+            recorder.install()
+            if event == "call":
+                recorder.call(frame)
+        else:
+            sys.setprofile(None)
+
+    def _gc_callback(self, phase: str, info: dict[str, int]) -> None:
+        entry = self._recorders.get(threading.get_ident())
+        if entry is None:
+            return
+        recorder = entry[0]
+        if phase == "start":
+            recorder.begin(self.intern_name(f"gc (generation {info.get('generation', 0)})"))
+        else:
+            recorder.end()
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Starts recording every thread that calls a function from now on."""
+        if _state.current is not None:
+            raise TracingError("a recording is already running in this process")
+        _state.current = self
+        self.hook.new_generation()
+        self.started_ns = self.hook.now_ns()
+        threading.setprofile(self._thread_bootstrap)
+        self._saved_excepthook = threading.excepthook
+        threading.excepthook = self._thread_excepthook
+        if self.options.gc:
+            gc.callbacks.append(self._gc_callback)
+        self._new_recorder().install()
+
+    def stop(self) -> SinkStats:
+        """Stops recording, ends open slices, writes what is buffered and closes the sink."""
+        sys.setprofile(None)
+        threading.setprofile(None)
+        self.hook.uninstall_all_threads()
+        threading.excepthook = self._saved_excepthook
+        if self._gc_callback in gc.callbacks:
+            gc.callbacks.remove(self._gc_callback)
+        self.stopped_ns = self.hook.now_ns()
+        for recorder, _ in list(self._recorders.values()):
+            self.failed |= recorder.failed
+            recorder.flush(final=True)
+        _state.current = None
+        stats = self.sink.close()
+        if self.failed:
+            stats.lost_reason = stats.lost_reason or "an internal error stopped a thread's recorder"
+        return stats
+
+    def snapshot(self, path: str) -> int:
+        """Writes what the ring holds now to `path` (the recording goes on)."""
+        return self.sink.dump(path)
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: drops the parent's buffers and stops recording."""
+        for recorder, _ in self._recorders.values():
+            recorder.discard()
+        self._recorders.clear()
+        sys.setprofile(None)
+        threading.setprofile(None)
+        if self._gc_callback in gc.callbacks:
+            gc.callbacks.remove(self._gc_callback)
+        _state.current = None
+
+
+ROOT_PID_ENV = "PERFETTO_TRACE_ROOT_PID"
+_ROOT_PID = int(os.environ.get(ROOT_PID_ENV) or os.getpid())
+
+
+def _root_pid() -> int:
+    return _ROOT_PID
+
+
+def _after_fork_in_child() -> None:
+    engine = _state.current
+    if engine is not None:
+        engine.forget_after_fork()
+        if _state.child_restart is not None:
+            _state.child_restart(engine)
+
+
+def set_child_restart(callback: Callable[[Engine], None] | None) -> None:
+    """What a forked child runs after dropping the parent's recording (--follow-children)."""
+    _state.child_restart = callback
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,223 @@
+"""The pure-Python profile hook: the same recorder interface as the compiled `_hook`.
+
+Used when the extension is not built or `PERFETTO_PURE=1`. It cannot see which returns
+are caused by exceptions (`sys.setprofile` reports them as returns of None), so it records
+no exception instants.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+from typing import Any
+
+from protozero import SHORT_VARINTS, encode_varint
+
+COMPILED = False
+
+SLICE_BEGIN = 1
+SLICE_END = 2
+INSTANT = 3
+_NOT_RECORDED, _PENDING, _EMITTED = 0, 1, 2
+
+_codes: dict[types.CodeType, int] = {}
+_c_functions: dict[Any, int] = {}
+_CLOCK = time.CLOCK_BOOTTIME
+
+
+def now_ns() -> int:
+    """CLOCK_BOOTTIME in nanoseconds (the clock every timestamp uses)."""
+    return time.clock_gettime_ns(_CLOCK)
+
+
+def new_generation() -> None:
+    """Forgets every cached per-code and per-C-function decision (a new recording starts)."""
+    _codes.clear()
+    _c_functions.clear()
+
+
+def uninstall_all_threads() -> None:
+    """Stops the hook of this thread; other threads' recorders are deactivated by the engine."""
+    sys.setprofile(None)
+
+
+def _varint(value: int) -> bytes:
+    return SHORT_VARINTS[value] if value < 16384 else encode_varint(value)
+
+
+class ThreadRecorder:
+    """Records one thread's calls into self-contained batches of TracePackets."""
+
+    def __init__(
+        self,
+        engine: Any,
+        *,
+        sequence_id: int,
+        seq: bytes,
+        batch_size: int,
+        max_depth: int,
+        min_duration_ns: int,
+        c_calls: bool,
+    ) -> None:
+        self.engine = engine
+        self.blobs: list[bytes] = engine.blobs
+        self.locations: bytearray = engine.locations
+        self.sequence_id = sequence_id
+        self.seq = seq
+        self.batch_size = batch_size
+        self.max_depth = max_depth
+        self.min_duration_ns = min_duration_ns
+        self.c_calls = c_calls
+        self.active = True
+        self.failed = False
+        self.events = 0
+        self.buf = bytearray()
+        self.stack: list[list[int]] = []  # [ts, iid, state]
+        self.first_pending = 0
+        self.seen: dict[int, int] = {}
+        self.batch_no = 0
+        self.last_ts = 0
+        self.last_exception: object = None
+        self._start_batch(now_ns())
+
+    def install(self) -> None:
+        """Makes this recorder the profile hook of the calling thread."""
+        sys.setprofile(self._profile)
+
+    def _profile(self, frame: types.FrameType, event: str, arg: Any) -> None:
+        if not self.active:
+            return
+        try:
+            if event == "call":
+                self.call(frame)
+            elif event == "return":
+                self._pop(now_ns())
+            elif self.c_calls:
+                if event == "c_call":
+                    caller = _codes.get(frame.f_code)
+                    if caller is None:
+                        caller = _codes[frame.f_code] = self.engine.intern_code(frame.f_code, frame)
+                    if not caller:
+                        # Builtins called by code that is not recorded are not recorded either.
+                        self._push(0)
+                        return
+                    owner = getattr(arg, "__self__", None)
+                    key = (
+                        arg
+                        if owner is None or isinstance(owner, types.ModuleType)
+                        else (type(owner), arg.__name__)
+                    )
+                    iid = _c_functions.get(key)
+                    if iid is None:
+                        iid = _c_functions[key] = self.engine.intern_c_function(arg)
+                    self._push(iid)
+                else:
+                    self._pop(now_ns())
+        except BaseException:
+            self.active = False
+            self.failed = True
+
+    # ---- batches ----------------------------------------------------------------------------
+
+    def _start_batch(self, ts: int) -> None:
+        self.batch_no += 1
+        self.buf = bytearray(self.engine.prologue(self, ts))
+        self.last_ts = ts
+
+    def flush(self, final: bool = False) -> None:
+        """Hands the current batch to the engine; `final` first ends every open slice."""
+        now = now_ns()
+        if final:
+            self.active = False
+            while self.stack:
+                self._pop(now)
+        self.engine.write_batch(self, bytes(self.buf))
+        if not final:
+            self._start_batch(now)
+
+    def discard(self) -> None:
+        """Drops everything buffered and stops recording (a forked child's inherited copy)."""
+        self.active = False
+        self.stack.clear()
+        self.buf = bytearray()
+
+    def _emit(self, kind: int, iid: int, ts: int) -> None:
+        if len(self.buf) >= self.batch_size:
+            self.engine.write_batch(self, bytes(self.buf))
+            self._start_batch(ts)
+        event = b"\x48" + SHORT_VARINTS[kind]
+        interned = b""
+        if iid:
+            event += b"\x50" + _varint(iid)
+            if kind == SLICE_BEGIN and self.locations[iid]:
+                event += b"\x90\x02" + _varint(iid)
+            if self.seen.get(iid) != self.batch_no:
+                self.seen[iid] = self.batch_no
+                blob = self.blobs[iid]
+                interned = b"\x62" + _varint(len(blob)) + blob
+        body = (
+            b"\x40"
+            + _varint(ts - self.last_ts)
+            + b"\x5a"
+            + SHORT_VARINTS[len(event)]
+            + event
+            + interned
+            + self.seq
+        )
+        self.last_ts = ts
+        self.buf += b"\x0a" + _varint(len(body)) + body
+        self.events += 1
+
+    # ---- the stack --------------------------------------------------------------------------
+
+    def _push(self, iid: int) -> None:
+        ts = now_ns()
+        if self.max_depth and len(self.stack) >= self.max_depth:
+            iid = 0
+        if iid == 0:
+            self.stack.append([ts, 0, _NOT_RECORDED])
+        elif self.min_duration_ns == 0:
+            self.stack.append([ts, iid, _EMITTED])
+            self._emit(SLICE_BEGIN, iid, ts)
+        else:
+            self.stack.append([ts, iid, _PENDING])
+
+    def _pop(self, now: int) -> None:
+        if not self.stack:
+            return  # a return from a frame entered before recording started
+        ts, iid, state = self.stack.pop()
+        depth = len(self.stack)
+        if state == _EMITTED:
+            self._emit(SLICE_END, 0, now)
+        elif state == _PENDING and now - ts >= self.min_duration_ns:
+            for entry in self.stack[self.first_pending :]:
+                if entry[2] == _PENDING:
+                    entry[2] = _EMITTED
+                    self._emit(SLICE_BEGIN, entry[1], entry[0])
+            self._emit(SLICE_BEGIN, iid, ts)
+            self._emit(SLICE_END, 0, now)
+            self.first_pending = depth
+        self.first_pending = min(self.first_pending, depth)
+
+    # ---- events from Python -----------------------------------------------------------------
+
+    def call(self, frame: types.FrameType) -> None:
+        """Records the call of `frame`."""
+        code = frame.f_code
+        iid = _codes.get(code)
+        if iid is None:
+            iid = _codes[code] = self.engine.intern_code(code, frame)
+        self._push(iid)
+
+    def begin(self, iid: int) -> None:
+        """Opens a slice named by interned `iid` on this thread."""
+        self._push(iid)
+
+    def end(self) -> None:
+        """Closes the innermost slice opened on this thread."""
+        self._pop(now_ns())
+
+    def instant(self, iid: int) -> None:
+        """An instant event named by interned `iid`."""
+        self._emit(INSTANT, iid, now_ns())
