@@ -227,7 +227,7 @@ def _run(program: Program, options: TraceOptions, duration: float, quiet: bool) 
         if duration:
             signal.setitimer(signal.ITIMER_REAL, 0)
         if not reraise_signal:
-            _join_non_daemon_threads()
+            recording.wait_for_threads()
         if progress is not None:
             progress.stop()
         summary = recording.stop()
@@ -254,14 +254,6 @@ def _exit_code(code: Any) -> int:
         return code & 0xFF
     print(code, file=sys.stderr)
     return 1
-
-
-def _join_non_daemon_threads() -> None:
-    """Waits for the program's threads as the interpreter would before exiting."""
-    current = threading.current_thread()
-    for thread in threading.enumerate():
-        if thread is not current and not thread.daemon and thread is not threading.main_thread():
-            thread.join()
 
 
 class _Progress:

@@ -16,7 +16,10 @@ from perfetto_client._tracer import _packets
 from perfetto_client._tracer._options import TraceOptions
 from perfetto_client._tracer._sink import FileSink, SinkStats
 
+OWN = 0xFFFFFFFF  # the iid of the tracer's own code: its frames and their callees are hidden
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+TRANSPARENT: set[types.CodeType] = set()
+"""The tracer's own code that runs the program: not recorded, but its callees are."""
 _BATCH_BYTES = 1 << 20
 _RING_BATCH_BYTES = 64 << 10
 
@@ -33,7 +36,7 @@ class Recorder(Protocol):
     def call(self, frame: Any) -> None: ...
     def flush(self, final: bool = False) -> None: ...
     def discard(self) -> None: ...
-    def begin(self, iid: int) -> None: ...
+    def begin(self, iid: int) -> bool: ...
     def end(self) -> None: ...
     def instant(self, iid: int) -> None: ...
 
@@ -79,9 +82,13 @@ class Engine:
         self.pid = os.getpid()
         self._names: dict[str, int] = {}
         self._saved_excepthook = threading.excepthook
-        self._recorders: dict[int, tuple[Recorder, int]] = {}  # thread ident -> (recorder, tid)
+        # Thread ident -> (recorder, native id) of live threads (idents are reused), and every
+        # recorder this recording made.
+        self._recorders: dict[int, tuple[Recorder, int]] = {}
+        self._all: list[tuple[Recorder, int, int]] = []  # recorder, ident, native id
         self._next_sequence = 1
         self._gc_open: dict[int, bool] = {}
+        self._names_at_exit: dict[int, str] = {}
         self.started_ns = 0
         self.stopped_ns = 0
         self.failed = False
@@ -91,8 +98,9 @@ class Engine:
 
     def _new_iid(self, blob_of: Callable[[int], bytes], location: bool) -> int:
         iid = len(self.blobs)
-        self.blobs.append(blob_of(iid))
+        self.blobs.append(b"")
         self.locations.append(1 if location else 0)
+        self.blobs[iid] = blob_of(iid)
         return iid
 
     def _selected(self, module: str, file: str) -> bool:
@@ -113,7 +121,7 @@ class Engine:
         """The iid naming `code` (0: not recorded)."""
         file = code.co_filename
         if file.startswith(_OWN_DIR):
-            return 0
+            return 0 if code in TRANSPARENT else OWN
         module = frame.f_globals.get("__name__", "")
         if not isinstance(module, str):
             module = ""
@@ -178,10 +186,13 @@ class Engine:
         return _packets.batch_prologue(self.pid, tid, name, recorder.sequence_id, timestamp_ns)
 
     def _thread_of(self, recorder: Recorder) -> tuple[int, str]:
-        for ident, (r, tid) in list(self._recorders.items()):
+        for r, ident, tid in self._all:
             if r is recorder:
+                entry = self._recorders.get(ident)
                 thread = threading._active.get(ident)  # type: ignore[attr-defined]
-                return tid, thread.name if thread is not None else f"thread {tid}"
+                if entry is None or entry[0] is not recorder or thread is None:
+                    return tid, self._names_at_exit.get(tid, f"thread {tid}")
+                return tid, thread.name
         # Called from the recorder's constructor, on its own thread.
         return threading.get_native_id(), threading.current_thread().name
 
@@ -208,7 +219,15 @@ class Engine:
             min_duration_ns=self.options.min_duration_ns,
             c_calls=self.options.c_calls,
         )
-        self._recorders[threading.get_ident()] = (recorder, threading.get_native_id())
+        ident, tid = threading.get_ident(), threading.get_native_id()
+        finished = self._recorders.get(ident)
+        if finished is not None:
+            # The ident is reused: the thread that had it has ended, and so has its recording.
+            self._all = [entry for entry in self._all if entry[0] is not finished[0]]
+            finished[0].flush(final=True)
+        self._recorders[ident] = (recorder, tid)
+        self._all.append((recorder, ident, tid))
+        self._names_at_exit[tid] = threading.current_thread().name
         return recorder
 
     def _thread_bootstrap(self, frame: Any, event: str, arg: Any) -> None:
@@ -226,9 +245,11 @@ class Engine:
         if entry is None:
             return
         recorder = entry[0]
+        ident = threading.get_ident()
         if phase == "start":
-            recorder.begin(self.intern_name(f"gc (generation {info.get('generation', 0)})"))
-        else:
+            name = f"gc (generation {info.get('generation', 0)})"
+            self._gc_open[ident] = recorder.begin(self.intern_name(name))
+        elif self._gc_open.pop(ident, False):
             recorder.end()
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -256,7 +277,7 @@ class Engine:
         if self._gc_callback in gc.callbacks:
             gc.callbacks.remove(self._gc_callback)
         self.stopped_ns = self.hook.now_ns()
-        for recorder, _ in list(self._recorders.values()):
+        for recorder, _, _ in list(self._all):
             self.failed |= recorder.failed
             recorder.flush(final=True)
         _state.current = None
@@ -265,15 +286,22 @@ class Engine:
             stats.lost_reason = stats.lost_reason or "an internal error stopped a thread's recorder"
         return stats
 
+    def stop_current_thread(self) -> None:
+        """Stops recording the calling thread (the others go on until `stop()`)."""
+        entry = self._recorders.get(threading.get_ident())
+        if entry is not None:
+            entry[0].active = False
+
     def snapshot(self, path: str) -> int:
         """Writes what the ring holds now to `path` (the recording goes on)."""
         return self.sink.dump(path)
 
     def forget_after_fork(self) -> None:
         """In a forked child: drops the parent's buffers and stops recording."""
-        for recorder, _ in self._recorders.values():
+        for recorder, _, _ in self._all:
             recorder.discard()
         self._recorders.clear()
+        self._all.clear()
         sys.setprofile(None)
         threading.setprofile(None)
         if self._gc_callback in gc.callbacks:

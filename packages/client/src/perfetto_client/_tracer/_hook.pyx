@@ -65,6 +65,10 @@ cdef enum:
     INSTANT = 3
 
 # Stack entry states.
+# The iid of the tracer's own code.
+cdef enum:
+    OWN = 0xFFFFFFFF
+
 cdef enum:
     NOT_RECORDED = 0
     PENDING = 1
@@ -143,28 +147,43 @@ cdef inline int _varint_size(uint64_t v) noexcept nogil:
 
 cdef int _hook(PyObject* obj, PyFrameObject* frame, int what, PyObject* arg) noexcept:
     cdef ThreadRecorder r = <ThreadRecorder>obj
+    cdef uint32_t iid
     if not r.active:
         return 0
+    r.in_hook = True
     try:
+        # The tracer's own frames (OWN) and everything they call are invisible.
         if what == PyTrace_CALL:
-            r.unwinding = False
-            r._on_call(frame)
-        elif what == PyTrace_RETURN:
-            if arg == NULL:
-                r._on_exception()
-            else:
+            iid = r._code_iid(frame)
+            if iid == OWN:
+                r.own_depth += 1
+            elif r.own_depth == 0:
                 r.unwinding = False
-            r._pop(ptr_now_ns())
+                r._push(iid)
+        elif what == PyTrace_RETURN:
+            iid = r._code_iid(frame)
+            if iid == OWN:
+                if r.own_depth > 0:
+                    r.own_depth -= 1
+            elif r.own_depth == 0:
+                if arg == NULL:
+                    r._on_exception()
+                else:
+                    r.unwinding = False
+                r._pop(ptr_now_ns())
         elif what == PyTrace_C_CALL:
-            r.unwinding = False
-            if r.c_calls:
-                r._on_c_call(frame, arg)
+            if r.c_calls and r.own_depth == 0:
+                iid = r._code_iid(frame)
+                if iid != OWN:
+                    r.unwinding = False
+                    r._on_c_call(iid, arg)
         elif what == PyTrace_C_RETURN or what == PyTrace_C_EXCEPTION:
-            if r.c_calls:
+            if r.c_calls and r.own_depth == 0 and r._code_iid(frame) != OWN:
                 r._pop(ptr_now_ns())
     except BaseException:
         r.active = False
         r.failed = True
+    r.in_hook = False
     return 0
 
 
@@ -191,6 +210,8 @@ cdef class ThreadRecorder:
     cdef list blobs
     cdef bytearray locations
     cdef bint unwinding
+    cdef bint in_hook
+    cdef Py_ssize_t own_depth
     cdef uint32_t exception_iid
     cdef public bint active
     cdef public bint failed
@@ -411,7 +432,7 @@ cdef class ThreadRecorder:
             self.first_pending = self.depth
         return 0
 
-    cdef uint32_t _code_iid(self, PyFrameObject* frame) except? 0xFFFFFFFF:
+    cdef uint32_t _code_iid(self, PyFrameObject* frame) except? 0xFFFFFFFE:
         # The frame keeps its code object alive, so the new reference is dropped at once.
         cdef PyObject* code = ptr_frame_code(frame)
         cdef void* extra = NULL
@@ -426,17 +447,14 @@ cdef class ThreadRecorder:
         _PyCode_SetExtra(code, _code_index, <void*>((_generation << 32) | iid))
         return iid
 
-    cdef int _on_call(self, PyFrameObject* frame) except -1:
-        self._push(self._code_iid(frame))
-        return 0
 
-    cdef int _on_c_call(self, PyFrameObject* frame, PyObject* func) except -1:
+    cdef int _on_c_call(self, uint32_t caller, PyObject* func) except -1:
         global _ctable_used
         cdef void* method
         cdef void* owner
         cdef Py_ssize_t slot
         cdef uint32_t iid
-        if self._code_iid(frame) == 0:
+        if caller == 0:
             # Builtins called by code that is not recorded (filtered out, or the tracer's
             # own) are not recorded either.
             self._push(0)
@@ -474,19 +492,26 @@ cdef class ThreadRecorder:
 
     def call(self, frame):
         """Records the call of `frame` (its first event reached another hook)."""
-        self._on_call(<PyFrameObject*><PyObject*>frame)
+        cdef uint32_t iid = self._code_iid(<PyFrameObject*><PyObject*>frame)
+        if iid != OWN:
+            self._push(iid)
 
     def begin(self, uint32_t iid):
-        """Opens a slice named by interned `iid` on this thread."""
+        """Opens a slice named by interned `iid` on this thread; False if it cannot now."""
+        if self.in_hook or not self.active:
+            return False
         self._push(iid)
+        return True
 
     def end(self):
-        """Closes the innermost slice opened on this thread."""
-        self._pop(ptr_now_ns())
+        """Closes the slice `begin` opened."""
+        if not self.in_hook:
+            self._pop(ptr_now_ns())
 
     def instant(self, uint32_t iid):
         """An instant event named by interned `iid`."""
-        self._emit(INSTANT, iid, ptr_now_ns())
+        if not self.in_hook and self.active:
+            self._emit(INSTANT, iid, ptr_now_ns())
 
 
 def uninstall_all_threads():

@@ -20,6 +20,7 @@ SLICE_BEGIN = 1
 SLICE_END = 2
 INSTANT = 3
 _NOT_RECORDED, _PENDING, _EMITTED = 0, 1, 2
+OWN = 0xFFFFFFFF  # the iid of the tracer's own code
 
 _codes: dict[types.CodeType, int] = {}
 _c_functions: dict[Any, int] = {}
@@ -78,30 +79,48 @@ class ThreadRecorder:
         self.seen: dict[int, int] = {}
         self.batch_no = 0
         self.last_ts = 0
-        self.last_exception: object = None
+        self.in_hook = False
+        self.own_depth = 0
         self._start_batch(now_ns())
 
     def install(self) -> None:
         """Makes this recorder the profile hook of the calling thread."""
         sys.setprofile(self._profile)
 
+    def _code_iid(self, frame: types.FrameType) -> int:
+        code = frame.f_code
+        iid = _codes.get(code)
+        if iid is None:
+            iid = _codes[code] = self.engine.intern_code(code, frame)
+        return iid
+
     def _profile(self, frame: types.FrameType, event: str, arg: Any) -> None:
         if not self.active:
             return
+        self.in_hook = True
         try:
+            # The tracer's own frames (OWN) and everything they call are invisible.
             if event == "call":
-                self.call(frame)
+                iid = self._code_iid(frame)
+                if iid == OWN:
+                    self.own_depth += 1
+                elif not self.own_depth:
+                    self._push(iid)
             elif event == "return":
-                self._pop(now_ns())
-            elif self.c_calls:
-                if event == "c_call":
-                    caller = _codes.get(frame.f_code)
-                    if caller is None:
-                        caller = _codes[frame.f_code] = self.engine.intern_code(frame.f_code, frame)
-                    if not caller:
-                        # Builtins called by code that is not recorded are not recorded either.
-                        self._push(0)
-                        return
+                if self._code_iid(frame) == OWN:
+                    self.own_depth = max(0, self.own_depth - 1)
+                elif not self.own_depth:
+                    self._pop(now_ns())
+            elif self.c_calls and not self.own_depth:
+                caller = self._code_iid(frame)
+                if caller == OWN:
+                    pass
+                elif event != "c_call":
+                    self._pop(now_ns())
+                elif not caller:
+                    # Builtins called by code that is not recorded are not recorded either.
+                    self._push(0)
+                else:
                     owner = getattr(arg, "__self__", None)
                     key = (
                         arg
@@ -112,11 +131,10 @@ class ThreadRecorder:
                     if iid is None:
                         iid = _c_functions[key] = self.engine.intern_c_function(arg)
                     self._push(iid)
-                else:
-                    self._pop(now_ns())
         except BaseException:
             self.active = False
             self.failed = True
+        self.in_hook = False
 
     # ---- batches ----------------------------------------------------------------------------
 
@@ -203,21 +221,24 @@ class ThreadRecorder:
     # ---- events from Python -----------------------------------------------------------------
 
     def call(self, frame: types.FrameType) -> None:
-        """Records the call of `frame`."""
-        code = frame.f_code
-        iid = _codes.get(code)
-        if iid is None:
-            iid = _codes[code] = self.engine.intern_code(code, frame)
-        self._push(iid)
+        """Records the call of `frame` (its first event reached another hook)."""
+        iid = self._code_iid(frame)
+        if iid != OWN:
+            self._push(iid)
 
-    def begin(self, iid: int) -> None:
-        """Opens a slice named by interned `iid` on this thread."""
+    def begin(self, iid: int) -> bool:
+        """Opens a slice named by interned `iid` on this thread; False if it cannot now."""
+        if self.in_hook or not self.active:
+            return False
         self._push(iid)
+        return True
 
     def end(self) -> None:
-        """Closes the innermost slice opened on this thread."""
-        self._pop(now_ns())
+        """Closes the slice `begin` opened."""
+        if not self.in_hook:
+            self._pop(now_ns())
 
     def instant(self, iid: int) -> None:
         """An instant event named by interned `iid`."""
-        self._emit(INSTANT, iid, now_ns())
+        if not self.in_hook and self.active:
+            self._emit(INSTANT, iid, now_ns())

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import os
 import sys
+import threading
 import types
 from typing import Any
 
@@ -112,6 +113,19 @@ class Recording:
         """Marks the exception that ends the program with an instant naming its type."""
         if self.engine is not None:
             self.engine.record_uncaught(exc)
+
+    def wait_for_threads(self) -> None:
+        """Waits for the program's non-daemon threads (still recorded) as the interpreter would."""
+        if self.engine is not None:
+            self.engine.stop_current_thread()
+        current = threading.current_thread()
+        for thread in threading.enumerate():
+            if (
+                thread is not current
+                and not thread.daemon
+                and thread is not threading.main_thread()
+            ):
+                thread.join()
 
     def snapshot(self, path: str) -> int:
         """Writes what the flight recorder holds now to `path`; returns its size."""

@@ -9,6 +9,7 @@ import types
 from typing import Any
 
 from perfetto_client._errors import TracingError
+from perfetto_client._tracer import _engine
 
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -47,6 +48,9 @@ class Program:
     def run(self) -> None:
         """Executes the program (exceptions propagate as they would from the interpreter)."""
         exec(self.code, self.main.__dict__)
+
+
+_engine.TRANSPARENT.add(Program.run.__code__)
 
 
 def _module_code(name: str) -> tuple[types.CodeType, str, Any]:
