@@ -101,12 +101,18 @@ def _start_child(parts: str, options: TraceOptions) -> None:
         if finished:
             return
         finished = True
-        summary = recording.stop()
-        info = {"events": summary.events_written, "lost": summary.events_lost}
-        if summary.lost_reason:
-            info["reason"] = summary.lost_reason  # type: ignore[assignment]
-        with open(os.path.join(parts, f"{pid}.json"), "w") as f:
-            json.dump(info, f)
+        try:
+            summary = recording.stop()
+            info: dict[str, object] = {
+                "events": summary.events_written,
+                "lost": summary.events_lost,
+            }
+            if summary.lost_reason:
+                info["reason"] = summary.lost_reason
+            with open(os.path.join(parts, f"{pid}.json"), "w") as f:
+                json.dump(info, f)
+        except OSError:
+            pass  # the parent has finished its trace already
 
     def exit_after_finishing(code: int) -> None:
         if os.getpid() == pid:
@@ -127,7 +133,7 @@ def _start_child(parts: str, options: TraceOptions) -> None:
         pass  # not the main thread
 
 
-def _restart_in_forked_child(engine: _engine.Engine) -> None:
+def _restart_in_forked_child() -> None:
     config = _config()
     if config is not None:
         _start_child(config[0], config[1])
@@ -149,9 +155,16 @@ def _config() -> tuple[str, TraceOptions] | None:
         return None
 
 
+# multiprocessing's helper processes outlive the program; the forkserver's children
+# (the workers) are recorded from the at-fork hook.
+_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
 def start_from_environment() -> None:
     """Starts recording if this process is a child of a --follow-children recording."""
     config = _config()
-    if config is not None and _engine.current() is None:
-        _engine.set_child_restart(_restart_in_forked_child)
+    if config is None or _engine.current() is not None:
+        return
+    _engine.set_child_restart(_restart_in_forked_child)
+    if not any(helper in arg for arg in sys.orig_argv for helper in _HELPERS):
         _start_child(*config)

@@ -13,6 +13,7 @@ import types
 from typing import Any, NoReturn
 
 from perfetto_client._errors import TracingError
+from perfetto_client._tracer._engine import TRANSPARENT
 from perfetto_client._tracer._options import DEFAULT_OUTPUT, TraceOptions
 from perfetto_client._tracer._recording import Recording
 from perfetto_client._tracer._runner import Program, without_own_frames
@@ -189,10 +190,12 @@ def _run(program: Program, options: TraceOptions, duration: float, quiet: bool) 
         size = recording.snapshot(path)
         print(f"perfetto-trace: snapshot written to {path} ({size} bytes)", file=sys.stderr)
 
-    signal.signal(signal.SIGTERM, on_sigterm)
-    signal.signal(signal.SIGUSR1, on_sigusr1)
+    handlers = {signal.SIGTERM: on_sigterm, signal.SIGUSR1: on_sigusr1}
     if duration:
-        signal.signal(signal.SIGALRM, on_sigterm)
+        handlers[signal.SIGALRM] = on_sigterm
+    for signum, handler in handlers.items():
+        _SAVED_HANDLERS[signum] = signal.signal(signum, handler)
+    if duration:
         signal.setitimer(signal.ITIMER_REAL, duration)
     program.prepare()
     # Started first so that its thread is not recorded.
@@ -245,6 +248,22 @@ def _print_exception(exc: BaseException) -> None:
     """Prints `exc` as the interpreter would, without the tracer's frames."""
     tb = without_own_frames(exc.__traceback__)
     sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+
+
+_SAVED_HANDLERS: dict[int, Any] = {}
+
+
+def _restore_handlers_in_child() -> None:
+    # A forked child of the program is not the program run by perfetto-trace.
+    for signum, handler in _SAVED_HANDLERS.items():
+        signal.signal(signum, handler)
+    _SAVED_HANDLERS.clear()
+
+
+os.register_at_fork(after_in_child=_restore_handlers_in_child)
+
+# _run starts the recording and runs the program: its frame is not recorded, the program is.
+TRANSPARENT.add(_run.__code__)
 
 
 def _exit_code(code: Any) -> int:

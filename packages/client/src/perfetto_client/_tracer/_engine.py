@@ -29,10 +29,12 @@ class Recorder(Protocol):
 
     active: bool
     failed: bool
+    in_hook: bool
+    flush_soon: bool
     events: int
     sequence_id: int
 
-    def install(self) -> None: ...
+    def install(self, own_frames: int = 0) -> None: ...
     def call(self, frame: Any) -> None: ...
     def flush(self, final: bool = False) -> None: ...
     def discard(self) -> None: ...
@@ -59,7 +61,7 @@ class _State:
     """This process's recording, and what a forked child runs (--follow-children)."""
 
     current: Engine | None = None
-    child_restart: Callable[[Engine], None] | None = None
+    child_restart: Callable[[], None] | None = None
 
 
 _state = _State()
@@ -130,7 +132,7 @@ class Engine:
         name = code.co_qualname
         if name == "<module>":
             name = f"<module {module}>"
-        elif module and module != "__main__":
+        elif module and module not in ("__main__", "__mp_main__"):
             name = f"{module}.{name}"
         line = code.co_firstlineno
         return self._new_iid(lambda iid: _packets.interned_name(iid, name, file, line), True)
@@ -266,7 +268,7 @@ class Engine:
         threading.excepthook = self._thread_excepthook
         if self.options.gc:
             gc.callbacks.append(self._gc_callback)
-        self._new_recorder().install()
+        self._new_recorder().install(_own_frames_running())
 
     def stop(self) -> SinkStats:
         """Stops recording, ends open slices, writes what is buffered and closes the sink."""
@@ -293,7 +295,17 @@ class Engine:
             entry[0].active = False
 
     def snapshot(self, path: str) -> int:
-        """Writes what the ring holds now to `path` (the recording goes on)."""
+        """Writes what the ring holds now to `path` (the recording goes on).
+
+        The calling thread's buffered events are included; other threads hand theirs over
+        at their next event, in time for the next snapshot.
+        """
+        me = threading.get_ident()
+        for ident, (recorder, _) in list(self._recorders.items()):
+            if ident == me and not recorder.in_hook:
+                recorder.flush()
+            else:
+                recorder.flush_soon = True
         return self.sink.dump(path)
 
     def forget_after_fork(self) -> None:
@@ -317,15 +329,28 @@ def _root_pid() -> int:
     return _ROOT_PID
 
 
+def _own_frames_running() -> int:
+    """The tracer's frames on the calling stack that return before the program goes on."""
+    count = 0
+    frame = sys._getframe(2)  # the caller of Engine.start
+    while frame is not None:
+        code = frame.f_code
+        if not code.co_filename.startswith(_OWN_DIR) or code in TRANSPARENT:
+            break
+        count += 1
+        frame = frame.f_back  # type: ignore[assignment]
+    return count + 1  # Engine.start itself
+
+
 def _after_fork_in_child() -> None:
     engine = _state.current
     if engine is not None:
         engine.forget_after_fork()
-        if _state.child_restart is not None:
-            _state.child_restart(engine)
+    if _state.child_restart is not None:
+        _state.child_restart()
 
 
-def set_child_restart(callback: Callable[[Engine], None] | None) -> None:
+def set_child_restart(callback: Callable[[], None] | None) -> None:
     """What a forked child runs after dropping the parent's recording (--follow-children)."""
     _state.child_restart = callback
 

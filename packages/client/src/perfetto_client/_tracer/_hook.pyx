@@ -197,6 +197,7 @@ cdef class ThreadRecorder:
     cdef uint64_t last_ts
     cdef Entry* stack
     cdef Py_ssize_t depth
+    cdef Py_ssize_t recorded_depth
     cdef Py_ssize_t stack_cap
     cdef Py_ssize_t first_pending
     cdef uint32_t* seen
@@ -210,7 +211,8 @@ cdef class ThreadRecorder:
     cdef list blobs
     cdef bytearray locations
     cdef bint unwinding
-    cdef bint in_hook
+    cdef public bint in_hook
+    cdef public bint flush_soon
     cdef Py_ssize_t own_depth
     cdef uint32_t exception_iid
     cdef public bint active
@@ -259,8 +261,13 @@ cdef class ThreadRecorder:
         free(self.stack)
         free(self.seen)
 
-    def install(self):
-        """Makes this recorder the profile hook of the calling thread."""
+    def install(self, Py_ssize_t own_frames=0):
+        """Makes this recorder the profile hook of the calling thread.
+
+        `own_frames` of the tracer's frames are running and will return before the program's
+        next event; nothing is recorded until they have.
+        """
+        self.own_depth = own_frames
         PyEval_SetProfile(_hook, <PyObject*>self)
 
     # ---- batches ----------------------------------------------------------------------------
@@ -309,6 +316,7 @@ cdef class ThreadRecorder:
         """Drops everything buffered and stops recording (a forked child's inherited copy)."""
         self.active = False
         self.depth = 0
+        self.recorded_depth = 0
         self.pos = 0
 
     # ---- packets ----------------------------------------------------------------------------
@@ -322,7 +330,8 @@ cdef class ThreadRecorder:
         cdef unsigned char* q
         cdef Py_ssize_t body
         cdef int size_len
-        if self.pos >= self.batch_size:
+        if self.pos >= self.batch_size or self.flush_soon:
+            self.flush_soon = False
             self._hand_off(ts)
         if iid != 0:
             if iid >= self.seen_cap:
@@ -396,7 +405,7 @@ cdef class ThreadRecorder:
                 raise MemoryError()
             self.stack = grown
             self.stack_cap *= 2
-        if self.max_depth and self.depth >= self.max_depth:
+        if self.max_depth and self.recorded_depth >= self.max_depth:
             iid = 0
         e = &self.stack[self.depth]
         self.depth += 1
@@ -404,7 +413,9 @@ cdef class ThreadRecorder:
         e.iid = iid
         if iid == 0:
             e.state = NOT_RECORDED
-        elif self.min_duration_ns == 0:
+            return 0
+        self.recorded_depth += 1
+        if self.min_duration_ns == 0:
             e.state = EMITTED
             self._emit(SLICE_BEGIN, iid, ts)
         else:
@@ -418,6 +429,8 @@ cdef class ThreadRecorder:
             return 0  # a return from a frame entered before recording started
         self.depth -= 1
         e = &self.stack[self.depth]
+        if e.state != NOT_RECORDED:
+            self.recorded_depth -= 1
         if e.state == EMITTED:
             self._emit(SLICE_END, 0, now)
         elif e.state == PENDING and now - e.ts >= self.min_duration_ns:

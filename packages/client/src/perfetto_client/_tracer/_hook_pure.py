@@ -80,11 +80,18 @@ class ThreadRecorder:
         self.batch_no = 0
         self.last_ts = 0
         self.in_hook = False
+        self.flush_soon = False
         self.own_depth = 0
+        self.recorded_depth = 0
         self._start_batch(now_ns())
 
-    def install(self) -> None:
-        """Makes this recorder the profile hook of the calling thread."""
+    def install(self, own_frames: int = 0) -> None:
+        """Makes this recorder the profile hook of the calling thread.
+
+        `own_frames` of the tracer's frames are running and will return before the program's
+        next event; nothing is recorded until they have.
+        """
+        self.own_depth = own_frames
         sys.setprofile(self._profile)
 
     def _code_iid(self, frame: types.FrameType) -> int:
@@ -157,11 +164,13 @@ class ThreadRecorder:
     def discard(self) -> None:
         """Drops everything buffered and stops recording (a forked child's inherited copy)."""
         self.active = False
+        self.recorded_depth = 0
         self.stack.clear()
         self.buf = bytearray()
 
     def _emit(self, kind: int, iid: int, ts: int) -> None:
-        if len(self.buf) >= self.batch_size:
+        if len(self.buf) >= self.batch_size or self.flush_soon:
+            self.flush_soon = False
             self.engine.write_batch(self, bytes(self.buf))
             self._start_batch(ts)
         event = b"\x48" + SHORT_VARINTS[kind]
@@ -191,11 +200,13 @@ class ThreadRecorder:
 
     def _push(self, iid: int) -> None:
         ts = now_ns()
-        if self.max_depth and len(self.stack) >= self.max_depth:
+        if self.max_depth and self.recorded_depth >= self.max_depth:
             iid = 0
         if iid == 0:
             self.stack.append([ts, 0, _NOT_RECORDED])
-        elif self.min_duration_ns == 0:
+            return
+        self.recorded_depth += 1
+        if self.min_duration_ns == 0:
             self.stack.append([ts, iid, _EMITTED])
             self._emit(SLICE_BEGIN, iid, ts)
         else:
@@ -206,6 +217,8 @@ class ThreadRecorder:
             return  # a return from a frame entered before recording started
         ts, iid, state = self.stack.pop()
         depth = len(self.stack)
+        if state != _NOT_RECORDED:
+            self.recorded_depth -= 1
         if state == _EMITTED:
             self._emit(SLICE_END, 0, now)
         elif state == _PENDING and now - ts >= self.min_duration_ns:

@@ -52,6 +52,8 @@ def _size(n: int) -> str:
 
 def process_name(argv: list[str]) -> str:
     """The name a process track gets: the program's file or module name."""
+    if "--multiprocessing-fork" in argv:
+        return "multiprocessing child"
     return os.path.basename(argv[0]) if argv and argv[0] else "python"
 
 

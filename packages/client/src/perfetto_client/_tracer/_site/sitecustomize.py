@@ -4,8 +4,8 @@ This directory is put first on the children's PYTHONPATH; any other `sitecustomi
 path still runs afterwards.
 """
 
-import contextlib
-import importlib
+import importlib.machinery
+import importlib.util
 import os
 import sys
 
@@ -14,7 +14,7 @@ from perfetto_client._tracer._children import start_from_environment
 start_from_environment()
 
 _here = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-del sys.modules["sitecustomize"]
-with contextlib.suppress(ImportError):
-    importlib.import_module("sitecustomize")
+_path = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+_spec = importlib.machinery.PathFinder.find_spec("sitecustomize", _path)
+if _spec is not None and _spec.loader is not None:
+    _spec.loader.exec_module(importlib.util.module_from_spec(_spec))
