@@ -34,7 +34,7 @@ def test_multiprocessing_pool_workers_are_traced(tmp_path: Path, method: str) ->
     squares = sum(t.names().count("square") for t in trace.threads.values())
     assert squares == 20
     assert worker_pids <= set(trace.processes)
-    assert "from" in proc.stderr and "processes" in proc.stderr
+    assert "from 3 processes" in proc.stderr
     assert not list(tmp_path.glob(".perfetto-trace-children-*"))
 
 
@@ -69,7 +69,8 @@ def test_a_forked_child_gets_its_own_process_track(tmp_path: Path) -> None:
     [child] = [t for t in trace.threads.values() if "in_child" in t.names()]
     [parent] = [t for t in trace.threads.values() if "in_parent" in t.names()]
     assert child.pid != parent.pid
-    assert "in_parent" not in child.names() and "in_child" not in parent.names()
+    assert "in_parent" not in child.names()
+    assert "in_child" not in parent.names()
     assert set(trace.processes) == {child.pid, parent.pid}
 
 

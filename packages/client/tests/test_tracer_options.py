@@ -33,7 +33,7 @@ def test_include_records_only_matching_modules(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     names = set(decode(out).all_names())
     assert names, "nothing recorded"
-    assert all(n.startswith("json.") or n.startswith("<module json") for n in names), names
+    assert all(n.startswith(("json.", "<module json")) for n in names), names
     assert "json.dumps" in names
 
 
@@ -63,7 +63,8 @@ def test_max_depth(tmp_path: Path) -> None:
     assert trace.problems == []
     [main] = trace.by_name("MainThread")
     assert max(s.depth for s in main.slices) == 1
-    assert "top" in main.names() and "middle" not in main.names()
+    assert "top" in main.names()
+    assert "middle" not in main.names()
 
 
 def test_no_c_calls(tmp_path: Path) -> None:
@@ -71,7 +72,8 @@ def test_no_c_calls(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     names = set(decode(out).all_names())
     assert "leaf" in names
-    assert "isinstance" not in names and "range" not in names
+    assert "isinstance" not in names
+    assert "range" not in names
 
 
 def test_min_duration_drops_short_slices_but_keeps_nesting(tmp_path: Path) -> None:
@@ -147,7 +149,7 @@ while True:
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout is not None
     assert proc.stdout.readline() == "ready\n"
     time.sleep(0.3)
     deadline = time.monotonic() + 60

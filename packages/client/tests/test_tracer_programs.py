@@ -38,7 +38,8 @@ def _check_fib_tree(s: Slice, n: int) -> None:
         _check_fib_tree(kids[0], n - 1)
         _check_fib_tree(kids[1], n - 2)
     for c in s.children:
-        assert s.ts <= c.ts and c.ts + c.dur <= s.ts + s.dur
+        assert s.ts <= c.ts
+        assert c.ts + c.dur <= s.ts + s.dur
 
 
 @pytest.mark.parametrize("hook", HOOKS)
@@ -185,7 +186,8 @@ print(asyncio.run(main()))
     names = trace.all_names()
     # Each step of a coroutine is a slice: leaf runs twice (before and after its await).
     assert names.count("leaf") == 10
-    assert "main" in names and "asyncio.runners.run" in names
+    assert "main" in names
+    assert "asyncio.runners.run" in names
 
 
 def test_gc_runs_are_slices(tmp_path: Path) -> None:

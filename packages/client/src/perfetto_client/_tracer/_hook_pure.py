@@ -134,10 +134,10 @@ class ThreadRecorder:
                         if owner is None or isinstance(owner, types.ModuleType)
                         else (type(owner), arg.__name__)
                     )
-                    iid = _c_functions.get(key)
-                    if iid is None:
-                        iid = _c_functions[key] = self.engine.intern_c_function(arg)
-                    self._push(iid)
+                    known = _c_functions.get(key)
+                    if known is None:
+                        known = _c_functions[key] = self.engine.intern_c_function(arg)
+                    self._push(known)
         except BaseException:
             self.active = False
             self.failed = True

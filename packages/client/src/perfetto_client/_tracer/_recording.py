@@ -12,7 +12,7 @@ from typing import Any
 
 from perfetto_client._errors import TracingError
 from perfetto_client._tracer import _children, _packets
-from perfetto_client._tracer._engine import Engine
+from perfetto_client._tracer._engine import Engine, current
 from perfetto_client._tracer._options import DEFAULT_OUTPUT, TraceOptions
 from perfetto_client._tracer._sink import FileSink, SinkStats
 
@@ -75,6 +75,8 @@ class Recording:
         """Starts recording every thread of this process."""
         if self.engine is not None:
             raise TracingError("this recording has already started")
+        if current() is not None:
+            raise TracingError("a recording is already running in this process")
         header = _packets.process_descriptor(os.getpid(), process_name(sys.argv), list(sys.argv), 0)
         ring = int(self.options.ring_mb * (1 << 20))
         try:
