@@ -6,10 +6,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from tracer_support import decode
-
 from perfetto_client import TracingError
 from perfetto_client._tracer import record
+from tracer_support import decode
 
 
 def fib(n: int) -> int:
