@@ -13,7 +13,7 @@ import types
 from typing import Any, NoReturn
 
 from perfetto_client._errors import TracingError
-from perfetto_client._tracer._engine import TRANSPARENT
+from perfetto_client._tracer._engine import TRANSPARENT, on_fork_in_child
 from perfetto_client._tracer._options import DEFAULT_OUTPUT, TraceOptions
 from perfetto_client._tracer._recording import Recording
 from perfetto_client._tracer._runner import Program, without_own_frames
@@ -260,7 +260,7 @@ def _restore_handlers_in_child() -> None:
     _SAVED_HANDLERS.clear()
 
 
-os.register_at_fork(after_in_child=_restore_handlers_in_child)
+on_fork_in_child(_restore_handlers_in_child)
 
 # _run starts the recording and runs the program: its frame is not recorded, the program is.
 TRANSPARENT.add(_run.__code__)

@@ -62,6 +62,7 @@ class _State:
 
     current: Engine | None = None
     child_restart: Callable[[], None] | None = None
+    fork_cleanups: list[Callable[[], None]] = []  # noqa: RUF012 (one instance)
 
 
 _state = _State()
@@ -343,11 +344,18 @@ def _own_frames_running() -> int:
 
 
 def _after_fork_in_child() -> None:
+    for cleanup in _state.fork_cleanups:
+        cleanup()
     engine = _state.current
     if engine is not None:
         engine.forget_after_fork()
     if _state.child_restart is not None:
         _state.child_restart()
+
+
+def on_fork_in_child(cleanup: Callable[[], None]) -> None:
+    """Runs `cleanup` in every forked child before its recording (if any) restarts."""
+    _state.fork_cleanups.append(cleanup)
 
 
 def set_child_restart(callback: Callable[[], None] | None) -> None:

@@ -73,6 +73,7 @@ cdef enum:
     NOT_RECORDED = 0
     PENDING = 1
     EMITTED = 2
+    HIDDEN = 3
 
 ctypedef struct Entry:
     uint64_t ts
@@ -148,38 +149,52 @@ cdef inline int _varint_size(uint64_t v) noexcept nogil:
 cdef int _hook(PyObject* obj, PyFrameObject* frame, int what, PyObject* arg) noexcept:
     cdef ThreadRecorder r = <ThreadRecorder>obj
     cdef uint32_t iid
+    cdef Entry* top
     if not r.active:
         return 0
     r.in_hook = True
     try:
-        # The tracer's own frames (OWN) and everything they call are invisible.
+        # The tracer's own frames (OWN) and everything they call are HIDDEN; returns and
+        # builtin calls are resolved from the stack, not from the code object.
         if what == PyTrace_CALL:
             iid = r._code_iid(frame)
             if iid == OWN:
                 r.own_depth += 1
-            elif r.own_depth == 0:
+                r._push_hidden(OWN)
+            elif r.own_depth:
+                r._push_hidden(0)
+            else:
                 r.unwinding = False
                 r._push(iid)
         elif what == PyTrace_RETURN:
-            iid = r._code_iid(frame)
-            if iid == OWN:
-                if r.own_depth > 0:
+            if r.depth == 0:
+                # A frame entered before recording started.
+                if r.own_depth and r._code_iid(frame) == OWN:
                     r.own_depth -= 1
-            elif r.own_depth == 0:
+            elif r.stack[r.depth - 1].state == HIDDEN:
+                r.depth -= 1
+                if r.stack[r.depth].iid == OWN:
+                    r.own_depth -= 1
+            else:
                 if arg == NULL:
                     r._on_exception()
                 else:
                     r.unwinding = False
                 r._pop(ptr_now_ns())
         elif what == PyTrace_C_CALL:
-            if r.c_calls and r.own_depth == 0:
-                iid = r._code_iid(frame)
-                if iid != OWN:
+            if r.c_calls:
+                if r.own_depth:
+                    r._push_hidden(0)
+                else:
                     r.unwinding = False
+                    iid = r.stack[r.depth - 1].iid if r.depth else r._code_iid(frame)
                     r._on_c_call(iid, arg)
         elif what == PyTrace_C_RETURN or what == PyTrace_C_EXCEPTION:
-            if r.c_calls and r.own_depth == 0 and r._code_iid(frame) != OWN:
-                r._pop(ptr_now_ns())
+            if r.c_calls and r.depth:
+                if r.stack[r.depth - 1].state == HIDDEN:
+                    r.depth -= 1
+                else:
+                    r._pop(ptr_now_ns())
     except BaseException:
         r.active = False
         r.failed = True
@@ -395,16 +410,27 @@ cdef class ThreadRecorder:
 
     # ---- the stack --------------------------------------------------------------------------
 
+    cdef int _grow_stack(self) except -1:
+        cdef Entry* grown = <Entry*>realloc(self.stack, 2 * self.stack_cap * sizeof(Entry))
+        if grown == NULL:
+            raise MemoryError()
+        self.stack = grown
+        self.stack_cap *= 2
+        return 0
+
+    cdef inline int _push_hidden(self, uint32_t iid) except -1:
+        if self.depth == self.stack_cap:
+            self._grow_stack()
+        self.stack[self.depth].iid = iid
+        self.stack[self.depth].state = HIDDEN
+        self.depth += 1
+        return 0
+
     cdef int _push(self, uint32_t iid) except -1:
-        cdef Entry* grown
         cdef uint64_t ts = ptr_now_ns()
         cdef Entry* e
         if self.depth == self.stack_cap:
-            grown = <Entry*>realloc(self.stack, 2 * self.stack_cap * sizeof(Entry))
-            if grown == NULL:
-                raise MemoryError()
-            self.stack = grown
-            self.stack_cap *= 2
+            self._grow_stack()
         if self.max_depth and self.recorded_depth >= self.max_depth:
             iid = 0
         e = &self.stack[self.depth]
@@ -429,20 +455,26 @@ cdef class ThreadRecorder:
             return 0  # a return from a frame entered before recording started
         self.depth -= 1
         e = &self.stack[self.depth]
-        if e.state != NOT_RECORDED:
+        if e.state == PENDING or e.state == EMITTED:
             self.recorded_depth -= 1
         if e.state == EMITTED:
             self._emit(SLICE_END, 0, now)
         elif e.state == PENDING and now - e.ts >= self.min_duration_ns:
-            for i in range(self.first_pending, self.depth):
-                if self.stack[i].state == PENDING:
-                    self.stack[i].state = EMITTED
-                    self._emit(SLICE_BEGIN, self.stack[i].iid, self.stack[i].ts)
+            self._emit_pending()
             self._emit(SLICE_BEGIN, e.iid, e.ts)
             self._emit(SLICE_END, 0, now)
-            self.first_pending = self.depth
         if self.first_pending > self.depth:
             self.first_pending = self.depth
+        return 0
+
+    cdef int _emit_pending(self) except -1:
+        # Writes the begins still held back by --min-duration (a descendant is being written).
+        cdef Py_ssize_t i
+        for i in range(self.first_pending, self.depth):
+            if self.stack[i].state == PENDING:
+                self.stack[i].state = EMITTED
+                self._emit(SLICE_BEGIN, self.stack[i].iid, self.stack[i].ts)
+        self.first_pending = self.depth
         return 0
 
     cdef uint32_t _code_iid(self, PyFrameObject* frame) except? 0xFFFFFFFE:
@@ -506,20 +538,29 @@ cdef class ThreadRecorder:
     def call(self, frame):
         """Records the call of `frame` (its first event reached another hook)."""
         cdef uint32_t iid = self._code_iid(<PyFrameObject*><PyObject*>frame)
-        if iid != OWN:
+        if iid == OWN:
+            self.own_depth += 1
+            self._push_hidden(OWN)
+        else:
             self._push(iid)
 
     def begin(self, uint32_t iid):
-        """Opens a slice named by interned `iid` on this thread; False if it cannot now."""
+        """Opens a slice named by interned `iid` on this thread; False if it cannot now.
+
+        Such slices (GC runs) are written at once, outside the call stack: the tracer's own
+        frame that opens one returns before it ends.
+        """
         if self.in_hook or not self.active:
             return False
-        self._push(iid)
+        cdef uint64_t now = ptr_now_ns()
+        self._emit_pending()
+        self._emit(SLICE_BEGIN, iid, now)
         return True
 
     def end(self):
         """Closes the slice `begin` opened."""
         if not self.in_hook:
-            self._pop(ptr_now_ns())
+            self._emit(SLICE_END, 0, ptr_now_ns())
 
     def instant(self, uint32_t iid):
         """An instant event named by interned `iid`."""

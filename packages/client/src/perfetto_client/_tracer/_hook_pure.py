@@ -222,14 +222,18 @@ class ThreadRecorder:
         if state == _EMITTED:
             self._emit(SLICE_END, 0, now)
         elif state == _PENDING and now - ts >= self.min_duration_ns:
-            for entry in self.stack[self.first_pending :]:
-                if entry[2] == _PENDING:
-                    entry[2] = _EMITTED
-                    self._emit(SLICE_BEGIN, entry[1], entry[0])
+            self._emit_pending()
             self._emit(SLICE_BEGIN, iid, ts)
             self._emit(SLICE_END, 0, now)
-            self.first_pending = depth
         self.first_pending = min(self.first_pending, depth)
+
+    def _emit_pending(self) -> None:
+        # Writes the begins still held back by --min-duration (a descendant is being written).
+        for entry in self.stack[self.first_pending :]:
+            if entry[2] == _PENDING:
+                entry[2] = _EMITTED
+                self._emit(SLICE_BEGIN, entry[1], entry[0])
+        self.first_pending = len(self.stack)
 
     # ---- events from Python -----------------------------------------------------------------
 
@@ -240,16 +244,22 @@ class ThreadRecorder:
             self._push(iid)
 
     def begin(self, iid: int) -> bool:
-        """Opens a slice named by interned `iid` on this thread; False if it cannot now."""
+        """Opens a slice named by interned `iid` on this thread; False if it cannot now.
+
+        Such slices (GC runs) are written at once, outside the call stack: the tracer's own
+        frame that opens one returns before it ends.
+        """
         if self.in_hook or not self.active:
             return False
-        self._push(iid)
+        now = now_ns()
+        self._emit_pending()
+        self._emit(SLICE_BEGIN, iid, now)
         return True
 
     def end(self) -> None:
         """Closes the slice `begin` opened."""
         if not self.in_hook:
-            self._pop(now_ns())
+            self._emit(SLICE_END, 0, now_ns())
 
     def instant(self, iid: int) -> None:
         """An instant event named by interned `iid`."""
