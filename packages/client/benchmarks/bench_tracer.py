@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 
 from perfetto_client._tracer import record
-from viztracer import VizTracer
+from viztracer import VizTracer  # type: ignore[import-untyped]
 
 clock = time.process_time
 
