@@ -17,6 +17,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import tomllib
 import venv
 from pathlib import Path
 
@@ -38,11 +39,14 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _package_files() -> list[Path]:
+    """The pyproject.toml of every package of the monorepo."""
+    return sorted([ROOT / "protos" / "pyproject.toml", *ROOT.glob("packages/*/pyproject.toml")])
+
+
 def _fingerprint() -> str:
     digest = hashlib.sha256()
-    files = sorted(ROOT.glob("**/pyproject.toml"))
-    files = [f for f in files if ".venv" not in f.parts and ".tools" not in f.parts]
-    for path in [*files, ROOT / "poetry.lock"]:
+    for path in [ROOT / "pyproject.toml", *_package_files(), ROOT / "poetry.lock"]:
         if path.exists():
             digest.update(str(path.relative_to(ROOT)).encode())
             digest.update(path.read_bytes())
@@ -63,6 +67,13 @@ def ensure_environment() -> None:
     if stamp.exists() and stamp.read_text() == fingerprint:
         return
     print("dev: installing the project into .venv/", flush=True)
+    python = _bin(ROOT / ".venv", "python")
+    if python.exists():
+        # Poetry skips a path package whose version did not change, even when its scripts or
+        # entry points did: uninstall ours so that it installs them anew.
+        names = [tomllib.loads(f.read_text())["project"]["name"] for f in _package_files()]
+        uninstall = [str(python), "-m", "pip", "uninstall", "-q", "-y", *names]
+        subprocess.run(uninstall, cwd=ROOT, env=_env(), check=False)
     subprocess.run([str(poetry), "install"], cwd=ROOT, env=_env(), check=True)
     stamp.write_text(fingerprint)
 

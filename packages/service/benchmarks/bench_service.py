@@ -148,7 +148,7 @@ class Traced:
                 sys.executable,
                 *os.environ.get("BENCH_TRACED_PREFIX", "").split(),
                 "-m",
-                "perfetto_service._traced",
+                "perfetto_service.traced",
             ],
             env=env,
             pass_fds=(write_end,),

@@ -19,15 +19,17 @@ import struct
 import time
 from collections.abc import Callable
 
-from perfetto_service import (
-    OverwritePolicy,
-    PacketSequenceProperties,
-    TraceBuffer,
-    TrustedFieldsWriter,
-    read_buffers_replies,
+from perfetto_service.core._buffer_reader import (
     read_producer_packets,
     read_producer_packets_as_trace,
 )
+from perfetto_service.core._read_slicer import read_buffers_replies
+from perfetto_service.core._trace_buffer import (
+    OverwritePolicy,
+    PacketSequenceProperties,
+    TraceBuffer,
+)
+from perfetto_service.core._trusted_fields import TrustedFieldsWriter
 
 CHUNK_PAYLOAD = 4088 - 8  # a Div1 chunk of a 4 KiB page, minus its header
 RUNS = 7

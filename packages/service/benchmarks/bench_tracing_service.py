@@ -29,14 +29,10 @@ from perfetto_protos.common.observable_events_pb2 import ObservableEvents
 from perfetto_protos.common.trace_stats_pb2 import TraceStats
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
-from perfetto_service import (
-    ClientIdentity,
-    ConsumerEndpointImpl,
-    ProducerEndpointImpl,
-    TracePacketSlices,
-    TracingService,
-    read_buffers_replies,
-)
+from perfetto_service import ClientIdentity, TracePacketSlices, TracingService
+from perfetto_service.core._consumer_endpoint import ConsumerEndpointImpl
+from perfetto_service.core._producer_endpoint import ProducerEndpointImpl
+from perfetto_service.core._read_slicer import read_buffers_replies
 from perfetto_smb import SharedMemoryArbiter, TraceWriter
 
 RUNS = 7

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from perfetto_service import PacketSequenceProperties, TraceBuffer
+from perfetto_service.core._trace_buffer import PacketSequenceProperties, TraceBuffer
 from perfetto_smb import ChunkFlags
 
 FIRST = int(ChunkFlags.FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK)

@@ -6,15 +6,14 @@ from typing import Any
 
 from perfetto_protos.trace import trace_packet_pb2
 from perfetto_protos.upstream import parse_upstream_trace
-from perfetto_service import (
-    PacketSequenceProperties,
-    TraceBuffer,
-    TrustedFieldsWriter,
-    read_buffers_replies,
+from perfetto_service import trace_file_bytes
+from perfetto_service.core._buffer_reader import (
     read_producer_packets,
     read_producer_packets_as_trace,
-    trace_file_bytes,
 )
+from perfetto_service.core._read_slicer import read_buffers_replies
+from perfetto_service.core._trace_buffer import PacketSequenceProperties, TraceBuffer
+from perfetto_service.core._trusted_fields import TrustedFieldsWriter
 from service_testlib import Chunk, ChunkPacker, copy, fragment, seq
 
 

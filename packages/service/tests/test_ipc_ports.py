@@ -22,13 +22,9 @@ from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.ipc import consumer_port_pb2, producer_port_pb2
-from perfetto_service import (
-    IPC_BUFFER_SIZE,
-    ConsumerIPCClient,
-    ProducerIPCClient,
-    ServiceError,
-    split_service_state,
-)
+from perfetto_service import ConsumerIPCClient, ProducerIPCClient, ServiceError
+from perfetto_service.core._read_slicer import IPC_BUFFER_SIZE
+from perfetto_service.ipc.service._consumer_port import split_service_state
 from perfetto_smb import SharedMemory, SharedMemoryABI, SharedMemoryReader
 from perfetto_wire import Client, Reply, RequestRejectedError
 

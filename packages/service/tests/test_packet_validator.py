@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfetto_protos.trace import trace_packet_pb2
 from perfetto_protos.trace.track_event import track_event_pb2
-from perfetto_service import (
+from perfetto_service.core._packet_validator import (
     SERVICE_RESERVED_FIELDS,
     validate_packet,
     validate_packet_bytes,

@@ -8,11 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfetto_protos.ipc import consumer_port_pb2
 from perfetto_protos.upstream import parse_upstream_trace
-from perfetto_service import (
+from perfetto_service import trace_file_bytes
+from perfetto_service.core._read_slicer import (
     IPC_BUFFER_SIZE,
     packet_preamble,
     read_buffers_replies,
-    trace_file_bytes,
 )
 
 _BUDGET = IPC_BUFFER_SIZE - 64

@@ -10,16 +10,16 @@ import pytest
 from perfetto_protos.common import trace_stats_pb2
 from perfetto_protos.config import trace_config_pb2
 from perfetto_protos.upstream import parse_upstream_trace
-from perfetto_service import (
+from perfetto_service import trace_file_bytes
+from perfetto_service.core._service_packets import (
     SYNC_MARKER,
-    BufferStats,
     ServicePacketWriter,
     TracingServiceEventKind,
     boot_time_ns,
     capture_clock_snapshot,
     collect_system_info,
-    trace_file_bytes,
 )
+from perfetto_service.core._trace_buffer import BufferStats
 
 
 def _parse(packet: bytes) -> Any:

@@ -9,18 +9,18 @@ from perfetto_protos.config import trace_config_pb2
 from perfetto_protos.ipc import consumer_port_pb2
 from perfetto_protos.trace import trace_packet_pb2
 from perfetto_protos.upstream import parse_upstream_trace
-from perfetto_service import (
+from perfetto_service import trace_file_bytes
+from perfetto_service.core._buffer_reader import read_producer_packets
+from perfetto_service.core._read_slicer import read_buffers_replies
+from perfetto_service.core._service_packets import (
     ServicePacketWriter,
-    TraceBuffer,
     TracingServiceEventKind,
-    TrustedFieldsWriter,
     boot_time_ns,
     capture_clock_snapshot,
     collect_system_info,
-    read_buffers_replies,
-    read_producer_packets,
-    trace_file_bytes,
 )
+from perfetto_service.core._trace_buffer import TraceBuffer
+from perfetto_service.core._trusted_fields import TrustedFieldsWriter
 from service_testlib import ChunkPacker, copy, seq
 
 

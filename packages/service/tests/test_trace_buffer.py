@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from perfetto_service import (
-    BufferStats,
-    OverwritePolicy,
-    Patch,
-    ServiceError,
-    TraceBuffer,
-)
+from perfetto_service import ServiceError
+from perfetto_service.core._trace_buffer import BufferStats, OverwritePolicy, Patch, TraceBuffer
 from service_testlib import (
     FIRST,
     LAST,

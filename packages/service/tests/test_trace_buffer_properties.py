@@ -6,7 +6,12 @@ from dataclasses import dataclass
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from perfetto_service import OverwritePolicy, PacketSequenceProperties, Patch, TraceBuffer
+from perfetto_service.core._trace_buffer import (
+    OverwritePolicy,
+    PacketSequenceProperties,
+    Patch,
+    TraceBuffer,
+)
 from service_testlib import PATCH, Chunk, ChunkPacker, copy, read_all, seq
 
 _SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -17,7 +17,7 @@ import pytest
 from ipc_fakes import wait_for
 from traced_testlib import TIMEOUT, ConsumerSession, Traced
 
-TRACED = [sys.executable, "-m", "perfetto_service._traced"]
+TRACED = [sys.executable, "-m", "perfetto_service.traced"]
 
 
 @pytest.fixture

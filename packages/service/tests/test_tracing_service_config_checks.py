@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
-from perfetto_service._config_checks import check_trace_config
+from perfetto_service.core._config_checks import check_trace_config
 from tracing_service_harness import FakeConsumer, ServiceEnv, simple_config
 
 

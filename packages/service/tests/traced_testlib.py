@@ -42,7 +42,7 @@ class Traced:
         read_end, write_end = os.pipe()
         self.env["TRACED_NOTIFY_FD"] = str(write_end)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "perfetto_service._traced", *extra_args],
+            [sys.executable, "-m", "perfetto_service.traced", *extra_args],
             env=self.env,
             pass_fds=(write_end,),
             stdout=subprocess.PIPE,

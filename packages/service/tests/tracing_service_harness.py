@@ -25,12 +25,12 @@ from perfetto_protos.upstream import parse_upstream_trace
 from perfetto_service import (
     AsyncioTaskRunner,
     ClientIdentity,
-    ConsumerEndpointImpl,
-    ProducerEndpointImpl,
     TracePacketSlices,
     TracingService,
     trace_file_bytes,
 )
+from perfetto_service.core._consumer_endpoint import ConsumerEndpointImpl
+from perfetto_service.core._producer_endpoint import ProducerEndpointImpl
 from perfetto_smb import SharedMemoryArbiter, TraceWriter
 
 T = TypeVar("T")

@@ -41,7 +41,6 @@ from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
 from perfetto_wire import (
     AsyncClient,
     Client,
-    ClientConnection,
     Deferred,
     Host,
     HostServer,
@@ -56,6 +55,7 @@ from perfetto_wire._call_frames import (
     encode_invoke,
     invoke_reply_header,
 )
+from perfetto_wire._client import ClientConnection
 
 PAYLOAD_SIZE = 64 * 1024
 MB = 1e6

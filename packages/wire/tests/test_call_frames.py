@@ -13,11 +13,8 @@ from perfetto_protos.ipc import consumer_port_pb2 as cp
 from perfetto_protos.ipc import producer_port_pb2 as pp
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
 from perfetto_wire import (
-    IPC_BUFFER_SIZE,
-    ClientConnection,
     Deferred,
     FrameDecoder,
-    FrameEndpoint,
     Host,
     Reply,
     ServiceDescriptor,
@@ -25,7 +22,9 @@ from perfetto_wire import (
     encode_frame,
 )
 from perfetto_wire._call_frames import decode_invoke, decode_invoke_reply
-from perfetto_wire._endpoint import GATHER_MIN_PAYLOAD
+from perfetto_wire._client import ClientConnection
+from perfetto_wire._endpoint import GATHER_MIN_PAYLOAD, FrameEndpoint
+from perfetto_wire._framing import IPC_BUFFER_SIZE
 from perfetto_wire._sockets import recv_with_fd
 from perfetto_wire._transport import SocketTransport
 

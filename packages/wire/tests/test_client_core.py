@@ -8,11 +8,9 @@ import pytest
 from perfetto_protos.ipc import producer_port_pb2 as pp
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
 from perfetto_wire import (
-    ClientConnection,
     ConnectionClosedError,
     Deferred,
     FrameDecoder,
-    FrameEndpoint,
     Host,
     MethodNotAvailableError,
     Reply,
@@ -22,6 +20,8 @@ from perfetto_wire import (
     WireError,
     encode_frame,
 )
+from perfetto_wire._client import ClientConnection
+from perfetto_wire._endpoint import FrameEndpoint
 
 PRODUCER_PORT = ServiceDescriptor.for_service("ProducerPort")
 

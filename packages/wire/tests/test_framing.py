@@ -10,14 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfetto_protos.ipc import producer_port_pb2 as pp
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
-from perfetto_wire import (
-    IPC_BUFFER_SIZE,
-    MAX_PAYLOAD_SIZE,
-    FrameDecoder,
-    FrameTooLargeError,
-    encode_frame,
-)
+from perfetto_wire import FrameDecoder, FrameTooLargeError, encode_frame
 from perfetto_wire._call_frames import encode_invoke, invoke_reply_header
+from perfetto_wire._framing import IPC_BUFFER_SIZE, MAX_PAYLOAD_SIZE
 
 # ABI.md §1.1: BindService("ProducerPort") with request_id 1.
 GOLDEN_BIND = bytes.fromhex("12000000 1001 1a0e 0a0c 50726f6475636572506f7274")

@@ -13,18 +13,17 @@ from hypothesis import strategies as st
 from perfetto_protos.ipc import producer_port_pb2 as pp
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
 from perfetto_wire import (
-    MAX_PAYLOAD_SIZE,
     ClientInfo,
     Deferred,
     FrameDecoder,
     FrameTooLargeError,
     Host,
-    HostConnection,
     ServiceDescriptor,
     WireError,
     encode_frame,
-    machine_id_for,
 )
+from perfetto_wire._framing import MAX_PAYLOAD_SIZE
+from perfetto_wire._host import HostConnection, machine_id_for
 
 PRODUCER_PORT = ServiceDescriptor.for_service("ProducerPort")
 

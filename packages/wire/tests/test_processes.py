@@ -22,7 +22,6 @@ from perfetto_protos.ipc import consumer_port_pb2 as cp
 from perfetto_protos.ipc import producer_port_pb2 as pp
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
 from perfetto_wire import (
-    MAX_PAYLOAD_SIZE,
     Client,
     ConnectionClosedError,
     FrameDecoder,
@@ -33,8 +32,9 @@ from perfetto_wire import (
     ServiceProxy,
     ServiceUnavailableError,
     encode_frame,
-    reconnect_delay,
 )
+from perfetto_wire._async_client import reconnect_delay
+from perfetto_wire._framing import MAX_PAYLOAD_SIZE
 from wire_peer import READ_BUFFERS_REPLIES, SHMEM_PATTERN, SLICE_SIZE, read_mapped
 from wire_testlib import HostProcess, Processes, ThreadHost
 

@@ -16,12 +16,11 @@ from perfetto_wire import (
     Host,
     HostServer,
     ServiceProxy,
-    TruncatedMessageError,
     WireError,
     parse_address,
     remove_stale_socket,
 )
-from perfetto_wire._sockets import recv_with_fd, send_with_fd
+from perfetto_wire._sockets import TruncatedMessageError, recv_with_fd, send_with_fd
 from wire_testlib import LoopThread, ThreadHost
 
 

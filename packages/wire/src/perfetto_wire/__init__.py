@@ -8,10 +8,8 @@ callbacks and never touch a socket; and thin socket adapters: `HostServer` (asyn
 
 from importlib.metadata import version as _version
 
-from perfetto_wire._async_client import AsyncClient, ServiceUnavailableError, reconnect_delay
+from perfetto_wire._async_client import AsyncClient, ServiceUnavailableError
 from perfetto_wire._client import (
-    BindCallback,
-    ClientConnection,
     ConnectionClosedError,
     MethodNotAvailableError,
     Reply,
@@ -19,58 +17,26 @@ from perfetto_wire._client import (
     RequestRejectedError,
     ServiceProxy,
 )
-from perfetto_wire._descriptors import MethodDescriptor, ServiceDescriptor, UnknownServiceError
-from perfetto_wire._endpoint import FrameEndpoint, Transport
+from perfetto_wire._descriptors import ServiceDescriptor
 from perfetto_wire._errors import WireError
-from perfetto_wire._framing import (
-    IPC_BUFFER_SIZE,
-    MAX_PAYLOAD_SIZE,
-    FrameDecoder,
-    FrameTooLargeError,
-    encode_frame,
-)
-from perfetto_wire._host import (
-    ClientInfo,
-    ConnectionCallback,
-    Deferred,
-    Handler,
-    Host,
-    HostConnection,
-    machine_id_for,
-)
-from perfetto_wire._server import DEFAULT_SEND_TIMEOUT, HostServer
-from perfetto_wire._sockets import (
-    SocketAddress,
-    TruncatedMessageError,
-    parse_address,
-    peer_credentials,
-    remove_stale_socket,
-)
+from perfetto_wire._framing import FrameDecoder, FrameTooLargeError, encode_frame
+from perfetto_wire._host import ClientInfo, Deferred, Host
+from perfetto_wire._server import HostServer
+from perfetto_wire._sockets import parse_address, remove_stale_socket
 from perfetto_wire._threaded_client import Client
-from perfetto_wire._transport import SocketTransport
 
 __version__: str = _version("perfetto-wire")
 
 __all__ = [
-    "DEFAULT_SEND_TIMEOUT",
-    "IPC_BUFFER_SIZE",
-    "MAX_PAYLOAD_SIZE",
     "AsyncClient",
-    "BindCallback",
     "Client",
-    "ClientConnection",
     "ClientInfo",
-    "ConnectionCallback",
     "ConnectionClosedError",
     "Deferred",
     "FrameDecoder",
-    "FrameEndpoint",
     "FrameTooLargeError",
-    "Handler",
     "Host",
-    "HostConnection",
     "HostServer",
-    "MethodDescriptor",
     "MethodNotAvailableError",
     "Reply",
     "ReplyCallback",
@@ -78,17 +44,9 @@ __all__ = [
     "ServiceDescriptor",
     "ServiceProxy",
     "ServiceUnavailableError",
-    "SocketAddress",
-    "SocketTransport",
-    "Transport",
-    "TruncatedMessageError",
-    "UnknownServiceError",
     "WireError",
     "__version__",
     "encode_frame",
-    "machine_id_for",
     "parse_address",
-    "peer_credentials",
-    "reconnect_delay",
     "remove_stale_socket",
 ]

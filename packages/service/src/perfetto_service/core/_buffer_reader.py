@@ -1,0 +1,141 @@
+"""Draining producer packets out of a TraceBuffer the way ReadBuffers does.
+
+Each packet read is validated (invalid ones are dropped and counted) and gets the
+trusted suffix of its sequence appended as a last slice. Two outputs: the packets as
+slices (for ReadBuffers replies), or directly the bytes of a trace file.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from perfetto_service.core._packet_validator import valid_packet_spans
+from perfetto_service.core._read_slicer import PACKET_PREAMBLES, packet_preamble
+from perfetto_service.core._trace_buffer import PacketSpans, TraceBuffer
+from perfetto_service.core._trusted_fields import TrustedFieldsWriter
+
+PacketSlices = tuple[bytes, bytes]
+"""A packet ready to be sent: its bytes (a copy, not a view of the buffer), then its trusted
+suffix."""
+
+
+class DrainResult(NamedTuple):
+    """What `read_producer_packets` read."""
+
+    packets: list[PacketSlices]
+    size: int
+    """Sum of the sizes of every slice of `packets`."""
+    invalid_packets: int
+    """Packets dropped by validation."""
+    hit_threshold: bool
+    """Whether reading stopped at the byte threshold (more may be left) rather than at the end."""
+
+
+class TraceDrainResult(NamedTuple):
+    """What `read_producer_packets_as_trace` read."""
+
+    trace: bytes
+    """The packets, each framed as a `Trace.packet` field."""
+    size: int
+    """Sum of the packets' sizes (without their framing)."""
+    packets: int
+    invalid_packets: int
+    """Packets dropped by validation."""
+    hit_threshold: bool
+    """Whether reading stopped at the byte threshold (more may be left) rather than at the end."""
+
+
+def _packet_suffixes(
+    trusted_fields: TrustedFieldsWriter, spans: PacketSpans, valid: list[int]
+) -> tuple[bytes, bytes]:
+    """(suffix of the first valid packet, suffix of the others) of a run of packets.
+
+    The loss flag goes only on the run's first packet, and only if that one is valid. The
+    suffixes are made at a run's first valid packet: that is when a sequence gets its
+    trusted_packet_sequence_id, as upstream numbers them.
+    """
+    suffix = trusted_fields.suffix(spans.sequence, 0)
+    if spans.previous_packet_dropped and valid[0] == spans.offsets[0]:
+        return trusted_fields.suffix(spans.sequence, spans.previous_packet_dropped), suffix
+    return suffix, suffix
+
+
+def read_producer_packets(
+    buffer: TraceBuffer, trusted_fields: TrustedFieldsWriter, threshold: int
+) -> DrainResult:
+    """Starts a read pass on `buffer` and reads packets until `threshold` bytes or the end.
+
+    Like upstream, the threshold is not a hard limit: reading stops after the packet that
+    reaches it, or a little later, at the end of that packet's run in its chunk (packets
+    already taken out of the buffer are never left behind).
+    """
+    buffer.begin_read()
+    read_spans = buffer.read_next_packet_spans
+    packets: list[PacketSlices] = []
+    append = packets.append
+    total = 0
+    invalid = 0
+    while total < threshold:
+        spans = read_spans(threshold - total)
+        if spans is None:
+            return DrainResult(packets, total, invalid, False)
+        data, offsets = spans.data, spans.offsets
+        valid = valid_packet_spans(data, offsets)
+        invalid += (len(offsets) - len(valid)) >> 1
+        if not valid:
+            continue
+        suffix_for_run = _packet_suffixes(trusted_fields, spans, valid)
+        view = memoryview(data)
+        suffix = suffix_for_run[0]
+        for i in range(0, len(valid), 2):
+            start = valid[i]
+            end = valid[i + 1]
+            total += end - start + len(suffix)
+            # A copy rather than a view: as cheap for small packets, and unlike views, not
+            # tracked by the garbage collector (thousands of views make it run often).
+            append((bytes(view[start:end]), suffix))
+            suffix = suffix_for_run[1]
+    return DrainResult(packets, total, invalid, True)
+
+
+def read_producer_packets_as_trace(
+    buffer: TraceBuffer, trusted_fields: TrustedFieldsWriter, threshold: int
+) -> TraceDrainResult:
+    """`read_producer_packets` straight into trace-file bytes (for write_into_file)."""
+    buffer.begin_read()
+    read_spans = buffer.read_next_packet_spans
+    preambles = PACKET_PREAMBLES
+    cached = len(preambles)
+    parts: list[bytes | bytearray] = []
+    extend = parts.extend
+    total = 0
+    count = 0
+    invalid = 0
+    hit_threshold = True
+    while total < threshold:
+        spans = read_spans(threshold - total)
+        if spans is None:
+            hit_threshold = False
+            break
+        data, offsets = spans.data, spans.offsets
+        valid = valid_packet_spans(data, offsets)
+        invalid += (len(offsets) - len(valid)) >> 1
+        if not valid:
+            continue
+        suffix_for_run = _packet_suffixes(trusted_fields, spans, valid)
+        suffix = suffix_for_run[0]
+        count += len(valid) >> 1
+        for i in range(0, len(valid), 2):
+            start = valid[i]
+            end = valid[i + 1]
+            size = end - start + len(suffix)
+            total += size
+            extend(
+                (
+                    preambles[size] if size < cached else packet_preamble(size),
+                    data[start:end],
+                    suffix,
+                )
+            )
+            suffix = suffix_for_run[1]
+    return TraceDrainResult(b"".join(parts), total, count, invalid, hit_threshold)

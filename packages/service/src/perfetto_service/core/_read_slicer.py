@@ -1,0 +1,138 @@
+"""Serializing read packets for a consumer: ReadBuffers replies, or trace-file bytes.
+
+A packet is a sequence of slices (its bytes, then the trusted suffix). Over IPC every
+slice becomes one ReadBuffersResponse.Slice, in order, never interleaved with another
+packet's; a reply is closed before a slice would push its estimated size (each slice's
+size + 16) past 131072 - 64 bytes. A slice too big for one reply (a packet reassembled
+from many chunks) is sent as several consecutive slices. In a file every packet is one
+`Trace.packet` field: 0x0A, the varint length, then the slices. Both forms carry the same
+bytes.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from itertools import accumulate, chain, repeat
+from operator import add
+
+from perfetto_service.core._field_encoding import nested_length, varint
+
+IPC_BUFFER_SIZE = 131072
+"""Largest IPC frame, length prefix included (kIPCBufferSize)."""
+
+_SLICE_OVERHEAD = 16
+_REPLY_OVERHEAD = 64
+_REPLY_BUDGET = IPC_BUFFER_SIZE - _REPLY_OVERHEAD
+_MAX_SLICE = 1 << 16
+_SLICES_TAG = b"\x12"  # ReadBuffersResponse.slices = 2
+_DATA_TAG = b"\x0a"  # Slice.data = 1
+_LAST_SLICE = b"\x10\x01"  # Slice.last_slice_for_packet = 2
+_NOT_LAST_SLICE = b"\x10\x00"
+_TRACE_PACKET_TAG = b"\x0a"  # Trace.packet = 1
+
+Slice = bytes | bytearray | memoryview
+"""One piece of a packet."""
+
+
+def _slice_prefix(size: int) -> bytes:
+    """What precedes the data of a `size`-byte slice in a reply: the Slice key and length."""
+    size_varint = varint(size)
+    return _SLICES_TAG + nested_length(1 + len(size_varint) + size + 2) + _DATA_TAG + size_varint
+
+
+# Slice prefixes by slice size, built as sizes are first seen (slices are at most 64 KiB).
+_SLICE_PREFIXES: dict[int, bytes] = {}
+# The last_slice_for_packet values of the slices of a packet, by its number of slices.
+_LAST_FLAGS: list[tuple[bytes, ...]] = [
+    (_NOT_LAST_SLICE,) * (n - 1) + (_LAST_SLICE,) if n else () for n in range(65)
+]
+
+
+def _split(packet: Sequence[Slice]) -> Sequence[Slice]:
+    """`packet` with every slice above 64 KiB cut into 64 KiB pieces."""
+    pieces: list[Slice] = []
+    for piece in packet:
+        view = memoryview(piece)
+        pieces.extend(view[i : i + _MAX_SLICE] for i in range(0, len(view), _MAX_SLICE))
+    return pieces
+
+
+def _last_flags(counts: list[int]) -> Iterable[bytes]:
+    """The last_slice_for_packet field of every slice of packets of `counts` slices."""
+    if max(counts) < len(_LAST_FLAGS):
+        return chain.from_iterable(map(_LAST_FLAGS.__getitem__, counts))
+    return [
+        _LAST_SLICE if position == count - 1 else _NOT_LAST_SLICE
+        for count in counts
+        for position in range(count)
+    ]
+
+
+def read_buffers_replies(packets: Iterable[Sequence[Slice]]) -> list[bytes]:
+    """The serialized ReadBuffersResponse messages carrying `packets`, in order.
+
+    Every reply but the last goes out with has_more = true; the last one carries the
+    read's own has_more, and exists (possibly empty) even when `packets` is empty.
+    """
+    packets = list(packets)
+    pieces: list[Slice] = list(chain.from_iterable(packets))
+    if not pieces:
+        return [b""]
+    sizes = list(map(len, pieces))
+    if max(sizes) > _MAX_SLICE:
+        packets = [
+            _split(packet) if max(map(len, packet), default=0) > _MAX_SLICE else packet
+            for packet in packets
+        ]
+        pieces = list(chain.from_iterable(packets))
+        sizes = list(map(len, pieces))
+    prefixes = _SLICE_PREFIXES
+    for size in set(sizes).difference(prefixes):
+        prefixes[size] = _slice_prefix(size)
+    flat = list(
+        chain.from_iterable(
+            zip(
+                map(prefixes.__getitem__, sizes),
+                pieces,
+                _last_flags(list(map(len, packets))),
+                strict=True,
+            )
+        )
+    )
+    # A reply is closed before a slice would push its estimated size past the budget.
+    estimated = list(accumulate(map(add, sizes, repeat(_SLICE_OVERHEAD))))
+    replies: list[bytes] = []
+    begin = 0
+    sent = 0
+    while begin < len(pieces):
+        end = max(bisect.bisect_right(estimated, sent + _REPLY_BUDGET, begin), begin + 1)
+        replies.append(b"".join(flat[3 * begin : 3 * end]))
+        sent = estimated[end - 1]
+        begin = end
+    return replies
+
+
+PACKET_PREAMBLES: tuple[bytes, ...] = tuple(_TRACE_PACKET_TAG + varint(n) for n in range(1 << 14))
+"""`packet_preamble` of every size below 16 KiB, the sizes nearly every packet has."""
+
+
+def packet_preamble(packet_size: int) -> bytes:
+    """The bytes preceding a packet of `packet_size` bytes in a trace file."""
+    if packet_size < len(PACKET_PREAMBLES):
+        return PACKET_PREAMBLES[packet_size]
+    return _TRACE_PACKET_TAG + varint(packet_size)
+
+
+def trace_file_bytes(packets: Iterable[Sequence[Slice]]) -> bytes:
+    """`packets` as a trace file (a serialized `Trace`) fragment."""
+    parts: list[Slice] = []
+    append = parts.append
+    extend = parts.extend
+    preambles = PACKET_PREAMBLES
+    limit = len(preambles)
+    for packet in packets:
+        size = sum(map(len, packet))
+        append(preambles[size] if size < limit else packet_preamble(size))
+        extend(packet)
+    return b"".join(parts)

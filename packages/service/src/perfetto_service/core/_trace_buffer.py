@@ -1,0 +1,999 @@
+"""The service's central trace buffer, with upstream's TraceBufferV1 semantics.
+
+Chunks copied out of producers' shared memory are stored back to back in a fixed-size
+ring of 16-byte-aligned chunk records; a look-aside index keyed by (producer, writer,
+chunk id) serves patching and reading. Nothing a producer can put in a chunk header or
+payload raises out of this module: bad input is dropped and counted in `BufferStats`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+import struct
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from perfetto_protos.common import trace_stats_pb2
+from perfetto_smb import PACKET_SIZE_DROP_PACKET, PATCH_SIZE, ChunkFlags
+
+from perfetto_service._errors import ServiceError
+from perfetto_service.core._field_encoding import varint_field
+
+RECORD_HEADER_SIZE = 16
+"""Size of the header stored in front of every chunk record (upstream's ChunkRecord)."""
+
+_MAX_RECORD_SIZE = 0xFFFF
+_CHUNK_ID_MASK = 0xFFFFFFFF
+_HALF_CHUNK_ID_SPACE = 0x80000000
+_U16_MAX = 0xFFFF
+_FLAGS_MASK = 0x3F
+_PADDING_BIT = 0x40
+# chunk_id u32, producer_id u16, writer_id u16, num_fragments u16, record size u16,
+# flags byte (bits 0-5 chunk flags, bit 6 padding), then "CHU" as a marker.
+_HEADER = struct.Struct("<IHHHHB3s")
+_HEADER_MARK = b"CHU"
+_ZEROS = bytes(RECORD_HEADER_SIZE)
+_U32 = struct.Struct("<I")
+
+BytesLike = bytes | bytearray | memoryview
+"""What chunk payloads may be given as (a memoryview of a shared memory mapping included)."""
+
+
+_FIRST_CONTINUES = int(ChunkFlags.FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK)
+_LAST_CONTINUES = int(ChunkFlags.LAST_PACKET_CONTINUES_ON_NEXT_CHUNK)
+_NEEDS_PATCHING = int(ChunkFlags.CHUNK_NEEDS_PATCHING)
+
+
+class OverwritePolicy(enum.Enum):
+    """What a full buffer does with new chunks (BufferConfig.fill_policy)."""
+
+    OVERWRITE = "overwrite"
+    """RING_BUFFER: the oldest chunks are overwritten."""
+    DISCARD = "discard"
+    """DISCARD: the first write that would clobber unread data, and every later one, is dropped."""
+
+
+class PacketSequenceProperties(NamedTuple):
+    """Identifies the sequence a packet was read from; the ids are trusted (from the service)."""
+
+    producer_id: int
+    producer_uid: int
+    producer_pid: int | None
+    writer_id: int
+    machine_id: int = 0
+
+
+class BufferedPacket(NamedTuple):
+    """One whole packet read from a `TraceBuffer`.
+
+    `data` is a view into the buffer's memory, valid until the next write into it (or of
+    the joined fragments, for a packet that was fragmented). `previous_packet_dropped` is 1
+    when data may have been lost on the sequence before this packet, else 0.
+    """
+
+    data: memoryview
+    sequence: PacketSequenceProperties
+    previous_packet_dropped: int
+
+
+class PacketRun(NamedTuple):
+    """Consecutive whole packets of one sequence, as `TraceBuffer.read_next_packets` returns.
+
+    `previous_packet_dropped` applies to the first packet; each later one directly follows
+    the one before it. A packet that was not fragmented is a view into the buffer, valid
+    until the next write; a fragmented one is a view of its fragments joined.
+    """
+
+    packets: list[memoryview]
+    sequence: PacketSequenceProperties
+    previous_packet_dropped: int
+
+
+class PacketSpans(NamedTuple):
+    """Consecutive whole packets of one sequence as offsets into `data`.
+
+    Packet i is data[offsets[2 * i] : offsets[2 * i + 1]]. `data` is the buffer's own
+    memory (valid until the next write), or the joined fragments of one packet that was
+    fragmented. `previous_packet_dropped` applies to the first packet, as in `PacketRun`.
+    """
+
+    data: bytearray | bytes
+    offsets: list[int]
+    sequence: PacketSequenceProperties
+    previous_packet_dropped: int
+
+
+class Patch(NamedTuple):
+    """An out-of-band patch: `data` (4 bytes) goes at `offset` from the chunk payload's start."""
+
+    offset: int
+    data: bytes
+
+
+_STATS_FIELDS: tuple[tuple[str, int], ...] = (
+    ("bytes_written", 1),
+    ("chunks_written", 2),
+    ("chunks_overwritten", 3),
+    ("write_wrap_count", 4),
+    ("patches_succeeded", 5),
+    ("patches_failed", 6),
+    ("readaheads_succeeded", 7),
+    ("readaheads_failed", 8),
+    ("abi_violations", 9),
+    ("chunks_rewritten", 10),
+    ("chunks_committed_out_of_order", 11),
+    ("buffer_size", 12),
+    ("bytes_overwritten", 13),
+    ("bytes_read", 14),
+    ("padding_bytes_written", 15),
+    ("padding_bytes_cleared", 16),
+    ("chunks_read", 17),
+    ("chunks_discarded", 18),
+    ("trace_writer_packet_loss", 19),
+    ("chunks_relocated", 20),
+)
+
+
+class BufferStats:
+    """The counters of one buffer; names and field numbers of TraceStats.BufferStats."""
+
+    __slots__ = tuple(name for name, _ in _STATS_FIELDS)
+
+    bytes_written: int
+    chunks_written: int
+    chunks_overwritten: int
+    write_wrap_count: int
+    patches_succeeded: int
+    patches_failed: int
+    readaheads_succeeded: int
+    readaheads_failed: int
+    abi_violations: int
+    chunks_rewritten: int
+    chunks_committed_out_of_order: int
+    buffer_size: int
+    bytes_overwritten: int
+    bytes_read: int
+    padding_bytes_written: int
+    padding_bytes_cleared: int
+    chunks_read: int
+    chunks_discarded: int
+    trace_writer_packet_loss: int
+    chunks_relocated: int
+
+    def __init__(self, buffer_size: int = 0) -> None:
+        for name, _ in _STATS_FIELDS:
+            setattr(self, name, 0)
+        self.buffer_size = buffer_size
+
+    def as_dict(self) -> dict[str, int]:
+        """Every counter by its proto field name."""
+        return {name: getattr(self, name) for name, _ in _STATS_FIELDS}
+
+    def serialize(self) -> bytes:
+        """The serialized TraceStats.BufferStats message (every field, in field-number order)."""
+        return b"".join(
+            varint_field(number, getattr(self, name))
+            for name, number in sorted(_STATS_FIELDS, key=lambda item: item[1])
+        )
+
+    def to_proto(self) -> trace_stats_pb2.TraceStats.BufferStats:
+        """The counters as a TraceStats.BufferStats message."""
+        return trace_stats_pb2.TraceStats.BufferStats(**self.as_dict())
+
+    def __repr__(self) -> str:
+        nonzero = ", ".join(f"{k}={v}" for k, v in self.as_dict().items() if v)
+        return f"BufferStats({nonzero})"
+
+
+CHUNK_PAYLOAD_HISTOGRAM_THRESHOLDS: tuple[int, ...] = (
+    8,
+    32,
+    128,
+    512,
+    1024,
+    2048,
+    4096,
+    8192,
+    12288,
+    16384,
+)
+"""Upper bounds of the buckets of `ChunkPayloadHistogram`; one more bucket holds the rest."""
+
+
+class ChunkPayloadHistogram:
+    """How full the chunks read from one writer were (TraceStats.WriterStats).
+
+    Each fully read chunk adds the number of payload bytes its fragments used.
+    """
+
+    __slots__ = ("counts", "sums")
+
+    def __init__(self) -> None:
+        buckets = len(CHUNK_PAYLOAD_HISTOGRAM_THRESHOLDS) + 1
+        self.counts = [0] * buckets
+        self.sums = [0] * buckets
+
+    def add(self, value: int) -> None:
+        """Counts one chunk that used `value` payload bytes."""
+        bucket = bisect.bisect_left(CHUNK_PAYLOAD_HISTOGRAM_THRESHOLDS, value)
+        self.counts[bucket] += 1
+        self.sums[bucket] += value
+
+
+class _ChunkMeta:
+    """Index entry of one chunk record."""
+
+    __slots__ = (
+        "complete",
+        "cur_offset",
+        "flags",
+        "fragments_read",
+        "num_fragments",
+        "props",
+        "record_offset",
+        "record_size",
+        "skipped",
+    )
+
+    def __init__(
+        self,
+        record_offset: int,
+        record_size: int,
+        num_fragments: int,
+        flags: int,
+        props: PacketSequenceProperties,
+        *,
+        complete: bool,
+    ) -> None:
+        self.record_offset = record_offset
+        self.record_size = record_size
+        self.num_fragments = num_fragments
+        self.complete = complete
+        self.flags = flags
+        self.props = props
+        self.fragments_read = 0
+        # Offset of the next fragment to read, from the start of the record's payload.
+        self.cur_offset = 0
+        # Whether the last fragment consumed from this chunk was skipped (lost).
+        self.skipped = False
+
+
+class _Sequence:
+    """Per (producer, writer) bookkeeping.
+
+    The read walk of a sequence (upstream's SequenceIterator) starts at its oldest chunk
+    and moves over consecutive chunk ids. Chunks already fully read stay in the buffer
+    until overwritten, so instead of re-walking them on every read pass the sequence
+    remembers where the walk arrives after them (`resume`) and the drop flag it carries
+    there. Any change that could alter that prefix of the walk forgets the hint.
+    """
+
+    __slots__ = (
+        "chunk_ids",
+        "last_written",
+        "producer_id",
+        "resume",
+        "resume_dropped",
+        "resume_source",
+        "writer_id",
+    )
+
+    def __init__(self, producer_id: int, writer_id: int) -> None:
+        self.producer_id = producer_id
+        self.writer_id = writer_id
+        self.chunk_ids: set[int] = set()
+        self.last_written = 0
+        self.resume: int | None = None
+        self.resume_dropped = True
+        self.resume_source: int | None = None
+
+
+def _byte_size(payload: BytesLike) -> int:
+    """The size of `payload` in bytes (a memoryview's len counts items, not bytes)."""
+    return payload.nbytes if isinstance(payload, memoryview) else len(payload)
+
+
+def _fragment_header(data: bytearray, pos: int, end: int) -> tuple[int, int]:
+    """Decodes a fragment's size varint in data[pos:end] (at most 4 bytes).
+
+    Returns (size, payload start); (0, pos) when the varint does not end before `end`.
+    """
+    size = 0
+    shift = 0
+    cursor = pos
+    while cursor < end:
+        byte = data[cursor]
+        cursor += 1
+        size |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return size, cursor
+        shift += 7
+    return 0, pos
+
+
+def _before(chunk_id: int, other: int) -> bool:
+    """Whether `chunk_id` comes strictly before `other` in wrapping chunk-id order."""
+    return 0 < ((other - chunk_id) & _CHUNK_ID_MASK) < _HALF_CHUNK_ID_SPACE
+
+
+_AHEAD_OK = 0
+_AHEAD_NEXT_SEQUENCE = 1
+_AHEAD_STAY = 2
+
+
+class TraceBuffer:
+    """A central trace buffer holding chunks from many producers and writers."""
+
+    def __init__(
+        self, size: int, overwrite_policy: OverwritePolicy = OverwritePolicy.OVERWRITE
+    ) -> None:
+        if size <= 0 or size % RECORD_HEADER_SIZE or size > _CHUNK_ID_MASK:
+            raise ServiceError(
+                f"trace buffer size must be a positive multiple of {RECORD_HEADER_SIZE} "
+                f"below 4 GiB, got {size}"
+            )
+        self._size = size
+        self._data = bytearray(size)
+        self._view = memoryview(self._data)
+        self._policy = overwrite_policy
+        self._max_record_size = min(size, _MAX_RECORD_SIZE)
+        self._wptr = 0
+        self._index: dict[tuple[int, int, int], _ChunkMeta] = {}
+        self._sequences: dict[tuple[int, int], _Sequence] = {}
+        self._discard_writes = False
+        self._has_data = False
+        self._stats = BufferStats(size)
+        self._writer_stats: dict[tuple[int, int], ChunkPayloadHistogram] = {}
+        # Read pass state (upstream's read_iter_).
+        self._read_order: list[_Sequence] = []
+        self._read_pos = 0
+        self._read_seq: _Sequence | None = None
+        self._read_chunk_id = 0
+        self._read_meta: _ChunkMeta | None = None
+
+    @property
+    def size(self) -> int:
+        """Capacity in bytes."""
+        return self._size
+
+    @property
+    def overwrite_policy(self) -> OverwritePolicy:
+        """The fill policy this buffer was created with."""
+        return self._policy
+
+    @property
+    def stats(self) -> BufferStats:
+        """The live counters of this buffer."""
+        return self._stats
+
+    @property
+    def writer_stats(self) -> dict[tuple[int, int], ChunkPayloadHistogram]:
+        """Chunk fill histograms by (producer id, writer id), for TraceStats.writer_stats."""
+        return self._writer_stats
+
+    @property
+    def has_data(self) -> bool:
+        """Whether any chunk was ever copied into this buffer."""
+        return self._has_data
+
+    # Writing ---------------------------------------------------------------------------
+
+    def copy_chunk_untrusted(
+        self,
+        sequence: PacketSequenceProperties,
+        chunk_id: int,
+        num_fragments: int,
+        chunk_flags: int,
+        payload: BytesLike,
+        *,
+        chunk_complete: bool = True,
+    ) -> None:
+        """Copies one chunk's payload (the bytes after its 8-byte header) into the buffer.
+
+        `sequence` (producer and writer ids, producer identity) is trusted: the writer id is
+        the one from the chunk header, after the service checked it. Everything else comes
+        from the producer and is checked. An incomplete chunk (`chunk_complete` false, e.g.
+        scraped) has its last fragment ignored; committing the same chunk again later
+        replaces it, provided its size is unchanged, its fragment count did not shrink and
+        no flag was removed.
+        """
+        producer_id = sequence.producer_id
+        writer_id = sequence.writer_id
+        size = payload.nbytes if isinstance(payload, memoryview) else len(payload)
+        record_size = (size + RECORD_HEADER_SIZE + 15) & ~15
+        stats = self._stats
+        if (
+            record_size > self._max_record_size
+            or not 0 <= writer_id <= _U16_MAX
+            or not 0 <= producer_id <= _U16_MAX
+            or not 0 <= chunk_id <= _CHUNK_ID_MASK
+            or not 0 <= num_fragments <= _U16_MAX
+            or not 0 <= chunk_flags <= 0xFF
+        ):
+            stats.abi_violations += 1
+            return
+        self._has_data = True
+        if self._read_order:
+            self._end_read_pass()
+        chunk_flags &= _FLAGS_MASK
+        if not chunk_complete and num_fragments > 0:
+            # The producer may still be writing the last fragment: leave it out.
+            num_fragments -= 1
+            chunk_flags &= ~(_LAST_CONTINUES | _NEEDS_PATCHING)
+
+        key = (producer_id, writer_id, chunk_id)
+        existing = self._index.get(key)
+        if existing is not None:
+            self._recommit(
+                existing, key, num_fragments, chunk_flags, payload, complete=chunk_complete
+            )
+            return
+        if self._discard_writes:
+            self._discard_write()
+            return
+
+        size_to_end = self._size - self._wptr
+        if record_size > size_to_end:
+            if self._delete_next_chunks_for(size_to_end) < 0:
+                self._discard_write()
+                return
+            self._add_padding_record(size_to_end)
+            self._wptr = 0
+            stats.write_wrap_count += 1
+        offset = self._wptr
+        data = self._data
+        # A record size of 0 where the record goes: the rest of the buffer was never written.
+        padding = (
+            self._delete_next_chunks_for(record_size)
+            if data[offset + 10] or data[offset + 11]
+            else 0
+        )
+        if padding < 0:
+            self._discard_write()
+            return
+
+        stats.chunks_written += 1
+        stats.bytes_written += record_size
+        self._index[key] = _ChunkMeta(
+            offset, record_size, num_fragments, chunk_flags, sequence, complete=chunk_complete
+        )
+        _HEADER.pack_into(
+            data,
+            offset,
+            chunk_id,
+            producer_id,
+            writer_id,
+            num_fragments,
+            record_size,
+            chunk_flags,
+            _HEADER_MARK,
+        )
+        start = offset + RECORD_HEADER_SIZE
+        data[start : start + size] = payload
+        offset += record_size
+        if offset - start - size:
+            data[start + size : offset] = _ZEROS[: offset - start - size]
+        if offset >= self._size:
+            offset = 0
+            stats.write_wrap_count += 1
+        self._wptr = offset
+
+        seq = self._sequences.get((producer_id, writer_id))
+        if seq is None:
+            seq = self._sequences[producer_id, writer_id] = _Sequence(producer_id, writer_id)
+        seq.chunk_ids.add(chunk_id)
+        if seq.resume is not None and _before(chunk_id, seq.resume):
+            seq.resume = None
+        if ((chunk_id - seq.last_written) & _CHUNK_ID_MASK) < _HALF_CHUNK_ID_SPACE:
+            seq.last_written = chunk_id
+        else:
+            stats.chunks_committed_out_of_order += 1
+
+        if padding:
+            self._add_padding_record(padding)
+
+    def _recommit(
+        self,
+        meta: _ChunkMeta,
+        key: tuple[int, int, int],
+        num_fragments: int,
+        chunk_flags: int,
+        payload: BytesLike,
+        *,
+        complete: bool,
+    ) -> None:
+        stats = self._stats
+        record_size = (_byte_size(payload) + RECORD_HEADER_SIZE + 15) & ~15
+        if (
+            meta.record_size != record_size
+            or meta.num_fragments > num_fragments
+            or (meta.flags & chunk_flags) != meta.flags
+        ):
+            stats.abi_violations += 1
+            return
+        if meta.num_fragments == num_fragments:
+            return
+        producer_id, writer_id, chunk_id = key
+        following = self._index.get((producer_id, writer_id, (chunk_id + 1) & _CHUNK_ID_MASK))
+        if following is not None and following.fragments_read > 0:
+            # Reading already moved past this chunk; rewriting it would reorder packets.
+            stats.abi_violations += 1
+            return
+        if meta.fragments_read > meta.num_fragments:
+            return
+        meta.num_fragments = num_fragments
+        meta.flags = chunk_flags
+        meta.complete = complete
+        seq = self._sequences[(producer_id, writer_id)]
+        if seq.resume is not None and _before(chunk_id, seq.resume):
+            seq.resume = None
+        self._write_record(
+            meta.record_offset, record_size, key, num_fragments, chunk_flags, payload
+        )
+        stats.chunks_rewritten += 1
+
+    def _write_record(  # noqa: PLR0917 - private, the fields of a record header
+        self,
+        offset: int,
+        record_size: int,
+        key: tuple[int, int, int],
+        num_fragments: int,
+        flags: int,
+        payload: BytesLike,
+    ) -> None:
+        producer_id, writer_id, chunk_id = key
+        size = _byte_size(payload)
+        data = self._data
+        _HEADER.pack_into(
+            data,
+            offset,
+            chunk_id,
+            producer_id,
+            writer_id,
+            num_fragments,
+            record_size,
+            flags,
+            _HEADER_MARK,
+        )
+        start = offset + RECORD_HEADER_SIZE
+        data[start : start + size] = payload
+        rounding = record_size - RECORD_HEADER_SIZE - size
+        if rounding:
+            data[start + size : start + size + rounding] = _ZEROS[:rounding]
+
+    def _add_padding_record(self, size: int) -> None:
+        _HEADER.pack_into(self._data, self._wptr, 0, 0, 0, 0, size, _PADDING_BIT, _HEADER_MARK)
+        self._stats.padding_bytes_written += size
+
+    def _discard_write(self) -> None:
+        self._discard_writes = True
+        self._stats.chunks_discarded += 1
+
+    def _delete_next_chunks_for(self, bytes_to_clear: int) -> int:
+        """Removes the records overlapping [wptr, wptr + bytes_to_clear).
+
+        Returns the gap between the end of that range and the next record (0 if the rest
+        of the buffer was never written), or -1 (leaving everything untouched) if DISCARD
+        forbids overwriting an unread chunk.
+        """
+        data = self._data
+        index = self._index
+        pos = self._wptr
+        end = pos + bytes_to_clear
+        removed: list[tuple[int, int, int]] = []
+        overwritten = 0
+        overwritten_bytes = 0
+        padding_cleared = 0
+        while pos < end:
+            chunk_id, producer_id, writer_id, _, record_size, flags, _ = _HEADER.unpack_from(
+                data, pos
+            )
+            if record_size == 0:
+                return 0
+            if flags & _PADDING_BIT:
+                padding_cleared += record_size
+            else:
+                key = (producer_id, writer_id, chunk_id)
+                meta = index.get(key)
+                if meta is not None:
+                    if meta.fragments_read < meta.num_fragments:
+                        if self._policy is OverwritePolicy.DISCARD:
+                            return -1
+                        overwritten += 1
+                        overwritten_bytes += record_size
+                    removed.append(key)
+            pos += record_size
+        for key in removed:
+            del index[key]
+            self._forget_chunk(key)
+        stats = self._stats
+        stats.chunks_overwritten += overwritten
+        stats.bytes_overwritten += overwritten_bytes
+        stats.padding_bytes_cleared += padding_cleared
+        return pos - end
+
+    def _forget_chunk(self, key: tuple[int, int, int]) -> None:
+        producer_id, writer_id, chunk_id = key
+        seq = self._sequences[(producer_id, writer_id)]
+        seq.chunk_ids.discard(chunk_id)
+        resume = seq.resume
+        if resume is None:
+            return
+        index = self._index
+        if chunk_id == resume:
+            # Overwritten before being read. With nothing read before it, the oldest chunk
+            # left, where the next read starts, is its successor if that one is here.
+            following = (resume + 1) & _CHUNK_ID_MASK
+            if (producer_id, writer_id, (resume - 1) & _CHUNK_ID_MASK) not in index and (
+                producer_id,
+                writer_id,
+                following,
+            ) in index:
+                seq.resume = following
+                seq.resume_dropped = True
+                seq.resume_source = None
+            return
+        if not _before(chunk_id, resume):
+            return
+        if (producer_id, writer_id, (chunk_id - 1) & _CHUNK_ID_MASK) in index:
+            # A hole in the middle of the already-read prefix: recompute on the next read.
+            seq.resume = None
+        elif seq.resume_source == chunk_id:
+            seq.resume_dropped = True
+            seq.resume_source = None
+
+    # Patching --------------------------------------------------------------------------
+
+    def try_patch_chunk_contents(
+        self,
+        producer_id: int,
+        writer_id: int,
+        chunk_id: int,
+        patches: Sequence[Patch],
+        other_patches_pending: bool,
+    ) -> bool:
+        """Applies `patches` to a chunk still in the buffer; False if it is gone or a patch is bad.
+
+        Without `other_patches_pending` the chunk stops waiting for patches and can be read.
+        """
+        stats = self._stats
+        meta = self._index.get((producer_id, writer_id, chunk_id))
+        if meta is None:
+            stats.patches_failed += 1
+            return False
+        payload_start = meta.record_offset + RECORD_HEADER_SIZE
+        payload_size = meta.record_size - RECORD_HEADER_SIZE
+        data = self._data
+        for offset, patch_data in patches:
+            if (
+                len(patch_data) != PATCH_SIZE
+                or offset < 0
+                or payload_size < PATCH_SIZE
+                or offset > payload_size - PATCH_SIZE
+            ):
+                stats.patches_failed += 1
+                return False
+            pos = payload_start + offset
+            data[pos : pos + PATCH_SIZE] = patch_data
+        stats.patches_succeeded += len(patches)
+        if not other_patches_pending:
+            meta.flags &= ~_NEEDS_PATCHING
+            data[meta.record_offset + 12] = meta.flags
+        return True
+
+    # Reading ---------------------------------------------------------------------------
+
+    def begin_read(self) -> None:
+        """Starts a read pass; follow with `read_next_trace_packet` until it returns None."""
+        self._read_order = [
+            self._sequences[key]
+            for key in sorted(self._sequences)
+            if self._sequences[key].chunk_ids
+        ]
+        self._read_pos = 0
+        self._read_seq = None
+        self._read_meta = None
+
+    def _end_read_pass(self) -> None:
+        self._read_order = []
+        self._read_seq = None
+        self._read_meta = None
+
+    def read_next_trace_packet(self) -> BufferedPacket | None:
+        """Returns the next whole packet of the current read pass, or None when none is left.
+
+        Packets of one (producer, writer) sequence come in order; sequences are visited in
+        (producer, writer) order. Reads are destructive: a fragment is returned once.
+        A write into the buffer ends the read pass.
+        """
+        run = self.read_next_packets(1)
+        if run is None:
+            return None
+        return BufferedPacket(run.packets[0], run.sequence, run.previous_packet_dropped)
+
+    def read_next_packets(self, max_bytes: int) -> PacketRun | None:
+        """Like `read_next_trace_packet`, but returns consecutive packets of one sequence.
+
+        The run ends once its packets hold `max_bytes` or more, or where the next packet
+        is not a whole fragment of the same chunk. Only the first packet of a run can follow
+        a loss; the rest follow their predecessor directly.
+        """
+        spans = self.read_next_packet_spans(max_bytes)
+        if spans is None:
+            return None
+        data, offsets, sequence, dropped = spans
+        view = self._view if data is self._data else memoryview(data)
+        packets = [view[offsets[i] : offsets[i + 1]] for i in range(0, len(offsets), 2)]
+        return PacketRun(packets, sequence, dropped)
+
+    def read_next_packet_spans(self, max_bytes: int) -> PacketSpans | None:
+        """`read_next_packets` returning offsets instead of views, for bulk consumers."""
+        max_bytes = max(max_bytes, 1)
+        prev_dropped = True
+        while True:
+            meta = self._read_meta
+            if meta is None:
+                if self._read_pos >= len(self._read_order):
+                    return None
+                seq = self._read_order[self._read_pos]
+                self._read_pos += 1
+                self._read_seq = seq
+                prev_dropped = self._enter_sequence(seq)
+                meta = self._read_meta
+                if meta is None:
+                    continue
+
+            if meta.flags & _NEEDS_PATCHING:
+                self._read_meta = None
+                continue
+
+            if meta.fragments_read > 0:
+                prev_dropped = meta.skipped
+
+            while meta.fragments_read < meta.num_fragments:
+                if meta.fragments_read == 0:
+                    if meta.flags & _FIRST_CONTINUES:
+                        # Continuation of a packet whose start is lost: skip it for good.
+                        self._read_fragment(meta, None)
+                        meta.skipped = True
+                        prev_dropped = True
+                        continue
+                    read_ahead = meta.num_fragments == 1 and bool(meta.flags & _LAST_CONTINUES)
+                else:
+                    read_ahead = meta.fragments_read == meta.num_fragments - 1 and bool(
+                        meta.flags & _LAST_CONTINUES
+                    )
+
+                if not read_ahead:
+                    offsets, failed = self._read_whole_fragments(meta, max_bytes)
+                    if failed:
+                        # The chunk is given up; whoever reads it next sees the loss.
+                        meta.skipped = True
+                    if offsets:
+                        return PacketSpans(
+                            self._data, offsets, meta.props, 1 if prev_dropped else 0
+                        )
+                    if failed:
+                        prev_dropped = True
+                        break
+                    continue
+
+                props = meta.props
+                ahead, ahead_slices = self._read_ahead()
+                if ahead == _AHEAD_OK:
+                    self._stats.readaheads_succeeded += 1
+                    joined = b"".join(ahead_slices)
+                    return PacketSpans(joined, [0, len(joined)], props, 1 if prev_dropped else 0)
+                if ahead == _AHEAD_NEXT_SEQUENCE:
+                    self._stats.readaheads_failed += 1
+                    self._read_meta = None
+                    break
+                current = self._read_meta
+                assert current is not None
+                meta = current
+                meta.skipped = True
+                prev_dropped = True
+
+            self._move_next()
+
+    def _read_whole_fragments(self, meta: _ChunkMeta, max_bytes: int) -> tuple[list[int], bool]:
+        """Reads the chunk's next fragments that are whole packets, up to `max_bytes`.
+
+        Returns the (start, end) offsets of the non-empty packets read, flattened, and
+        whether a bad fragment made the chunk be given up.
+        """
+        data = self._data
+        unpack_word = _U32.unpack_from
+        payload_start = meta.record_offset + RECORD_HEADER_SIZE
+        record_end = meta.record_offset + meta.record_size
+        whole_end = meta.num_fragments
+        if meta.flags & _LAST_CONTINUES:
+            whole_end -= 1
+        reads = meta.fragments_read
+        pos = payload_start + meta.cur_offset
+        offsets: list[int] = []
+        append = offsets.append
+        gathered = 0
+        while reads < whole_end and gathered < max_bytes:
+            if pos + 4 <= record_end:
+                (word,) = unpack_word(data, pos)
+                size = word - 0x808080
+                if 0 <= size < 0x80:
+                    # The 4-byte redundant varint of a fragment below 128 bytes.
+                    start = pos + 4
+                elif word & 0x80808080 == 0x00808080:
+                    # The 4-byte redundant varint every TraceWriter writes.
+                    size = (
+                        (word & 0x7F)
+                        | ((word >> 1) & 0x3F80)
+                        | ((word >> 2) & 0x1FC000)
+                        | ((word >> 3) & 0xFE00000)
+                    )
+                    start = pos + 4
+                else:
+                    size, start = _fragment_header(data, pos, pos + 4)
+            elif pos < record_end:
+                size, start = _fragment_header(data, pos, record_end)
+            else:
+                size, start = 0, pos
+            following = start + size
+            if following <= pos or following > record_end:
+                meta.fragments_read = reads
+                self._fragment_error(meta, size)
+                return offsets, True
+            reads += 1
+            pos = following
+            if size:
+                append(start)
+                append(following)
+                gathered += size
+        meta.fragments_read = reads
+        meta.cur_offset = pos - payload_start
+        if reads == meta.num_fragments and meta.complete:
+            self._chunk_read(meta)
+        meta.skipped = False
+        return offsets, False
+
+    def _enter_sequence(self, seq: _Sequence) -> bool:
+        """Positions the read cursor on `seq`; returns the drop flag carried into it."""
+        index = self._index
+        producer_id = seq.producer_id
+        writer_id = seq.writer_id
+        resume = seq.resume
+        if resume is not None:
+            meta = index.get((producer_id, writer_id, resume))
+            if meta is not None:
+                self._read_chunk_id = resume
+                self._read_meta = meta
+                return seq.resume_dropped
+            if (producer_id, writer_id, (resume - 1) & _CHUNK_ID_MASK) in index:
+                self._read_meta = None
+                return True
+        last = seq.last_written
+        start = min(seq.chunk_ids, key=lambda cid: (cid - last - 1) & _CHUNK_ID_MASK)
+        seq.resume = start
+        seq.resume_dropped = True
+        seq.resume_source = None
+        self._read_chunk_id = start
+        self._read_meta = index[(producer_id, writer_id, start)]
+        return True
+
+    def _move_next(self) -> None:
+        """Moves the read cursor to the next chunk of its sequence (SequenceIterator::MoveNext)."""
+        meta = self._read_meta
+        seq = self._read_seq
+        if meta is None or seq is None:
+            return
+        chunk_id = self._read_chunk_id
+        if chunk_id == seq.last_written or not meta.complete:
+            self._read_meta = None
+            return
+        following = (chunk_id + 1) & _CHUNK_ID_MASK
+        # Leaving a chunk means it is complete and fully read: it joins the read prefix.
+        seq.resume = following
+        if meta.fragments_read > 0:
+            seq.resume_dropped = meta.skipped
+            seq.resume_source = chunk_id
+        self._read_chunk_id = following
+        self._read_meta = self._index.get((seq.producer_id, seq.writer_id, following))
+
+    def _read_ahead(self) -> tuple[int, list[memoryview]]:
+        """Gathers a packet that continues over the next chunks, if all of them are here."""
+        seq = self._read_seq
+        meta = self._read_meta
+        assert seq is not None
+        assert meta is not None
+        index = self._index
+        producer_id = seq.producer_id
+        writer_id = seq.writer_id
+        last_written = seq.last_written
+        ahead_id = self._read_chunk_id
+        ahead = meta
+        while True:
+            if ahead_id == last_written or not ahead.complete:
+                return _AHEAD_NEXT_SEQUENCE, []
+            ahead_id = (ahead_id + 1) & _CHUNK_ID_MASK
+            found = index.get((producer_id, writer_id, ahead_id))
+            if found is None:
+                return _AHEAD_NEXT_SEQUENCE, []
+            ahead = found
+            if ahead.num_fragments == 0:
+                continue
+            flags = ahead.flags
+            if not flags & _FIRST_CONTINUES or flags & _NEEDS_PATCHING:
+                return _AHEAD_NEXT_SEQUENCE, []
+            if ahead.num_fragments == 1 and flags & _LAST_CONTINUES:
+                continue
+            break
+
+        slices: list[memoryview] = []
+        corrupted = False
+        while True:
+            current = self._read_meta
+            assert current is not None
+            if current.num_fragments > 0:
+                corrupted |= not self._read_fragment(current, slices)
+            if self._read_chunk_id == ahead_id:
+                break
+            self._move_next()
+        if corrupted:
+            return _AHEAD_STAY, []
+        return _AHEAD_OK, slices
+
+    def _read_fragment(self, meta: _ChunkMeta, slices: list[memoryview] | None) -> bool:
+        """Consumes the next fragment of `meta`'s chunk, appending its bytes to `slices`.
+
+        Returns False, having counted it, for a fragment that overruns its chunk.
+        """
+        if meta.fragments_read >= meta.num_fragments:
+            # Only a producer rewriting chunks behind the reader can lead here.
+            self._stats.abi_violations += 1
+            return False
+        record_end = meta.record_offset + meta.record_size
+        payload_start = meta.record_offset + RECORD_HEADER_SIZE
+        pos = payload_start + meta.cur_offset
+        if pos < record_end:
+            size, start = _fragment_header(self._data, pos, min(pos + 4, record_end))
+        else:
+            size, start = 0, pos
+        following = start + size
+        if following <= pos or following > record_end:
+            self._fragment_error(meta, size)
+            return False
+
+        meta.cur_offset = following - payload_start
+        meta.fragments_read += 1
+        if meta.fragments_read == meta.num_fragments and meta.complete:
+            self._chunk_read(meta)
+        meta.skipped = False
+        if size and slices is not None:
+            slices.append(self._view[start:following])
+        return True
+
+    def _chunk_read(self, meta: _ChunkMeta) -> None:
+        """Accounts for a complete chunk whose last fragment was just read."""
+        self._stats.chunks_read += 1
+        self._stats.bytes_read += meta.record_size
+        props = meta.props
+        key = (props.producer_id, props.writer_id)
+        histogram = self._writer_stats.get(key)
+        if histogram is None:
+            histogram = self._writer_stats[key] = ChunkPayloadHistogram()
+        histogram.add(meta.cur_offset)
+
+    def _fragment_error(self, meta: _ChunkMeta, size: int) -> None:
+        """Counts a fragment that overruns its chunk and gives the chunk up."""
+        if size == PACKET_SIZE_DROP_PACKET:
+            self._stats.trace_writer_packet_loss += 1
+        else:
+            self._stats.abi_violations += 1
+        self._give_up_chunk(meta)
+
+    def _give_up_chunk(self, meta: _ChunkMeta) -> None:
+        """Marks a chunk with a bad fragment as fully read so it is never parsed again."""
+        meta.cur_offset = 0
+        meta.fragments_read = meta.num_fragments
+        if meta.complete:
+            self._stats.chunks_read += 1
+            self._stats.bytes_read += meta.record_size

@@ -1,0 +1,1 @@
+"""A consumer's ConsumerEndpoint over the consumer socket."""

@@ -1,0 +1,1 @@
+"""A producer's ProducerEndpoint over the producer socket."""
