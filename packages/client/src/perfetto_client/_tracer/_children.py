@@ -40,12 +40,11 @@ class Children:
         """Children started from now on record into this recording's parts directory."""
         settings = dataclasses.asdict(self.options)
         settings["follow_children"] = False
-        config = json.dumps({"parts": self.parts, "options": settings, "root": os.getpid()})
+        config = json.dumps({"parts": self.parts, "options": settings})
         pythonpath = os.environ.get("PYTHONPATH")
-        for name in (ENV, "PYTHONPATH", _engine.ROOT_PID_ENV):
+        for name in (ENV, "PYTHONPATH"):
             self._saved[name] = os.environ.get(name)
         os.environ[ENV] = config
-        os.environ[_engine.ROOT_PID_ENV] = str(os.getpid())
         os.environ["PYTHONPATH"] = _SITE_DIR + (os.pathsep + pythonpath if pythonpath else "")
         _engine.set_child_restart(_restart_in_forked_child)
 

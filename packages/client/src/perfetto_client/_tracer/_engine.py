@@ -21,6 +21,8 @@ _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
 TRANSPARENT: set[types.CodeType] = set()
 """The tracer's own code that runs the program: not recorded, but its callees are."""
 _BATCH_BYTES = 1 << 20
+_FIRST_SEQUENCE_ID = 1 << 14
+_SEQUENCE_IDS = (1 << 21) - _FIRST_SEQUENCE_ID
 _RING_BATCH_BYTES = 64 << 10
 
 
@@ -210,8 +212,10 @@ class Engine:
         with self._lock:
             index = self._next_sequence
             self._next_sequence += 1
-        sequence_id = index if self.pid == _root_pid() else ((self.pid << 8) | (index & 0xFF))
-        sequence_id &= 0xFFFFFFFF
+        # Three-byte varints above the ids a tracing service hands out (the client's sessions
+        # write into the same trace). Ids may repeat across processes and threads: every
+        # batch resets the sequence's state, so batches of one id never depend on another's.
+        sequence_id = _FIRST_SEQUENCE_ID + ((self.pid << 6) + index) % _SEQUENCE_IDS
         batch = _RING_BATCH_BYTES if self.sink.ring else _BATCH_BYTES
         recorder: Recorder = self.hook.ThreadRecorder(
             self,
@@ -320,14 +324,6 @@ class Engine:
         if self._gc_callback in gc.callbacks:
             gc.callbacks.remove(self._gc_callback)
         _state.current = None
-
-
-ROOT_PID_ENV = "PERFETTO_TRACE_ROOT_PID"
-_ROOT_PID = int(os.environ.get(ROOT_PID_ENV) or os.getpid())
-
-
-def _root_pid() -> int:
-    return _ROOT_PID
 
 
 def _own_frames_running() -> int:
