@@ -255,3 +255,26 @@ def test_duration_stops_the_program(tmp_path: Path) -> None:
     trace = decode(out)
     assert trace.problems == []
     assert "tick" in trace.all_names()
+
+
+def test_the_programs_own_track_events_share_its_thread_track(tmp_path: Path) -> None:
+    program = """
+import perfetto_client as pc
+from perfetto_client import Tracing
+def work():
+    with pc.trace_event("app", "phase one", n=3):
+        return sum(range(10))
+Tracing.initialize()
+work()
+"""
+    proc, out = run_traced(tmp_path, program)
+    assert proc.returncode == 0, proc.stderr
+    trace = decode(out)
+    assert trace.problems == []
+    [main] = trace.by_name("MainThread")
+    [work] = [s for s in main.slices if s.name == "work"]
+    assert [c.name for c in work.children if c.name == "phase one"] == ["phase one"]
+    # The tracing library itself is not recorded, nor its service's thread.
+    assert not [n for n in trace.all_names() if n.startswith(("perfetto_", "protozero"))]
+    assert trace.by_name("perfetto-service") == []
+    assert not list(tmp_path.glob(".perfetto-trace-client-*"))

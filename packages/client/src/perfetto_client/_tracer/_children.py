@@ -40,6 +40,7 @@ class Children:
         """Children started from now on record into this recording's parts directory."""
         settings = dataclasses.asdict(self.options)
         settings["follow_children"] = False
+        settings["client_events"] = False
         config = json.dumps({"parts": self.parts, "options": settings})
         pythonpath = os.environ.get("PYTHONPATH")
         for name in (ENV, "PYTHONPATH"):

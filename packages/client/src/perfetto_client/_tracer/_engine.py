@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import gc
 import os
 import sys
 import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from perfetto_client._errors import TracingError
@@ -18,6 +19,18 @@ from perfetto_client._tracer._sink import FileSink, SinkStats
 
 OWN = 0xFFFFFFFF  # the iid of the tracer's own code: its frames and their callees are hidden
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+# The tracing library's own packages: a program's track events are recorded as themselves.
+_TRACING_MODULES = tuple(
+    f"{p}."
+    for p in (
+        "perfetto_client",
+        "perfetto_smb",
+        "perfetto_service",
+        "perfetto_wire",
+        "perfetto_protos",
+        "protozero",
+    )
+)
 TRANSPARENT: set[types.CodeType] = set()
 """The tracer's own code that runs the program: not recorded, but its callees are."""
 _BATCH_BYTES = 1 << 20
@@ -36,7 +49,7 @@ class Recorder(Protocol):
     events: int
     sequence_id: int
 
-    def install(self, own_frames: int = 0) -> None: ...
+    def install(self, own_frames: int = 0, from_profile_hook: bool = False) -> None: ...
     def call(self, frame: Any) -> None: ...
     def flush(self, final: bool = False) -> None: ...
     def discard(self) -> None: ...
@@ -130,7 +143,7 @@ class Engine:
         module = frame.f_globals.get("__name__", "")
         if not isinstance(module, str):
             module = ""
-        if not self._selected(module, file):
+        if module.startswith(_TRACING_MODULES) or not self._selected(module, file):
             return 0
         name = code.co_qualname
         if name == "<module>":
@@ -241,7 +254,7 @@ class Engine:
         # threading.setprofile's hook runs first on every new thread: swap in our own.
         if _state.current is self:
             recorder = self._new_recorder()
-            recorder.install()
+            recorder.install(from_profile_hook=True)
             if event == "call":
                 recorder.call(frame)
         else:
@@ -292,6 +305,16 @@ class Engine:
         if self.failed:
             stats.lost_reason = stats.lost_reason or "an internal error stopped a thread's recorder"
         return stats
+
+    @contextlib.contextmanager
+    def threads_not_recorded(self) -> Iterator[None]:
+        """Threads started inside the block are not recorded (the tracer's own helpers)."""
+        threading.setprofile(None)
+        try:
+            yield
+        finally:
+            if _state.current is self:
+                threading.setprofile(self._thread_bootstrap)
 
     def stop_current_thread(self) -> None:
         """Stops recording the calling thread (the others go on until `stop()`)."""

@@ -276,7 +276,7 @@ cdef class ThreadRecorder:
         free(self.stack)
         free(self.seen)
 
-    def install(self, Py_ssize_t own_frames=0):
+    def install(self, Py_ssize_t own_frames=0, bint from_profile_hook=False):
         """Makes this recorder the profile hook of the calling thread.
 
         `own_frames` of the tracer's frames are running and will return before the program's

@@ -85,13 +85,15 @@ class ThreadRecorder:
         self.recorded_depth = 0
         self._start_batch(now_ns())
 
-    def install(self, own_frames: int = 0) -> None:
+    def install(self, own_frames: int = 0, from_profile_hook: bool = False) -> None:
         """Makes this recorder the profile hook of the calling thread.
 
         `own_frames` of the tracer's frames are running and will return before the program's
         next event; nothing is recorded until they have.
         """
-        self.own_depth = own_frames
+        # Unless called from a profile hook (which is not traced), this method's own return
+        # is the first event the new hook sees.
+        self.own_depth = own_frames + (0 if from_profile_hook else 1)
         sys.setprofile(self._profile)
 
     def _code_iid(self, frame: types.FrameType) -> int:

@@ -14,7 +14,8 @@ class TraceOptions:
     `include`/`exclude` are globs matched against a function's module name (a pattern also
     matches the module's submodules) and its file path. `max_depth` 0 means unlimited;
     `min_duration_ns` drops shorter slices before they are written; `ring_mb` > 0 keeps only
-    the last that many megabytes (flight recorder).
+    the last that many megabytes (flight recorder). `client_events` also records the
+    program's own track events (perfetto_client API) once it initializes tracing.
     """
 
     output: str = DEFAULT_OUTPUT
@@ -27,4 +28,5 @@ class TraceOptions:
     exceptions: bool = True
     ring_mb: float = 0.0
     follow_children: bool = False
+    client_events: bool = True
     pure: bool = False

@@ -13,6 +13,8 @@ from perfetto_protos.trace.trace_packet_pbzero import TracePacket
 from perfetto_protos.trace.trace_pbzero import Trace
 from protozero import HeapBuffered, encode_tag, encode_varint
 
+from perfetto_client._tracks import process_uuid
+
 BOOTTIME = 6
 INCREMENTAL_CLOCK = 64
 SEQ_INCREMENTAL_STATE_CLEARED = 1
@@ -23,14 +25,10 @@ def sequence_field(sequence_id: int) -> bytes:
     return encode_tag(TracePacket.FIELD_TRUSTED_PACKET_SEQUENCE_ID, 0) + encode_varint(sequence_id)
 
 
-def process_uuid(pid: int) -> int:
-    """The uuid of a process's track."""
-    return pid << 32
-
-
-def thread_uuid(pid: int, tid: int) -> int:
-    """The uuid of a thread's track (a child of its process's track)."""
-    return (pid << 32) | (tid & 0xFFFFFFFF)
+def thread_uuid(tid: int) -> int:
+    """The uuid of a thread's track: the client library's, so the program's own track events
+    and its calls share one track per thread."""
+    return (tid ^ process_uuid()) & 0xFFFF_FFFF_FFFF_FFFF
 
 
 def process_descriptor(pid: int, name: str, cmdline: list[str], sequence_id: int) -> bytes:
@@ -39,7 +37,7 @@ def process_descriptor(pid: int, name: str, cmdline: list[str], sequence_id: int
     packet = hb.msg.add_packet()
     packet.set_trusted_packet_sequence_id(sequence_id)
     track = packet.begin_track_descriptor()
-    track.set_uuid(process_uuid(pid))
+    track.set_uuid(process_uuid())
     process = track.begin_process()
     process.set_pid(pid)
     process.set_process_name(name)
@@ -58,7 +56,7 @@ def batch_prologue(
     packet.set_sequence_flags(SEQ_INCREMENTAL_STATE_CLEARED)
     defaults = packet.begin_trace_packet_defaults()
     defaults.set_timestamp_clock_id(INCREMENTAL_CLOCK)
-    defaults.begin_track_event_defaults().set_track_uuid(thread_uuid(pid, tid))
+    defaults.begin_track_event_defaults().set_track_uuid(thread_uuid(tid))
     snapshot = packet.begin_clock_snapshot()
     clock = snapshot.add_clocks()
     clock.set_clock_id(BOOTTIME)
@@ -70,8 +68,8 @@ def batch_prologue(
     packet = hb.msg.add_packet()
     packet.set_trusted_packet_sequence_id(sequence_id)
     track = packet.begin_track_descriptor()
-    track.set_uuid(thread_uuid(pid, tid))
-    track.set_parent_uuid(process_uuid(pid))
+    track.set_uuid(thread_uuid(tid))
+    track.set_parent_uuid(process_uuid())
     thread = track.begin_thread()
     thread.set_pid(pid)
     thread.set_tid(tid)

@@ -5,13 +5,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import types
 from typing import Any
 
 from perfetto_client._errors import TracingError
 from perfetto_client._tracer import _children, _packets
+from perfetto_client._tracer._client_events import ClientEvents
 from perfetto_client._tracer._engine import Engine, current
 from perfetto_client._tracer._options import DEFAULT_OUTPUT, TraceOptions
 from perfetto_client._tracer._sink import FileSink, SinkStats
@@ -65,6 +68,7 @@ class Recording:
         self.engine: Engine | None = None
         self.summary: Summary | None = None
         self._children: _children.Children | None = None
+        self._client: ClientEvents | None = None
 
     @property
     def active(self) -> bool:
@@ -90,6 +94,12 @@ class Recording:
             self._children.enable()
         self.engine = Engine(self.options, sink)
         self.engine.start()
+        if self.options.client_events:
+            out_dir = os.path.dirname(os.path.abspath(self.options.output))
+            fd, part = tempfile.mkstemp(".pftrace", ".perfetto-trace-client-", out_dir)
+            os.close(fd)
+            self._client = ClientEvents(part, self.engine)
+            self._client.enable()
 
     def stop(self) -> Summary:
         """Stops recording and finishes the trace file."""
@@ -97,7 +107,15 @@ class Recording:
         if engine is None:
             raise TracingError("this recording is not running")
         self.engine = None
+        client_part = self._client.finish() if self._client is not None else None
         stats: SinkStats = engine.stop()
+        if self._client is not None:
+            if client_part is not None:
+                with open(client_part, "rb") as part, open(stats.path, "ab") as out:
+                    shutil.copyfileobj(part, out)
+            with contextlib.suppress(OSError):
+                os.unlink(self._client.part)
+            self._client = None
         processes = 1
         if self._children is not None:
             extra = self._children.collect(stats)
