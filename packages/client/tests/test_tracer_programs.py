@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import signal
 import subprocess
 import sys
@@ -10,11 +9,16 @@ import time
 from pathlib import Path
 
 import pytest
-from tracer_support import Slice, decode, program_stderr, run_plain, run_traced
-
-HOOKS = ["pure"] + (
-    ["compiled"] if importlib.util.find_spec("perfetto_client._tracer._hook") else []
+from tracer_support import (
+    Slice,
+    compiled_hook_available,
+    decode,
+    program_stderr,
+    run_plain,
+    run_traced,
 )
+
+HOOKS = ["pure"] + (["compiled"] if compiled_hook_available() else [])
 
 FIB = """
 import sys

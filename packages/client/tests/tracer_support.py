@@ -20,6 +20,26 @@ from perfetto_protos.upstream import parse_upstream_trace
 SLICE_BEGIN, SLICE_END, INSTANT = 1, 2, 3
 SEQ_INCREMENTAL_STATE_CLEARED = 1
 ROOT = Path(__file__).resolve().parents[3]
+_HOOK = ROOT / "packages/client/src/perfetto_client/_tracer/_hook.pyx"
+
+
+def compiled_hook_available() -> bool:
+    """Builds the compiled hook in place if it is missing (as `dev.py trace` does).
+
+    False when it cannot be built or `PERFETTO_PY_PURE=1` asks for the pure build only.
+    """
+    if os.environ.get("PERFETTO_PY_PURE"):
+        return False
+    if not list(_HOOK.parent.glob("_hook.*.so")):
+        cythonize = Path(sys.executable).parent / "cythonize"
+        subprocess.run(
+            [str(cythonize), "-i", "-q", _HOOK.name],
+            cwd=_HOOK.parent,
+            capture_output=True,
+            check=False,
+        )
+        _HOOK.with_suffix(".c").unlink(missing_ok=True)
+    return bool(list(_HOOK.parent.glob("_hook.*.so")))
 
 
 @dataclasses.dataclass

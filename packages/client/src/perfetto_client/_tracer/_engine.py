@@ -60,7 +60,7 @@ class Recorder(Protocol):
 
 def hook_module(pure: bool = False) -> types.ModuleType:
     """The compiled hook when it is built and wanted, else the pure one."""
-    if not pure and not os.environ.get("PERFETTO_PURE"):
+    if not pure and not os.environ.get("PERFETTO_PY_PURE"):
         try:
             from perfetto_client._tracer import _hook  # type: ignore[attr-defined]
 

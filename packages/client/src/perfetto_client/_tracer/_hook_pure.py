@@ -1,8 +1,8 @@
 """The pure-Python profile hook: the same recorder interface as the compiled `_hook`.
 
-Used when the extension is not built or `PERFETTO_PURE=1`. It cannot see which returns
-are caused by exceptions (`sys.setprofile` reports them as returns of None), so it records
-no exception instants.
+Used when the extension is not built, with `PERFETTO_PY_PURE=1` or with `--pure`. It cannot
+see which returns are caused by exceptions (`sys.setprofile` reports them as returns of
+None), so it records no exception instants.
 """
 
 from __future__ import annotations
