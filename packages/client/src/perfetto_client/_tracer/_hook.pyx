@@ -337,26 +337,35 @@ cdef class ThreadRecorder:
     # ---- packets ----------------------------------------------------------------------------
 
     cdef int _emit(self, int kind, uint32_t iid, uint64_t ts) except -1:
-        cdef bytes blob = None
-        cdef Py_ssize_t blob_len = 0
-        cdef bint location = False
+        cdef uint32_t seen
+        if self.pos >= self.batch_size or self.flush_soon:
+            self.flush_soon = False
+            self._hand_off(ts)
+        if iid == 0:
+            return self._write(kind, 0, ts, False, NULL, 0)
+        if iid >= self.seen_cap:
+            self._grow_seen(iid)
+        # seen[iid]: the batch that last interned iid (low 31 bits), has a location (bit 31).
+        seen = self.seen[iid]
+        if (seen & 0x7FFFFFFFu) != self.batch_no:
+            return self._emit_interned(kind, iid, ts)
+        return self._write(kind, iid, ts, (seen >> 31) != 0, NULL, 0)
+
+    cdef int _emit_interned(self, int kind, uint32_t iid, uint64_t ts) except -1:
+        cdef bytes blob = <bytes>self.blobs[iid]
+        cdef bint location = self.locations[iid] != 0
+        self.seen[iid] = self.batch_no | (<uint32_t>location << 31)
+        return self._write(kind, iid, ts, location, <unsigned char*><char*>blob, len(blob))
+
+    cdef inline int _write(self, int kind, uint32_t iid, uint64_t ts, bint location,
+                           unsigned char* blob, Py_ssize_t blob_len) except -1:
         cdef unsigned char* p0
         cdef unsigned char* p
         cdef unsigned char* q
         cdef Py_ssize_t body
         cdef int size_len
-        if self.pos >= self.batch_size or self.flush_soon:
-            self.flush_soon = False
-            self._hand_off(ts)
-        if iid != 0:
-            if iid >= self.seen_cap:
-                self._grow_seen(iid)
-            if self.seen[iid] != self.batch_no:
-                self.seen[iid] = self.batch_no
-                blob = <bytes>self.blobs[iid]
-                blob_len = len(blob)
-            location = self.locations[iid] != 0
-        self._reserve(48 + blob_len)
+        if self.pos + 48 + blob_len > self.cap:
+            self._reserve(48 + blob_len)
         p0 = self.buf + self.pos
         p = p0 + 2
         p[0] = 0x40  # timestamp (8), a delta on the sequence's incremental clock
@@ -379,7 +388,7 @@ cdef class ThreadRecorder:
         if blob_len:
             p[0] = 0x62  # interned_data (12)
             p = _varint(p + 1, blob_len)
-            memcpy(p, <char*>blob, blob_len)
+            memcpy(p, blob, blob_len)
             p += blob_len
         memcpy(p, self.seq, self.seq_len)
         p += self.seq_len
