@@ -24,13 +24,14 @@ _HOOK = ROOT / "packages/client/src/perfetto_client/_tracer/_hook.pyx"
 
 
 def compiled_hook_available() -> bool:
-    """Builds the compiled hook in place if it is missing (as `dev.py trace` does).
+    """Builds the compiled hook in place if it is missing or stale (as `dev.py trace` does).
 
     False when it cannot be built or `PERFETTO_PY_PURE=1` asks for the pure build only.
     """
     if os.environ.get("PERFETTO_PY_PURE"):
         return False
-    if not list(_HOOK.parent.glob("_hook.*.so")):
+    built = list(_HOOK.parent.glob("_hook.*.so"))
+    if not built or any(b.stat().st_mtime < _HOOK.stat().st_mtime for b in built):
         cythonize = Path(sys.executable).parent / "cythonize"
         subprocess.run(
             [str(cythonize), "-i", "-q", _HOOK.name],
