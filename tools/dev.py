@@ -121,6 +121,10 @@ def main(argv: list[str]) -> int:
         built = run(["python", "tools/build_native.py"])
         if built != 0:
             return built
+        build_tracer_hook()
+        built = run(["python", "packages/heapprofd/build_ext.py"])
+        if built != 0:
+            return built
         return run(["nox", "-s", *TEST_SESSIONS, *rest])
     if command == "nox":
         return run(["nox", *rest])
