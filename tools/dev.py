@@ -39,7 +39,8 @@ def _env() -> dict[str, str]:
 def _fingerprint() -> str:
     digest = hashlib.sha256()
     files = sorted(ROOT.glob("**/pyproject.toml"))
-    files = [f for f in files if ".venv" not in f.parts and ".tools" not in f.parts]
+    skipped = {".venv", ".tools", ".nox", "build"}  # build/ holds other commits' trees (compat)
+    files = [f for f in files if not skipped & set(f.relative_to(ROOT).parts)]
     for path in [*files, ROOT / "poetry.lock"]:
         if path.exists():
             digest.update(str(path.relative_to(ROOT)).encode())
