@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Sets up the development environment from nothing but python3, then runs a command in it.
 
-    python3 tools/dev.py test          lint, typecheck, protos_check, layers and all tests
+    python3 tools/dev.py test          lint, typecheck, protos_check, layers and all tests,
+                                       then install_check and compat (timed)
     python3 tools/dev.py nox [ARGS]    any nox session, e.g. `nox -s bench`
     python3 tools/dev.py run CMD...    any command inside the project environment
 
@@ -15,6 +16,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
 
@@ -22,6 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / ".tools"
 POETRY_SPEC = "poetry>=2.1,<3"
 TEST_SESSIONS = ["lint", "typecheck", "protos_check", "layers", "tests"]
+# Built wheels installed alone, and the conformance kit against earlier versions: slower, so
+# they run after the others pass and their time is printed.
+PACKAGING_SESSIONS = ["install_check", "compat"]
 
 
 def _bin(env: Path, name: str) -> Path:
@@ -82,7 +87,14 @@ def main(argv: list[str]) -> int:
     command, rest = argv[0], argv[1:]
     ensure_environment()
     if command == "test":
-        return run(["nox", "-s", *TEST_SESSIONS, *rest])
+        status = run(["nox", "-s", *TEST_SESSIONS, *rest])
+        if status != 0:
+            return status
+        start = time.monotonic()
+        status = run(["nox", "-s", *PACKAGING_SESSIONS])
+        took = time.monotonic() - start
+        print(f"dev: {' + '.join(PACKAGING_SESSIONS)} took {took:.0f} s", flush=True)
+        return status
     if command == "nox":
         return run(["nox", *rest])
     if command == "run":
