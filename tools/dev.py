@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+import tomllib
 import venv
 from pathlib import Path
 
@@ -41,12 +42,14 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _package_files() -> list[Path]:
+    """The pyproject.toml of every package of the monorepo."""
+    return sorted([ROOT / "protos" / "pyproject.toml", *ROOT.glob("packages/*/pyproject.toml")])
+
+
 def _fingerprint() -> str:
     digest = hashlib.sha256()
-    files = sorted(ROOT.glob("**/pyproject.toml"))
-    skipped = {".venv", ".tools", ".nox", "build"}  # build/ holds other commits' trees (compat)
-    files = [f for f in files if not skipped & set(f.relative_to(ROOT).parts)]
-    for path in [*files, ROOT / "poetry.lock"]:
+    for path in [ROOT / "pyproject.toml", *_package_files(), ROOT / "poetry.lock"]:
         if path.exists():
             digest.update(str(path.relative_to(ROOT)).encode())
             digest.update(path.read_bytes())
@@ -67,6 +70,13 @@ def ensure_environment() -> None:
     if stamp.exists() and stamp.read_text() == fingerprint:
         return
     print("dev: installing the project into .venv/", flush=True)
+    python = _bin(ROOT / ".venv", "python")
+    if python.exists():
+        # Poetry skips a path package whose version did not change, even when its scripts or
+        # entry points did: uninstall ours so that it installs them anew.
+        names = [tomllib.loads(f.read_text())["project"]["name"] for f in _package_files()]
+        uninstall = [str(python), "-m", "pip", "uninstall", "-q", "-y", *names]
+        subprocess.run(uninstall, cwd=ROOT, env=_env(), check=False)
     subprocess.run([str(poetry), "install"], cwd=ROOT, env=_env(), check=True)
     stamp.write_text(fingerprint)
 

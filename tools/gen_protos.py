@@ -8,6 +8,10 @@ For `protos/perfetto/X/Y.proto` it writes `perfetto_protos/X/Y_pb2.py` (protobuf
 `Y_pb2.pyi` (mypy-protobuf stubs) and `Y_pbzero.py` (ProtoZero writers, from
 `python -m protozero.codegen`), plus an `__init__.py` in every generated directory.
 
+The `_pb2` modules register their files in `perfetto_protos._pool.POOL`, not in protobuf's
+default pool: upstream's `perfetto` package registers the same full names
+(`perfetto.protos.*`) there, and a program may import both.
+
 Every subdirectory of `protos/src/perfetto_protos/` is generated and owned by this script;
 the files directly in `perfetto_protos/` are hand-written and left alone.
 """
@@ -30,6 +34,11 @@ SOURCE_PREFIX = "perfetto"
 PACKAGE = "perfetto_protos"
 OUT_DIR = PROTO_ROOT / "src" / PACKAGE
 DESCRIPTOR_SET = "descriptor_set.pb"
+# protoc's `_pb2` modules add their file to the default pool; ours add it to our own.
+DEFAULT_POOL_CALL = "_descriptor_pool.Default().AddSerializedFile("
+OWN_POOL_CALL = "_perfetto_pool.POOL.AddSerializedFile("
+POOL_IMPORT_AFTER = "from google.protobuf.internal import builder as _builder\n"
+POOL_IMPORT = f"from {PACKAGE} import _pool as _perfetto_pool\n"
 INIT_TEXT = '"""Generated from protos/{path}/ by tools/gen_protos.py; do not edit."""\n'
 
 
@@ -47,6 +56,14 @@ def _rewrite(text: str, top_dirs: list[str]) -> str:
     """Points `perfetto.<dir>` module references at `perfetto_protos.<dir>`."""
     pattern = re.compile(r"\b" + SOURCE_PREFIX + r"\.(?=(?:" + "|".join(top_dirs) + r")\b)")
     return pattern.sub(PACKAGE + ".", text)
+
+
+def _own_pool(text: str, name: str) -> str:
+    """Makes a generated `_pb2` module register its file in perfetto_protos' own pool."""
+    if text.count(DEFAULT_POOL_CALL) != 1 or text.count(POOL_IMPORT_AFTER) != 1:
+        sys.exit(f"gen_protos: {name} does not look like protoc's output any more")
+    text = text.replace(DEFAULT_POOL_CALL, OWN_POOL_CALL)
+    return text.replace(POOL_IMPORT_AFTER, POOL_IMPORT_AFTER + POOL_IMPORT)
 
 
 def _run_protoc(files: list[str], work: Path) -> Path:
@@ -114,7 +131,10 @@ def generate(out: Path) -> None:
             rel = src.relative_to(raw / SOURCE_PREFIX)
             dest = out / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_text(_rewrite(src.read_text(encoding="utf-8"), top_dirs), encoding="utf-8")
+            text = _rewrite(src.read_text(encoding="utf-8"), top_dirs)
+            if src.name.endswith("_pb2.py"):
+                text = _own_pool(text, rel.as_posix())
+            dest.write_text(text, encoding="utf-8")
         _run_pbzero(work / DESCRIPTOR_SET, out)
     for directory in sorted(p for p in out.rglob("*") if p.is_dir()):
         subdir = directory.relative_to(out).as_posix()

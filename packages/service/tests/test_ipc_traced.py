@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from ipc_fakes import wait_for
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.upstream import parse_upstream_trace
+from perfetto_service.ipc.consumer._consumer_ipc_client import CONNECTION_LOST
 from traced_testlib import (
     TIMEOUT,
     ConsumerSession,
@@ -154,6 +156,18 @@ def test_producer_killed_mid_session_keeps_committed_data(
         by_label[packet.for_testing.str.split("/")[0]].append(packet.for_testing.seq_value)
     assert by_label["victim"] == list(range(200))
     assert by_label["survivor"] == list(range(200))
+
+
+def test_consumer_is_told_the_connection_was_lost_when_traced_dies(
+    traced: Traced, consumer: ConsumerSession
+) -> None:
+    consumer.client.enable_tracing(make_config())
+    flushed = threading.Event()
+    consumer.client.flush(1000, lambda _ok: flushed.set())
+    assert flushed.wait(TIMEOUT)  # the session exists
+    traced.process.kill()
+    assert consumer.wait_disabled() == CONNECTION_LOST
+    assert consumer.consumer.disconnected.wait(TIMEOUT)
 
 
 def test_consumer_killed_mid_session_frees_the_session(traced: Traced) -> None:

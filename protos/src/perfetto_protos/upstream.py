@@ -1,11 +1,9 @@
 """Upstream Perfetto's published schema, as a test oracle and tooling aid.
 
 Upstream's PyPI package `perfetto` ships the whole trace schema as
-`perfetto/protos/perfetto/trace/perfetto_trace_pb2.py`. Importing that module registers the
-same full names as ours (`perfetto.protos.TracePacket`, ...) in protobuf's default
-descriptor pool, so the two cannot be imported into one process. This module reads that
-file's serialized descriptor without importing it and loads it into a private
-`DescriptorPool`, so upstream's classes and ours coexist.
+`perfetto/protos/perfetto/trace/perfetto_trace_pb2.py`. This module reads that file's
+serialized descriptor without importing it and loads it into a private `DescriptorPool`, so
+checking our output against upstream's schema works whatever else the process imported.
 
 Needs the `perfetto` package (a development dependency); every function raises
 `ProtosError` with a clear message when it is absent.

@@ -1,9 +1,97 @@
-"""The Perfetto client library for Python programs."""
+"""The Perfetto client library for Python programs: track events and custom data sources.
 
-from importlib.metadata import version as _version
+Importing it is cheap: the tracing service, shared memory and protobuf modules load when
+`Tracing.initialize` runs (or when one of their names below is first used).
+"""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from perfetto_client._api import (
+    Flow,
+    begin,
+    counter,
+    end,
+    instant,
+    is_enabled,
+    trace,
+    trace_event,
+)
+from perfetto_client._categories import Category
+from perfetto_client._debug_annotations import Traceable
 from perfetto_client._errors import TracingError
+from perfetto_client._tracing import Backend, Tracing
+from perfetto_client._tracks import (
+    GLOBAL,
+    CounterTrack,
+    CounterUnit,
+    NamedTrack,
+    ProcessTrack,
+    ThreadTrack,
+    Track,
+)
 
-__version__: str = _version("perfetto-client")
+if TYPE_CHECKING:
+    from perfetto_protos.config.trace_config_pb2 import TraceConfig
 
-__all__ = ["TracingError", "__version__"]
+    from perfetto_client._data_source import DataSource, FlushArgs, StopArgs, TraceContext
+    from perfetto_client._session import TracingSession
+
+    __version__: str
+
+_LAZY = {
+    "TraceConfig": "perfetto_protos.config.trace_config_pb2",
+    "DataSource": "perfetto_client._data_source",
+    "FlushArgs": "perfetto_client._data_source",
+    "StopArgs": "perfetto_client._data_source",
+    "TraceContext": "perfetto_client._data_source",
+    "TracingSession": "perfetto_client._session",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Loads the names whose modules are heavy on first use."""
+    import importlib
+
+    if name == "__version__":
+        from importlib.metadata import version
+
+        return version("perfetto-client")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'perfetto_client' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+__all__ = [
+    "GLOBAL",
+    "Backend",
+    "Category",
+    "CounterTrack",
+    "CounterUnit",
+    "DataSource",
+    "Flow",
+    "FlushArgs",
+    "NamedTrack",
+    "ProcessTrack",
+    "StopArgs",
+    "ThreadTrack",
+    "TraceConfig",
+    "TraceContext",
+    "Traceable",
+    "Tracing",
+    "TracingError",
+    "TracingSession",
+    "Track",
+    "__version__",
+    "begin",
+    "counter",
+    "end",
+    "instant",
+    "is_enabled",
+    "trace",
+    "trace_event",
+]

@@ -66,31 +66,52 @@ class ClientIdentity:
 
 
 class Producer(Protocol):
-    """What the service calls on a producer (a process that writes trace data)."""
+    """What the service calls on a producer (a process that writes trace data).
+
+    Subclass it and override what you need: every callback does nothing by default, and a
+    producer that keeps the default `flush` has its flushes acknowledged at once. (A class
+    that only has the same methods also fits, but gets no defaults.)
+    """
 
     def on_connect(self) -> None:
         """The connection to the service is established."""
+        return
 
     def on_disconnect(self) -> None:
         """The service went away or refused the producer; no more calls follow."""
+        return
 
     def on_tracing_setup(self) -> None:
         """The shared memory buffer exists: `ProducerEndpoint.shared_memory()` returns it."""
+        return
 
     def setup_data_source(self, instance_id: int, config: DataSourceConfig) -> None:
         """Prepares a data source instance before it is started."""
+        return
 
     def start_data_source(self, instance_id: int, config: DataSourceConfig) -> None:
         """Starts writing data for a data source instance."""
+        return
 
     def stop_data_source(self, instance_id: int) -> None:
         """Stops a data source instance; ack with notify_data_source_stopped if it asked to."""
+        return
 
     def flush(self, request_id: int, instance_ids: Sequence[int], flags: int) -> None:
-        """Commits everything written so far, then acks with `notify_flush_complete`."""
+        """Commits everything written so far, then acks with `notify_flush_complete`.
+
+        The default has nothing of its own to commit: whoever delivers the flush acks it.
+        """
+        return
 
     def clear_incremental_state(self, instance_ids: Sequence[int]) -> None:
         """Forgets interning and other incremental state of these instances."""
+        return
+
+
+def acks_flush_itself(producer: Producer) -> bool:
+    """False when `producer` keeps `Producer.flush`'s default (so its flushes are acked for it)."""
+    return getattr(type(producer), "flush", None) is not Producer.flush
 
 
 class ProducerEndpoint(Protocol):
@@ -142,31 +163,42 @@ class ProducerEndpoint(Protocol):
 
 
 class Consumer(Protocol):
-    """What the service calls on a consumer (a process that controls sessions and reads traces)."""
+    """What the service calls on a consumer (a process that controls sessions and reads traces).
+
+    Subclass it and override what you need: every callback does nothing by default.
+    """
 
     def on_connect(self) -> None:
         """The connection to the service is established."""
+        return
 
     def on_disconnect(self) -> None:
         """The service went away; no more calls follow."""
+        return
 
     def on_tracing_disabled(self, error: str) -> None:
         """The session ended; `error` is empty unless it ended because of one."""
+        return
 
     def on_trace_data(self, packets: Sequence[TracePacketSlices], has_more: bool) -> None:
         """A batch of trace packets read from the buffers; `has_more` false on the last batch."""
+        return
 
     def on_detach(self, success: bool) -> None:
         """The answer to `detach`."""
+        return
 
     def on_attach(self, success: bool, config: TraceConfig) -> None:
         """The answer to `attach`, with the config of the session re-attached to."""
+        return
 
     def on_trace_stats(self, success: bool, stats: TraceStats) -> None:
         """The answer to `get_trace_stats`."""
+        return
 
     def on_observable_events(self, events: ObservableEvents) -> None:
         """Events the consumer asked for with `observe_events`."""
+        return
 
 
 class ConsumerEndpoint(Protocol):

@@ -9,6 +9,7 @@ from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
+from perfetto_protos import _pool as _perfetto_pool
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC,
     7,
@@ -24,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'perfetto/common/observable_events.proto\x12\x0fperfetto.protos\"\x8c\x06\n\x10ObservableEvents\x12_\n\x16instance_state_changes\x18\x01 \x03(\x0b\x32?.perfetto.protos.ObservableEvents.DataSourceInstanceStateChange\x12 \n\x18\x61ll_data_sources_started\x18\x02 \x01(\x08\x12L\n\x11\x63lone_trigger_hit\x18\x03 \x01(\x0b\x32\x31.perfetto.protos.ObservableEvents.CloneTriggerHit\x1a\x9a\x01\n\x1d\x44\x61taSourceInstanceStateChange\x12\x15\n\rproducer_name\x18\x01 \x01(\t\x12\x18\n\x10\x64\x61ta_source_name\x18\x02 \x01(\t\x12H\n\x05state\x18\x03 \x01(\x0e\x32\x39.perfetto.protos.ObservableEvents.DataSourceInstanceState\x1a\xa0\x01\n\x0f\x43loneTriggerHit\x12\x1a\n\x12tracing_session_id\x18\x01 \x01(\x03\x12\x14\n\x0ctrigger_name\x18\x02 \x01(\t\x12\x15\n\rproducer_name\x18\x03 \x01(\t\x12\x14\n\x0cproducer_uid\x18\x04 \x01(\r\x12\x14\n\x0c\x62oot_time_ns\x18\x05 \x01(\x04\x12\x18\n\x10trigger_delay_ms\x18\x06 \x01(\x04\"|\n\x04Type\x12\x14\n\x10TYPE_UNSPECIFIED\x10\x00\x12\x1f\n\x1bTYPE_DATA_SOURCES_INSTANCES\x10\x01\x12!\n\x1dTYPE_ALL_DATA_SOURCES_STARTED\x10\x02\x12\x1a\n\x16TYPE_CLONE_TRIGGER_HIT\x10\x04\"i\n\x17\x44\x61taSourceInstanceState\x12&\n\"DATA_SOURCE_INSTANCE_STATE_STOPPED\x10\x01\x12&\n\"DATA_SOURCE_INSTANCE_STATE_STARTED\x10\x02')
+DESCRIPTOR = _perfetto_pool.POOL.AddSerializedFile(b'\n\'perfetto/common/observable_events.proto\x12\x0fperfetto.protos\"\x8c\x06\n\x10ObservableEvents\x12_\n\x16instance_state_changes\x18\x01 \x03(\x0b\x32?.perfetto.protos.ObservableEvents.DataSourceInstanceStateChange\x12 \n\x18\x61ll_data_sources_started\x18\x02 \x01(\x08\x12L\n\x11\x63lone_trigger_hit\x18\x03 \x01(\x0b\x32\x31.perfetto.protos.ObservableEvents.CloneTriggerHit\x1a\x9a\x01\n\x1d\x44\x61taSourceInstanceStateChange\x12\x15\n\rproducer_name\x18\x01 \x01(\t\x12\x18\n\x10\x64\x61ta_source_name\x18\x02 \x01(\t\x12H\n\x05state\x18\x03 \x01(\x0e\x32\x39.perfetto.protos.ObservableEvents.DataSourceInstanceState\x1a\xa0\x01\n\x0f\x43loneTriggerHit\x12\x1a\n\x12tracing_session_id\x18\x01 \x01(\x03\x12\x14\n\x0ctrigger_name\x18\x02 \x01(\t\x12\x15\n\rproducer_name\x18\x03 \x01(\t\x12\x14\n\x0cproducer_uid\x18\x04 \x01(\r\x12\x14\n\x0c\x62oot_time_ns\x18\x05 \x01(\x04\x12\x18\n\x10trigger_delay_ms\x18\x06 \x01(\x04\"|\n\x04Type\x12\x14\n\x10TYPE_UNSPECIFIED\x10\x00\x12\x1f\n\x1bTYPE_DATA_SOURCES_INSTANCES\x10\x01\x12!\n\x1dTYPE_ALL_DATA_SOURCES_STARTED\x10\x02\x12\x1a\n\x16TYPE_CLONE_TRIGGER_HIT\x10\x04\"i\n\x17\x44\x61taSourceInstanceState\x12&\n\"DATA_SOURCE_INSTANCE_STATE_STOPPED\x10\x01\x12&\n\"DATA_SOURCE_INSTANCE_STATE_STARTED\x10\x02')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)

@@ -9,6 +9,7 @@ from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
+from perfetto_protos import _pool as _perfetto_pool
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC,
     7,
@@ -24,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#perfetto/common/semantic_type.proto\x12\x0fperfetto.protos*z\n\x0cSemanticType\x12\x1d\n\x19SEMANTIC_TYPE_UNSPECIFIED\x10\x00\x12\x18\n\x14SEMANTIC_TYPE_ATRACE\x10\x01\x12\x15\n\x11SEMANTIC_TYPE_JOB\x10\x02\x12\x1a\n\x16SEMANTIC_TYPE_WAKELOCK\x10\x03')
+DESCRIPTOR = _perfetto_pool.POOL.AddSerializedFile(b'\n#perfetto/common/semantic_type.proto\x12\x0fperfetto.protos*z\n\x0cSemanticType\x12\x1d\n\x19SEMANTIC_TYPE_UNSPECIFIED\x10\x00\x12\x18\n\x14SEMANTIC_TYPE_ATRACE\x10\x01\x12\x15\n\x11SEMANTIC_TYPE_JOB\x10\x02\x12\x1a\n\x16SEMANTIC_TYPE_WAKELOCK\x10\x03')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)

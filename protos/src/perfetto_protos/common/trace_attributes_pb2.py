@@ -9,6 +9,7 @@ from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
+from perfetto_protos import _pool as _perfetto_pool
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC,
     7,
@@ -24,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&perfetto/common/trace_attributes.proto\x12\x0fperfetto.protos\"\xa1\x01\n\x0fTraceAttributes\x12=\n\tattribute\x18\x01 \x03(\x0b\x32*.perfetto.protos.TraceAttributes.Attribute\x1aO\n\tAttribute\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x14\n\nlong_value\x18\x02 \x01(\x03H\x00\x12\x16\n\x0cstring_value\x18\x03 \x01(\tH\x00\x42\x07\n\x05value')
+DESCRIPTOR = _perfetto_pool.POOL.AddSerializedFile(b'\n&perfetto/common/trace_attributes.proto\x12\x0fperfetto.protos\"\xa1\x01\n\x0fTraceAttributes\x12=\n\tattribute\x18\x01 \x03(\x0b\x32*.perfetto.protos.TraceAttributes.Attribute\x1aO\n\tAttribute\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x14\n\nlong_value\x18\x02 \x01(\x03H\x00\x12\x16\n\x0cstring_value\x18\x03 \x01(\tH\x00\x42\x07\n\x05value')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)

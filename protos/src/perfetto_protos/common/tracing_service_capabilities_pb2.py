@@ -9,6 +9,7 @@ from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
+from perfetto_protos import _pool as _perfetto_pool
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC,
     7,
@@ -25,7 +26,7 @@ _sym_db = _symbol_database.Default()
 from perfetto_protos.common import observable_events_pb2 as perfetto_dot_common_dot_observable__events__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n2perfetto/common/tracing_service_capabilities.proto\x12\x0fperfetto.protos\x1a\'perfetto/common/observable_events.proto\"\xc0\x01\n\x1aTracingServiceCapabilities\x12\x1e\n\x16has_query_capabilities\x18\x01 \x01(\x08\x12\x41\n\x11observable_events\x18\x02 \x03(\x0e\x32&.perfetto.protos.ObservableEvents.Type\x12$\n\x1chas_trace_config_output_path\x18\x03 \x01(\x08\x12\x19\n\x11has_clone_session\x18\x04 \x01(\x08')
+DESCRIPTOR = _perfetto_pool.POOL.AddSerializedFile(b'\n2perfetto/common/tracing_service_capabilities.proto\x12\x0fperfetto.protos\x1a\'perfetto/common/observable_events.proto\"\xc0\x01\n\x1aTracingServiceCapabilities\x12\x1e\n\x16has_query_capabilities\x18\x01 \x01(\x08\x12\x41\n\x11observable_events\x18\x02 \x03(\x0e\x32&.perfetto.protos.ObservableEvents.Type\x12$\n\x1chas_trace_config_output_path\x18\x03 \x01(\x08\x12\x19\n\x11has_clone_session\x18\x04 \x01(\x08')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)

@@ -9,6 +9,7 @@ from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
+from perfetto_protos import _pool as _perfetto_pool
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC,
     7,
@@ -25,7 +26,7 @@ _sym_db = _symbol_database.Default()
 from perfetto_protos.common import system_info_pb2 as perfetto_dot_common_dot_system__info__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dperfetto/ipc/relay_port.proto\x12\x0fperfetto.protos\x1a!perfetto/common/system_info.proto\"D\n\x10InitRelayRequest\x12\x30\n\x0bsystem_info\x18\x01 \x01(\x0b\x32\x1b.perfetto.protos.SystemInfo\"\x13\n\x11InitRelayResponse\"\xd0\x01\n\x10SyncClockRequest\x12\x36\n\x05phase\x18\x01 \x01(\x0e\x32\'.perfetto.protos.SyncClockRequest.Phase\x12\x37\n\x06\x63locks\x18\x02 \x03(\x0b\x32\'.perfetto.protos.SyncClockRequest.Clock\x1a,\n\x05\x43lock\x12\x10\n\x08\x63lock_id\x18\x01 \x01(\r\x12\x11\n\ttimestamp\x18\x02 \x01(\x04\"\x1d\n\x05Phase\x12\x08\n\x04PING\x10\x01\x12\n\n\x06UPDATE\x10\x02\"\x13\n\x11SyncClockResponse2\xb7\x01\n\tRelayPort\x12T\n\tInitRelay\x12!.perfetto.protos.InitRelayRequest\x1a\".perfetto.protos.InitRelayResponse\"\x00\x12T\n\tSyncClock\x12!.perfetto.protos.SyncClockRequest\x1a\".perfetto.protos.SyncClockResponse\"\x00')
+DESCRIPTOR = _perfetto_pool.POOL.AddSerializedFile(b'\n\x1dperfetto/ipc/relay_port.proto\x12\x0fperfetto.protos\x1a!perfetto/common/system_info.proto\"D\n\x10InitRelayRequest\x12\x30\n\x0bsystem_info\x18\x01 \x01(\x0b\x32\x1b.perfetto.protos.SystemInfo\"\x13\n\x11InitRelayResponse\"\xd0\x01\n\x10SyncClockRequest\x12\x36\n\x05phase\x18\x01 \x01(\x0e\x32\'.perfetto.protos.SyncClockRequest.Phase\x12\x37\n\x06\x63locks\x18\x02 \x03(\x0b\x32\'.perfetto.protos.SyncClockRequest.Clock\x1a,\n\x05\x43lock\x12\x10\n\x08\x63lock_id\x18\x01 \x01(\r\x12\x11\n\ttimestamp\x18\x02 \x01(\x04\"\x1d\n\x05Phase\x12\x08\n\x04PING\x10\x01\x12\n\n\x06UPDATE\x10\x02\"\x13\n\x11SyncClockResponse2\xb7\x01\n\tRelayPort\x12T\n\tInitRelay\x12!.perfetto.protos.InitRelayRequest\x1a\".perfetto.protos.InitRelayResponse\"\x00\x12T\n\tSyncClock\x12!.perfetto.protos.SyncClockRequest\x1a\".perfetto.protos.SyncClockResponse\"\x00')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)

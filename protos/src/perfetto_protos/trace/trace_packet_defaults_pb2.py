@@ -9,6 +9,7 @@ from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
+from perfetto_protos import _pool as _perfetto_pool
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC,
     7,
@@ -25,7 +26,7 @@ _sym_db = _symbol_database.Default()
 from perfetto_protos.trace.track_event import track_event_pb2 as perfetto_dot_trace_dot_track__event_dot_track__event__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*perfetto/trace/trace_packet_defaults.proto\x12\x0fperfetto.protos\x1a,perfetto/trace/track_event/track_event.proto\"t\n\x13TracePacketDefaults\x12\x1a\n\x12timestamp_clock_id\x18: \x01(\r\x12\x41\n\x14track_event_defaults\x18\x0b \x01(\x0b\x32#.perfetto.protos.TrackEventDefaults')
+DESCRIPTOR = _perfetto_pool.POOL.AddSerializedFile(b'\n*perfetto/trace/trace_packet_defaults.proto\x12\x0fperfetto.protos\x1a,perfetto/trace/track_event/track_event.proto\"t\n\x13TracePacketDefaults\x12\x1a\n\x12timestamp_clock_id\x18: \x01(\r\x12\x41\n\x14track_event_defaults\x18\x0b \x01(\x0b\x32#.perfetto.protos.TrackEventDefaults')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)

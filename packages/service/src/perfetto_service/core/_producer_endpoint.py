@@ -17,7 +17,12 @@ from perfetto_smb import (
     SmbError,
 )
 
-from perfetto_service._interfaces import ClientIdentity, Producer, TaskRunner
+from perfetto_service._interfaces import (
+    ClientIdentity,
+    Producer,
+    TaskRunner,
+    acks_flush_itself,
+)
 from perfetto_service.core._trace_buffer import PacketSequenceProperties
 
 if TYPE_CHECKING:
@@ -145,7 +150,14 @@ class ProducerEndpointImpl:
     def send_flush(self, request_id: int, instance_ids: Sequence[int], flags: int) -> None:
         """Queues a Flush."""
         ids = list(instance_ids)
-        self._post(lambda: self.producer.flush(request_id, ids, flags))
+        producer = self.producer
+
+        def deliver() -> None:
+            producer.flush(request_id, ids, flags)
+            if not acks_flush_itself(producer):
+                self.notify_flush_complete(request_id)
+
+        self._post(deliver)
 
     def send_clear_incremental_state(self, instance_ids: Sequence[int]) -> None:
         """Queues ClearIncrementalState."""

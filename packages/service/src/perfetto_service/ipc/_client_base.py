@@ -80,6 +80,11 @@ class PortClient:
         proxy = self._proxy
         return proxy is not None and proxy.has_method(method)
 
+    def connection_gone(self) -> bool:
+        """Whether the connection is closed or lost (already true while its calls are failed)."""
+        connection = self._client.async_client.connection
+        return self._lost or connection is None or connection.closed
+
     def wait_connected(self, timeout: float | None = None) -> bool:
         """Waits until the port is ready or the connection failed; True if it is ready."""
         self._done_event.wait(timeout)

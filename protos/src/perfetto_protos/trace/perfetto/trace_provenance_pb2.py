@@ -9,6 +9,7 @@ from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
+from perfetto_protos import _pool as _perfetto_pool
 _runtime_version.ValidateProtobufRuntimeVersion(
     _runtime_version.Domain.PUBLIC,
     7,
@@ -24,7 +25,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n.perfetto/trace/perfetto/trace_provenance.proto\x12\x0fperfetto.protos\"\xc0\x01\n\x0fTraceProvenance\x12\x38\n\x07\x62uffers\x18\x02 \x03(\x0b\x32\'.perfetto.protos.TraceProvenance.Buffer\x1a+\n\x08Sequence\x12\n\n\x02id\x18\x01 \x01(\r\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x05\x1a\x46\n\x06\x42uffer\x12<\n\tsequences\x18\x01 \x03(\x0b\x32).perfetto.protos.TraceProvenance.Sequence')
+DESCRIPTOR = _perfetto_pool.POOL.AddSerializedFile(b'\n.perfetto/trace/perfetto/trace_provenance.proto\x12\x0fperfetto.protos\"\xc0\x01\n\x0fTraceProvenance\x12\x38\n\x07\x62uffers\x18\x02 \x03(\x0b\x32\'.perfetto.protos.TraceProvenance.Buffer\x1a+\n\x08Sequence\x12\n\n\x02id\x18\x01 \x01(\r\x12\x13\n\x0bproducer_id\x18\x02 \x01(\x05\x1a\x46\n\x06\x42uffer\x12<\n\tsequences\x18\x01 \x03(\x0b\x32).perfetto.protos.TraceProvenance.Sequence')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)

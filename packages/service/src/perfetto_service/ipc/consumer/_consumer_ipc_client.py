@@ -21,7 +21,7 @@ from perfetto_wire import Reply
 from perfetto_service._interfaces import Consumer
 from perfetto_service.ipc._client_base import PortClient
 
-__all__ = ["ENABLE_TRACING_REJECTED", "ConsumerIPCClient"]
+__all__ = ["CONNECTION_LOST", "ENABLE_TRACING_REJECTED", "ConsumerIPCClient"]
 
 ENABLE_TRACING_REJECTED = "the tracing service rejected EnableTracing"
 CONNECTION_LOST = "the connection to the tracing service was lost"
@@ -58,20 +58,22 @@ class ConsumerIPCClient(PortClient):
             self.consumer.on_tracing_disabled(reply.unwrap(pb.EnableTracingResponse).error)
         else:
             self.consumer.on_tracing_disabled(
-                CONNECTION_LOST if not self.connected else ENABLE_TRACING_REJECTED
+                CONNECTION_LOST if self.connection_gone() else ENABLE_TRACING_REJECTED
             )
 
     def change_trace_config(self, config: TraceConfig) -> None:
         """Sends ChangeTraceConfig."""
-        self.invoke("ChangeTraceConfig", pb.ChangeTraceConfigRequest(trace_config=config))
+        self.invoke(
+            "ChangeTraceConfig", pb.ChangeTraceConfigRequest(trace_config=config), _ignore_reply
+        )
 
     def start_tracing(self) -> None:
         """Sends StartTracing."""
-        self.invoke("StartTracing", pb.StartTracingRequest())
+        self.invoke("StartTracing", pb.StartTracingRequest(), _ignore_reply)
 
     def disable_tracing(self) -> None:
         """Sends DisableTracing."""
-        self.invoke("DisableTracing", pb.DisableTracingRequest())
+        self.invoke("DisableTracing", pb.DisableTracingRequest(), _ignore_reply)
 
     def flush(self, timeout_ms: int, callback: Callable[[bool], None], flags: int = 0) -> None:
         """Sends Flush; `callback(False)` if it timed out or failed."""
@@ -88,7 +90,7 @@ class ConsumerIPCClient(PortClient):
 
     def free_buffers(self) -> None:
         """Sends FreeBuffers."""
-        self.invoke("FreeBuffers", pb.FreeBuffersRequest())
+        self.invoke("FreeBuffers", pb.FreeBuffersRequest(), _ignore_reply)
 
     def detach(self, key: str) -> None:
         """Sends Detach; the answer goes to `Consumer.on_detach`."""
@@ -132,7 +134,9 @@ class ConsumerIPCClient(PortClient):
 
     def observe_events(self, events_mask: int) -> None:
         """Subscribes to ObservableEvents types; events go to `Consumer.on_observable_events`."""
-        types = [bit for bit in _bits(events_mask) if bit in ObservableEvents.Type.values()]
+        # Upstream sends every set bit of the low 32; protobuf refuses values it has no name for.
+        known = ObservableEvents.Type.values()
+        types = [bit for bit in _bits(events_mask & 0xFFFFFFFF) if bit in known]
 
         def on_reply(reply: Reply) -> None:
             if not reply.success or reply.message is None:
@@ -197,6 +201,10 @@ class ConsumerIPCClient(PortClient):
             return
         self._disconnect_reported = True
         self.consumer.on_disconnect()
+
+
+def _ignore_reply(_reply: Reply) -> None:
+    """Upstream's consumer asks for a reply to every call, even where it has no use for it."""
 
 
 def _bits(mask: int) -> list[int]:

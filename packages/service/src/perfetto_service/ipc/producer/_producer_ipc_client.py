@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
+from importlib.metadata import version
 
 from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
@@ -26,10 +27,17 @@ from perfetto_smb import (
 from perfetto_wire import Reply, ServiceProxy
 
 from perfetto_service._errors import ServiceError
-from perfetto_service._interfaces import Producer
+from perfetto_service._interfaces import Producer, acks_flush_itself
 from perfetto_service.ipc._client_base import PortClient
 
-__all__ = ["SHMEM_EMULATION_SIZE", "ProducerIPCClient"]
+__all__ = [
+    "SDK_VERSION",
+    "SHMEM_EMULATION_SIZE",
+    "SMB_SCRAPING_DEFAULT",
+    "SMB_SCRAPING_DISABLED",
+    "SMB_SCRAPING_ENABLED",
+    "ProducerIPCClient",
+]
 
 _log = logging.getLogger("perfetto_service")
 
@@ -38,6 +46,15 @@ SHMEM_EMULATION_SIZE = 1024 * 1024
 
 _DEFAULT_PAGE_SIZE_KB = 4
 
+SMB_SCRAPING_DEFAULT = 0
+"""Leave SMB scraping to the service's default (the field is not sent)."""
+SMB_SCRAPING_ENABLED = 1
+"""The service may read uncommitted chunks of this producer at a flush (upstream's SDK sets it)."""
+SMB_SCRAPING_DISABLED = 2
+
+SDK_VERSION = f"perfetto-py {version('perfetto-service')}"
+"""What the producer reports as InitializeConnectionRequest.sdk_version."""
+
 
 class ProducerIPCClient(PortClient):
     """A `ProducerEndpoint` that talks to a tracing service over a producer socket.
@@ -45,8 +62,9 @@ class ProducerIPCClient(PortClient):
     After `connect()`, connects to `socket_name` (with `retry`, until a service appears), binds
     ProducerPort and initializes the connection as `name` with the given hints. With `producer_shm`
     the producer offers its own shared memory buffer (a sealed memfd), which the service may adopt.
-    Methods may be called from any thread; calls made before the connection is initialized are sent
-    once it is.
+    As upstream's SDK, it reports `sdk_version` and lets the service scrape its buffer at a flush
+    (`smb_scraping_mode`; `SMB_SCRAPING_DEFAULT` leaves it to the service). Methods may be
+    called from any thread; calls made before the connection is initialized are sent once it is.
     """
 
     def __init__(
@@ -57,20 +75,23 @@ class ProducerIPCClient(PortClient):
         *,
         shm_size_hint_bytes: int = 0,
         shm_page_size_hint_bytes: int = 0,
-        smb_scraping_mode: int = 0,
+        smb_scraping_mode: int = SMB_SCRAPING_ENABLED,
         producer_shm: SharedMemory | None = None,
-        sdk_version: str = "",
+        sdk_version: str = SDK_VERSION,
         retry: bool = False,
     ) -> None:
         self.producer = producer
         self.name = name
+        # Fields set as upstream's client sets them: the hints always, the scraping mode only
+        # when it is not the service's default, the SMB flag only with an SMB.
         self._request = pb.InitializeConnectionRequest(
             producer_name=name,
             shared_memory_size_hint_bytes=shm_size_hint_bytes,
             shared_memory_page_size_hint_bytes=shm_page_size_hint_bytes,
-            smb_scraping_mode=smb_scraping_mode,  # type: ignore[arg-type]
             sdk_version=sdk_version,
         )
+        if smb_scraping_mode != SMB_SCRAPING_DEFAULT:
+            self._request.smb_scraping_mode = smb_scraping_mode  # type: ignore[assignment]
         if producer_shm is not None:
             self._request.producer_provided_shmem = True
         self._producer_shm = producer_shm
@@ -91,15 +112,13 @@ class ProducerIPCClient(PortClient):
 
     def register_data_source(self, descriptor: DataSourceDescriptor) -> None:
         """Sends RegisterDataSource."""
-        self.invoke(
-            "RegisterDataSource", pb.RegisterDataSourceRequest(data_source_descriptor=descriptor)
-        )
+        request = pb.RegisterDataSourceRequest(data_source_descriptor=descriptor)
+        self.invoke("RegisterDataSource", request, _log_refusal(descriptor.name))
 
     def update_data_source(self, descriptor: DataSourceDescriptor) -> None:
         """Sends UpdateDataSource."""
-        self.invoke(
-            "UpdateDataSource", pb.UpdateDataSourceRequest(data_source_descriptor=descriptor)
-        )
+        request = pb.UpdateDataSourceRequest(data_source_descriptor=descriptor)
+        self.invoke("UpdateDataSource", request, _log_refusal(descriptor.name))
 
     def unregister_data_source(self, name: str) -> None:
         """Sends UnregisterDataSource."""
@@ -198,11 +217,12 @@ class ProducerIPCClient(PortClient):
     # The connection, on the IPC thread.
 
     def _on_bound_port(self, proxy: ServiceProxy) -> None:
+        # As upstream: the command stream is asked for right behind InitializeConnection.
         fd = self._producer_shm.fd if self._producer_shm is not None else None
+        invoke = self.client.async_client.invoke
         try:
-            self.client.async_client.invoke(
-                proxy, "InitializeConnection", self._request, self._on_initialized, fd=fd
-            )
+            invoke(proxy, "InitializeConnection", self._request, self._on_initialized, fd=fd)
+            invoke(proxy, "GetAsyncCommand", pb.GetAsyncCommandRequest(), self._on_command)
         except Exception:
             _log.exception("cannot send InitializeConnection")
             self.client.async_client.close()
@@ -222,11 +242,6 @@ class ProducerIPCClient(PortClient):
                 _DEFAULT_PAGE_SIZE_KB * 1024
             )
             self._adopt_smb(provided, page_size)
-        proxy = self._proxy
-        if proxy is not None:
-            self.client.async_client.invoke(
-                proxy, "GetAsyncCommand", pb.GetAsyncCommandRequest(), self._on_command
-            )
         self._set_ready()
 
     def _on_ready(self) -> None:
@@ -294,6 +309,8 @@ class ProducerIPCClient(PortClient):
         elif kind == "flush":
             flush = command.flush
             producer.flush(flush.request_id, list(flush.data_source_ids), flush.flags)
+            if not acks_flush_itself(producer):
+                self.notify_flush_complete(flush.request_id)
         elif kind == "clear_incremental_state":
             producer.clear_incremental_state(list(command.clear_incremental_state.data_source_ids))
         elif kind != "setup_tracing":
@@ -321,3 +338,11 @@ class ProducerIPCClient(PortClient):
                     _log.warning("cannot map the shared memory buffer: %s", exc)
                     return
         self.producer.on_tracing_setup()
+
+
+def _log_refusal(name: str) -> Callable[[Reply], None]:
+    def on_reply(reply: Reply) -> None:
+        if not reply.success:
+            _log.warning("the tracing service refused data source %r", name)
+
+    return on_reply

@@ -1,0 +1,627 @@
+"""`perfetto --summary TRACE`: a text summary of a trace file, read as a stream.
+
+The file is read in fixed-size chunks and every packet is decoded field by field with
+protozero's varint reader, so memory stays bounded by the largest packet and the number of
+distinct names, whatever the trace's size. Upstream's schema gives the packet type names.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from protozero import read_varint
+
+from perfetto_cmd._errors import CliError
+
+__all__ = ["TraceSummary", "summarize_file"]
+
+CHUNK_SIZE = 8 << 20
+
+# Field numbers (upstream's; checked against its schema by the tests).
+_TRACE_PACKET = 1
+_P_PROCESS_TREE = 2
+_P_CLOCK_SNAPSHOT = 6
+_P_TIMESTAMP = 8
+_P_SEQUENCE_ID = 10
+_P_TRACK_EVENT = 11
+_P_INTERNED_DATA = 12
+_P_SEQUENCE_FLAGS = 13
+_P_TRACE_STATS = 35
+_P_INCREMENTAL_STATE_CLEARED = 41
+_P_PREVIOUS_PACKET_DROPPED = 42
+_P_PROCESS_DESCRIPTOR = 43
+_P_THREAD_DESCRIPTOR = 44
+_P_TIMESTAMP_CLOCK_ID = 58
+_P_DEFAULTS = 59
+_P_TRACK_DESCRIPTOR = 60
+_SEQ_INCREMENTAL_STATE_CLEARED = 1
+_TE_CATEGORY_IIDS = 3
+_TE_TYPE = 9
+_TE_NAME_IID = 10
+_TE_TRACK_UUID = 11
+_TE_CATEGORIES = 22
+_TE_NAME = 23
+_TE_COUNTER_VALUE = 30
+_TE_DOUBLE_COUNTER_VALUE = 44
+_SLICE_BEGIN, _SLICE_END, _INSTANT, _COUNTER = 1, 2, 3, 4
+_ID_EVENT_CATEGORIES = 1
+_ID_EVENT_NAMES = 2
+_DEFAULTS_TRACK_EVENT = 11
+_FIRST_SEQUENCE_SCOPED_CLOCK = 64
+
+_Fields = dict[int, list[tuple[int, int, int]]]
+"""Field id -> [(wire type, value or payload offset, payload size)]."""
+
+
+def _fields(buf: memoryview, pos: int, end: int) -> _Fields:
+    """The fields of the message in buf[pos:end]; stops quietly at malformed input."""
+    out: _Fields = {}
+    while pos < end:
+        tag = buf[pos]
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = read_varint(buf, pos, end)
+            if pos < 0:
+                break
+        wire_type = tag & 7
+        if wire_type == 0:
+            value = buf[pos] if pos < end else 0x80
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = read_varint(buf, pos, end)
+                if pos < 0:
+                    break
+            item = (0, value, 0)
+        elif wire_type == 2:
+            size = buf[pos] if pos < end else 0x80
+            if size < 0x80:
+                pos += 1
+            else:
+                size, pos = read_varint(buf, pos, end)
+                if pos < 0:
+                    break
+            if pos + size > end:
+                break
+            item = (2, pos, size)
+            pos += size
+        elif wire_type == 1:
+            item = (1, int.from_bytes(buf[pos : pos + 8], "little"), 0)
+            pos += 8
+        elif wire_type == 5:
+            item = (5, int.from_bytes(buf[pos : pos + 4], "little"), 0)
+            pos += 4
+        else:
+            break
+        got = out.get(tag >> 3)
+        if got is None:
+            out[tag >> 3] = [item]
+        else:
+            got.append(item)
+    return out
+
+
+def _int(fields: _Fields, field_id: int, default: int = 0) -> int:
+    got = fields.get(field_id)
+    return got[-1][1] if got else default
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _text(buf: memoryview, fields: _Fields, field_id: int) -> str | None:
+    got = fields.get(field_id)
+    if not got:
+        return None
+    _, offset, size = got[-1]
+    return str(buf[offset : offset + size], "utf-8", "replace")
+
+
+_unpack_double = struct.Struct("<d").unpack
+
+
+@dataclass
+class _SliceStats:
+    count: int = 0
+    total_ns: int = 0
+    max_ns: int = 0
+
+
+@dataclass
+class _CounterStats:
+    count: int = 0
+    low: float = float("inf")
+    high: float = float("-inf")
+    last: float = 0.0
+
+
+@dataclass
+class _Sequence:
+    """Per-sequence incremental state: interning tables, defaults, incremental clocks."""
+
+    categories: dict[int, str] = field(default_factory=dict)
+    names: dict[int, str] = field(default_factory=dict)
+    default_track: int = 0
+    default_clock: int = 0
+    clocks: dict[int, int] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        self.categories.clear()
+        self.names.clear()
+        self.default_track = 0
+        self.default_clock = 0
+        self.clocks.clear()
+
+
+@dataclass
+class TraceSummary:
+    """What `--summary` reports about one trace."""
+
+    size: int = 0
+    packets: int = 0
+    packet_types: dict[int, int] = field(default_factory=dict)
+    slices: dict[tuple[str, str], _SliceStats] = field(default_factory=dict)
+    instants: Counter[tuple[str, str]] = field(default_factory=Counter)
+    counters: dict[str, _CounterStats] = field(default_factory=dict)
+    processes: dict[int, str] = field(default_factory=dict)
+    threads: dict[int, tuple[int, str]] = field(default_factory=dict)
+    packets_after_loss: int = 0
+    unterminated_slices: int = 0
+    trace_stats: bytes | None = None
+    truncated_at: int | None = None
+    _sequences: dict[int, _Sequence] = field(default_factory=dict)
+    _open: dict[tuple[int, int], list[tuple[str, str, int]]] = field(default_factory=dict)
+    _track_names: dict[int, str] = field(default_factory=dict)
+    _counter_tracks: set[int] = field(default_factory=set)
+
+    def add_packet(self, buf: memoryview, pos: int, end: int) -> None:
+        """Accounts for the TracePacket in buf[pos:end] (one inline pass over its fields)."""
+        self.packets += 1
+        kind = ts = sequence_id = flags = dropped = cleared = 0
+        clock = -1
+        payload = 0
+        payload_size = 0
+        interned: list[tuple[int, int, int]] | None = None
+        defaults: tuple[int, int, int] | None = None
+        metadata = _PACKET_METADATA
+        while pos < end:
+            tag = buf[pos]
+            if tag < 0x80:
+                pos += 1
+            else:
+                tag, pos = read_varint(buf, pos, end)
+                if pos < 0:
+                    break
+            field_id = tag >> 3
+            wire_type = tag & 7
+            if wire_type == 0:
+                value = buf[pos] if pos < end else 0x80
+                if value < 0x80:
+                    pos += 1
+                else:
+                    value, pos = read_varint(buf, pos, end)
+                    if pos < 0:
+                        break
+                if field_id == _P_TIMESTAMP:
+                    ts = value
+                elif field_id == _P_SEQUENCE_ID:
+                    sequence_id = value
+                elif field_id == _P_SEQUENCE_FLAGS:
+                    flags = value
+                elif field_id == _P_TIMESTAMP_CLOCK_ID:
+                    clock = value
+                elif field_id == _P_PREVIOUS_PACKET_DROPPED:
+                    dropped = value
+                elif field_id == _P_INCREMENTAL_STATE_CLEARED:
+                    cleared = value
+                elif not kind and field_id not in metadata:
+                    kind = field_id
+            elif wire_type == 2:
+                size = buf[pos] if pos < end else 0x80
+                if size < 0x80:
+                    pos += 1
+                else:
+                    size, pos = read_varint(buf, pos, end)
+                    if pos < 0:
+                        break
+                if pos + size > end:
+                    break
+                if field_id == _P_INTERNED_DATA:
+                    if interned is None:
+                        interned = []
+                    interned.append((2, pos, size))
+                elif field_id == _P_DEFAULTS:
+                    defaults = (2, pos, size)
+                elif not kind and field_id not in metadata:
+                    kind = field_id
+                    payload = pos
+                    payload_size = size
+                pos += size
+            elif wire_type == 1:
+                pos += 8
+                if not kind and field_id not in metadata:
+                    kind = field_id
+            elif wire_type == 5:
+                pos += 4
+                if not kind and field_id not in metadata:
+                    kind = field_id
+            else:
+                break
+        types = self.packet_types
+        types[kind] = types.get(kind, 0) + 1
+        sequence = self._sequences.get(sequence_id)
+        if sequence is None:
+            sequence = self._sequences[sequence_id] = _Sequence()
+        elif dropped:  # set on every sequence's first packet
+            self.packets_after_loss += 1
+        if cleared or flags & _SEQ_INCREMENTAL_STATE_CLEARED:
+            sequence.reset()
+        if defaults is not None:
+            self._defaults(buf, defaults, sequence)
+        if interned is not None:
+            for item in interned:
+                self._interned(buf, item, sequence)
+        if kind == _P_TRACK_EVENT:
+            if clock < 0:
+                clock = sequence.default_clock
+            clocks = sequence.clocks
+            if clock >= _FIRST_SEQUENCE_SCOPED_CLOCK and clock in clocks:
+                ts = clocks[clock] = clocks[clock] + ts
+            self._track_event(buf, payload, payload + payload_size, ts, sequence_id, sequence)
+            return
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, buf, payload, payload + payload_size, sequence)
+
+    def _defaults(self, buf: memoryview, item: tuple[int, int, int], seq: _Sequence) -> None:
+        defaults = _fields(buf, item[1], item[1] + item[2])
+        seq.default_clock = _int(defaults, _P_TIMESTAMP_CLOCK_ID)
+        event_defaults = defaults.get(_DEFAULTS_TRACK_EVENT)
+        if event_defaults:
+            _, offset, size = event_defaults[-1]
+            seq.default_track = _int(_fields(buf, offset, offset + size), _TE_TRACK_UUID)
+
+    def _interned(self, buf: memoryview, item: tuple[int, int, int], seq: _Sequence) -> None:
+        interned = _fields(buf, item[1], item[1] + item[2])
+        for field_id, table in (
+            (_ID_EVENT_CATEGORIES, seq.categories),
+            (_ID_EVENT_NAMES, seq.names),
+        ):
+            for _, offset, size in interned.get(field_id, ()):
+                entry = _fields(buf, offset, offset + size)
+                table[_int(entry, 1)] = _text(buf, entry, 2) or ""
+
+    def _track_event(  # noqa: PLR0917
+        self, buf: memoryview, pos: int, end: int, ts: int, sequence_id: int, seq: _Sequence
+    ) -> None:
+        event_type = name_iid = 0
+        track = seq.default_track
+        name: str | None = None
+        categories: list[str] | None = None
+        category_iids: list[int] | None = None
+        counter: float | None = None
+        while pos < end:
+            tag = buf[pos]
+            if tag < 0x80:
+                pos += 1
+            else:
+                tag, pos = read_varint(buf, pos, end)
+                if pos < 0:
+                    break
+            field_id = tag >> 3
+            wire_type = tag & 7
+            if wire_type == 0:
+                value = buf[pos] if pos < end else 0x80
+                if value < 0x80:
+                    pos += 1
+                else:
+                    value, pos = read_varint(buf, pos, end)
+                    if pos < 0:
+                        break
+                if field_id == _TE_TYPE:
+                    event_type = value
+                elif field_id == _TE_TRACK_UUID:
+                    track = value
+                elif field_id == _TE_NAME_IID:
+                    name_iid = value
+                elif field_id == _TE_CATEGORY_IIDS:
+                    if category_iids is None:
+                        category_iids = []
+                    category_iids.append(value)
+                elif field_id == _TE_COUNTER_VALUE:
+                    counter = float(_signed(value))
+            elif wire_type == 2:
+                size = buf[pos] if pos < end else 0x80
+                if size < 0x80:
+                    pos += 1
+                else:
+                    size, pos = read_varint(buf, pos, end)
+                    if pos < 0:
+                        break
+                if pos + size > end:
+                    break
+                if field_id == _TE_NAME:
+                    name = str(buf[pos : pos + size], "utf-8", "replace")
+                elif field_id == _TE_CATEGORIES:
+                    if categories is None:
+                        categories = []
+                    categories.append(str(buf[pos : pos + size], "utf-8", "replace"))
+                elif field_id == _TE_CATEGORY_IIDS:  # packed
+                    if category_iids is None:
+                        category_iids = []
+                    at = pos
+                    while at < pos + size:
+                        value, at = read_varint(buf, at, pos + size)
+                        if at < 0:
+                            break
+                        category_iids.append(value)
+                pos += size
+            elif wire_type == 1:
+                if field_id == _TE_DOUBLE_COUNTER_VALUE:
+                    counter = _unpack_double(buf[pos : pos + 8])[0]
+                pos += 8
+            elif wire_type == 5:
+                pos += 4
+            else:
+                break
+        if event_type == _COUNTER:
+            self._counter_sample(track, 0.0 if counter is None else counter)
+            return
+        key = (sequence_id, track)
+        if event_type == _SLICE_END:
+            stack = self._open.get(key)
+            if stack:
+                category, begin_name, begin = stack.pop()
+                stats = self.slices.get((category, begin_name))
+                if stats is None:
+                    stats = self.slices[category, begin_name] = _SliceStats()
+                duration = ts - begin
+                stats.count += 1
+                stats.total_ns += duration
+                stats.max_ns = max(stats.max_ns, duration)
+            return
+        if name is None:
+            name = seq.names.get(name_iid, "?")
+        if category_iids is not None:
+            if categories is None:
+                categories = []
+            table = seq.categories
+            categories.extend(table.get(iid, "?") for iid in category_iids)
+        category = ",".join(categories) if categories else ""
+        if event_type == _SLICE_BEGIN:
+            stack = self._open.get(key)
+            if stack is None:
+                stack = self._open[key] = []
+            stack.append((category, name, ts))
+        else:
+            self.instants[category, name] += 1
+
+    def _counter_sample(self, track: int, value: float) -> None:
+        name = self._track_names.get(track, f"track {track}")
+        stats = self.counters.get(name)
+        if stats is None:
+            stats = self.counters[name] = _CounterStats()
+        stats.count += 1
+        stats.low = min(stats.low, value)
+        stats.high = max(stats.high, value)
+        stats.last = value
+
+    def _track_descriptor(self, buf: memoryview, pos: int, end: int, _seq: _Sequence) -> None:
+        track = _fields(buf, pos, end)
+        uuid = _int(track, 1)
+        name = _text(buf, track, 2) or _text(buf, track, 10) or _text(buf, track, 13)
+        if name:
+            self._track_names[uuid] = name
+        for _, o, s in track.get(3, ()):
+            self._process_descriptor(buf, o, o + s, _seq)
+        for _, o, s in track.get(4, ()):
+            self._thread_descriptor(buf, o, o + s, _seq)
+
+    def _process_descriptor(self, buf: memoryview, pos: int, end: int, _seq: _Sequence) -> None:
+        process = _fields(buf, pos, end)
+        pid = _int(process, 1)
+        name = _text(buf, process, 6) or _text(buf, process, 2)
+        if name or pid not in self.processes:
+            self.processes[pid] = name or ""
+
+    def _thread_descriptor(self, buf: memoryview, pos: int, end: int, _seq: _Sequence) -> None:
+        thread = _fields(buf, pos, end)
+        tid = _int(thread, 2)
+        name = _text(buf, thread, 5)
+        if name or tid not in self.threads:
+            self.threads[tid] = (_int(thread, 1), name or "")
+
+    def _process_tree(self, buf: memoryview, pos: int, end: int, _seq: _Sequence) -> None:
+        tree = _fields(buf, pos, end)
+        for _, o, s in tree.get(1, ()):
+            process = _fields(buf, o, o + s)
+            self.processes[_int(process, 1)] = _text(buf, process, 3) or ""
+        for _, o, s in tree.get(2, ()):
+            thread = _fields(buf, o, o + s)
+            self.threads[_int(thread, 1)] = (_int(thread, 3), _text(buf, thread, 2) or "")
+
+    def _clock_snapshot(self, buf: memoryview, pos: int, end: int, seq: _Sequence) -> None:
+        for _, o, s in _fields(buf, pos, end).get(1, ()):
+            clock = _fields(buf, o, o + s)
+            if _int(clock, 3) and _int(clock, 1) >= _FIRST_SEQUENCE_SCOPED_CLOCK:
+                seq.clocks[_int(clock, 1)] = _int(clock, 2)
+
+    def _trace_stats(self, buf: memoryview, pos: int, end: int, _seq: _Sequence) -> None:
+        self.trace_stats = bytes(buf[pos:end])
+
+    def finish(self) -> None:
+        """Counts the slices still open at the end of the trace."""
+        self.unterminated_slices = sum(len(stack) for stack in self._open.values())
+
+
+_PACKET_METADATA = frozenset({
+    _P_TIMESTAMP, _P_SEQUENCE_ID, _P_INTERNED_DATA, _P_SEQUENCE_FLAGS,
+    _P_INCREMENTAL_STATE_CLEARED, _P_PREVIOUS_PACKET_DROPPED, _P_TIMESTAMP_CLOCK_ID, _P_DEFAULTS,
+    3, 79, 87, 98,  # trusted_uid, trusted_pid, first_packet_on_sequence, machine_id
+})  # fmt: skip
+
+_Handler = Callable[[TraceSummary, memoryview, int, int, _Sequence], None]
+_HANDLERS: dict[int, _Handler] = {
+    _P_TRACK_DESCRIPTOR: TraceSummary._track_descriptor,
+    _P_PROCESS_DESCRIPTOR: TraceSummary._process_descriptor,
+    _P_THREAD_DESCRIPTOR: TraceSummary._thread_descriptor,
+    _P_PROCESS_TREE: TraceSummary._process_tree,
+    _P_CLOCK_SNAPSHOT: TraceSummary._clock_snapshot,
+    _P_TRACE_STATS: TraceSummary._trace_stats,
+}
+
+
+def _packets(file: Any, summary: TraceSummary) -> Iterator[tuple[memoryview, int, int]]:
+    """(buffer, start, end) of each packet in the trace file, read in chunks."""
+    pending = b""
+    base = 0  # file offset of pending[0]
+    while True:
+        chunk = file.read(CHUNK_SIZE)
+        data = pending + chunk if pending else chunk
+        if not data:
+            return
+        buf = memoryview(data)
+        end = len(data)
+        pos = 0
+        while pos < end:
+            start = pos
+            tag, pos = read_varint(buf, pos, end)
+            if pos < 0:
+                pos = start
+                break
+            wire_type = tag & 7
+            if wire_type == 2:
+                size, pos = read_varint(buf, pos, end)
+                if pos < 0 or pos + size > end:
+                    pos = start
+                    break
+                if tag >> 3 == _TRACE_PACKET:
+                    yield buf, pos, pos + size
+                pos += size
+            elif wire_type == 0:
+                _, pos = read_varint(buf, pos, end)
+                if pos < 0:
+                    pos = start
+                    break
+            else:
+                raise CliError(f"not a trace: unexpected wire type {wire_type} at offset {base}")
+        del buf
+        pending = data[pos:]
+        base += pos
+        if not chunk:
+            if pending:
+                summary.truncated_at = base
+            return
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:.3f}"
+
+
+def _trace_stats_lines(raw: bytes) -> list[str]:
+    from perfetto_protos.upstream import upstream_message_class
+
+    stats: Any = upstream_message_class("perfetto.protos.TraceStats").FromString(raw)
+    lines = []
+    highlights = [
+        "producers_connected", "producers_seen", "data_sources_registered", "tracing_sessions",
+        "chunks_discarded", "patches_discarded", "invalid_packets", "flushes_requested",
+        "flushes_succeeded", "flushes_failed",
+    ]  # fmt: skip
+    top = [f"{n}={getattr(stats, n)}" for n in highlights if getattr(stats, n, 0)]
+    if top:
+        lines.append("  " + " ".join(top))
+    per_buffer = [
+        "buffer_size", "bytes_written", "chunks_written", "chunks_overwritten",
+        "chunks_discarded", "chunks_rewritten", "abi_violations", "trace_writer_packet_loss",
+        "patches_failed", "readaheads_failed",
+    ]  # fmt: skip
+    for index, buffer in enumerate(stats.buffer_stats):
+        values = [f"{n}={getattr(buffer, n)}" for n in per_buffer if getattr(buffer, n, 0)]
+        lines.append(f"  buffer {index}: " + " ".join(values))
+    return lines
+
+
+def _packet_type_names() -> dict[int, str]:
+    from perfetto_protos.upstream import upstream_pool
+
+    descriptor = upstream_pool().FindMessageTypeByName("perfetto.protos.TracePacket")
+    return {f.number: f.name for f in descriptor.fields}
+
+
+def format_summary(path: str, summary: TraceSummary) -> str:
+    """The report for `summary`."""
+    names = _packet_type_names()
+    out = [f"{path}: {summary.size} bytes, {summary.packets} packets"]
+    if summary.truncated_at is not None:
+        out.append(
+            f"  truncated: the last packet is incomplete (from offset {summary.truncated_at})"
+        )
+    out += ["", "Packets by type:"]
+    for kind, count in sorted(summary.packet_types.items(), key=lambda kv: -kv[1]):
+        label = names.get(kind, f"field {kind}") if kind else "(no data)"
+        out.append(f"  {label:<40} {count:>12}")
+    if summary.slices or summary.instants:
+        out += ["", "Track events (slices: count, total and max duration in ms):"]
+        out.append(f"  {'CATEGORY':<24} {'NAME':<32} {'COUNT':>9} {'TOTAL':>12} {'MAX':>10}")
+        rows = sorted(summary.slices.items(), key=lambda kv: -kv[1].total_ns)
+        for (category, name), stats in rows:
+            out.append(
+                f"  {category:<24} {name:<32} {stats.count:>9} {_ms(stats.total_ns):>12} "
+                f"{_ms(stats.max_ns):>10}"
+            )
+        for (category, name), count in summary.instants.most_common():
+            out.append(f"  {category:<24} {name:<32} {count:>9} {'(instant)':>12}")
+        if summary.unterminated_slices:
+            out.append(f"  {summary.unterminated_slices} slices did not end before the trace did")
+    if summary.counters:
+        out += ["", "Counters:"]
+        out.append(f"  {'NAME':<40} {'SAMPLES':>9} {'MIN':>12} {'MAX':>12} {'LAST':>12}")
+        for name, c in sorted(summary.counters.items()):
+            out.append(f"  {name:<40} {c.count:>9} {c.low:>12g} {c.high:>12g} {c.last:>12g}")
+    if summary.processes or summary.threads:
+        out += ["", f"Processes: {len(summary.processes)}, threads: {len(summary.threads)}"]
+        by_pid: dict[int, list[str]] = {}
+        for tid, (pid, name) in sorted(summary.threads.items()):
+            by_pid.setdefault(pid, []).append(f"{tid} {name}".rstrip())
+        for pid in sorted(set(summary.processes) | set(by_pid)):
+            out.append(f"  pid {pid} {summary.processes.get(pid, '')}".rstrip())
+            for thread in by_pid.get(pid, [])[:20]:
+                out.append(f"    tid {thread}")
+            if len(by_pid.get(pid, [])) > 20:
+                out.append(f"    ... {len(by_pid[pid]) - 20} more threads")
+    out += ["", "Data losses:"]
+    out.append(f"  packets that follow lost ones on their sequence: {summary.packets_after_loss}")
+    if summary.trace_stats is not None:
+        out += ["", "TraceStats (last):", *_trace_stats_lines(summary.trace_stats)]
+    return "\n".join(out) + "\n"
+
+
+def summarize(file: Any) -> TraceSummary:
+    """Reads a trace from the binary file object `file` and summarizes it."""
+    summary = TraceSummary()
+    add = summary.add_packet
+    for buf, start, end in _packets(file, summary):
+        add(buf, start, end)
+    summary.finish()
+    return summary
+
+
+def summarize_file(path: str, out: TextIO) -> int:
+    """Prints the summary of the trace at `path` to `out`; 0, or `CliError` if unreadable."""
+    try:
+        with open(path, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            summary = summarize(file)
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror}") from None
+    summary.size = size
+    out.write(format_summary(path, summary))
+    return 0

@@ -1,0 +1,33 @@
+"""Fixtures: a traced per test on its own sockets, and producers on it."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from cmdlib import Producer, Traced
+
+
+@pytest.fixture
+def traced(tmp_path: Path) -> Iterator[Traced]:
+    daemon = Traced(tmp_path)
+    yield daemon
+    daemon.stop()
+
+
+@pytest.fixture
+def producer(traced: Traced) -> Iterator[Callable[..., Producer]]:
+    started: list[Producer] = []
+
+    def start(data_source: str = "test.ds", count: int = 10) -> Producer:
+        started.append(Producer(traced, data_source, count))
+        return started[-1]
+
+    yield start
+    for process in started:
+        process.stop()

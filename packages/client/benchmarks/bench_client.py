@@ -1,0 +1,219 @@
+"""Cost of the client's track event paths, with references measured in the same run.
+
+Run: `.venv/bin/python packages/client/benchmarks/bench_client.py`. Each figure is the
+median over 7 rounds of the CPU time (this thread) of N calls, per call; rounds interleave
+the cases (the machine is shared). The enabled cases record into an in-process session with
+a 64 MiB ring buffer. References: a plain call of the same function, viztracer recording the
+same calls, an OpenTelemetry SDK span with two attributes (no exporter), a bare interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import perfetto_client as pc
+from perfetto_client import Backend, Tracing
+
+N = 50_000
+ROUNDS = 7
+clock = time.thread_time_ns
+
+ON = pc.Category("bench.on")
+OFF = pc.Category("bench.off")
+
+
+def plain(x: int) -> int:
+    return x
+
+
+@pc.trace(ON)
+def traced_on(x: int) -> int:
+    return x
+
+
+@pc.trace(OFF)
+def traced_off(x: int) -> int:
+    return x
+
+
+def loop_plain() -> int:
+    f = plain
+    start = clock()
+    for i in range(N):
+        f(i)
+    return clock() - start
+
+
+def loop_traced_on() -> int:
+    f = traced_on
+    start = clock()
+    for i in range(N):
+        f(i)
+    return clock() - start
+
+
+def loop_traced_off() -> int:
+    f = traced_off
+    start = clock()
+    for i in range(N):
+        f(i)
+    return clock() - start
+
+
+def loop_empty_with() -> int:
+    start = clock()
+    for _ in range(N):
+        pass
+    return clock() - start
+
+
+def loop_trace_event() -> int:
+    trace_event = pc.trace_event
+    start = clock()
+    for i in range(N):
+        with trace_event(ON, "step", a=i, b=2):
+            pass
+    return clock() - start
+
+
+def loop_counter() -> int:
+    counter = pc.counter
+    track = pc.CounterTrack("bench counter")
+    start = clock()
+    for i in range(N):
+        counter(ON, track, i)
+    return clock() - start
+
+
+def loop_viztracer() -> int:
+    from viztracer import VizTracer
+
+    tracer = VizTracer(verbose=0, tracer_entries=4 * N + 1000)
+    f = plain
+    tracer.start()
+    start = clock()
+    for i in range(N):
+        f(i)
+    elapsed = clock() - start
+    tracer.stop()
+    tracer.clear()
+    return elapsed
+
+
+def make_otel() -> Callable[[], int]:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    tracer = TracerProvider().get_tracer("bench")
+
+    def loop_otel() -> int:
+        span = tracer.start_as_current_span
+        start = clock()
+        for i in range(N):
+            with span("step", attributes={"a": i, "b": 2}):
+                pass
+        return clock() - start
+
+    return loop_otel
+
+
+def import_cost(code: str, runs: int = 7) -> float:
+    """Median CPU seconds of `python -c code` (children's rusage)."""
+    samples = []
+    for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, "-c", code], check=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        samples.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    Tracing.initialize(Backend.IN_PROCESS)
+    session = Tracing.new_trace()
+    session.setup(
+        {
+            "buffers": [{"size_kb": 65536, "fill_policy": "RING_BUFFER"}],
+            "data_sources": [
+                {
+                    "config": {
+                        "name": "track_event",
+                        "track_event_config": {
+                            "enabled_categories": ["bench.on"],
+                            "disabled_categories": ["*"],
+                        },
+                    }
+                }
+            ],
+        }
+    )
+    session.start()
+    assert ON.enabled
+    assert not OFF.enabled
+    cases: dict[str, Callable[[], int]] = {
+        "plain": loop_plain,
+        "traced_on": loop_traced_on,
+        "traced_off": loop_traced_off,
+        "empty": loop_empty_with,
+        "trace_event": loop_trace_event,
+        "counter": loop_counter,
+        "viztracer": loop_viztracer,
+        "otel": make_otel(),
+    }
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(ROUNDS):
+        for name, case in cases.items():
+            samples[name].append(case() / N)
+    session.stop()
+    med = {name: statistics.median(values) for name, values in samples.items()}
+    bare = import_cost("pass")
+    imported = import_cost("import perfetto_client")
+    build = "compiled" if _compiled() else "pure"
+    per_plain = med["plain"]
+    rows = [
+        (
+            "@trace call, category enabled",
+            med["traced_on"] - per_plain,
+            f"viztracer {med['viztracer'] - per_plain:.0f} ns/call over plain "
+            f"(plain call {per_plain:.0f} ns)",
+        ),
+        (
+            "with trace_event(...), two int args",
+            med["trace_event"] - med["empty"],
+            f"OpenTelemetry span, two attributes {med['otel'] - med['empty']:.0f} ns",
+        ),
+        (
+            "@trace call, category disabled",
+            med["traced_off"] - per_plain,
+            f"plain call {per_plain:.0f} ns",
+        ),
+        ("counter(...)", med["counter"] - med["empty"], "-"),
+    ]
+    print(f"perfetto_client hot paths ({build} build), CPU ns per call, median of {ROUNDS}")
+    print(f"| path | {build} | reference in the same run |")
+    print("|---|---|---|")
+    for label, value, reference in rows:
+        print(f"| {label} | +{value:.0f} ns | {reference} |")
+    print(
+        f"| import perfetto_client | {(imported - bare) * 1000:.0f} ms over bare | "
+        f"bare interpreter {bare * 1000:.0f} ms |"
+    )
+    ratio_viz = (med["viztracer"] - per_plain) / max(med["traced_on"] - per_plain, 1)
+    ratio_otel = (med["otel"] - med["empty"]) / max(med["trace_event"] - med["empty"], 1)
+    print(f"viztracer/@trace overhead ratio: {ratio_viz:.2f}; OTel/trace_event: {ratio_otel:.2f}")
+
+
+def _compiled() -> bool:
+    from perfetto_client import _track_event_writer
+
+    return not _track_event_writer.__file__.endswith(".py")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    main()

@@ -1,0 +1,542 @@
+"""Track events from Python code: the decorator, the context manager and the event functions."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import weakref
+from collections.abc import Callable, Coroutine, Iterable
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+
+from perfetto_client._categories import Category, registry
+from perfetto_client._debug_annotations import encode_annotations
+from perfetto_client._errors import TracingError
+from perfetto_client._track_event import thread_writers
+from perfetto_client._track_event_writer import (
+    TYPE_COUNTER,
+    TYPE_INSTANT,
+    TYPE_SLICE_BEGIN,
+    TYPE_SLICE_END,
+    TrackEventWriter,
+    counter_value_field,
+    event_keys,
+    flow_fields,
+    track_uuid_field,
+    varint,
+)
+from perfetto_client._tracks import CounterTrack, NamedTrack, Track, process_uuid
+
+if TYPE_CHECKING:
+    from perfetto_protos.trace.track_event.track_event_pb2 import TrackEvent
+
+__all__ = [
+    "Flow",
+    "begin",
+    "counter",
+    "end",
+    "instant",
+    "is_enabled",
+    "set_trace_clock",
+    "trace",
+    "trace_event",
+]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_CORRELATION_ID = b"\xa0\x03"  # TrackEvent.correlation_id (52)
+_CORRELATION_ID_STR = b"\xaa\x03"  # TrackEvent.correlation_id_str (53)
+
+
+def _boottime() -> Callable[[], int]:
+    import time
+
+    return functools.partial(time.clock_gettime_ns, time.CLOCK_BOOTTIME)
+
+
+_now: Callable[[], int] = _boottime()
+
+
+def set_trace_clock(clock: Callable[[], int]) -> None:
+    """Sets the clock event timestamps are read from (BOOTTIME unless initialized otherwise)."""
+    global _now  # noqa: PLW0603 - the hot paths read the clock as a module global
+    _now = clock
+
+
+def _category(category: str | Category) -> Category:
+    if isinstance(category, Category):
+        return category
+    if not isinstance(category, str):
+        raise TracingError(f"a category is a str or a Category, not {type(category).__name__}")
+    return registry.static_category(category)
+
+
+def is_enabled(category: str | Category) -> bool:
+    """Whether any running session records events of `category`."""
+    return registry.is_enabled(category)
+
+
+class Flow:
+    """Links events into a flow (arrows in the UI): pass as `flow=` or `terminating_flow=`.
+
+    `Flow(id)` is scoped to this process (two processes using the same id do not collide);
+    `Flow.global_flow(id)` is the same id in every process.
+    """
+
+    __slots__ = ("id",)
+
+    def __init__(self, flow_id: int, *, process_scoped: bool = True) -> None:
+        self.id = (flow_id ^ process_uuid()) if process_scoped else flow_id
+        self.id &= (1 << 64) - 1
+
+    @classmethod
+    def process_flow(cls, flow_id: int) -> Flow:
+        """A flow id local to this process."""
+        return cls(flow_id)
+
+    @classmethod
+    def global_flow(cls, flow_id: int) -> Flow:
+        """A flow id shared by every process."""
+        return cls(flow_id, process_scoped=False)
+
+    def __repr__(self) -> str:
+        return f"Flow(id={self.id:#x})"
+
+
+FlowArg = Flow | Iterable[Flow] | None
+
+
+def _flow_ids(flow: FlowArg) -> tuple[int, ...]:
+    if flow is None:
+        return ()
+    if isinstance(flow, Flow):
+        return (flow.id,)
+    return tuple(f.id for f in flow)
+
+
+_task_tracks: weakref.WeakKeyDictionary[Any, NamedTrack] = weakref.WeakKeyDictionary()
+_CO_COROUTINE = 0x80
+
+
+def _task_track() -> Track | None:
+    """The track of the running asyncio task, if any (async slices survive awaits on it)."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:  # never imported: no loop can be running
+        return None
+    loop = asyncio._get_running_loop()
+    if loop is None:
+        return None
+    task = asyncio.current_task(loop)
+    if task is None:
+        return None
+    track = _task_tracks.get(task)
+    if track is None:
+        track = NamedTrack(f"task {task.get_name()}", id(task))
+        _task_tracks[task] = track
+    return track
+
+
+def _extra_fields(
+    track: Track | None,
+    args: dict[str, object],
+    *,
+    flow: FlowArg,
+    terminating_flow: FlowArg,
+    correlation_id: int | str | None,
+    proto: Callable[[TrackEvent], None] | None,
+) -> tuple[bytes, list[int]]:
+    """Encoded TrackEvent fields beyond type/category/name, and the annotation names used."""
+    out = b""
+    iids: list[int] = []
+    if track is not None:
+        out += track_uuid_field(track.uuid)
+    if args:
+        encoded, iids = encode_annotations(args)
+        out += encoded
+    if flow is not None or terminating_flow is not None:
+        out += flow_fields(_flow_ids(flow), _flow_ids(terminating_flow))
+    if correlation_id is not None:
+        if isinstance(correlation_id, str):
+            data = correlation_id.encode()
+            out += _CORRELATION_ID_STR + varint(len(data)) + data
+        else:
+            out += _CORRELATION_ID + varint(correlation_id & ((1 << 64) - 1))
+    if proto is not None:
+        from perfetto_protos.trace.track_event.track_event_pb2 import TrackEvent
+
+        message = TrackEvent()
+        proto(message)
+        out += message.SerializeToString()
+    return out, iids
+
+
+def _emit(  # noqa: PLR0917 - the hot path passes its state positionally
+    writers: tuple[TrackEventWriter, ...],
+    key: int,
+    event_type: int,
+    ts: int,
+    track: Track | None,
+    extra: bytes,
+    iids: list[int],
+) -> None:
+    lineage = track.lineage() if track is not None else ()
+    for writer in writers:
+        writer.ensure_state(ts)
+        for item in lineage:
+            writer.ensure_track(item.uuid, item.descriptor_bytes, ts)
+        interned = writer.interned_for(0, 0, iids) if iids else b""
+        writer.event(key, event_type, ts, extra, interned)
+
+
+def _event(
+    category: str | Category,
+    name: str,
+    event_type: int,
+    *,
+    track: Track | None,
+    timestamp: int | None,
+    flow: FlowArg,
+    terminating_flow: FlowArg,
+    correlation_id: int | str | None,
+    proto: Callable[[TrackEvent], None] | None,
+    args: dict[str, object],
+) -> None:
+    cat = _category(category)
+    if not cat.enabled:
+        return
+    writers = thread_writers(cat.mask)
+    if not writers:
+        return
+    ts = _now() if timestamp is None else timestamp
+    if track is None:
+        track = _task_track()
+    key = event_keys.key(cat.name, name, dynamic_category=cat.dynamic) if name else 0
+    if key == 0 and event_type == TYPE_SLICE_END and track is None:
+        for writer in writers:
+            writer.slice_end(ts)
+        return
+    if (
+        event_type == TYPE_SLICE_BEGIN
+        and track is None
+        and not args
+        and proto is None
+        and flow is None
+        and terminating_flow is None
+        and correlation_id is None
+    ):
+        for writer in writers:
+            writer.slice_begin(key, ts)
+        return
+    extra, iids = _extra_fields(
+        track,
+        args,
+        flow=flow,
+        terminating_flow=terminating_flow,
+        correlation_id=correlation_id,
+        proto=proto,
+    )
+    _emit(writers, key, event_type, ts, track, extra, iids)
+
+
+def begin(
+    category: str | Category,
+    name: str,
+    /,
+    *,
+    track: Track | None = None,
+    timestamp: int | None = None,
+    flow: FlowArg = None,
+    terminating_flow: FlowArg = None,
+    correlation_id: int | str | None = None,
+    proto: Callable[[TrackEvent], None] | None = None,
+    **args: object,
+) -> None:
+    """Begins a slice `name` on the thread's track (or `track`); keyword arguments are its args.
+
+    `timestamp` is in ns on the trace clock (CLOCK_BOOTTIME unless initialized with
+    `use_monotonic_clock`); `proto` gets the TrackEvent message being written.
+    """
+    if not name:
+        raise TracingError("a slice needs a name")
+    _event(
+        category,
+        name,
+        TYPE_SLICE_BEGIN,
+        track=track,
+        timestamp=timestamp,
+        flow=flow,
+        terminating_flow=terminating_flow,
+        correlation_id=correlation_id,
+        proto=proto,
+        args=args,
+    )
+
+
+def end(
+    category: str | Category,
+    /,
+    *,
+    track: Track | None = None,
+    timestamp: int | None = None,
+    flow: FlowArg = None,
+    terminating_flow: FlowArg = None,
+    **args: object,
+) -> None:
+    """Ends the innermost open slice of the thread's track (or of `track`)."""
+    _event(
+        category,
+        "",
+        TYPE_SLICE_END,
+        track=track,
+        timestamp=timestamp,
+        flow=flow,
+        terminating_flow=terminating_flow,
+        correlation_id=None,
+        proto=None,
+        args=args,
+    )
+
+
+def instant(
+    category: str | Category,
+    name: str,
+    /,
+    *,
+    track: Track | None = None,
+    timestamp: int | None = None,
+    flow: FlowArg = None,
+    terminating_flow: FlowArg = None,
+    correlation_id: int | str | None = None,
+    proto: Callable[[TrackEvent], None] | None = None,
+    **args: object,
+) -> None:
+    """Records an instant event `name` on the thread's track (or `track`)."""
+    if not name:
+        raise TracingError("an instant event needs a name")
+    _event(
+        category,
+        name,
+        TYPE_INSTANT,
+        track=track,
+        timestamp=timestamp,
+        flow=flow,
+        terminating_flow=terminating_flow,
+        correlation_id=correlation_id,
+        proto=proto,
+        args=args,
+    )
+
+
+_counter_tracks: dict[str, CounterTrack] = {}
+
+
+def counter(
+    category: str | Category,
+    track: CounterTrack | str,
+    value: float,
+    *,
+    timestamp: int | None = None,
+) -> None:
+    """Adds a point to a counter track (a CounterTrack, or a name under the process track).
+
+    An int value is recorded as an int64 counter value, a float as a double.
+    """
+    cat = category if isinstance(category, Category) else _category(category)
+    if not cat.enabled:
+        return
+    if isinstance(track, str):
+        found = _counter_tracks.get(track)
+        if found is None:
+            found = _counter_tracks[track] = CounterTrack(track)
+        track = found
+    writers = thread_writers(cat.mask)
+    ts = _now() if timestamp is None else timestamp
+    extra = track_uuid_field(track.uuid) + counter_value_field(value)
+    lineage = track.lineage()
+    for writer in writers:
+        for item in lineage:
+            writer.ensure_track(item.uuid, item.descriptor_bytes, ts)
+        writer.event(0, TYPE_COUNTER, ts, extra, b"")
+
+
+class _Slice:
+    """What `trace_event` returns for an enabled category: a slice around the `with` body."""
+
+    __slots__ = ("_cat", "_extra", "_iids", "_key", "_track", "_writers")
+
+    def __init__(
+        self,
+        cat: Category,
+        key: int,
+        track: Track | None,
+        extra: bytes,
+        iids: list[int],
+    ) -> None:
+        self._cat = cat
+        self._key = key
+        self._track = track
+        self._extra = extra
+        self._iids = iids
+        self._writers: tuple[TrackEventWriter, ...] = ()
+
+    def __enter__(self) -> _Slice:
+        writers = self._writers = thread_writers(self._cat.mask)
+        ts = _now()
+        if self._track is None and not self._extra:
+            for writer in writers:
+                writer.slice_begin(self._key, ts)
+        else:
+            _emit(writers, self._key, TYPE_SLICE_BEGIN, ts, self._track, self._extra, self._iids)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        ts = _now()
+        track = self._track
+        if track is None:
+            for writer in self._writers:
+                writer.slice_end(ts)
+        else:
+            extra = track_uuid_field(track.uuid)
+            for writer in self._writers:
+                writer.event(0, TYPE_SLICE_END, ts, extra, b"")
+
+
+class _NoSlice:
+    """What `trace_event` returns for a disabled category."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> _NoSlice:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_SLICE = _NoSlice()
+
+
+def trace_event(
+    category: str | Category,
+    name: str,
+    /,
+    *,
+    track: Track | None = None,
+    flow: FlowArg = None,
+    terminating_flow: FlowArg = None,
+    correlation_id: int | str | None = None,
+    proto: Callable[[TrackEvent], None] | None = None,
+    **args: object,
+) -> _Slice | _NoSlice:
+    """A context manager recording a slice `name` around its body; keyword arguments are args.
+
+    Inside an asyncio task the slice goes on the task's track, so it survives awaits.
+    """
+    cat = category if isinstance(category, Category) else _category(category)
+    if not cat.enabled:
+        return _NO_SLICE
+    if track is None:
+        track = _task_track()
+    key = event_keys.key(cat.name, name, dynamic_category=cat.dynamic)
+    if (
+        track is None
+        and not args
+        and flow is None
+        and terminating_flow is None
+        and correlation_id is None
+        and proto is None
+    ):
+        return _Slice(cat, key, None, b"", [])
+    extra, iids = _extra_fields(
+        track,
+        args,
+        flow=flow,
+        terminating_flow=terminating_flow,
+        correlation_id=correlation_id,
+        proto=proto,
+    )
+    return _Slice(cat, key, track, extra, iids)
+
+
+@overload
+def trace(category: Callable[P, R], name: None = None) -> Callable[P, R]: ...
+
+
+@overload
+def trace(
+    category: str | Category = ..., name: str | None = None
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+
+def trace(
+    category: str | Category | Callable[P, R] = "default",
+    name: str | None = None,
+) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorator: each call of the function is a slice named after its qualified name.
+
+    `@trace("cat")`, `@trace("cat", "name")`, or bare `@trace` (category "default").
+    A coroutine function's slice goes on its task's track and spans its awaits.
+    """
+    if callable(category) and not isinstance(category, Category):
+        return _decorate(registry.static_category("default"), None, category)
+    cat = _category(category)
+
+    def decorator(fn: Callable[P, R]) -> Callable[P, R]:
+        return _decorate(cat, name, fn)
+
+    return decorator
+
+
+def _decorate(cat: Category, name: str | None, fn: Callable[P, R]) -> Callable[P, R]:
+    slice_name = name or getattr(fn, "__qualname__", None) or repr(fn)
+    key = event_keys.key(cat.name, slice_name, dynamic_category=cat.dynamic)
+    code = getattr(fn, "__code__", None)
+    if code is not None and code.co_flags & _CO_COROUTINE:
+        return _decorate_coroutine(cat, key, fn)  # type: ignore[arg-type, return-value]
+
+    @functools.wraps(fn)
+    def traced(*args: P.args, **kwargs: P.kwargs) -> R:
+        if not cat.enabled:
+            return fn(*args, **kwargs)
+        writers = thread_writers(cat.mask)
+        ts = _now()
+        for writer in writers:
+            writer.slice_begin(key, ts)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            ts = _now()
+            for writer in writers:
+                writer.slice_end(ts)
+
+    return traced
+
+
+def _decorate_coroutine(
+    cat: Category, key: int, fn: Callable[..., Coroutine[Any, Any, Any]]
+) -> Callable[..., Coroutine[Any, Any, Any]]:
+    @functools.wraps(fn)
+    async def traced(*args: Any, **kwargs: Any) -> Any:
+        if not cat.enabled:
+            return await fn(*args, **kwargs)
+        track = _task_track()
+        writers = thread_writers(cat.mask)
+        ts = _now()
+        _emit(
+            writers,
+            key,
+            TYPE_SLICE_BEGIN,
+            ts,
+            track,
+            b"" if track is None else track_uuid_field(track.uuid),
+            [],
+        )
+        try:
+            return await fn(*args, **kwargs)
+        finally:
+            ts = _now()
+            extra = b"" if track is None else track_uuid_field(track.uuid)
+            for writer in writers:
+                writer.event(0, TYPE_SLICE_END, ts, extra, b"")
+
+    return traced

@@ -1,0 +1,113 @@
+"""Debug annotations: keyword arguments of an event encoded as DebugAnnotation messages."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
+
+from perfetto_client._track_event_writer import intern_debug_annotation_name, varint
+
+__all__ = ["Traceable", "encode_annotations"]
+
+_ANNOTATION = b"\x22"  # TrackEvent.debug_annotations (4)
+_NAME_IID = b"\x08"  # DebugAnnotation.name_iid (1)
+_BOOL = b"\x10"  # bool_value (2)
+_UINT = b"\x18"  # uint_value (3)
+_INT = b"\x20"  # int_value (4)
+_DOUBLE = b"\x29"  # double_value (5, fixed64)
+_STRING = b"\x32"  # string_value (6)
+_NAME = b"\x52"  # name (10)
+_DICT_ENTRY = b"\x5a"  # dict_entries (11)
+_ARRAY_VALUE = b"\x62"  # array_values (12)
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+_UINT64_MAX = (1 << 64) - 1
+_MAX_DEPTH = 32
+# An empty dict or list has no entries to carry its type: say it with the NestedValue form
+# (nested_value = 8, NestedValue.nested_type = DICT (1) or ARRAY (2)).
+_EMPTY_DICT = b"\x42\x02\x08\x01"
+_EMPTY_ARRAY = b"\x42\x02\x08\x02"
+
+
+@runtime_checkable
+class Traceable(Protocol):
+    """An object that says how it appears as an event argument.
+
+    `__perfetto_trace__` returns what to record instead of the object: a bool, int, float,
+    str, bytes, None, or a dict/list/tuple of those (nested as deep as needed).
+    """
+
+    def __perfetto_trace__(self) -> object:
+        """The value recorded for this object."""
+
+
+def _str(text: str) -> bytes:
+    data = text.encode("utf-8", "surrogatepass")
+    return _STRING + varint(len(data)) + data
+
+
+def _value(value: object, depth: int) -> bytes:
+    """The value fields of a DebugAnnotation holding `value`."""
+    kind = type(value)
+    if kind is str:
+        return _str(value)  # type: ignore[arg-type]
+    if kind is int:
+        number: int = value  # type: ignore[assignment]
+        if 0 <= number <= _INT64_MAX:
+            return _INT + varint(number)
+        if _INT64_MIN <= number < 0:
+            return _INT + varint(number & _UINT64_MAX)
+        if _INT64_MAX < number <= _UINT64_MAX:
+            return _UINT + varint(number)
+        return _str(str(number))
+    if kind is bool:
+        return _BOOL + (b"\x01" if value else b"\x00")
+    if kind is float:
+        return _DOUBLE + struct.pack("<d", value)
+    if value is None:
+        return _str("None")
+    if depth >= _MAX_DEPTH:
+        return _str(repr(value))
+    if isinstance(value, Mapping):
+        if not value:
+            return _EMPTY_DICT
+        out = b""
+        for key, item in value.items():
+            name = str(key).encode("utf-8", "surrogatepass")
+            entry = _NAME + varint(len(name)) + name + _value(item, depth + 1)
+            out += _DICT_ENTRY + varint(len(entry)) + entry
+        return out
+    if isinstance(value, list | tuple):
+        if not value:
+            return _EMPTY_ARRAY
+        out = b""
+        for item in value:
+            entry = _value(item, depth + 1)
+            out += _ARRAY_VALUE + varint(len(entry)) + entry
+        return out
+    if isinstance(value, bytes | bytearray | memoryview):
+        return _str(repr(bytes(value)))
+    if isinstance(value, Traceable):
+        return _value(value.__perfetto_trace__(), depth + 1)
+    if isinstance(value, bool):
+        return _BOOL + (b"\x01" if value else b"\x00")
+    if isinstance(value, int):
+        return _value(int(value), depth)
+    if isinstance(value, float):
+        return _value(float(value), depth)
+    if isinstance(value, str):
+        return _str(str(value))
+    return _str(repr(value))
+
+
+def encode_annotations(args: Mapping[str, object]) -> tuple[bytes, list[int]]:
+    """TrackEvent.debug_annotations fields for `args`, and the annotation name iids they use."""
+    out = b""
+    iids: list[int] = []
+    for name, value in args.items():
+        iid = intern_debug_annotation_name(name)
+        iids.append(iid)
+        body = _NAME_IID + varint(iid) + _value(value, 0)
+        out += _ANNOTATION + varint(len(body)) + body
+    return out, iids

@@ -1,0 +1,198 @@
+"""`Tracing`: initializes the backends, starts sessions and fires triggers."""
+
+from __future__ import annotations
+
+import enum
+import functools
+import os
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from perfetto_client import _api
+from perfetto_client._categories import registry
+from perfetto_client._errors import TracingError
+from perfetto_client._track_event import forget_threads_after_fork
+from perfetto_client._tracks import reset_process_uuid
+
+if TYPE_CHECKING:
+    # The backends pull in the service and protobuf: imported when tracing is initialized.
+    from perfetto_client._backends import InProcessBackend, SystemBackend
+    from perfetto_client._producer import DataSourceKind
+    from perfetto_client._session import TracingSession
+    from perfetto_client._track_event_source import TrackEventKind
+
+__all__ = ["Backend", "Tracing"]
+
+
+class Backend(enum.IntFlag):
+    """Where trace data goes: a service inside this process, the system's `traced`, or both."""
+
+    IN_PROCESS = 1
+    SYSTEM = 2
+
+
+class _State:
+    """What `Tracing.initialize` set up (one per process; reset in a forked child)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.backends = Backend(0)
+        self.in_process: InProcessBackend | None = None
+        self.system: SystemBackend | None = None
+        self.kinds: list[DataSourceKind] = []
+        self.shmem_size_hint_kb = 0
+        self.use_monotonic_clock = False
+        self.track_event: TrackEventKind | None = None
+
+    def all_kinds(self) -> list[DataSourceKind]:
+        return list(self.kinds)
+
+
+_state = _State()
+
+
+class Tracing:
+    """The entry point: `Tracing.initialize(...)`, then `Tracing.new_trace(...)` sessions."""
+
+    @staticmethod
+    def initialize(
+        backends: Backend = Backend.IN_PROCESS,
+        *,
+        shmem_size_hint_kb: int = 0,
+        use_monotonic_clock: bool = False,
+    ) -> None:
+        """Starts the given backends (calling it again adds backends; options stay the first).
+
+        IN_PROCESS runs the tracing service inside this process; SYSTEM connects to `traced`
+        through PERFETTO_PRODUCER_SOCK_NAME or the default socket (a missing service is one
+        log line; the connection comes up, and comes back, whenever the service does).
+        """
+        from perfetto_client._backends import InProcessBackend, SystemBackend
+        from perfetto_client._track_event_source import TrackEventKind
+        from perfetto_client._track_event_writer import load_encoders
+
+        load_encoders()
+        backends = Backend(backends)
+        with _state.lock:
+            if _state.track_event is None:
+                _state.shmem_size_hint_kb = shmem_size_hint_kb
+                _state.use_monotonic_clock = use_monotonic_clock
+                _state.track_event = TrackEventKind(use_monotonic_clock=use_monotonic_clock)
+                _state.kinds.insert(0, _state.track_event)
+                _api.set_trace_clock(
+                    time.monotonic_ns
+                    if use_monotonic_clock
+                    else functools.partial(time.clock_gettime_ns, time.CLOCK_BOOTTIME)
+                )
+                registry.on_new_category.append(_categories_changed)
+            if Backend.IN_PROCESS in backends and _state.in_process is None:
+                _state.in_process = InProcessBackend(
+                    _state.all_kinds, shmem_size_hint_kb=_state.shmem_size_hint_kb
+                )
+            if Backend.SYSTEM in backends and _state.system is None:
+                _state.system = SystemBackend(
+                    _state.all_kinds, shmem_size_hint_kb=_state.shmem_size_hint_kb
+                )
+            _state.backends |= backends
+
+    @staticmethod
+    def is_initialized() -> bool:
+        """Whether `initialize` was called (in this process)."""
+        return bool(_state.backends)
+
+    @staticmethod
+    def new_trace(backend: Backend = Backend.IN_PROCESS) -> TracingSession:
+        """A new session on `backend` (IN_PROCESS, or SYSTEM as a consumer of `traced`)."""
+        from perfetto_client._session import InProcessTransport, SystemTransport, TracingSession
+
+        backend = Backend(backend)
+        if backend == Backend.IN_PROCESS:
+            if _state.in_process is None:
+                Tracing.initialize(Backend.IN_PROCESS)
+            in_process = _state.in_process
+            assert in_process is not None
+            return TracingSession(lambda session: InProcessTransport(in_process, session))
+        if backend == Backend.SYSTEM:
+            from perfetto_service import consumer_socket_name
+
+            socket_name = consumer_socket_name()
+            return TracingSession(lambda session: SystemTransport(socket_name, session))
+        raise TracingError("new_trace() needs exactly one backend: IN_PROCESS or SYSTEM")
+
+    @staticmethod
+    def activate_triggers(names: Sequence[str], ttl_ms: int = 0) -> None:
+        """Fires triggers on every backend (sessions waiting for them start, stop or clone).
+
+        `ttl_ms` is accepted for upstream's signature; triggers are sent at once.
+        """
+        del ttl_ms
+        items = [names] if isinstance(names, str) else list(names)
+        for backend in (_state.in_process, _state.system):
+            if backend is not None:
+                backend.activate_triggers(items)
+
+    @staticmethod
+    def wait_connected(timeout: float = 10.0) -> bool:
+        """Waits until the SYSTEM backend's producer is connected; True if it is."""
+        system = _state.system
+        return system is not None and system.wait_connected(timeout)
+
+
+def register_kind(kind: DataSourceKind) -> None:
+    """Adds a data source kind and registers it on every running backend."""
+    with _state.lock:
+        if kind not in _state.kinds:
+            _state.kinds.append(kind)
+        for backend in (_state.in_process, _state.system):
+            if backend is not None:
+                backend.register(kind)
+
+
+def _categories_changed() -> None:
+    kind = _state.track_event
+    if kind is None:
+        return
+    for backend in (_state.in_process, _state.system):
+        if backend is not None:
+            backend.update(kind)
+
+
+def _after_fork_in_child() -> None:
+    """The child starts clean: no session, no backend, never the parent's shared memory."""
+    global _state  # noqa: PLW0603 - a forked child replaces the whole state
+    old = _state
+    registry.reset_locks_after_fork()
+    registry.stop_all()
+    forget_threads_after_fork()
+    reset_process_uuid()
+    _state = _State()
+    _state.lock = threading.RLock()
+    kinds = [k for k in old.kinds if k is not old.track_event]
+    for kind in kinds:
+        after_fork = getattr(kind, "after_fork", None)
+        if after_fork is not None:
+            after_fork()
+    if old.track_event is not None:
+        registry.on_new_category.clear()
+        system = Backend.SYSTEM in old.backends
+        Tracing.initialize(
+            Backend(0),
+            shmem_size_hint_kb=old.shmem_size_hint_kb,
+            use_monotonic_clock=old.use_monotonic_clock,
+        )
+        _state.kinds.extend(kinds)
+        if system:
+            try:
+                Tracing.initialize(Backend.SYSTEM)
+            except Exception:
+                import logging
+
+                logging.getLogger("perfetto_client").exception(
+                    "perfetto: the forked child could not reconnect to traced"
+                )
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,203 @@
+"""The track_event data source: running instances and each thread's writers for them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from perfetto_client._categories import registry
+from perfetto_client._track_event_writer import TrackEventWriter, clock_snapshot_packet
+from perfetto_client._tracks import ProcessTrack, ThreadTrack
+
+
+class _TraceWriter(Protocol):
+    """What a TrackEventWriter needs of a perfetto_smb.TraceWriter."""
+
+    def write_packet(self, data: bytes) -> None:
+        """Writes one whole encoded packet."""
+
+    def close(self) -> None:
+        """Flushes and releases the writer."""
+
+
+__all__ = [
+    "TRACK_EVENT_DATA_SOURCE",
+    "ThreadState",
+    "TrackEventInstance",
+    "thread_state",
+    "thread_writers",
+]
+
+TRACK_EVENT_DATA_SOURCE = "track_event"
+
+_CLOCK_BOOTTIME = 6
+_CLOCK_MONOTONIC = 3
+
+
+class TrackEventInstance:
+    """One session's instance of the track_event data source, on one backend's producer."""
+
+    slot: int
+
+    def __init__(
+        self,
+        instance_id: int,
+        config: Any,
+        create_trace_writer: Callable[[], _TraceWriter],
+        *,
+        use_monotonic_clock: bool = False,
+    ) -> None:
+        self.instance_id = instance_id
+        self.config = config
+        self._create_trace_writer = create_trace_writer
+        self.slot = 0
+        if use_monotonic_clock:
+            self.clock_id = _CLOCK_MONOTONIC
+            self.clock: Callable[[], int] = time.monotonic_ns
+        else:
+            self.clock_id = _CLOCK_BOOTTIME
+            self.clock = _boottime_clock()
+        self.writers: weakref.WeakSet[TrackEventWriter] = weakref.WeakSet()
+        self.stopped = False
+
+    def new_writer(self, thread: ThreadTrack) -> TrackEventWriter | None:
+        """A writer for the calling thread (None if the buffer is gone or writers ran out)."""
+        try:
+            trace_writer = self._create_trace_writer()
+        except Exception:
+            return None
+        writer = TrackEventWriter(
+            trace_writer.write_packet,
+            clock=self.clock,
+            clock_id=self.clock_id,
+            thread_track_uuid=thread.uuid,
+            reset_packets=_reset_packets,
+            close=trace_writer.close,
+        )
+        writer.thread_name = thread.name
+        self.writers.add(writer)
+        return writer
+
+    def clear_incremental_state(self) -> None:
+        """The service asked for incremental state to be re-emitted on every sequence."""
+        for writer in list(self.writers):
+            writer.clear_incremental_state()
+
+
+def _boottime_clock() -> Callable[[], int]:
+    import functools
+
+    return functools.partial(time.clock_gettime_ns, time.CLOCK_BOOTTIME)
+
+
+def _reset_packets(writer: TrackEventWriter, ts: int) -> list[bytes]:
+    """What a sequence writes when its incremental state starts over (upstream's order)."""
+    thread = ThreadTrack.current()
+    writer.thread_name = thread.name
+    process = ProcessTrack.current()
+    writer.seen_tracks.add(thread.uuid)
+    writer.seen_tracks.add(process.uuid)
+    return [
+        clock_snapshot_packet(ts, writer.clock_id, writer.thread_track_uuid),
+        thread.descriptor().SerializeToString(),
+        process.descriptor().SerializeToString(),
+    ]
+
+
+class ThreadState:
+    """A thread's writers, one per running track event instance it wrote to."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.generation = -1
+        self.writers: dict[TrackEventInstance, TrackEventWriter | None] = {}
+        self.by_mask: dict[int, tuple[TrackEventWriter, ...]] = {}
+        self.track = ThreadTrack.current()
+
+    def refresh(self) -> None:
+        """Drops writers of instances that stopped (closing them) and the mask cache."""
+        self.generation = registry.generation
+        self.by_mask = {}
+        running = set(registry.instances)
+        for instance in [i for i in self.writers if i not in running]:
+            writer = self.writers.pop(instance)
+            if writer is not None:
+                writer.close()
+        name = threading.current_thread().name
+        if name != self.track.name:
+            self.track = ThreadTrack.current()
+            for writer in self.writers.values():
+                if writer is not None:
+                    writer.clear_incremental_state()
+
+    def writers_for_mask(self, mask: int) -> tuple[TrackEventWriter, ...]:
+        """The writers of the instances in `mask` (creating them), cached by mask."""
+        out = []
+        for instance in registry.instances:
+            if mask & (1 << instance.slot):
+                if instance not in self.writers:
+                    self.writers[instance] = instance.new_writer(self.track)
+                writer = self.writers[instance]
+                if writer is not None:
+                    out.append(writer)
+        result = tuple(out)
+        self.by_mask[mask] = result
+        return result
+
+    def __del__(self) -> None:
+        if self.pid != os.getpid():
+            return  # a forked child: the writers belong to the parent's shared memory
+        for writer in self.writers.values():
+            if writer is not None:
+                with contextlib.suppress(Exception):
+                    writer.close()
+
+
+_tls = threading.local()
+
+
+def thread_state() -> ThreadState:
+    """The calling thread's state (created on first use, refreshed when sessions change)."""
+    try:
+        state: ThreadState = _tls.state
+    except AttributeError:
+        state = _tls.state = ThreadState()
+    if state.generation != registry.generation:
+        state.refresh()
+    return state
+
+
+def thread_writers(mask: int) -> tuple[TrackEventWriter, ...]:
+    """The calling thread's writers for the instances in `mask` (a Category's `mask`).
+
+    This is how a hot caller gets its writers: `thread_writers(category.mask)` after
+    checking `category.enabled`.
+    """
+    try:
+        state: ThreadState = _tls.state
+    except AttributeError:
+        state = _tls.state = ThreadState()
+    if state.generation != registry.generation:
+        state.refresh()
+    writers = state.by_mask.get(mask)
+    if writers is None:
+        writers = state.writers_for_mask(mask)
+    return writers
+
+
+def forget_threads_after_fork() -> None:
+    """In a forked child: no thread may reach the parent's writers."""
+    global _tls  # noqa: PLW0603 - a forked child gets fresh thread-local storage
+    try:
+        state: ThreadState = _tls.state
+    except AttributeError:
+        pass
+    else:
+        state.writers.clear()
+        state.by_mask.clear()
+    _tls = threading.local()

@@ -1,0 +1,455 @@
+"""Encodes track events of one thread into one TraceWriter (one sequence), as upstream's SDK.
+
+Every packet is written with a single `TraceWriter.write_packet` call from bytes assembled
+here: precomputed tag bytes, interned ids and a per-sequence cache of each event's encoded
+tail. Interned ids (event names, categories, debug annotation names) are global and stable
+for the life of the process; a sequence only tracks which ones it has already emitted since
+its incremental state was last cleared, and re-emits them lazily after a clear.
+
+The module is written to be compiled with Cython's pure-Python mode and runs as is.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from collections.abc import Callable
+
+__all__ = [
+    "CLOCK_ID_INCREMENTAL",
+    "EventKeys",
+    "TrackEventWriter",
+    "event_keys",
+    "intern_debug_annotation_name",
+    "load_encoders",
+    "varint",
+]
+
+CLOCK_ID_INCREMENTAL = 64
+"""The sequence-scoped clock of delta-encoded timestamps (upstream's kClockIdIncremental)."""
+
+SEQ_INCREMENTAL_STATE_CLEARED = 1
+SEQ_NEEDS_INCREMENTAL_STATE = 2
+
+TYPE_SLICE_BEGIN = 1
+TYPE_SLICE_END = 2
+TYPE_INSTANT = 3
+TYPE_COUNTER = 4
+
+_TS = b"\x40"  # TracePacket.timestamp (8, varint)
+_TRACK_EVENT = b"\x5a"  # TracePacket.track_event (11, bytes)
+_INTERNED_DATA = b"\x62"  # TracePacket.interned_data (12, bytes)
+_NEEDS_STATE = b"\x68\x02"  # TracePacket.sequence_flags = SEQ_NEEDS_INCREMENTAL_STATE
+_TS_CLOCK_ID = b"\xd0\x03"  # TracePacket.timestamp_clock_id (58, varint)
+_CATEGORY_IID = b"\x18"  # TrackEvent.category_iids (3)
+_CATEGORY_NAME = b"\xb2\x01"  # TrackEvent.categories (22)
+_NAME_IID = b"\x50"  # TrackEvent.name_iid (10)
+_NAME = b"\xba\x01"  # TrackEvent.name (23)
+_TYPE = b"\x48"  # TrackEvent.type (9)
+_TRACK_UUID = b"\x58"  # TrackEvent.track_uuid (11)
+_COUNTER_VALUE = b"\xf0\x01"  # TrackEvent.counter_value (30, varint)
+_DOUBLE_COUNTER_VALUE = b"\xe1\x02"  # TrackEvent.double_counter_value (44, fixed64)
+_FLOW_ID = b"\xf9\x02"  # TrackEvent.flow_ids (47, fixed64)
+_TERMINATING_FLOW_ID = b"\x81\x03"  # TrackEvent.terminating_flow_ids (48, fixed64)
+_END_EVENT = _TYPE + bytes((TYPE_SLICE_END,))
+_END_TAIL = _TRACK_EVENT + bytes((len(_END_EVENT),)) + _END_EVENT + _NEEDS_STATE
+_INTERNED_CATEGORY = b"\x0a"  # InternedData.event_categories (1)
+_INTERNED_NAME = b"\x12"  # InternedData.event_names (2)
+_INTERNED_ANNOTATION_NAME = b"\x1a"  # InternedData.debug_annotation_names (3)
+_MAX_CACHED_TAILS = 50_000
+
+_U64 = 0xFFFF_FFFF_FFFF_FFFF
+
+# protozero's varint tables, bound by load_encoders() when tracing is initialized (importing
+# protozero costs more than the rest of `import perfetto_client`).
+SHORT_VARINTS: tuple[bytes, ...] = ()
+VARINT_PAIRS: tuple[bytes, ...] = ()
+
+
+def _encode_varint_unloaded(value: int) -> bytes:
+    load_encoders()
+    return encode_varint(value)
+
+
+encode_varint: Callable[[int], bytes] = _encode_varint_unloaded
+
+
+def load_encoders() -> None:
+    """Binds protozero's varint encoders (before any event is encoded)."""
+    global SHORT_VARINTS, VARINT_PAIRS, encode_varint  # noqa: PLW0603 - deferred import
+    import protozero
+
+    SHORT_VARINTS = protozero.SHORT_VARINTS
+    VARINT_PAIRS = protozero.VARINT_PAIRS
+    encode_varint = protozero.encode_varint
+
+
+def varint(value: int) -> bytes:
+    """The varint encoding of a non-negative `value` (table lookups below 2**28)."""
+    if value < 16384:
+        return SHORT_VARINTS[value]
+    if value < 268435456:
+        return VARINT_PAIRS[value & 0x3FFF] + SHORT_VARINTS[value >> 14]
+    return encode_varint(value)
+
+
+def _field_bytes(tag: bytes, data: bytes) -> bytes:
+    return tag + varint(len(data)) + data
+
+
+def _interned_entry(tag: bytes, iid: int, name: str) -> bytes:
+    encoded = name.encode("utf-8", "surrogatepass")
+    body = b"\x08" + varint(iid) + _field_bytes(b"\x12", encoded)
+    return _field_bytes(tag, body)
+
+
+class EventKeys:
+    """Global interning: event names, categories and (category, name) event keys.
+
+    An event key is the small int a hot caller keeps (e.g. per decorated function) and passes
+    to `TrackEventWriter.slice_begin`; it stands for one category (or none) and one name.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.names: dict[str, int] = {}
+        self.name_list: list[str] = [""]
+        self.categories: dict[str, int] = {}
+        self.category_list: list[str] = [""]
+        self._keys: dict[tuple[str | None, bool, str], int] = {}
+        self.key_list: list[tuple[str | None, bool, str]] = [(None, False, "")]
+
+    def reset_locks_after_fork(self) -> None:
+        """In a forked child: locks another parent thread held would never be released."""
+        global _annotation_lock  # noqa: PLW0603 - a forked child gets a fresh lock
+        self._lock = threading.Lock()
+        _annotation_lock = threading.Lock()
+
+    def name_iid(self, name: str) -> int:
+        """The interning id of an event name (1, 2, ...)."""
+        iid = self.names.get(name)
+        if iid is None:
+            with self._lock:
+                iid = self.names.get(name)
+                if iid is None:
+                    iid = len(self.name_list)
+                    self.name_list.append(name)
+                    self.names[name] = iid
+        return iid
+
+    def category_iid(self, name: str) -> int:
+        """The interning id of a (static) category name."""
+        iid = self.categories.get(name)
+        if iid is None:
+            with self._lock:
+                iid = self.categories.get(name)
+                if iid is None:
+                    iid = len(self.category_list)
+                    self.category_list.append(name)
+                    self.categories[name] = iid
+        return iid
+
+    def key(self, category: str | None, name: str, *, dynamic_category: bool = False) -> int:
+        """The event key of `name` in `category` (None: no category).
+
+        A dynamic category is written by name on each event rather than interned.
+        """
+        item = (category, dynamic_category, name)
+        key = self._keys.get(item)
+        if key is None:
+            self.name_iid(name)
+            if category is not None and not dynamic_category:
+                self.category_iid(category)
+            with self._lock:
+                key = self._keys.get(item)
+                if key is None:
+                    key = len(self.key_list)
+                    self.key_list.append(item)
+                    self._keys[item] = key
+        return key
+
+
+event_keys = EventKeys()
+"""The process-wide interning tables."""
+
+_annotation_names: dict[str, int] = {}
+_annotation_name_list: list[str] = [""]
+_annotation_lock = threading.Lock()
+
+
+def intern_debug_annotation_name(name: str) -> int:
+    """The interning id of a debug annotation name."""
+    iid = _annotation_names.get(name)
+    if iid is None:
+        with _annotation_lock:
+            iid = _annotation_names.get(name)
+            if iid is None:
+                iid = len(_annotation_name_list)
+                _annotation_name_list.append(name)
+                _annotation_names[name] = iid
+    return iid
+
+
+class TrackEventWriter:
+    """The track event state of one thread in one tracing session: a sequence.
+
+    Owns the thread's TraceWriter for that session, its incremental state (last timestamp,
+    which interned entries and track descriptors were emitted) and the cached encodings of
+    the events it wrote. Use it only from its thread.
+
+    Fast internal API (used by the tracer of `perfetto-trace`):
+    `key = event_keys.key(category_name, function_name)` once, then
+    `writer.slice_begin(key, ts)` / `writer.slice_end(ts)` with `ts = writer.now()`; both
+    write one packet on the thread's track.
+    """
+
+    def __init__(
+        self,
+        write_packet: Callable[[bytes], None],
+        *,
+        clock: Callable[[], int],
+        clock_id: int,
+        thread_track_uuid: int,
+        reset_packets: Callable[[TrackEventWriter, int], list[bytes]],
+        close: Callable[[], None],
+    ) -> None:
+        self._write = write_packet
+        self.now = clock
+        """Reads the session's trace clock (ns)."""
+        self.clock_id = clock_id
+        self.thread_track_uuid = thread_track_uuid
+        self._reset_packets = reset_packets
+        self._close = close
+        self.last_ts = 0
+        self.cleared = True
+        """True when the incremental state must be re-emitted before the next event."""
+        self.closed = False
+        self._begin_tails: dict[int, bytes] = {}
+        self._emitted_names: set[int] = set()
+        self._emitted_categories: set[int] = set()
+        self._emitted_annotation_names: set[int] = set()
+        self.seen_tracks: set[int] = set()
+        self.thread_name = ""
+
+    # Incremental state --------------------------------------------------------------------
+
+    def clear_incremental_state(self) -> None:
+        """Marks the incremental state as lost: it is re-emitted before the next event.
+
+        Safe from any thread (one attribute store); the owner thread acts on it.
+        """
+        self.cleared = True
+
+    def _reset(self, ts: int) -> None:
+        self.cleared = False
+        self._begin_tails.clear()
+        self._emitted_names.clear()
+        self._emitted_categories.clear()
+        self._emitted_annotation_names.clear()
+        self.seen_tracks.clear()
+        self.last_ts = ts
+        for packet in self._reset_packets(self, ts):
+            self._write(packet)
+
+    def interned_for(
+        self,
+        category_iid: int,
+        name_iid: int,
+        annotation_iids: list[int] | None = None,
+    ) -> bytes:
+        """Encoded InternedData entries this sequence has not emitted yet (marked emitted)."""
+        out = b""
+        if category_iid and category_iid not in self._emitted_categories:
+            self._emitted_categories.add(category_iid)
+            out += _interned_entry(
+                _INTERNED_CATEGORY, category_iid, event_keys.category_list[category_iid]
+            )
+        if name_iid and name_iid not in self._emitted_names:
+            self._emitted_names.add(name_iid)
+            out += _interned_entry(_INTERNED_NAME, name_iid, event_keys.name_list[name_iid])
+        if annotation_iids:
+            emitted = self._emitted_annotation_names
+            for iid in annotation_iids:
+                if iid not in emitted:
+                    emitted.add(iid)
+                    out += _interned_entry(
+                        _INTERNED_ANNOTATION_NAME, iid, _annotation_name_list[iid]
+                    )
+        return out
+
+    def _timestamp(self, ts: int) -> bytes:
+        """The timestamp fields of a packet at `ts`, moving the sequence's clock forward.
+
+        A timestamp before the sequence's last one is written absolute, on the trace clock.
+        """
+        delta = ts - self.last_ts
+        if delta >= 0:
+            self.last_ts = ts
+            return _TS + varint(delta)
+        return _TS + varint(ts) + _TS_CLOCK_ID + varint(self.clock_id)
+
+    def _event_head(self, key: int, event_type: int) -> tuple[bytes, bytes]:
+        """(InternedData body to emit, TrackEvent fields naming `key`'s category and name)."""
+        category, dynamic, name = event_keys.key_list[key]
+        name_iid = event_keys.names[name]
+        fields = _TYPE + bytes((event_type,))
+        category_iid = 0
+        if category is not None and event_type != TYPE_SLICE_END:
+            if dynamic:
+                fields += _field_bytes(_CATEGORY_NAME, category.encode())
+            else:
+                category_iid = event_keys.categories[category]
+                fields += _CATEGORY_IID + varint(category_iid)
+        fields += _NAME_IID + varint(name_iid)
+        return self.interned_for(category_iid, name_iid), fields
+
+    # Events -------------------------------------------------------------------------------
+
+    def slice_begin(self, key: int, ts: int) -> None:
+        """Begins a slice named by event key `key` on the thread's track at `ts` (trace ns)."""
+        if self.cleared:
+            self._reset(ts)
+        tail = self._begin_tails.get(key)
+        if tail is None:
+            tail = self._new_begin_tail(key, ts)
+            if not tail:
+                return
+        delta = ts - self.last_ts
+        if 0 <= delta < 16384:
+            self.last_ts = ts
+            self._write(_TS + SHORT_VARINTS[delta] + tail)
+        else:
+            self._write(self._timestamp(ts) + tail)
+
+    def _new_begin_tail(self, key: int, ts: int) -> bytes:
+        """Caches the encoding of `key`'s begin event; writes it (and returns b"") if it needs
+        interned data first."""
+        interned, fields = self._event_head(key, TYPE_SLICE_BEGIN)
+        tail = _field_bytes(_TRACK_EVENT, fields) + _NEEDS_STATE
+        if len(self._begin_tails) < _MAX_CACHED_TAILS:
+            self._begin_tails[key] = tail
+        if interned:
+            self._write(self._timestamp(ts) + _field_bytes(_INTERNED_DATA, interned) + tail)
+            return b""
+        return tail
+
+    def slice_end(self, ts: int) -> None:
+        """Ends the innermost open slice on the thread's track at `ts`."""
+        if self.cleared:
+            self._reset(ts)
+        delta = ts - self.last_ts
+        if 0 <= delta < 16384:
+            self.last_ts = ts
+            self._write(_TS + SHORT_VARINTS[delta] + _END_TAIL)
+        else:
+            self._write(self._timestamp(ts) + _END_TAIL)
+
+    def event(
+        self,
+        key: int,
+        event_type: int,
+        ts: int,
+        extra_fields: bytes,
+        interned: bytes,
+    ) -> None:
+        """Writes one event of `key` with already encoded TrackEvent fields (any track/args).
+
+        `interned` is InternedData body the caller obtained with `interned_for`.
+        """
+        if self.cleared:
+            # The packet below still carries the caller's interned entries: valid after the clear.
+            self._reset(ts)
+        if key:
+            more, fields = self._event_head(key, event_type)
+            interned += more
+        else:
+            fields = _TYPE + bytes((event_type,))
+        packet = self._timestamp(ts)
+        if interned:
+            packet += _field_bytes(_INTERNED_DATA, interned)
+        self._write(packet + _field_bytes(_TRACK_EVENT, fields + extra_fields) + _NEEDS_STATE)
+
+    def ensure_state(self, ts: int) -> None:
+        """Re-emits the incremental state if it was cleared (before computing interned data)."""
+        if self.cleared:
+            self._reset(ts)
+
+    def ensure_track(self, uuid: int, descriptor: Callable[[], bytes], ts: int) -> None:
+        """Emits a track's descriptor packet if this sequence has not described it yet."""
+        if self.cleared:
+            self._reset(ts)
+        if uuid not in self.seen_tracks:
+            self.seen_tracks.add(uuid)
+            self._write(descriptor())
+
+    def write_raw(self, fields: bytes) -> None:
+        """Writes a packet made of already encoded TracePacket fields."""
+        self._write(fields)
+
+    def close(self) -> None:
+        """Flushes and closes the underlying TraceWriter; later events are dropped."""
+        if not self.closed:
+            self.closed = True
+            self._write = _drop
+            self._close()
+
+
+def _drop(_packet: bytes) -> None:
+    """The writer of a closed sequence."""
+
+
+def clock_snapshot_packet(ts: int, clock_id: int, track_uuid: int) -> bytes:
+    """The packet that opens a sequence's incremental state at `ts` (on clock `clock_id`).
+
+    It clears the incremental state, sets TracePacketDefaults (the sequence-scoped clock and
+    the thread's track) and ties the sequence clock to `clock_id` with a ClockSnapshot.
+    """
+    from perfetto_protos.trace.trace_packet_pb2 import TracePacket
+
+    packet = TracePacket(
+        timestamp=ts,
+        timestamp_clock_id=clock_id,
+        sequence_flags=SEQ_INCREMENTAL_STATE_CLEARED,
+    )
+    defaults = packet.trace_packet_defaults
+    defaults.timestamp_clock_id = CLOCK_ID_INCREMENTAL
+    defaults.track_event_defaults.track_uuid = track_uuid
+    snapshot = packet.clock_snapshot
+    snapshot.clocks.add(clock_id=clock_id, timestamp=ts)
+    snapshot.clocks.add(
+        clock_id=CLOCK_ID_INCREMENTAL, timestamp=ts, is_incremental=True, unit_multiplier_ns=1
+    )
+    return packet.SerializeToString()
+
+
+def fixed64(value: int) -> bytes:
+    """Little-endian 8 bytes of a 64-bit unsigned value."""
+    return (value & _U64).to_bytes(8, "little")
+
+
+def flow_fields(flow_ids: tuple[int, ...], terminating: tuple[int, ...]) -> bytes:
+    """TrackEvent flow_ids / terminating_flow_ids fields."""
+    out = b""
+    for flow_id in flow_ids:
+        out += _FLOW_ID + fixed64(flow_id)
+    for flow_id in terminating:
+        out += _TERMINATING_FLOW_ID + fixed64(flow_id)
+    return out
+
+
+def track_uuid_field(uuid: int) -> bytes:
+    """TrackEvent.track_uuid."""
+    return _TRACK_UUID + varint(uuid)
+
+
+def counter_value_field(value: float) -> bytes:
+    """TrackEvent.counter_value (int) or double_counter_value (float)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _COUNTER_VALUE + varint(value & _U64)
+    return _DOUBLE_COUNTER_VALUE + struct.pack("<d", float(value))
+
+
+def boottime_ns() -> int:
+    """CLOCK_BOOTTIME in ns."""
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)

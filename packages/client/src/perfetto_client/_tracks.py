@@ -1,0 +1,235 @@
+"""Tracks: the timelines events go on, each described once per sequence by a TrackDescriptor."""
+
+from __future__ import annotations
+
+import enum
+import os
+import sys
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from perfetto_protos.trace.trace_packet_pb2 import TracePacket
+
+__all__ = [
+    "CounterTrack",
+    "CounterUnit",
+    "NamedTrack",
+    "ProcessTrack",
+    "ThreadTrack",
+    "Track",
+    "process_uuid",
+    "reset_process_uuid",
+]
+
+_U64 = (1 << 64) - 1
+_process_uuid = int.from_bytes(os.urandom(8), "little") >> 1 | 1
+
+
+def process_uuid() -> int:
+    """The uuid of this process's track (random, new in a forked child)."""
+    return _process_uuid
+
+
+def reset_process_uuid() -> None:
+    """Draws a new process uuid (after fork: the child is another process)."""
+    global _process_uuid  # noqa: PLW0603 - a forked child is another process
+    _process_uuid = int.from_bytes(os.urandom(8), "little") >> 1 | 1
+
+
+def _hash64(*parts: object) -> int:
+    import hashlib
+
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def _process_name() -> str:
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else sys.executable
+    return os.path.basename(argv0) or "python"
+
+
+class Track:
+    """A track with an explicit id, under `parent` (the process track by default).
+
+    Its uuid is `id ^ parent.uuid`, as upstream's `Track(id, parent)`; with `parent=None`
+    the track is global (`Track.global_track(id)`), shared by every process that uses the
+    same id.
+    """
+
+    uuid: int
+    parent_uuid: int
+    parent: Track | None = None
+
+    def __init__(self, track_id: int, parent: Track | _Default | None = None) -> None:
+        parent_uuid = _parent_uuid(parent)
+        self.uuid = (track_id ^ parent_uuid) & _U64 if parent_uuid else track_id & _U64
+        self.parent_uuid = parent_uuid
+        self.parent = parent if isinstance(parent, Track) else None
+
+    def descriptor_bytes(self) -> bytes:
+        """The encoded descriptor packet (computed once per track object)."""
+        cached: bytes | None = self.__dict__.get("_descriptor_bytes")
+        if cached is None:
+            cached = self.__dict__["_descriptor_bytes"] = self.descriptor().SerializeToString()
+        return cached
+
+    def lineage(self) -> list[Track]:
+        """This track's custom ancestors, outermost first, then the track itself."""
+        out: list[Track] = []
+        track: Track | None = self
+        while track is not None:
+            out.append(track)
+            track = track.parent
+        out.reverse()
+        return out
+
+    @classmethod
+    def global_track(cls, track_id: int) -> Track:
+        """A track that is the same in every process (no parent)."""
+        return cls(track_id, parent=GLOBAL)
+
+    def descriptor(self) -> TracePacket:
+        """The TracePacket describing this track."""
+        from perfetto_protos.trace.trace_packet_pb2 import TracePacket
+
+        packet = TracePacket()
+        desc = packet.track_descriptor
+        desc.uuid = self.uuid
+        if self.parent_uuid:
+            desc.parent_uuid = self.parent_uuid
+        return packet
+
+
+class _Default(enum.Enum):
+    GLOBAL = "global"
+
+
+GLOBAL = _Default.GLOBAL
+"""Pass as `parent` for a track with no parent (a global track)."""
+
+
+def _parent_uuid(parent: Track | _Default | None) -> int:
+    if parent is GLOBAL:
+        return 0
+    if parent is None:
+        return ProcessTrack.current().uuid
+    assert isinstance(parent, Track)
+    return parent.uuid
+
+
+class ProcessTrack(Track):
+    """The track of this process (named after the program, with pid and command line)."""
+
+    def __init__(self) -> None:
+        self.uuid = _process_uuid
+        self.parent_uuid = 0
+
+    @classmethod
+    def current(cls) -> ProcessTrack:
+        """The track of the calling process."""
+        return cls()
+
+    def descriptor(self) -> TracePacket:
+        """The TracePacket with this process's ProcessDescriptor."""
+        packet = super().descriptor()
+        process = packet.track_descriptor.process
+        process.pid = os.getpid()
+        process.process_name = _process_name()
+        process.cmdline.extend(sys.orig_argv)
+        return packet
+
+
+class ThreadTrack(Track):
+    """The track of one thread of this process (its events' default track)."""
+
+    def __init__(self, tid: int, name: str = "") -> None:
+        self.tid = tid
+        self.name = name
+        self.uuid = (tid ^ _process_uuid) & _U64
+        self.parent_uuid = _process_uuid
+
+    @classmethod
+    def current(cls) -> ThreadTrack:
+        """The track of the calling thread (named after `threading.current_thread()`)."""
+        return cls(threading.get_native_id(), threading.current_thread().name)
+
+    def descriptor(self) -> TracePacket:
+        """The TracePacket with this thread's ThreadDescriptor."""
+        packet = super().descriptor()
+        thread = packet.track_descriptor.thread
+        thread.pid = os.getpid()
+        thread.tid = self.tid
+        if self.name:
+            thread.thread_name = self.name
+        return packet
+
+
+class NamedTrack(Track):
+    """A track with a name (and an optional id to tell same-named tracks apart).
+
+    Under the process track by default; `parent` may be any track, or `GLOBAL`.
+    """
+
+    def __init__(
+        self, name: str, track_id: int = 0, parent: Track | _Default | None = None
+    ) -> None:
+        self.name = name
+        super().__init__(_hash64("named", name, track_id), parent)
+
+    def descriptor(self) -> TracePacket:
+        """The TracePacket naming this track."""
+        packet = super().descriptor()
+        packet.track_descriptor.name = self.name
+        return packet
+
+
+class CounterUnit(enum.IntEnum):
+    """CounterDescriptor.Unit."""
+
+    UNSPECIFIED = 0
+    TIME_NS = 1
+    COUNT = 2
+    SIZE_BYTES = 3
+
+
+class CounterTrack(Track):
+    """A track of counter values: `counter(category, track, value)` adds a point.
+
+    `unit` is a CounterUnit or a free-form unit name; values are multiplied by
+    `unit_multiplier` when shown; `is_incremental` tracks get deltas.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        unit: CounterUnit | str = CounterUnit.UNSPECIFIED,
+        unit_multiplier: int = 1,
+        is_incremental: bool = False,
+        track_id: int = 0,
+        parent: Track | _Default | None = None,
+    ) -> None:
+        self.name = name
+        self.unit = unit
+        self.unit_multiplier = unit_multiplier
+        self.is_incremental = is_incremental
+        super().__init__(_hash64("counter", name, track_id), parent)
+
+    def descriptor(self) -> TracePacket:
+        """The TracePacket describing this counter track."""
+        packet = super().descriptor()
+        desc = packet.track_descriptor
+        desc.name = self.name
+        counter = desc.counter
+        counter.SetInParent()
+        if isinstance(self.unit, CounterUnit):
+            if self.unit:
+                counter.unit = int(self.unit)  # type: ignore[assignment]
+        else:
+            counter.unit_name = self.unit
+        if self.unit_multiplier != 1:
+            counter.unit_multiplier = self.unit_multiplier
+        if self.is_incremental:
+            counter.is_incremental = True
+        return packet

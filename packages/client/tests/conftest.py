@@ -1,0 +1,40 @@
+"""Fixtures: a recorder that runs code inside an in-process session and decodes the trace."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from perfetto_client import Backend, Tracing
+from trace_model import TraceModel
+
+Recorder = Callable[..., TraceModel]
+
+
+def record_in_process(body: Callable[[], Any], config: Any = None) -> TraceModel:
+    """Runs `body` inside an in-process session and returns the decoded trace."""
+    Tracing.initialize(Backend.IN_PROCESS)
+    session = Tracing.new_trace(Backend.IN_PROCESS)
+    try:
+        session.setup(config)
+        session.start()
+        try:
+            body()
+        finally:
+            session.stop()
+        data = session.read_trace()
+    finally:
+        session.close()
+    return TraceModel(data)
+
+
+@pytest.fixture
+def record() -> Recorder:
+    """`record(body, config=None)`: the trace of `body` run in an in-process session."""
+    return record_in_process

@@ -1,0 +1,146 @@
+"""The SYSTEM backend against our traced in another process, with a consumer session."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from perfetto_client import Backend, Tracing
+from trace_model import TraceModel
+
+APP = str(Path(__file__).with_name("system_app_main.py"))
+TRACED = str(Path(sys.executable).with_name("traced"))
+TIMEOUT = 30.0
+
+
+class Traced:
+    """A traced process on sockets in a temporary directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.env = dict(os.environ)
+        self.env["PERFETTO_PRODUCER_SOCK_NAME"] = str(directory / "producer")
+        self.env["PERFETTO_CONSUMER_SOCK_NAME"] = str(directory / "consumer")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        read_end, write_end = os.pipe()
+        env = dict(self.env, TRACED_NOTIFY_FD=str(write_end))
+        self.process = subprocess.Popen(
+            [TRACED], env=env, pass_fds=(write_end,), stderr=subprocess.DEVNULL
+        )
+        os.close(write_end)
+        try:
+            ready, _, _ = select.select([read_end], [], [], TIMEOUT)
+            assert ready, "traced did not start"
+            assert os.read(read_end, 1) == b"1", "traced did not start"
+        finally:
+            os.close(read_end)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(TIMEOUT)
+
+
+class App:
+    """The application process (system_app_main.py)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, APP],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def expect(self, line: str) -> None:
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], TIMEOUT)
+        assert ready, f"the app did not print {line!r}"
+        got = self.process.stdout.readline().strip()
+        assert got == line
+
+    def send(self, line: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+
+    def close(self) -> str:
+        _, err = self.process.communicate("", timeout=TIMEOUT)
+        assert self.process.returncode == 0, err
+        return err
+
+
+@pytest.fixture
+def traced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Traced]:
+    daemon = Traced(tmp_path)
+    monkeypatch.setenv("PERFETTO_PRODUCER_SOCK_NAME", daemon.env["PERFETTO_PRODUCER_SOCK_NAME"])
+    monkeypatch.setenv("PERFETTO_CONSUMER_SOCK_NAME", daemon.env["PERFETTO_CONSUMER_SOCK_NAME"])
+    daemon.start()
+    yield daemon
+    daemon.kill()
+
+
+def _record(app: App, tag: str) -> TraceModel:
+    session = Tracing.new_trace(Backend.SYSTEM)
+    session.setup({"data_sources": [{"config": {"name": "track_event"}}]})
+    session.start()
+    app.send(f"emit {tag}")
+    app.expect(f"emitted {tag}")
+    session.stop()
+    trace = TraceModel(session.read_trace())
+    session.close()
+    return trace
+
+
+def _check_app_events(trace: TraceModel, app_pid: int, tag: str) -> None:
+    slices = trace.slices()
+    names = [trace.track_name(s.track) for s in slices if s.name == "work"]
+    assert names.count("MainThread") == 3  # work(tag, 2): three nested calls
+    assert {f"worker {tag} {i}" for i in range(3)} <= set(names)
+    main = [s for s in slices if s.name == f"main {tag}"]
+    assert len(main) == 1
+    assert main[0].args == {"tag": tag}
+    nested = [s for s in slices if s.name == "work" and trace.track_name(s.track) == "MainThread"]
+    assert [s.depth for s in nested] == [1, 2, 3]
+    assert trace.counters("progress") == [len(tag)]
+    assert [s.name for s in slices if s.name.startswith("async")] == [f"async {tag}"]
+    pids = {e.pid for e in trace.events}
+    assert pids == {app_pid}
+
+
+def test_app_events_reach_a_system_session(traced: Traced) -> None:
+    app = App(traced.env)
+    app.expect("connected 1")
+    trace = _record(app, "first")
+    _check_app_events(trace, app.process.pid, "first")
+    app.close()
+
+
+def test_app_reconnects_when_traced_restarts(traced: Traced) -> None:
+    app = App(traced.env)
+    app.expect("connected 1")
+    traced.kill()
+    traced.start()
+    app.expect("connected 2")
+    trace = _record(app, "after-restart")
+    _check_app_events(trace, app.process.pid, "after-restart")
+    app.close()
+
+
+def test_missing_traced_is_one_log_line(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    env["PERFETTO_PRODUCER_SOCK_NAME"] = str(tmp_path / "nobody")
+    app = App(env)
+    err = app.close()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1
+    assert "no tracing service" in lines[0]

@@ -1,0 +1,247 @@
+"""Track events on the in-process backend, checked with upstream's schema."""
+
+from __future__ import annotations
+
+import threading
+
+import perfetto_client as pc
+from conftest import Recorder
+from perfetto_protos.trace.track_event.track_event_pb2 import TrackEvent
+
+CAT = pc.Category("test.events", description="events of the tests")
+
+
+@pc.trace(CAT)
+def fib(n: int) -> int:
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+def test_decorated_calls_nest_on_the_thread_track(record: Recorder) -> None:
+    trace = record(lambda: fib(4))
+    slices = trace.slices()
+    assert len(slices) == 9  # calls of fib(4)
+    assert {s.name for s in slices} == {"fib"}
+    assert all(s.end is not None and s.end >= s.begin for s in slices)
+    assert max(s.depth for s in slices) == 3
+    assert slices[0].depth == 0
+    assert slices[0].categories == ["test.events"]
+    track = trace.tracks[slices[0].track]
+    assert track.thread.tid == threading.get_native_id()
+    assert track.thread.thread_name == threading.current_thread().name
+    assert trace.tracks[track.parent_uuid].process.pid == track.thread.pid
+
+
+def test_event_names_are_interned_once_per_sequence(record: Recorder) -> None:
+    trace = record(lambda: [fib(3) for _ in range(5)])
+    entries = [e.name for p in trace.trace.packet for e in p.interned_data.event_names]
+    assert entries.count("fib") == 1
+    assert len(trace.slices()) == 25
+
+
+class Point:
+    def __init__(self, x: int, y: int) -> None:
+        self.x, self.y = x, y
+
+    def __perfetto_trace__(self) -> object:
+        return {"x": self.x, "y": self.y}
+
+
+def test_arguments_keep_their_types(record: Recorder) -> None:
+    def body() -> None:
+        with pc.trace_event(
+            CAT,
+            "args",
+            flag=True,
+            small=-5,
+            big=(1 << 64) - 1,
+            ratio=0.25,
+            text="héllo",
+            raw=b"\x00\x01",
+            nothing=None,
+            nested={"a": [1, 2, {"b": "c"}], "t": (True, 1.5)},
+            point=Point(3, 4),
+        ):
+            pass
+
+    trace = record(body)
+    (s,) = trace.slices()
+    assert s.args == {
+        "flag": True,
+        "small": -5,
+        "big": (1 << 64) - 1,
+        "ratio": 0.25,
+        "text": "héllo",
+        "raw": "b'\\x00\\x01'",
+        "nothing": "None",
+        "nested": {"a": [1, 2, {"b": "c"}], "t": [True, 1.5]},
+        "point": {"x": 3, "y": 4},
+    }
+
+
+def test_typed_proto_callback_writes_into_the_event(record: Recorder) -> None:
+    def fill(event: TrackEvent) -> None:
+        event.log_message.body_iid = 0
+        event.correlation_id = 77
+
+    trace = record(lambda: pc.instant(CAT, "with-proto", proto=fill))
+    packets = [p for p in trace.trace.packet if p.HasField("track_event")]
+    assert packets[0].track_event.correlation_id == 77
+
+
+def test_begin_end_instant_and_explicit_timestamps(record: Recorder) -> None:
+    def body() -> None:
+        pc.begin(CAT, "outer", step=1)
+        pc.instant(CAT, "mark")
+        pc.begin(CAT, "inner")
+        pc.end(CAT)
+        pc.end(CAT)
+
+    trace = record(body)
+    slices = trace.slices()
+    assert [(s.name, s.depth) for s in slices] == [("outer", 0), ("mark", 1), ("inner", 1)]
+    assert slices[0].args == {"step": 1}
+    assert slices[0].end is not None
+    assert slices[2].end is not None
+    assert slices[0].end >= slices[2].end
+
+
+def test_explicit_timestamps_are_kept(record: Recorder) -> None:
+    import time
+
+    base = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+
+    def body() -> None:
+        pc.begin(CAT, "a", timestamp=base + 1000)
+        pc.end(CAT, timestamp=base + 5000)
+        pc.instant(CAT, "earlier", timestamp=base + 10)  # before the last: absolute
+
+    trace = record(body)
+    slices = {s.name: s for s in trace.slices()}
+    assert slices["a"].begin == base + 1000
+    assert slices["a"].end == base + 5000
+    assert slices["earlier"].begin == base + 10
+
+
+def test_counters_with_units_and_types(record: Recorder) -> None:
+    memory = pc.CounterTrack("memory", unit=pc.CounterUnit.SIZE_BYTES)
+    rate = pc.CounterTrack("rate", unit="req/s", unit_multiplier=1000)
+
+    def body() -> None:
+        pc.counter(CAT, memory, 1024)
+        pc.counter(CAT, memory, 2048)
+        pc.counter(CAT, rate, 1.5)
+        pc.counter(CAT, "plain", -3)
+
+    trace = record(body)
+    assert trace.counters("memory") == [1024, 2048]
+    assert trace.counters("rate") == [1.5]
+    assert trace.counters("plain") == [-3]
+    desc = trace.tracks[memory.uuid]
+    assert desc.counter.unit == 3
+    assert trace.tracks[rate.uuid].counter.unit_name == "req/s"
+    assert trace.tracks[rate.uuid].counter.unit_multiplier == 1000
+    assert trace.tracks[desc.parent_uuid].HasField("process")
+
+
+def test_named_tracks_with_parents_and_flows(record: Recorder) -> None:
+    parent = pc.NamedTrack("requests")
+    child = pc.NamedTrack("request 1", parent=parent)
+    glob = pc.Track.global_track(1234)
+    flow = pc.Flow(7)
+
+    def body() -> None:
+        with pc.trace_event(CAT, "send", track=child, flow=flow):
+            pass
+        with pc.trace_event(CAT, "receive", terminating_flow=flow):
+            pass
+        pc.instant(CAT, "global", track=glob)
+
+    trace = record(body)
+    by_name = {s.name: s for s in trace.slices()}
+    assert by_name["send"].track == child.uuid
+    assert trace.tracks[child.uuid].parent_uuid == parent.uuid
+    assert trace.tracks[parent.uuid].name == "requests"
+    assert by_name["global"].track == 1234
+    assert not trace.tracks[1234].HasField("parent_uuid")
+    events = {e.name: e for e in trace.events if e.name}
+    assert events["send"].flows == [flow.id]
+    assert events["receive"].terminating_flows == [flow.id]
+    assert pc.Flow.global_flow(5).id == 5
+    assert pc.Flow(5).id != 5
+
+
+def test_threads_get_their_own_sequences_and_names(record: Recorder) -> None:
+    def work(depth: int) -> None:
+        with pc.trace_event(CAT, "work", depth=depth):
+            if depth:
+                work(depth - 1)
+
+    def body() -> None:
+        threads = [threading.Thread(target=work, args=(3,), name=f"worker-{i}") for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    trace = record(body)
+    slices = trace.slices()
+    names = {trace.track_name(s.track) for s in slices}
+    assert names == {f"worker-{i}" for i in range(4)}
+    for name in names:
+        mine = [s for s in slices if trace.track_name(s.track) == name]
+        assert [s.depth for s in mine] == [0, 1, 2, 3]
+        assert [s.args["depth"] for s in mine] == [3, 2, 1, 0]
+    assert len({e.seq for e in trace.events}) == 4
+
+
+def test_timestamps_are_monotonic_and_inside_the_session(record: Recorder) -> None:
+    trace = record(lambda: fib(6))
+    start = trace.service_snapshots[0][6]
+    by_seq: dict[int, list[int]] = {}
+    for e in trace.events:
+        by_seq.setdefault(e.seq, []).append(e.ts)
+    for stamps in by_seq.values():
+        assert stamps == sorted(stamps)
+        assert stamps[0] >= start
+
+
+def test_disabled_categories_write_nothing(record: Recorder) -> None:
+    slow = pc.Category("test.slow", tags=("slow",))
+    other = pc.Category("test.other")
+
+    def body() -> None:
+        with pc.trace_event(slow, "hidden"):
+            pc.instant(other, "hidden-too")
+        pc.instant(CAT, "shown")
+
+    config = {
+        "data_sources": [
+            {
+                "config": {
+                    "name": "track_event",
+                    "track_event_config": {"disabled_categories": ["test.other"]},
+                }
+            }
+        ]
+    }
+    trace = record(body, config)
+    assert [s.name for s in trace.slices()] == ["shown"]
+    assert not slow.enabled
+    assert not pc.is_enabled("test.events")
+
+
+def test_incremental_state_is_cleared_and_re_emitted(record: Recorder) -> None:
+    import time
+
+    def body() -> None:
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            fib(3)
+            time.sleep(0.005)
+
+    config = {"incremental_state_config": {"clear_period_ms": 100}}
+    trace = record(body, config)
+    clears = [p for p in trace.trace.packet if p.sequence_flags & 1]
+    assert len(clears) >= 2
+    assert {s.name for s in trace.slices()} == {"fib"}
+    assert all(s.end is not None for s in trace.slices())

@@ -1,0 +1,223 @@
+"""Decodes a trace with upstream's schema into what a user means: tracks, slices, args, counters.
+
+The decoder follows the trace processor's rules and asserts the encoding obeys them: interned
+ids resolve within the sequence's current incremental state, delta timestamps accumulate on
+the sequence's incremental clock, and events reference described tracks.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfetto_protos.upstream import parse_upstream_trace
+
+CLOCK_INCREMENTAL = 64
+SEQ_INCREMENTAL_STATE_CLEARED = 1
+SEQ_NEEDS_INCREMENTAL_STATE = 2
+TYPES = {1: "B", 2: "E", 3: "I", 4: "C"}
+
+
+@dataclass
+class Event:
+    """One track event, resolved."""
+
+    seq: int
+    pid: int
+    track: int
+    kind: str
+    name: str
+    categories: list[str]
+    ts: int
+    args: dict[str, Any]
+    counter: float | None = None
+    flows: list[int] = field(default_factory=list)
+    terminating_flows: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Slice:
+    """A begin/end pair on one track."""
+
+    track: int
+    name: str
+    depth: int
+    begin: int
+    end: int | None
+    args: dict[str, Any]
+    categories: list[str]
+
+
+@dataclass
+class _SeqState:
+    valid: bool = False
+    cats: dict[int, str] = field(default_factory=dict)
+    names: dict[int, str] = field(default_factory=dict)
+    ann_names: dict[int, str] = field(default_factory=dict)
+    default_track: int = 0
+    default_clock: int = 0
+    last_ts: int | None = None
+    last_abs: int = 0
+
+
+def annotation_value(ann: Any, names: dict[int, str]) -> tuple[str, Any]:
+    """(name, python value) of a DebugAnnotation."""
+    name = names[ann.name_iid] if ann.HasField("name_iid") else ann.name
+    kind = ann.WhichOneof("value")
+    if kind in ("bool_value", "uint_value", "int_value", "double_value", "string_value"):
+        return name, getattr(ann, kind)
+    if ann.dict_entries:
+        return name, dict(annotation_value(e, names) for e in ann.dict_entries)
+    if ann.array_values:
+        return name, [annotation_value(e, names)[1] for e in ann.array_values]
+    if ann.HasField("nested_value"):
+        return name, {} if ann.nested_value.nested_type == 1 else []
+    return name, None
+
+
+class TraceModel:
+    """A decoded trace."""
+
+    def __init__(self, data: bytes) -> None:
+        trace: Any = parse_upstream_trace(data)
+        self.trace = trace
+        self.events: list[Event] = []
+        self.tracks: dict[int, Any] = {}
+        self.service_snapshots: list[dict[int, int]] = []
+        self.lost_sequences: set[int] = set()
+        seqs: dict[int, _SeqState] = defaultdict(_SeqState)
+        for packet in trace.packet:
+            seq_id = packet.trusted_packet_sequence_id
+            state = seqs[seq_id]
+            if packet.HasField("clock_snapshot") and packet.clock_snapshot.HasField(
+                "primary_trace_clock"
+            ):
+                self.service_snapshots.append(
+                    {c.clock_id: c.timestamp for c in packet.clock_snapshot.clocks}
+                )
+            if packet.sequence_flags & SEQ_INCREMENTAL_STATE_CLEARED:
+                seqs[seq_id] = state = _SeqState(valid=True)
+            if packet.previous_packet_dropped and not packet.first_packet_on_sequence:
+                self.lost_sequences.add(seq_id)
+            if packet.HasField("trace_packet_defaults"):
+                defaults = packet.trace_packet_defaults
+                state.default_clock = defaults.timestamp_clock_id
+                state.default_track = defaults.track_event_defaults.track_uuid
+            if packet.HasField("interned_data"):
+                interned = packet.interned_data
+                state.cats.update({e.iid: e.name for e in interned.event_categories})
+                state.names.update({e.iid: e.name for e in interned.event_names})
+                state.ann_names.update({e.iid: e.name for e in interned.debug_annotation_names})
+            if packet.HasField("clock_snapshot") and seq_id == state_seq(packet):
+                for clock in packet.clock_snapshot.clocks:
+                    if clock.clock_id == CLOCK_INCREMENTAL:
+                        state.last_ts = clock.timestamp
+            if packet.HasField("track_descriptor"):
+                desc = packet.track_descriptor
+                self.tracks[desc.uuid] = desc
+            if not packet.HasField("track_event"):
+                continue
+            assert packet.sequence_flags & SEQ_NEEDS_INCREMENTAL_STATE
+            assert state.valid, "an event before its sequence's incremental state was set"
+            if packet.HasField("timestamp_clock_id") and packet.timestamp_clock_id != (
+                CLOCK_INCREMENTAL
+            ):
+                ts = packet.timestamp
+            else:
+                assert state.default_clock == CLOCK_INCREMENTAL
+                assert state.last_ts is not None
+                state.last_ts += packet.timestamp
+                ts = state.last_ts
+            te = packet.track_event
+            name = ""
+            if te.HasField("name_iid"):
+                name = state.names[te.name_iid]
+            elif te.HasField("name"):
+                name = te.name
+            cats = [state.cats[i] for i in te.category_iids] + list(te.categories)
+            args = dict(annotation_value(a, state.ann_names) for a in te.debug_annotations)
+            kind = TYPES[te.type]
+            counter = None
+            if te.HasField("counter_value"):
+                counter = te.counter_value
+            elif te.HasField("double_counter_value"):
+                counter = te.double_counter_value
+            track = te.track_uuid if te.HasField("track_uuid") else state.default_track
+            self.events.append(
+                Event(
+                    seq_id,
+                    packet.trusted_pid,
+                    track,
+                    kind,
+                    name,
+                    cats,
+                    ts,
+                    args,
+                    counter,
+                    list(te.flow_ids),
+                    list(te.terminating_flow_ids),
+                )
+            )
+
+    def slices(self) -> list[Slice]:
+        """Every slice, nested per track with begin/end matched like the trace processor."""
+        out: list[Slice] = []
+        stacks: dict[int, list[Slice]] = defaultdict(list)
+        for event in sorted(self.events, key=lambda e: e.ts):
+            stack = stacks[event.track]
+            if event.kind == "B":
+                item = Slice(
+                    event.track,
+                    event.name,
+                    len(stack),
+                    event.ts,
+                    None,
+                    event.args,
+                    event.categories,
+                )
+                stack.append(item)
+                out.append(item)
+            elif event.kind == "E" and stack:
+                stack.pop().end = event.ts
+            elif event.kind == "I":
+                out.append(
+                    Slice(
+                        event.track,
+                        event.name,
+                        len(stack),
+                        event.ts,
+                        event.ts,
+                        event.args,
+                        event.categories,
+                    )
+                )
+        return out
+
+    def thread_names(self) -> dict[int, str]:
+        """tid -> thread name, from thread track descriptors."""
+        return {
+            d.thread.tid: d.thread.thread_name for d in self.tracks.values() if d.HasField("thread")
+        }
+
+    def track_name(self, uuid: int) -> str:
+        """A track's name (thread name for thread tracks)."""
+        desc = self.tracks[uuid]
+        if desc.HasField("thread"):
+            return str(desc.thread.thread_name)
+        if desc.HasField("process"):
+            return str(desc.process.process_name)
+        return str(desc.name or desc.static_name)
+
+    def counters(self, track_name: str) -> list[float]:
+        """The values of a counter track, in time order."""
+        return [
+            e.counter
+            for e in sorted(self.events, key=lambda e: e.ts)
+            if e.kind == "C" and self.track_name(e.track) == track_name and e.counter is not None
+        ]
+
+
+def state_seq(packet: Any) -> int:
+    """The sequence a packet belongs to."""
+    return int(packet.trusted_packet_sequence_id)
