@@ -7,7 +7,8 @@ For each package (default: perfetto-client, perfetto-service, perfetto-cmd), in 
 in an empty directory: installs it from DIST (siblings from DIST, the rest from the index),
 checks that exactly the distributions it declares (transitively) got installed, that every
 installed perfetto module ships `py.typed` and is imported from the venv, that the console
-scripts are there, runs what a user of that package runs first, then the package's own tests
+scripts are there, runs what a user of that package runs first (`traced` and a producer and a
+consumer; the client's track-event example; `perfetto --help`), then the package's own tests
 against the installed code. Prints one `install_check:` line per check; exits 1 on a failure.
 """
 
@@ -178,42 +179,11 @@ def _tail(err: bytes) -> str:
     return f" (stderr: {text.splitlines()[-1]})" if text else ""
 
 
-# A minimal in-process trace through the client library's public API.
-_CLIENT_TRACE = """
-import sys
-from perfetto_client import Backend, Category, Tracing, TraceConfig, trace_event
-category = Category("install_check")
-Tracing.initialize(backends=Backend.IN_PROCESS)
-config = TraceConfig()
-config.buffers.add(size_kb=1024)
-config.data_sources.add().config.name = "track_event"
-session = Tracing.new_trace(Backend.IN_PROCESS)
-session.setup(config)
-session.start()
-for number in range(10):
-    with trace_event("install_check", f"event {number}"):
-        pass
-session.stop()
-open(sys.argv[1], "wb").write(session.read_trace())
-"""
-
-
-def run_example(package: str, python: Path, work: Path) -> None:
-    """Records a trace as a first-time user of the package would and checks it."""
+def run_example(package: str, python: Path, work: Path, example: Path) -> None:
+    """Runs an example as a first-time user would and checks the trace it wrote."""
     from perfetto_protos.upstream import parse_upstream_trace
 
-    client = subprocess.run(
-        [str(python), "-c", "import perfetto_client; print(hasattr(perfetto_client, 'Tracing'))"],
-        capture_output=True,
-        text=True,
-        cwd=work,
-        check=True,
-    )
-    if client.stdout.strip() == "True":
-        what, command = "an in-process trace_event trace", ["-c", _CLIENT_TRACE]
-    else:
-        example = ROOT / "examples" / "service_producer_consumer.py"
-        what, command = f"examples/{example.name}", [str(example)]
+    what, command = f"examples/{example.name}", [str(example)]
     out = work / "example.pftrace"
     result = subprocess.run(
         [str(python), *command, str(out)], check=False, capture_output=True, text=True, cwd=work
@@ -227,6 +197,20 @@ def run_example(package: str, python: Path, work: Path) -> None:
     say(package, f"{what} recorded {len(written)} events ({len(trace.packet)} packets)")
 
 
+def run_help(package: str, venv: Path, work: Path) -> None:
+    """`perfetto --help`, what a new user of the command types first."""
+    result = subprocess.run(
+        [str(venv / "bin" / "perfetto"), "--help"],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=work,
+    )
+    if result.returncode != 0 or "Usage: perfetto" not in result.stdout + result.stderr:
+        raise CheckError(f"perfetto --help failed: {result.stderr.strip()}")
+    say(package, "perfetto --help prints its usage")
+
+
 def run_tests(package: str, python: Path, work: Path) -> None:
     """Runs the package's tests, copied out of the tree, against the installed code."""
     source = SOURCES[package] / "tests"
@@ -235,9 +219,12 @@ def run_tests(package: str, python: Path, work: Path) -> None:
         return
     tools = [f"{name}=={version(name)}" for name in TEST_TOOLS]
     subprocess.run([str(python), "-m", "pip", "install", "-q", *tools], check=True)
-    tests = work / "tests"
-    shutil.copytree(source, tests, ignore=shutil.ignore_patterns("__pycache__"))
-    args = ["-q", "-p", "no:cacheprovider", "--timeout=300", "--rootdir", str(work), str(tests)]
+    # The repository's layout without its sources: tests find the examples where they are.
+    tests = work / "tree" / source.relative_to(ROOT)
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(source, tests, ignore=ignore)
+    shutil.copytree(ROOT / "examples", work / "tree" / "examples", ignore=ignore)
+    args = ["-q", "-p", "no:cacheprovider", "--timeout=300", "--rootdir", str(tests), str(tests)]
     result = subprocess.run(
         [str(python), "-m", "pytest", *args], check=False, cwd=work, capture_output=True, text=True
     )
@@ -256,8 +243,11 @@ def check(package: str, dists: Path) -> None:
         check_install(package, python, venv)
         if package == "perfetto-service":
             run_traced(package, venv, work)
+            run_example(package, python, work, ROOT / "examples" / "service_producer_consumer.py")
         elif package == "perfetto-client":
-            run_example(package, python, work)
+            run_example(package, python, work, ROOT / "examples" / "track_events.py")
+        elif package == "perfetto-cmd":
+            run_help(package, venv, work)
         run_tests(package, python, work)
 
 

@@ -10,6 +10,11 @@ drives every version. Commands, each printing one line per event on stdout:
         registers `conformance.custom` and `track_event`; when a session starts them, writes
         COUNT TestEvent packets / COUNT slices (begin + end, interned names) and prints
         `WROTE DATA_SOURCE` once the service has them. Exits when stdin closes.
+    agent.py client NAME COUNT
+        (versions with perfetto_client) an app on the SYSTEM backend (PERFETTO_PRODUCER_SOCK_NAME):
+        once a session enables category `conformance` and the data source
+        `conformance.client`, records COUNT `client-slice` slices and COUNT TestEvent packets
+        and prints `WROTE client`. Exits when stdin closes.
     agent.py consumer SOCKET OUT DATA_SOURCE...
         enables a session of those data sources (`ENABLED`), waits for a line on stdin, then
         flushes, stops the session, reads the trace into OUT and prints `DONE PACKETS`.
@@ -23,6 +28,7 @@ import threading
 import time
 from collections.abc import Sequence
 from importlib import metadata, util
+from typing import Any
 
 from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
 from perfetto_protos.common.observable_events_pb2 import ObservableEvents
@@ -38,6 +44,9 @@ from perfetto_service import (
 )
 
 CUSTOM = "conformance.custom"
+CLIENT_SOURCE = "conformance.client"
+CLIENT_CATEGORY = "conformance"
+CLIENT_SLICE = "client-slice"
 TRACK_EVENT = "track_event"
 EVENT_NAMES = ("alpha", "beta", "gamma")
 TIMEOUT = 60.0
@@ -200,6 +209,38 @@ class AgentConsumer:
         """Not used."""
 
 
+def run_client(name: str, count: int) -> None:
+    import perfetto_client as pc
+
+    category = pc.Category(CLIENT_CATEGORY)
+    started = threading.Event()
+
+    class ConformanceSource(pc.DataSource):
+        """Writes TestEvent packets."""
+
+        def on_start(self, config: object) -> None:
+            started.set()
+
+    ConformanceSource.name = CLIENT_SOURCE
+    pc.Tracing.initialize(pc.Backend.SYSTEM)
+    ConformanceSource.register()
+    say("CONNECTED")
+    deadline = time.monotonic() + TIMEOUT
+    while not (started.is_set() and pc.is_enabled(category)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for number in range(count):
+        with pc.trace_event(category, CLIENT_SLICE, number=number):
+            pass
+
+        def write(ctx: Any, number: int = number) -> None:
+            packet = ctx.new_trace_packet()
+            packet.begin_for_testing().set_str(f"{name}/{number}")
+
+        ConformanceSource.trace(write)
+    say("WROTE", "client")
+    sys.stdin.read()
+
+
 def run_consumer(socket: str, out: str, data_sources: Sequence[str]) -> None:
     consumer = AgentConsumer()
     client = ConsumerIPCClient(socket, consumer)
@@ -243,6 +284,8 @@ def main(argv: list[str]) -> None:
         producer = AgentProducer(socket, name, count)
         sys.stdin.read()
         producer.client.disconnect()
+    elif command == "client":
+        run_client(argv[1], int(argv[2]))
     elif command == "consumer":
         run_consumer(argv[1], argv[2], argv[3:])
     else:

@@ -89,13 +89,14 @@ class Traced:
 class Agent:
     """`agent.py COMMAND ARGS` run by a version's interpreter; its lines are collected."""
 
-    def __init__(self, version: Version, *args: str) -> None:
+    def __init__(self, version: Version, *args: str, env: dict[str, str] | None = None) -> None:
         self.version = version
         self.process = subprocess.Popen(
             [version.python, AGENT, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            env={**os.environ, **(env or {})},
         )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

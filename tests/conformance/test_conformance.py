@@ -1,7 +1,9 @@
 """Producers and a consumer of one version against the `traced` of another: nothing lost.
 
 Each test runs for every pair (clients, traced) of the versions under test (see conftest.py);
-one session per pair records a custom data source and track events from two producers.
+one session per pair records a custom data source and track events from two producers of
+the service's producer API, another one those of an app of the client library (when the
+clients' version has it).
 """
 
 from __future__ import annotations
@@ -12,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent import CUSTOM, EVENT_NAMES, TRACK_EVENT, track_uuid
+from agent import (
+    CLIENT_SLICE,
+    CLIENT_SOURCE,
+    CUSTOM,
+    EVENT_NAMES,
+    TRACK_EVENT,
+    track_uuid,
+)
 from kit import Agent, Traced, Version
 from perfetto_protos.upstream import parse_upstream_trace
 
@@ -54,6 +63,10 @@ def record(clients: Version, service: Version, directory: Path, data_sources: li
 
 
 def test_the_service_lost_nothing(trace: Any) -> None:
+    assert_nothing_lost(trace)
+
+
+def assert_nothing_lost(trace: Any) -> None:
     stats = [packet.trace_stats for packet in trace.packet if packet.HasField("trace_stats")]
     assert stats, "the service wrote no TraceStats"
     for buffer in stats[-1].buffer_stats:
@@ -111,3 +124,56 @@ def test_track_event_slices_resolve_to_their_names_and_tracks(trace: Any) -> Non
     assert all(track_uuid(name) == uuid for uuid, name in tracks.items())
     expected = Counter(EVENT_NAMES[n % len(EVENT_NAMES)] for n in range(COUNT))
     assert dict(slices) == dict.fromkeys(PRODUCERS, expected)
+
+
+@pytest.fixture(scope="module")
+def client_trace(
+    combination: tuple[Version, Version], tmp_path_factory: pytest.TempPathFactory
+) -> Any:
+    """The trace of a session recording an app of the clients' client library."""
+    clients, service = combination
+    if not clients.traits["client"]:
+        pytest.skip(f"{clients} has no client library")
+    directory = tmp_path_factory.mktemp("client")
+    out = directory / "trace.pftrace"
+    with Traced(service, directory) as traced:
+        env = {"PERFETTO_PRODUCER_SOCK_NAME": traced.producer_socket}
+        app = Agent(clients, "client", "conformance.app", str(COUNT), env=env)
+        reader = Agent(
+            clients, "consumer", traced.consumer_socket, str(out), TRACK_EVENT, CLIENT_SOURCE
+        )
+        try:
+            app.wait_line("CONNECTED")
+            reader.wait_line("ENABLED")
+            app.wait_line("WROTE")
+            reader.send("stop")
+            assert reader.wait_line("FLUSHED") == ["FLUSHED True"]
+            reader.wait_line("DONE")
+        finally:
+            for agent in (app, reader):
+                agent.close()
+    return parse_upstream_trace(out.read_bytes())
+
+
+def test_client_library_events_arrive_exactly_once(client_trace: Any) -> None:
+    assert_nothing_lost(client_trace)
+    custom = [p.for_testing.str for p in client_trace.packet if p.HasField("for_testing")]
+    assert custom == [f"conformance.app/{n}" for n in range(COUNT)]
+    names: dict[int, dict[int, str]] = defaultdict(dict)
+    begins: Counter[str] = Counter()
+    ends = 0
+    for packet in client_trace.packet:
+        sequence = packet.trusted_packet_sequence_id
+        if packet.sequence_flags & 1:
+            names[sequence].clear()
+        for entry in packet.interned_data.event_names:
+            names[sequence][entry.iid] = entry.name
+        if not packet.HasField("track_event"):
+            continue
+        event = packet.track_event
+        if event.type == TYPE_SLICE_BEGIN:
+            begins[event.name or names[sequence][event.name_iid]] += 1
+        elif event.type == TYPE_SLICE_END:
+            ends += 1
+    assert begins == {CLIENT_SLICE: COUNT}
+    assert ends == COUNT
