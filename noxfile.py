@@ -153,8 +153,18 @@ def compat(session: nox.Session) -> None:
     refs = session.posargs or COMPAT_REFS
     versions = [f"current={_compat_venv(session, ROOT, COMPAT_WORK / 'current')}"]
     for ref in refs:
-        sha = session.run("git", "rev-parse", "--verify", f"{ref}^{{commit}}", silent=True)
-        assert isinstance(sha, str)
+        sha = session.run(
+            "git",
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            f"{ref}^{{commit}}",
+            silent=True,
+            success_codes=[0, 1],
+            external=True,
+        )
+        if not isinstance(sha, str) or not sha.strip():
+            session.error(f"compat: {ref} is not in this clone (shallow? git fetch --unshallow)")
         work = COMPAT_WORK / sha.strip()
         python = work / "venv" / "bin" / "python"
         if not (work / "ready").is_file():  # a commit's build never changes: kept across runs
@@ -168,7 +178,7 @@ def compat(session: nox.Session) -> None:
             (work / "ready").write_text(f"{ref}\n")
         versions.append(f"{ref}={python}")
     env = {"PERFETTO_CONFORMANCE_VERSIONS": ",".join(versions)}
-    args = ["-m", "pytest", "tests/conformance", "-q", "-p", "no:cacheprovider"]
+    args = ["-m", "pytest", "tests/conformance", "-v", "-p", "no:cacheprovider"]
     session.run(sys.executable, *args, env=env, external=True)
 
 
