@@ -8,7 +8,7 @@ in an empty directory: installs it from DIST (siblings from DIST, the rest from 
 checks that exactly the distributions it declares (transitively) got installed, that every
 installed perfetto module ships `py.typed` and is imported from the venv, that the console
 scripts are there, runs what a user of that package runs first (`traced` and a producer and a
-consumer; the client's track-event example; `perfetto --help`), then the package's own tests
+consumer; the client's track-event example; `perfetto --version`), then the package's own tests
 against the installed code. Prints one `install_check:` line per check; exits 1 on a failure.
 """
 
@@ -197,18 +197,24 @@ def run_example(package: str, python: Path, work: Path, example: Path) -> None:
     say(package, f"{what} recorded {len(written)} events ({len(trace.packet)} packets)")
 
 
-def run_help(package: str, venv: Path, work: Path) -> None:
-    """`perfetto --help`, what a new user of the command types first."""
+def run_version(package: str, venv: Path, work: Path) -> None:
+    """`perfetto --version`: the installed command runs and knows its version."""
     result = subprocess.run(
-        [str(venv / "bin" / "perfetto"), "--help"],
+        [str(venv / "bin" / "perfetto"), "--version"],
         check=False,
         capture_output=True,
         text=True,
         cwd=work,
     )
-    if result.returncode != 0 or "Usage: perfetto" not in result.stdout + result.stderr:
-        raise CheckError(f"perfetto --help failed: {result.stderr.strip()}")
-    say(package, "perfetto --help prints its usage")
+    expected = version_of(venv / "bin" / "python", package)
+    if result.returncode != 0 or expected not in result.stdout:
+        raise CheckError(f"perfetto --version failed: {(result.stdout + result.stderr).strip()}")
+    say(package, f"perfetto --version: {result.stdout.strip()}")
+
+
+def version_of(python: Path, distribution: str) -> str:
+    """The version of `distribution` installed in the environment of `python`."""
+    return installed_distributions(python)[distribution]
 
 
 def run_tests(package: str, python: Path, work: Path) -> None:
@@ -247,7 +253,7 @@ def check(package: str, dists: Path) -> None:
         elif package == "perfetto-client":
             run_example(package, python, work, ROOT / "examples" / "track_events.py")
         elif package == "perfetto-cmd":
-            run_help(package, venv, work)
+            run_version(package, venv, work)
         run_tests(package, python, work)
 
 
