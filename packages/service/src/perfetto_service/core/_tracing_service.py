@@ -431,11 +431,13 @@ class TracingService:
         for endpoint in list(self._producers.values()):
             self._scrape(session, endpoint)
 
-    # Consumers -----------------------------------------------------------------------------
+    # Relays --------------------------------------------------------------------------------
 
     def connect_relay_client(self, machine_id: int, client_id: int) -> RelayEndpoint:
         """Admits a relay (upstream's ConnectRelayClient): its machine's info and clocks."""
         return self.relay_clients.connect(machine_id, client_id)
+
+    # Consumers -----------------------------------------------------------------------------
 
     def connect_consumer(self, consumer: Consumer, uid: int) -> ConsumerEndpointImpl:
         """Admits a consumer; `Consumer.on_connect` is posted."""
