@@ -10,19 +10,9 @@ pair of versions (clients, traced): the producers and the consumer of the first 
 from __future__ import annotations
 
 import itertools
-import os
-import sys
 
 import pytest
-from kit import Version
-
-VERSIONS_ENV = "PERFETTO_CONFORMANCE_VERSIONS"
-
-
-def versions() -> list[Version]:
-    spec = os.environ.get(VERSIONS_ENV) or f"current={sys.executable}"
-    pairs = (item.split("=", 1) for item in spec.split(",") if item)
-    return [Version(name, python) for name, python in pairs]
+from kit import versions
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

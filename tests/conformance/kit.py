@@ -7,6 +7,7 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any
 
 AGENT = str(Path(__file__).with_name("agent.py"))
 TIMEOUT = 60.0
+VERSIONS_ENV = "PERFETTO_CONFORMANCE_VERSIONS"
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,13 @@ class Version:
 
     def __str__(self) -> str:
         return f"{self.name} (perfetto-service {self.traits['service']})"
+
+
+def versions() -> list[Version]:
+    """The versions under test: PERFETTO_CONFORMANCE_VERSIONS, else this environment."""
+    spec = os.environ.get(VERSIONS_ENV) or f"current={sys.executable}"
+    pairs = (item.split("=", 1) for item in spec.split(",") if item)
+    return [Version(name, python) for name, python in pairs]
 
 
 class Traced:
