@@ -302,6 +302,8 @@ class RelayClient:
             self._timer.cancel()
         if self._closed:
             return
+        if self._retry_delay_s == 1.0:  # once per run of failures, not at every retry
+            _log.warning("traced_relay: lost or cannot reach %s; retrying", self.remote)
         delay, self._retry_delay_s = (
             self._retry_delay_s,
             min(self._retry_delay_s * 2, _MAX_RETRY_DELAY_S),
