@@ -192,8 +192,8 @@ def run_example(package: str, python: Path, work: Path, example: Path) -> None:
         raise CheckError(f"{what} failed: {result.stderr.strip()}")
     trace: Any = parse_upstream_trace(out.read_bytes())
     written = [p for p in trace.packet if p.HasField("for_testing") or p.HasField("track_event")]
-    if len(written) < 10:
-        raise CheckError(f"{what} wrote {len(written)} of its events")
+    if not written:
+        raise CheckError(f"{what} wrote a trace without its events")
     say(package, f"{what} recorded {len(written)} events ({len(trace.packet)} packets)")
 
 
@@ -249,7 +249,7 @@ def check(package: str, dists: Path) -> None:
         check_install(package, python, venv)
         if package == "perfetto-service":
             run_traced(package, venv, work)
-            run_example(package, python, work, ROOT / "examples" / "service_producer_consumer.py")
+            run_example(package, python, work, ROOT / "examples" / "producer_and_consumer.py")
         elif package == "perfetto-client":
             run_example(package, python, work, ROOT / "examples" / "track_events.py")
         elif package == "perfetto-cmd":
