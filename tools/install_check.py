@@ -58,6 +58,13 @@ for dist in m.distributions():
         "modules": {mod: importlib.import_module(mod).__file__ for mod in modules},
         "typed": sorted(f.split("/")[0] for f in files if f.endswith("/py.typed")),
         "scripts": [ep.name for ep in dist.entry_points if ep.group == "console_scripts"],
+        "compiled": {
+            f.split(".")[0].replace("/", "."): importlib.import_module(
+                f.split(".")[0].replace("/", ".")
+            ).__file__
+            for f in files
+            if f.endswith(".so")
+        },
     }
 print(json.dumps(found))
 """
@@ -132,6 +139,12 @@ def check_install(package: str, python: Path, venv: Path) -> None:
         if missing or sorted(declared) != sorted(info["scripts"]):
             raise CheckError(f"{name}: console scripts {info['scripts']}, declared {declared}")
     say(package, "modules import from the venv, ship py.typed; console scripts present")
+    compiled = {m: f for info in found.values() for m, f in info["compiled"].items()}
+    pure = sorted(m for m, path in compiled.items() if not str(path).endswith(".so"))
+    if pure:
+        raise CheckError(f"compiled modules shipped but the pure ones loaded: {pure}")
+    if compiled:
+        say(package, f"{len(compiled)} compiled modules load: {', '.join(sorted(compiled))}")
 
 
 def _source_dir(name: str) -> Path | None:
