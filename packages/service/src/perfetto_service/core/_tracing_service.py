@@ -1446,10 +1446,11 @@ class TracingService:
         return TracingServiceCapabilities(
             has_query_capabilities=True,
             has_trace_config_output_path=True,
-            has_clone_session=False,
+            has_clone_session=True,
             observable_events=[
                 ObservableEvents.TYPE_DATA_SOURCES_INSTANCES,
                 ObservableEvents.TYPE_ALL_DATA_SOURCES_STARTED,
+                ObservableEvents.TYPE_CLONE_TRIGGER_HIT,
             ],
         )
 
