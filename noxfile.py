@@ -5,6 +5,8 @@ Run them through `python3 tools/dev.py nox -s NAME` (or `nox -s NAME` inside `.v
 
 from __future__ import annotations
 
+import shutil
+import sys
 from pathlib import Path
 
 import nox
@@ -100,3 +102,90 @@ def bench(session: nox.Session) -> None:
     for script in scripts:
         session.run("python", str(script), *session.posargs, env={EXPECT_COMPILED: "1"})
         session.run("python", str(script), *session.posargs, env={PURE: "1"})
+
+
+# Packaging and cross-version compatibility (docs/compatibility.md).
+
+DIST = ROOT / "dist"
+COMPAT_WORK = ROOT / "build" / "compat"
+# Earlier versions the conformance kit runs against, one commit per line (`nox -s compat`).
+COMPAT_REFS = [
+    "4f671fe",  # v0.1.0-foundation: the service before the client library
+]
+
+
+@nox.session(venv_backend="venv", reuse_venv=True)
+def build(session: nox.Session) -> None:
+    """An sdist and a wheel of every package into dist/, each with its declared backend."""
+    _build_dists(session, ROOT, DIST)
+
+
+@nox.session(venv_backend="venv", reuse_venv=True)
+def install_check(session: nox.Session) -> None:
+    """Builds dist/, then installs perfetto-client, -service and -cmd each alone and uses them."""
+    _build_dists(session, ROOT, DIST)
+    session.run(sys.executable, "tools/install_check.py", str(DIST), external=True)
+
+
+@nox.session(venv_backend="venv", reuse_venv=True)
+def compat(session: nox.Session) -> None:
+    """The conformance kit across versions: `nox -s compat -- REF...` (default COMPAT_REFS).
+
+    Builds this checkout and each REF into venvs of their own, then runs tests/conformance
+    with the clients of every version against the `traced` of every other.
+    """
+    refs = session.posargs or COMPAT_REFS
+    versions = [f"current={_compat_venv(session, ROOT, COMPAT_WORK / 'current')}"]
+    for ref in refs:
+        sha = session.run(
+            "git",
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            f"{ref}^{{commit}}",
+            silent=True,
+            success_codes=[0, 1],
+            external=True,
+        )
+        if not isinstance(sha, str) or not sha.strip():
+            session.error(f"compat: {ref} is not in this clone (shallow? git fetch --unshallow)")
+        work = COMPAT_WORK / sha.strip()
+        python = work / "venv" / "bin" / "python"
+        if not (work / "ready").is_file():  # a commit's build never changes: kept across runs
+            shutil.rmtree(work, ignore_errors=True)
+            source = work / "source"
+            source.mkdir(parents=True)
+            session.run(
+                "sh", "-c", f'git archive "{sha.strip()}" | tar -x -C "{source}"', external=True
+            )
+            python = _compat_venv(session, source, work)
+            (work / "ready").write_text(f"{ref}\n")
+        versions.append(f"{ref}={python}")
+    env = {"PERFETTO_CONFORMANCE_VERSIONS": ",".join(versions)}
+    args = ["-m", "pytest", "tests/conformance", "-v", "-p", "no:cacheprovider"]
+    session.run(sys.executable, *args, env=env, external=True)
+
+
+def _build_dists(session: nox.Session, tree: Path, out: Path) -> None:
+    session.install("build")
+    shutil.rmtree(out, ignore_errors=True)
+    session.run(
+        "python", str(ROOT / "tools" / "dists.py"), "build", str(out), "--source", str(tree)
+    )
+
+
+def _compat_venv(session: nox.Session, tree: Path, work: Path) -> Path:
+    """Builds `tree` into work/dist and installs its service (and client) into work/venv."""
+    dists = work / "dist"
+    _build_dists(session, tree, dists)
+    wanted = [
+        name
+        for name, glob in (
+            ("perfetto-service", "perfetto_service-*"),
+            ("perfetto-client", "perfetto_client-*"),
+        )
+        if any(dists.glob(f"{glob}.whl"))
+    ]
+    tool = str(ROOT / "tools" / "dists.py")
+    session.run("python", tool, "venv", str(work / "venv"), str(dists), *wanted, silent=True)
+    return work / "venv" / "bin" / "python"

@@ -2,7 +2,8 @@
 """Sets up the development environment from nothing but python3, then runs a command in it.
 
     python3 tools/dev.py test          build the compiled modules in place, then lint, typecheck,
-                                       protos_check, layers and all tests (compiled and pure)
+                                       protos_check, layers and all tests (compiled and pure),
+                                       then install_check and compat (timed)
     python3 tools/dev.py nox [ARGS]    any nox session, e.g. `nox -s bench`
     python3 tools/dev.py run CMD...    any command inside the project environment
     python3 tools/dev.py trace SCRIPT [ARGS...]
@@ -18,6 +19,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 import tomllib
 import venv
 from pathlib import Path
@@ -26,6 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / ".tools"
 POETRY_SPEC = "poetry>=2.1,<3"
 TEST_SESSIONS = ["lint", "typecheck", "protos_check", "layers", "tests"]
+# Built wheels installed alone, and the conformance kit against earlier versions: slower, so
+# they run after the others pass and their time is printed.
+PACKAGING_SESSIONS = ["install_check", "compat"]
 
 
 def _bin(env: Path, name: str) -> Path:
@@ -125,7 +130,14 @@ def main(argv: list[str]) -> int:
         built = run(["python", "packages/heapprofd/build_ext.py"])
         if built != 0:
             return built
-        return run(["nox", "-s", *TEST_SESSIONS, *rest])
+        status = run(["nox", "-s", *TEST_SESSIONS, *rest])
+        if status != 0:
+            return status
+        start = time.monotonic()
+        status = run(["nox", "-s", *PACKAGING_SESSIONS])
+        took = time.monotonic() - start
+        print(f"dev: {' + '.join(PACKAGING_SESSIONS)} took {took:.0f} s", flush=True)
+        return status
     if command == "nox":
         return run(["nox", *rest])
     if command == "run":

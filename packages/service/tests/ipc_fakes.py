@@ -25,6 +25,7 @@ from perfetto_service import (
     SessionCloned,
     TracePacketSlices,
 )
+from perfetto_service.core._relay_clients import RelayClients, RelayEndpoint
 from perfetto_smb import SharedMemory
 
 T = TypeVar("T")
@@ -199,6 +200,7 @@ class FakeService:
         self.producers: list[FakeProducerEndpoint] = []
         self.consumers: list[FakeConsumerEndpoint] = []
         self.adopt_producer_shm = adopt_producer_shm
+        self.relays = RelayClients(uid=0)
 
     def connect_producer(
         self,
@@ -229,6 +231,9 @@ class FakeService:
         self.producers.append(endpoint)
         producer.on_connect()
         return endpoint
+
+    def connect_relay_client(self, machine_id: int, client_id: int) -> RelayEndpoint:
+        return self.relays.connect(machine_id, client_id)
 
     def connect_consumer(self, consumer: Consumer, uid: int) -> FakeConsumerEndpoint:
         endpoint = FakeConsumerEndpoint(consumer, uid)

@@ -314,8 +314,11 @@ def test_query_service_state_and_capabilities(env: ServiceEnv) -> None:
 
     caps: list[TracingServiceCapabilities] = []
     env.call(lambda: consumer.endpoint.query_capabilities(caps.append))
+    # What upstream's service advertises now that CloneSession is served.
     assert caps[0].has_query_capabilities
-    assert list(caps[0].observable_events) == [1, 2]
+    assert caps[0].has_trace_config_output_path
+    assert caps[0].has_clone_session
+    assert list(caps[0].observable_events) == [1, 2, 4]
 
 
 def test_pending_flush_fails_when_the_session_is_freed(env: ServiceEnv) -> None:

@@ -18,6 +18,7 @@ from perfetto_protos.common import trace_attributes_pbzero as _trace_attributes_
 from perfetto_protos.common import trace_stats_pbzero as _trace_stats_pbzero
 from perfetto_protos.config import trace_config_pbzero as _trace_config_pbzero
 from perfetto_protos.trace import clock_snapshot_pbzero as _clock_snapshot_pbzero
+from perfetto_protos.trace import remote_clock_sync_pbzero as _remote_clock_sync_pbzero
 from perfetto_protos.trace import test_event_pbzero as _test_event_pbzero
 from perfetto_protos.trace import trace_packet_defaults_pbzero as _trace_packet_defaults_pbzero
 from perfetto_protos.trace import trace_uuid_pbzero as _trace_uuid_pbzero
@@ -99,6 +100,7 @@ class TracePacket(Message):
     FIELD_COMPRESSED_PACKETS = 50
     FIELD_ZSTD_COMPRESSED_PACKETS = 133
     FIELD_CLONE_SNAPSHOT_TRIGGER = 113
+    FIELD_REMOTE_CLOCK_SYNC = 107
     FIELD_FOR_TESTING = 900
     FIELD_TRUSTED_UID = 3
     FIELD_TRUSTED_PACKET_SEQUENCE_ID = 10
@@ -505,6 +507,22 @@ class TracePacket(Message):
             self.stream_writer = _SUSPENDED
             return child
         return self.begin_nested(0x78A, _trigger_pbzero.Trigger)
+
+    def begin_remote_clock_sync(self) -> _remote_clock_sync_pbzero.RemoteClockSync:
+        if _COMPILED:
+            return self.begin_nested(0x6DA, _remote_clock_sync_pbzero.RemoteClockSync)
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xDA
+            buf[p + 1] = 0x06
+            w.write_ptr = p + 6
+            child = _remote_clock_sync_pbzero.RemoteClockSync(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
+        return self.begin_nested(0x6DA, _remote_clock_sync_pbzero.RemoteClockSync)
 
     def begin_for_testing(self) -> _test_event_pbzero.TestEvent:
         if _COMPILED:

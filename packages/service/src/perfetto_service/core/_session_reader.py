@@ -16,6 +16,7 @@ from perfetto_service.core._buffer_reader import (
     read_producer_packets_as_trace,
 )
 from perfetto_service.core._read_slicer import trace_file_bytes
+from perfetto_service.core._relay_clients import RelayClients
 from perfetto_service.core._service_packets import (
     BUILTIN_CLOCK_BOOTTIME,
     ServicePacketWriter,
@@ -32,7 +33,8 @@ class SessionReader:
     """Reads sessions' buffers with the service packets upstream puts around their data.
 
     `buffers` are the service's buffers by global id; `machine_of` gives a producer's
-    machine id; `trace_stats` and `system_info` build those packets when they are due.
+    machine id; `trace_stats` and `system_info` build those packets when they are due;
+    `relay_clients` adds the remote machines' SystemInfo and RemoteClockSync packets.
     """
 
     def __init__(
@@ -43,7 +45,9 @@ class SessionReader:
         machine_of: Callable[[int], int],
         trace_stats: Callable[[TracingSession], TraceStats],
         system_info: Callable[[], SystemInfo],
+        relay_clients: RelayClients | None = None,
     ) -> None:
+        self._relay_clients = relay_clients
         self._writer = writer
         self._buffers = buffers
         self._machine_of = machine_of
@@ -145,9 +149,13 @@ class SessionReader:
             out.append(writer.trace_provenance(boot_time_ns(), self._provenance(session)))
             if not builtin.disable_system_info:
                 out.append(writer.system_info(self._system_info()))
+                if self._relay_clients:
+                    out.extend(self._relay_clients.system_info_packets())
         session.did_emit_initial_packets = True
         if not builtin.disable_service_events:
             out.extend(self._lifecycle_packets(session))
+        if self._relay_clients and not builtin.disable_clock_snapshotting:
+            out.extend(self._relay_clients.clock_sync_packets(session))
         return out
 
     def _provenance(self, session: TracingSession) -> list[list[tuple[int, int]]]:

@@ -39,6 +39,7 @@ from perfetto_service._interfaces import ClientIdentity, Consumer, Producer, Tas
 from perfetto_service.core._config_checks import check_trace_config
 from perfetto_service.core._consumer_endpoint import ConsumerEndpointImpl
 from perfetto_service.core._producer_endpoint import ProducerEndpointImpl
+from perfetto_service.core._relay_clients import RelayClients, RelayEndpoint
 from perfetto_service.core._service_packets import (
     ServicePacketWriter,
     SystemInfo,
@@ -184,12 +185,14 @@ class TracingService:
         self._trigger_history: list[tuple[int, bytes]] = []
         self.chunks_discarded = 0
         self.patches_discarded = 0
+        self.relay_clients = RelayClients(self.uid)
         self._reader = SessionReader(
             self._packet_writer,
             self._buffers,
             machine_of=self._machine_of,
             trace_stats=self.trace_stats,
             system_info=self._get_system_info,
+            relay_clients=self.relay_clients,
         )
 
     def _machine_of(self, producer_id: int) -> int:
@@ -439,6 +442,12 @@ class TracingService:
     def _scrape_all(self, session: TracingSession) -> None:
         for endpoint in list(self._producers.values()):
             self._scrape(session, endpoint)
+
+    # Relays --------------------------------------------------------------------------------
+
+    def connect_relay_client(self, machine_id: int, client_id: int) -> RelayEndpoint:
+        """Admits a relay (upstream's ConnectRelayClient): its machine's info and clocks."""
+        return self.relay_clients.connect(machine_id, client_id)
 
     # Consumers -----------------------------------------------------------------------------
 
@@ -1437,10 +1446,11 @@ class TracingService:
         return TracingServiceCapabilities(
             has_query_capabilities=True,
             has_trace_config_output_path=True,
-            has_clone_session=False,
+            has_clone_session=True,
             observable_events=[
                 ObservableEvents.TYPE_DATA_SOURCES_INSTANCES,
                 ObservableEvents.TYPE_ALL_DATA_SOURCES_STARTED,
+                ObservableEvents.TYPE_CLONE_TRIGGER_HIT,
             ],
         )
 

@@ -8,7 +8,14 @@ import threading
 from collections.abc import Callable
 
 from google.protobuf.message import Message
-from perfetto_wire import Client, Reply, ReplyCallback, ServiceProxy, WireError
+from perfetto_wire import (
+    Client,
+    MethodNotAvailableError,
+    Reply,
+    ReplyCallback,
+    ServiceProxy,
+    WireError,
+)
 
 __all__ = ["PortClient"]
 
@@ -64,6 +71,15 @@ class PortClient:
         """Whether the port is ready and the connection still up."""
         return self._ready and not self._lost
 
+    def supports(self, method: str) -> bool:
+        """Whether the bound service offers `method` (from the bind reply; False before it).
+
+        A service older than this client lacks some methods: calling one of them is not an
+        error, its reply callback gets a failed reply (and the call's documented fallback).
+        """
+        proxy = self._proxy
+        return proxy is not None and proxy.has_method(method)
+
     def connection_gone(self) -> bool:
         """Whether the connection is closed or lost (already true while its calls are failed)."""
         connection = self._client.async_client.connection
@@ -103,6 +119,10 @@ class PortClient:
         def send(proxy: ServiceProxy) -> None:
             try:
                 self._client.async_client.invoke(proxy, method, request, on_reply, fd=own_fd)
+            except MethodNotAvailableError:
+                _log.info("the tracing service does not offer %s (an older version)", method)
+                if on_reply is not None:
+                    _reject(on_reply)
             except WireError as exc:
                 _log.debug("%s not sent: %s", method, exc)
                 if on_reply is not None:

@@ -9,9 +9,10 @@ import socket
 from collections.abc import Sequence
 from typing import Protocol
 
-from perfetto_wire import Host, HostServer, WireError, parse_address
+from perfetto_wire import ClientInfo, Host, HostServer, WireError, parse_address
 
 from perfetto_service._errors import ServiceError
+from perfetto_service.ipc.relay._relay_port import RelayConnector, RelayPort
 from perfetto_service.ipc.service._consumer_port import ConsumerConnector, ConsumerPort
 from perfetto_service.ipc.service._producer_port import ProducerConnector, ProducerPort
 
@@ -21,8 +22,8 @@ PRODUCER_SOCKET_SEND_TIMEOUT = 0.010
 """Seconds a reply to a producer may wait: a producer that does not read is dropped."""
 
 
-class TracingServiceConnector(ProducerConnector, ConsumerConnector, Protocol):
-    """What the IPC host needs of a tracing service: connecting producers and consumers."""
+class TracingServiceConnector(ProducerConnector, ConsumerConnector, RelayConnector, Protocol):
+    """What the IPC host needs of a tracing service: connecting producers, consumers, relays."""
 
 
 class ServiceIPCHost:
@@ -48,8 +49,15 @@ class ServiceIPCHost:
 
     def _producer_server(self, *, shmem_emulation: bool) -> HostServer:
         port = ProducerPort(self._service, shmem_emulation=shmem_emulation)
-        host = Host(on_disconnect=port.on_client_disconnected)
+        relay_port = RelayPort(self._service)
+
+        def on_disconnect(client: ClientInfo) -> None:
+            port.on_client_disconnected(client)
+            relay_port.on_client_disconnected(client)
+
+        host = Host(on_disconnect=on_disconnect)
         port.expose_on(host)
+        relay_port.expose_on(host)
         server = HostServer(host, loop=self._loop, send_timeout=PRODUCER_SOCKET_SEND_TIMEOUT)
         self.producer_ports.append(port)
         self._producer_servers.append(server)

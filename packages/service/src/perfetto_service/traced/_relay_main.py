@@ -1,0 +1,103 @@
+"""The `traced_relay` command: this machine's producers traced by a `traced` elsewhere.
+
+It listens where producers look for `traced` (PERFETTO_PRODUCER_SOCK_NAME, else the default
+producer socket) and relays each producer to PERFETTO_RELAY_SOCK_NAME (`host:port`,
+`vsock://CID:PORT` or a path), the producer socket of the central `traced`. Like upstream's,
+it cannot run beside a `traced` on the same sockets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from importlib.metadata import version
+
+from perfetto_wire import WireError
+
+from perfetto_service._errors import ServiceError
+from perfetto_service.ipc._default_socket import producer_socket_names
+from perfetto_service.ipc.relay._relay_service import (
+    RelayClient,
+    RelayService,
+    machine_id_hint,
+    machine_name,
+    system_info_message,
+)
+
+__all__ = ["RELAY_SOCKET_ENV", "relay_main"]
+
+RELAY_SOCKET_ENV = "PERFETTO_RELAY_SOCK_NAME"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="traced_relay",
+        description="Relays this machine's producers to a remote tracing service "
+        f"(the producer socket named by {RELAY_SOCKET_ENV}, e.g. 192.168.0.1:20001).",
+    )
+    parser.add_argument(
+        "--machine-id-hint",
+        help="what the remote service derives this machine's id from "
+        "(default: the kernel's boot id)",
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    return parser
+
+
+async def _run(remote: str, hint: str) -> None:
+    name = machine_name()
+    relay = RelayService(remote, hint=hint, name=name)
+    listen = producer_socket_names()
+    await relay.start(listen)
+    synced = False
+
+    def on_synced() -> None:
+        nonlocal synced
+        if not synced:
+            synced = True
+            print(f"traced_relay: clocks synced with {remote}", file=sys.stderr, flush=True)
+
+    service_version = f"perfetto-service {version('perfetto-service')} (traced_relay)"
+    client = RelayClient(
+        remote,
+        hint=hint,
+        name=name,
+        system_info=system_info_message(service_version),
+        on_synced=on_synced,
+    )
+    client.start()
+    print(f"traced_relay: relaying {', '.join(listen)} to {remote}", file=sys.stderr, flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        client.close()
+        await relay.close()
+
+
+def relay_main(argv: Sequence[str] | None = None) -> int:
+    """Runs the relay until SIGTERM or SIGINT; 1 with one line on stderr on a bad setup."""
+    args = _parser().parse_args(argv)
+    if args.version:
+        print(f"traced_relay {version('perfetto-service')}")
+        return 0
+    remote = os.environ.get(RELAY_SOCKET_ENV, "")
+    if not remote:
+        print(
+            f"traced_relay: set {RELAY_SOCKET_ENV} to the remote producer socket", file=sys.stderr
+        )
+        return 1
+    hint = args.machine_id_hint if args.machine_id_hint is not None else machine_id_hint()
+    try:
+        asyncio.run(_run(remote, hint))
+    except (ServiceError, WireError) as exc:
+        print(f"traced_relay: {exc}", file=sys.stderr)
+        return 1
+    return 0
