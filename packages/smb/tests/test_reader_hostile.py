@@ -143,6 +143,16 @@ def test_patch_validation() -> None:
     assert payload[:12] == bytes(12)
 
 
+def test_negative_chunk_index_on_a_partitioned_page_is_rejected() -> None:
+    buf, abi, reader = make_reader()
+    try:
+        buf[0:4] = struct.pack("<I", 0xFFFF_FFFF)  # Div14, every chunk Complete
+        assert reader.read_chunk(0, -1) is None
+        assert reader.rejected["chunk_out_of_range"] == 1
+    finally:
+        abi.close()
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     smb=st.binary(min_size=0, max_size=PAGE * PAGES),

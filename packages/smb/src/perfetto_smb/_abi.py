@@ -406,6 +406,8 @@ class SharedMemoryABI:
         flags, payload), or None if the chunk is not (or no longer) Complete; raises
         SmbError, after copying, if the page changed layout or the chunk's state while read.
         """
+        if not 0 <= chunk_idx < MAX_CHUNKS_PER_PAGE:
+            return None
         offset = self._page_offset(page_idx)
         atomics = self._atomics
         pointer = atomics.pointer(offset)
