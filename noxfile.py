@@ -5,7 +5,6 @@ Run them through `python3 tools/dev.py nox -s NAME` (or `nox -s NAME` inside `.v
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import nox
@@ -21,9 +20,10 @@ PACKAGE_DIRS: dict[str, Path] = {
     "cli": ROOT / "packages" / "cli",
     "heapprofd": ROOT / "packages" / "heapprofd",
 }
-PROTOZERO_BENCH = PACKAGE_DIRS["protozero"] / "benchmarks"
-MYPYC_BUILD = ROOT / "build" / "mypyc"
 TESTED = [name for name, path in PACKAGE_DIRS.items() if any(path.glob("tests/test_*.py"))]
+
+PURE = "PERFETTO_PY_PURE"
+EXPECT_COMPILED = "PERFETTO_PY_EXPECT_COMPILED"
 
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["lint", "typecheck", "protos_check", "layers", "tests"]
@@ -56,29 +56,20 @@ def typecheck(session: nox.Session, package: str) -> None:
 def tests(session: nox.Session, package: str) -> None:
     """pytest for one package (`repo` = the repository-wide checks in tests/).
 
-    protozero runs twice: pure Python, then compiled with mypyc (skipped without a C compiler).
+    A package with compiled modules runs twice: compiled (built in place first; the run fails
+    if they did not load), then pure Python (PERFETTO_PY_PURE=1). See docs/native.md.
     """
     path = ROOT / "tests" if package == "repo" else PACKAGE_DIRS[package] / "tests"
-    session.run("pytest", str(path), *session.posargs)
-    if package == "protozero" and _build_protozero_mypyc(session, MYPYC_BUILD / "tests"):
-        env = {"PYTHONPATH": str(MYPYC_BUILD / "tests"), "PROTOZERO_EXPECT_COMPILED": "1"}
-        session.run("pytest", str(path), "-p", "no:cacheprovider", *session.posargs, env=env)
+    if package != "repo" and _has_compiled_modules(package):
+        session.run("python", "tools/build_native.py")
+        session.run("pytest", str(path), *session.posargs, env={EXPECT_COMPILED: "1"})
+        session.run("pytest", str(path), *session.posargs, env={PURE: "1"})
+    else:
+        session.run("pytest", str(path), *session.posargs)
 
 
-def _build_protozero_mypyc(session: nox.Session, out: Path, *extras: Path) -> bool:
-    """Compiles protozero (and `extras`) with mypyc into `out`; False if there is no compiler."""
-    output = session.run(
-        "python",
-        "tools/build_mypyc.py",
-        str(out),
-        *(str(e) for e in extras),
-        success_codes=[0, 3],
-        silent=True,
-    )
-    if isinstance(output, str) and "no C compiler" in output:
-        session.warn("no C compiler: skipping the mypyc-compiled protozero run")
-        return False
-    return True
+def _has_compiled_modules(package: str) -> bool:
+    return any((PACKAGE_DIRS[package] / "src").rglob("*.pxd"))
 
 
 @nox.session(python=False)
@@ -101,19 +92,11 @@ def layers(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def bench(session: nox.Session) -> None:
-    """Runs every package's benchmarks; each prints ratios against a reference run alongside.
-
-    The protozero benchmark runs again with protozero and its messages compiled by mypyc.
-    """
+    """Runs every package's benchmarks, compiled then pure; each prints same-run references."""
     scripts = sorted(ROOT.glob("packages/*/benchmarks/bench_*.py"))
     if not scripts:
         session.error("no benchmarks found")
+    session.run("python", "tools/build_native.py")
     for script in scripts:
-        session.run("python", str(script), *session.posargs)
-    bench_out = MYPYC_BUILD / "bench"
-    compiled_along = [PROTOZERO_BENCH / f"{m}.py" for m in ("bench_messages_pbzero", "bench_fill")]
-    if _build_protozero_mypyc(session, bench_out, *compiled_along):
-        # -P keeps the script's own directory (the pure modules) off the front of sys.path.
-        path = os.pathsep.join([str(bench_out), str(PROTOZERO_BENCH)])
-        script = PROTOZERO_BENCH / "bench_protozero.py"
-        session.run("python", "-P", str(script), *session.posargs, env={"PYTHONPATH": path})
+        session.run("python", str(script), *session.posargs, env={EXPECT_COMPILED: "1"})
+        session.run("python", str(script), *session.posargs, env={PURE: "1"})

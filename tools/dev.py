@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Sets up the development environment from nothing but python3, then runs a command in it.
 
-    python3 tools/dev.py test          lint, typecheck, protos_check, layers and all tests
+    python3 tools/dev.py test          build the compiled modules in place, then lint, typecheck,
+                                       protos_check, layers and all tests (compiled and pure)
     python3 tools/dev.py nox [ARGS]    any nox session, e.g. `nox -s bench`
     python3 tools/dev.py run CMD...    any command inside the project environment
 
@@ -92,6 +93,9 @@ def main(argv: list[str]) -> int:
     command, rest = argv[0], argv[1:]
     ensure_environment()
     if command == "test":
+        built = run(["python", "tools/build_native.py"])
+        if built != 0:
+            return built
         return run(["nox", "-s", *TEST_SESSIONS, *rest])
     if command == "nox":
         return run(["nox", *rest])

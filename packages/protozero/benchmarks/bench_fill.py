@@ -1,7 +1,5 @@
-"""What a caller of protozero does in the benchmark, kept apart so the compiled run can compile it.
+"""The benchmark's field values and fill loops, and `FieldStoreFloor`.
 
-The benchmark script writes the same messages with its own (interpreted) copy of these loops;
-the compiled run also calls these, compiled with mypyc, to show the cost of a compiled caller.
 `FieldStoreFloor` is the floor of any writer that stores each field with a method call.
 """
 

@@ -9,8 +9,8 @@ and one slice store of the field's final bytes per field, the least any writer t
 field as it is set can cost (encoding for free). The runs are interleaved and timed in process
 CPU time (the machine is shared); each prints the median ns/op and the ratios.
 
-When protozero is compiled (`nox -s bench` builds it with tools/build_mypyc.py), a second
-protozero row shows the same writes made by a compiled caller (bench_fill, compiled too).
+The run measures the build that loads (compiled where the `.so` files are built), then runs
+itself again with PERFETTO_PY_PURE=1 and prints both (`--this-build-only` skips the second).
 
     python benchmarks/bench_protozero.py [--iterations N] [--repeats R]
 """
@@ -18,6 +18,7 @@ protozero row shows the same writes made by a compiled caller (bench_fill, compi
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import struct
 import subprocess
@@ -28,7 +29,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import bench_fill
 import protozero
 from bench_fill import INT32, INT64, STRING, UINT32, UINT64, FieldStoreFloor
 from bench_messages_pbzero import EveryField
@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 BUFFER_SIZE = 64 * 1024
 
 # name -> (pure-Python target, compiled target) as a ratio to protobuf upb.
-TARGETS = {"Simple": (2.5, 0.5), "Nested": (1.5, 0.3)}
+TARGETS = {"Simple": (2.5, 0.30), "Nested": (2.5, 0.35)}
 
 
 class ReusedBuffer:
@@ -111,25 +111,6 @@ def protozero_writers() -> Writers:
         msg.reset(writer)
         fill_nested(msg, 0)
         msg.finalize()
-
-    def last_bytes() -> bytes:
-        return bytes(buf[: msg.finalize()])
-
-    return simple, nested, last_bytes
-
-
-def compiled_caller_writers() -> Writers:
-    """The same writes made by bench_fill's functions (compiled in the compiled run)."""
-    delegate = ReusedBuffer()
-    writer = ScatteredStreamWriter(delegate)
-    buf = delegate.buffer
-    msg = EveryField()
-
-    def simple() -> None:
-        bench_fill.write_simple(writer, buf, msg)
-
-    def nested() -> None:
-        bench_fill.write_nested(writer, buf, msg)
 
     def last_bytes() -> bytes:
         return bytes(buf[: msg.finalize()])
@@ -237,24 +218,23 @@ def measure(fns: list[Callable[[], object]], iterations: int, repeats: int) -> l
     return [statistics.median(s) for s in samples]
 
 
-def _module_is_compiled(module: object) -> bool:
-    return not str(getattr(module, "__file__", ".py")).endswith(".py")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--iterations", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--this-build-only", action="store_true")
     args = parser.parse_args()
+    if protozero.COMPILED and not args.this_build_only:
+        pure = {**os.environ, "PERFETTO_PY_PURE": "1"}
+        argv = [sys.executable, *sys.argv, "--this-build-only"]
+        subprocess.run(argv, env=pure, check=True)
 
     cls = upb_classes()
     upb_simple, upb_nested = upb_writers(cls)
     sol_simple, sol_nested = speed_of_light_writers()
     floor_simple, floor_nested = floor_writers(cls)
     variants = [("protozero", protozero_writers())]
-    compiled = _module_is_compiled(protozero._message)
-    if compiled and _module_is_compiled(bench_fill):
-        variants.append(("pz, compiled caller", compiled_caller_writers()))
+    compiled = protozero.COMPILED
 
     for label, (simple, nested, last_bytes) in variants:
         for name, pz, upb in (("Simple", simple, upb_simple), ("Nested", nested, upb_nested)):
@@ -262,7 +242,7 @@ def main() -> int:
             if cls.FromString(last_bytes()) != cls.FromString(upb()):
                 sys.exit(f"{label} and protobuf disagree on the {name} message")
 
-    mode = "compiled (mypyc)" if compiled else "pure Python"
+    mode = "compiled (Cython)" if compiled else "pure Python"
     print(f"protozero benchmark: {mode}, {args.iterations} iterations, median of {args.repeats}")
     print(f"{'case':7} {'writer':20} {'ns/op':>8} {'/upb':>7} {'/struct':>8} {'target':>7}")
     for index, name in enumerate(("Simple", "Nested")):

@@ -88,3 +88,13 @@ def pbzero(generated: Path) -> Iterator[ModuleType]:
         yield importlib.import_module("pzgen.pztest_pbzero")
     finally:
         sys.path.remove(str(generated))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Stops the run if the build that loaded is not the one the environment asks for."""
+    del session
+    from protozero import _native
+
+    error = _native.expectation_error("protozero")
+    if error is not None:
+        pytest.exit(f"protozero: {error}", returncode=1)

@@ -345,27 +345,49 @@ def test_generated_fast_paths_match_generic_writes_across_tiny_buffers(
     expected = b""
     original = pbzero._COMPILED
     try:
-        # Both varint fast paths: byte stores (interpreted) and one struct call (compiled).
+        # Both fast paths: stores from the generated code (interpreted) and one call (compiled).
         for compiled in (False, True):
             setattr(pbzero, "_COMPILED", compiled)  # noqa: B010 - module attribute, not typed
             ours, expected = _write_both_ways(pbzero, steps, sizes, values)
             assert ours == expected
     finally:
         setattr(pbzero, "_COMPILED", original)  # noqa: B010 - module attribute, not typed
-    pb["pztest.EveryField"].FromString(expected)
+    assert pb["pztest.EveryField"].FromString(expected) == pb["pztest.EveryField"].FromString(
+        _write_generic_in_one_buffer(steps, values)
+    )
+
+
+def _write_generic_in_one_buffer(steps: list[Any], values: dict[int, Any]) -> bytes:
+    """`steps` written with append_* into one heap buffer (every small message compacted)."""
+    reference = HeapBuffered(Message, initial_slice_size=1 << 16)
+    stack = [reference.msg]
+    for position, step in enumerate(steps):
+        if step == "begin":
+            stack.append(stack[-1].begin_nested_message(14, Message))
+        elif step == "end":
+            if len(stack) > 1:
+                stack.pop().finalize()
+        else:
+            _, append, field_id, _ = _OPS[step[0]]
+            append(stack[-1], field_id, values[position])
+    return reference.serialize()
 
 
 def _write_both_ways(
     pbzero: ModuleType, steps: list[Any], sizes: list[int], values: dict[int, Any]
 ) -> tuple[bytes, bytes]:
-    """Writes `steps` with generated setters over tiny ranges and with append_* in one buffer."""
+    """Writes `steps` with generated setters and with append_* over the same tiny ranges."""
     scattered = _SizesDelegate(sizes)
     writer = ScatteredStreamWriter(scattered)
     scattered.writer = writer
     ours = pbzero.EveryField()
     ours.reset(writer)
-    reference = HeapBuffered(Message, initial_slice_size=1 << 16)
-    stack: list[tuple[Any, Message]] = [(ours, reference.msg)]
+    reference_ranges = _SizesDelegate(sizes)
+    reference_writer = ScatteredStreamWriter(reference_ranges)
+    reference_ranges.writer = reference_writer
+    reference = Message()
+    reference.reset(reference_writer)
+    stack: list[tuple[Any, Message]] = [(ours, reference)]
     for position, step in enumerate(steps):
         if step == "begin":
             gen, ref = stack[-1]
@@ -383,7 +405,8 @@ def _write_both_ways(
             getattr(gen, name)(values[position])
             append(ref, field_id, values[position])
     ours.finalize()
-    return scattered.stitch(), reference.serialize()
+    reference.finalize()
+    return scattered.stitch(), reference_ranges.stitch()
 
 
 class _SizesDelegate:

@@ -21,7 +21,13 @@ from perfetto_smb import (
     SharedMemoryReader,
     chunk_size_for_layout,
 )
-from smb_testlib import Reassembler, expected_packet, fill_packet, split_packet
+from smb_testlib import (
+    Reassembler,
+    canonical_packet,
+    expected_packet,
+    fill_packet,
+    split_packet,
+)
 
 COMMIT = b"C"
 DONE = b"D"
@@ -148,7 +154,8 @@ def reader_main(
                 "dropped_before": [p.dropped_before for p in packets],
                 "wrong_stream": sum(p.stream != stream for p in packets),
                 "corrupt": sum(
-                    p.body != expected_packet(stream, p.seq, config.max_packet_size)
+                    canonical_packet(p.body)
+                    != canonical_packet(expected_packet(stream, p.seq, config.max_packet_size))
                     for p in packets
                 ),
                 "errors": sequence.errors if sequence else [],

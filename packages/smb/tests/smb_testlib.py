@@ -13,7 +13,7 @@ from perfetto_smb import (
     apply_patch,
     parse_chunk_payload,
 )
-from protozero import HeapBuffered, Message
+from protozero import WIRE_TYPE_LENGTH_DELIMITED, HeapBuffered, Message, ProtoDecoder
 
 # Fields the TraceWriter itself may put first in a packet.
 PREVIOUS_PACKET_DROPPED_PREFIX = bytes([0xD0, 0x02, 0x81, 0x02])  # f42 = 257
@@ -52,6 +52,24 @@ def expected_packet(stream: int, seq: int, max_size: int) -> bytes:
     heap = HeapBuffered(StreamPacket)
     fill_packet(heap.msg, stream, seq, max_size)
     return heap.serialize()
+
+
+def canonical_packet(data: bytes) -> list[tuple[int, object]]:
+    """A packet's fields with its nested messages decoded: equal whatever width each nested
+    size field got (1 byte when compacted, 4 when the message was split across chunks)."""
+
+    def fields(buf: bytes | memoryview, nested_ids: frozenset[int]) -> list[tuple[int, object]]:
+        out: list[tuple[int, object]] = []
+        for item in ProtoDecoder(buf):
+            if item.type == WIRE_TYPE_LENGTH_DELIMITED and item.id in nested_ids:
+                out.append((item.id, fields(item.as_bytes(), frozenset((2,)))))
+            elif item.type == WIRE_TYPE_LENGTH_DELIMITED:
+                out.append((item.id, bytes(item.as_bytes())))
+            else:
+                out.append((item.id, item.as_uint64()))
+        return out
+
+    return fields(data, frozenset((3,)))
 
 
 def read_varint(data: bytes, offset: int) -> tuple[int, int]:

@@ -2,10 +2,14 @@
 
 from importlib.metadata import version as _version
 
+from protozero import _native
+
+_native.select_build(__name__)
+
 from protozero._decoder import Field, PackedRepeated, ProtoDecoder, read_varint
 from protozero._errors import ProtozeroError
 from protozero._heap_buffered import HeapBuffered, ScatteredHeapBuffer
-from protozero._message import SUSPENDED_WRITER, Message, tag_bytes, tag_word
+from protozero._message import COMPILED, SUSPENDED_WRITER, Message, tag_bytes, tag_word
 from protozero._proto_utils import (
     MAX_MESSAGE_LENGTH,
     MESSAGE_LENGTH_FIELD_SIZE,
@@ -27,7 +31,10 @@ from protozero._scattered_stream_writer import ScatteredStreamWriter, ScatteredS
 
 __version__: str = _version("perfetto-protozero")
 
+_native.report(__name__)
+
 __all__ = [
+    "COMPILED",
     "MAX_MESSAGE_LENGTH",
     "MESSAGE_LENGTH_FIELD_SIZE",
     "SHORT_VARINTS",

@@ -6,7 +6,11 @@ import struct
 from collections.abc import Iterable
 from typing import TypeVar
 
-from protozero._compat import mypyc_attr
+try:
+    import cython
+except ImportError:  # installed without Cython: runs as pure Python
+    from protozero import _cython_shim as cython
+
 from protozero._errors import ProtozeroError
 from protozero._proto_utils import (
     MAX_MESSAGE_LENGTH,
@@ -21,7 +25,19 @@ from protozero._proto_utils import (
 )
 from protozero._scattered_stream_writer import ScatteredStreamWriter
 
+if cython.compiled:
+    from cython.cimports.cpython.bytes import PyBytes_AS_STRING
+    from cython.cimports.cpython.long import PyLong_AsUnsignedLongLongMask
+    from cython.cimports.cpython.unicode import PyUnicode_AsUTF8AndSize
+    from cython.cimports.libc.string import memcpy
+
 M = TypeVar("M", bound="Message")
+
+COMPILED: bool = cython.compiled
+"""Whether `Message` runs compiled: generated setters then make one call per field."""
+
+MAX_ONE_BYTE_MESSAGE_LENGTH = 127
+"""A finalized nested message up to this size gets a 1-byte size field, like upstream's."""
 
 _pack_u32 = struct.Struct("<I").pack_into
 _pack_u64 = struct.Struct("<Q").pack_into
@@ -78,7 +94,26 @@ first: fast paths never need to check `nested_message`.
 """
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
+def _store_tag(w: ScatteredStreamWriter, p: int, tag: int) -> int:
+    """Stores a tag word at `p` in `w`'s range; returns the position after it (compiled only)."""
+    while tag > 0xFF:
+        w._view[p] = tag & 0xFF
+        tag >>= 8
+        p += 1
+    w._view[p] = tag
+    return p + 1
+
+
+def _store_varint(w: ScatteredStreamWriter, p: int, value: int) -> int:
+    """Stores a varint at `p` in `w`'s range; returns the position after it (compiled only)."""
+    while value > 0x7F:
+        w._view[p] = (value & 0x7F) | 0x80
+        value >>= 7
+        p += 1
+    w._view[p] = value
+    return p + 1
+
+
 class Message:
     """An append-only protobuf message that serializes each field as it is set.
 
@@ -98,6 +133,7 @@ class Message:
 
     __slots__ = (
         "_begin",
+        "_compacted",
         "_size",
         "_writer",
         "nested_message",
@@ -118,6 +154,7 @@ class Message:
         self._writer: ScatteredStreamWriter = stream_writer
         self.nested_message: Message | None = None
         self._size = 0
+        self._compacted = False
         if size_field_offset >= 0:
             self.size_field_buffer: WritableBuffer | None = stream_writer.buffer
             self.size_field_offset = size_field_offset
@@ -133,9 +170,21 @@ class Message:
         self._writer = stream_writer
         self._begin = stream_writer.write_ptr - stream_writer._origin
         self._size = 0
+        self._compacted = False
         self.nested_message = None
         self.size_field_buffer = None
         self.size_field_offset = 0
+
+    def _bind_nested(self, stream_writer: ScatteredStreamWriter, size_field_offset: int) -> None:
+        """Binds a new message as a nested one (what `__init__` does with both arguments)."""
+        self.stream_writer = stream_writer
+        self._writer = stream_writer
+        self.nested_message = None
+        self._size = 0
+        self._compacted = False
+        self.size_field_buffer = stream_writer.buffer
+        self.size_field_offset = size_field_offset
+        self._begin = stream_writer.write_ptr - stream_writer._origin
 
     @property
     def is_finalized(self) -> bool:
@@ -148,7 +197,13 @@ class Message:
         self.size_field_offset = offset
 
     def finalize(self) -> int:
-        """Finalizes the open nested message, back-fills the size field, returns the size."""
+        """Finalizes the open nested message, back-fills the size field, returns the size.
+
+        Like upstream, a nested message of up to 127 bytes whose size field is still right
+        before its payload in the current range is moved back over 3 of the 4 reserved bytes
+        and gets a 1-byte size; one whose size field lies elsewhere (an earlier range, a patch)
+        keeps the 4-byte form.
+        """
         w = self._writer
         if w is _FINALIZED_WRITER:
             return self._size
@@ -159,14 +214,22 @@ class Message:
         size = w.write_ptr - w._origin - self._begin
         buf = self.size_field_buffer
         if buf is not None:
-            if size > MAX_MESSAGE_LENGTH:
+            o = self.size_field_offset
+            if (
+                size <= MAX_ONE_BYTE_MESSAGE_LENGTH
+                and buf is w.buffer
+                and o == w.write_ptr - size - 4
+                and o >= w._begin
+            ):
+                w.rewind(size, 3)
+                w._view[o] = size
+                self._compacted = True
+            elif size > MAX_MESSAGE_LENGTH:
                 raise ProtozeroError(
                     f"nested message of {size} bytes exceeds {MAX_MESSAGE_LENGTH} bytes"
                 )
-            o = self.size_field_offset
-            # A 4-byte redundant varint: the four 7-bit groups of the size, continuation bits
-            # on all but the last byte, stored at once.
-            if size < 0x4000:
+            elif size < 0x4000:
+                # A 4-byte redundant varint: continuation bits on all but the last byte.
                 buf[o : o + 4] = VARINT_PAIRS[size] + b"\x80\x00"
             else:
                 buf[o : o + 4] = (
@@ -199,6 +262,10 @@ class Message:
             self._end_nested_message()
         w = self.stream_writer
         p = w.write_ptr
+        if cython.compiled and p + 15 <= w.end:
+            v = PyLong_AsUnsignedLongLongMask(value)
+            w.write_ptr = _store_varint(w, _store_tag(w, p, tag), v)
+            return
         if p + 15 <= w.end:
             buf = w.buffer
             while tag > 0xFF:
@@ -301,6 +368,12 @@ class Message:
         w = self.stream_writer
         n = len(data)
         p = w.write_ptr
+        if cython.compiled and type(data) is bytes and n < 0x4000 and p + 7 + n <= w.end:
+            p = _store_varint(w, _store_tag(w, p, tag), n)
+            if n:
+                memcpy(cython.address(w._view[p]), PyBytes_AS_STRING(data), n)
+            w.write_ptr = p + n
+            return
         if n < 0x80 and p + 6 + n <= w.end:
             buf = w.buffer
             while tag > 0xFF:
@@ -318,6 +391,19 @@ class Message:
 
     def put_string(self, tag: int, value: str | bytes) -> None:
         """Writes a string field: a str is encoded as UTF-8, bytes are taken as already encoded."""
+        if cython.compiled and type(value) is str:
+            if self.nested_message is not None:
+                self._end_nested_message()
+            w = self.stream_writer
+            p = w.write_ptr
+            n = 0
+            data = PyUnicode_AsUTF8AndSize(value, cython.address(n))
+            if n < 0x4000 and p + 7 + n <= w.end:
+                p = _store_varint(w, _store_tag(w, p, tag), n)
+                if n:
+                    memcpy(cython.address(w._view[p]), data, n)
+                w.write_ptr = p + n
+                return
         self.put_bytes(tag, value.encode() if isinstance(value, str) else value)
 
     def put_packed_varints(self, tag: int, values: Iterable[int]) -> None:
@@ -361,14 +447,22 @@ class Message:
             self._end_nested_message()
         w = self.stream_writer
         p = w.write_ptr
-        if tag < 0x100 and p + 5 <= w.end:
-            w.buffer[p] = tag
-            p += 1
+        if p + 9 <= w.end:
+            if cython.compiled:
+                p = _store_tag(w, p, tag)
+            else:
+                while tag > 0xFF:
+                    w.buffer[p] = tag & 0xFF
+                    tag >>= 8
+                    p += 1
+                w.buffer[p] = tag
+                p += 1
             w.write_ptr = p + 4
         else:
             w.write_bytes(tag_bytes(tag))
             p = w.reserve_bytes(4)
-        child = cls(w, p)
+        child = Message.__new__(cls)
+        child._bind_nested(w, p)
         self.nested_message = child
         self.stream_writer = SUSPENDED_WRITER
         return child

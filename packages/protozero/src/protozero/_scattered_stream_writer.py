@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from protozero._compat import mypyc_attr
+try:
+    import cython
+except ImportError:  # installed without Cython: runs as pure Python
+    from protozero import _cython_shim as cython
+
 from protozero._errors import ProtozeroError
 from protozero._proto_utils import WritableBuffer
+
+if cython.compiled:
+    from cython.cimports.cpython.bytes import PyBytes_AS_STRING
+    from cython.cimports.libc.string import memcpy, memmove
 
 
 class ScatteredStreamWriterDelegate(Protocol):
@@ -17,7 +25,6 @@ class ScatteredStreamWriterDelegate(Protocol):
         ...
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
 class ScatteredStreamWriter:
     """Writes bytes into the current range and asks its delegate for a new one when it is full.
 
@@ -29,6 +36,7 @@ class ScatteredStreamWriter:
         "_begin",
         "_delegate",
         "_origin",
+        "_view",
         "_written_previously",
         "buffer",
         "end",
@@ -38,6 +46,8 @@ class ScatteredStreamWriter:
     def __init__(self, delegate: ScatteredStreamWriterDelegate) -> None:
         self._delegate = delegate
         self.buffer: WritableBuffer = bytearray()
+        self._view: WritableBuffer = self.buffer
+        """The same bytes as `buffer` (compiled: a typed memoryview for native stores)."""
         self.write_ptr = 0
         self.end = 0
         self._begin = 0
@@ -48,7 +58,9 @@ class ScatteredStreamWriter:
     def reset(self, buffer: WritableBuffer, begin: int, end: int) -> None:
         """Starts writing into `buffer[begin:end]`; bytes written so far stay counted."""
         self._written_previously += self.write_ptr - self._begin
-        self.buffer = buffer
+        if buffer is not self.buffer:
+            self.buffer = buffer
+            self._view = buffer
         self.write_ptr = begin
         self.end = end
         self._begin = begin
@@ -65,15 +77,20 @@ class ScatteredStreamWriter:
         """Appends one byte."""
         if self.write_ptr >= self.end:
             self.extend()
-        self.buffer[self.write_ptr] = value
+        self._view[self.write_ptr] = value
         self.write_ptr += 1
 
     def write_bytes(self, data: bytes | bytearray | memoryview) -> None:
         """Appends `data`, spilling into as many new ranges as it needs."""
         p = self.write_ptr
-        q = p + len(data)
+        n = len(data)
+        q = p + n
         if q <= self.end:
-            self.buffer[p:q] = data
+            if cython.compiled and type(data) is bytes:
+                if n:
+                    memcpy(cython.address(self._view[p]), PyBytes_AS_STRING(data), n)
+            else:
+                self.buffer[p:q] = data
             self.write_ptr = q
             return
         view = memoryview(data)
@@ -102,6 +119,20 @@ class ScatteredStreamWriter:
         p = self.write_ptr
         self.write_ptr = p + size
         return p
+
+    def rewind(self, size: int, offset: int) -> None:
+        """Moves the last `size` bytes written back by `offset` bytes (all in the current range)."""
+        p = self.write_ptr
+        if cython.compiled:
+            if size:
+                memmove(
+                    cython.address(self._view[p - size - offset]),
+                    cython.address(self._view[p - size]),
+                    size,
+                )
+        else:
+            self.buffer[p - size - offset : p - offset] = self.buffer[p - size : p]
+        self.write_ptr = p - offset
 
     def bytes_available(self) -> int:
         """Bytes that fit in the current range before a new one is needed."""

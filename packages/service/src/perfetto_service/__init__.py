@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         ConsumerEndpoint,
         Producer,
         ProducerEndpoint,
+        SessionCloned,
         TaskRunner,
         TracePacketSlices,
     )
@@ -50,6 +51,7 @@ _EXPORTS: dict[str, str] = {
     "ProducerPort": "perfetto_service.ipc.service._producer_port",
     "ServiceError": "perfetto_service._errors",
     "ServiceIPCHost": "perfetto_service.ipc.service._host",
+    "SessionCloned": _INTERFACES,
     "TaskRunner": _INTERFACES,
     "TracePacketSlices": _INTERFACES,
     "TracingService": "perfetto_service.core._tracing_service",
@@ -73,6 +75,7 @@ __all__ = [
     "ProducerPort",
     "ServiceError",
     "ServiceIPCHost",
+    "SessionCloned",
     "TaskRunner",
     "TracePacketSlices",
     "TracingService",

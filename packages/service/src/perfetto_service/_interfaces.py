@@ -59,6 +59,17 @@ class AsyncioTaskRunner:
 
 
 @dataclass(frozen=True)
+class SessionCloned:
+    """The answer to `ConsumerEndpoint.clone_session` (upstream's OnSessionClonedArgs)."""
+
+    success: bool
+    error: str = ""
+    uuid_msb: int = 0
+    uuid_lsb: int = 0
+    was_write_into_file: bool = False
+
+
+@dataclass(frozen=True)
 class ClientIdentity:
     """Who a producer or consumer is: peer credentials taken from its socket (or this process)."""
 
@@ -246,3 +257,13 @@ class ConsumerEndpoint(Protocol):
 
     def query_capabilities(self, callback: Callable[[TracingServiceCapabilities], None]) -> None:
         """Describes what this service supports."""
+
+    def clone_session(
+        self,
+        callback: Callable[[SessionCloned], None],
+        *,
+        session_id: int = 0,
+        unique_session_name: str = "",
+    ) -> None:
+        """Snapshots a running session (by id or unique name) into a read-only session that
+        this consumer then reads back; the source session keeps tracing."""

@@ -6,6 +6,7 @@ import collections
 import mmap
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 
 from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
@@ -104,6 +105,7 @@ class SharedMemoryArbiter:
         self._bytes_pending = 0
         self._flush_posted = False
         self._writer_ids = WriterIdAllocator()
+        self._writers: weakref.WeakSet[TraceWriter] = weakref.WeakSet()
         self._closed = False
 
     # Writers.
@@ -129,7 +131,9 @@ class SharedMemoryArbiter:
             raise SmbError(f"all {MAX_WRITER_ID} writer ids are in use")
         if self._register_writer is not None:
             self._register_writer(writer_id, target_buffer)
-        return TraceWriter(self, writer_id, target_buffer, policy, packet_type)
+        writer = TraceWriter(self, writer_id, target_buffer, policy, packet_type)
+        self._writers.add(writer)
+        return writer
 
     def release_writer_id(self, writer_id: int) -> None:
         """Called by a TraceWriter when it is closed."""
@@ -145,7 +149,9 @@ class SharedMemoryArbiter:
             return self._writer_ids.is_empty()
 
     def close(self) -> None:
-        """Releases the SMB mapping; the arbiter is unusable after."""
+        """Releases the SMB mapping; the arbiter and its writers are unusable after."""
+        for writer in list(self._writers):
+            writer.detach_buffer()
         self.abi.close()
 
     # Chunks.

@@ -315,6 +315,12 @@ class TraceWriter:
         self._closed = True
         self._arbiter.release_writer_id(self.writer_id)
 
+    def detach_buffer(self) -> None:
+        """Stops pointing into the SMB (its mapping is going away); nothing is written after."""
+        self._stream.reset(_EMPTY, 0, 0)
+        self._chunk = None
+        self._closed = True
+
     def _return_completed_chunk(self) -> None:
         chunk = self._chunk
         if chunk is None:

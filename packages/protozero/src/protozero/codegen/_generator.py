@@ -121,15 +121,9 @@ def _call_lines(indent: str, head: str, args: list[str], tail: str) -> list[str]
     return [f"{indent}{head}", *(f"{inner}{a}," for a in args), f"{indent}{tail}"]
 
 
-# Compiled (mypyc) writers pay for every item stored into a Python buffer, so they build a
-# field's bytes in a native int and store them with one slice assignment; interpreted writers
-# store byte by byte, which is the cheapest there.
-_FAST_PATH_GLOBALS = [
-    "# True when this module runs compiled (mypyc): a varint that fits 8 bytes with its tag is",
-    "# then built in a native i64 and stored with one call.",
-    '_COMPILED: Final = not __file__.endswith(".py")',
-    '_pack_u64: Final = struct.Struct("<Q").pack_into',
-]
+def _compiled_lines(body: str, call: str) -> list[str]:
+    """The compiled build's path: one call into the compiled `Message` does the whole write."""
+    return [f"{body}if _COMPILED:", f"{body}{INDENT}{call}", f"{body}{INDENT}return"]
 
 
 def _condition_lines(indent: str, conditions: list[str]) -> list[str]:
@@ -156,30 +150,18 @@ def _inline_varint(body: str, tag: bytes, *, zigzag: bool) -> list[str]:
     """A varint setter whose fast path writes straight into the stream writer's buffer.
 
     Interpreted, the value's bytes come from protozero's varint tables (at most four lookups
-    and one slice store). Compiled, a tag and value that fit 8 bytes are built in a native i64
-    and stored with one `pack_into` (which writes 8 bytes, inside the checked room); longer
-    ones take the table path.
+    and one slice store). When protozero runs compiled, one `put_varint` call does it all.
     """
     inner = body + INDENT
     deeper = inner + INDENT
     word = int.from_bytes(tag, "little")
     lines = [f"{body}value = (value << 1) ^ (value >> 63)"] if zigzag else []
+    lines += _compiled_lines(body, f"self.put_varint(0x{word:02X}, value)")
     lines += [f"{body}w = self.stream_writer", f"{body}p = w.write_ptr"]
     lines += _condition_lines(
         body, [f"p + {len(tag) + 8} <= w.end", "0 <= value < 0x100_0000_0000_0000"]
     )
     lines += [
-        f"{inner}if _COMPILED and value < 0x{1 << (7 * (8 - len(tag))):X}:",
-        f"{deeper}v: i64 = value",
-        f"{deeper}enc: i64 = 0x{word:02X}",
-        f"{deeper}shift: i64 = {8 * len(tag)}",
-        f"{deeper}while v > 0x7F:",
-        f"{deeper}{INDENT}enc |= ((v & 0x7F) | 0x80) << shift",
-        f"{deeper}{INDENT}v >>= 7",
-        f"{deeper}{INDENT}shift += 8",
-        f"{deeper}_pack_u64(w.buffer, p, enc | (v << shift))",
-        f"{deeper}w.write_ptr = p + (shift >> 3) + 1",
-        f"{deeper}return",
         f"{inner}buf = w.buffer",
         *_tag_store_lines(inner, tag),
         f"{inner}if value < 0x80:",
@@ -211,6 +193,8 @@ def _begin_lines(body: str, tag: bytes, cls: str) -> list[str]:
     inner = body + INDENT
     word = int.from_bytes(tag, "little")
     return [
+        f"{body}if _COMPILED:",
+        *_call_lines(body + INDENT, "return self.begin_nested(", [f"0x{word:02X}", cls], ")"),
         f"{body}w = self.stream_writer",
         f"{body}p = w.write_ptr",
         f"{body}if p + {len(tag) + 4} <= w.end:",
@@ -231,9 +215,11 @@ def _inline_bytes(body: str, tag: bytes, *, encode: bool) -> list[str]:
     word = int.from_bytes(tag, "little")
     literal = 'b"' + "".join(f"\\x{b:02x}" for b in tag) + '"'
     if encode:
-        lines = [f"{body}data = value.encode() if isinstance(value, str) else value"]
+        lines = _compiled_lines(body, f"self.put_string(0x{word:02X}, value)")
+        lines += [f"{body}data = value.encode() if isinstance(value, str) else value"]
     else:
-        lines = [f"{body}data = value"]
+        lines = _compiled_lines(body, f"self.put_bytes(0x{word:02X}, value)")
+        lines += [f"{body}data = value"]
     lines += [f"{body}n = len(data)", f"{body}w = self.stream_writer", f"{body}p = w.write_ptr"]
     lines += _condition_lines(body, ["n < 0x4000", f"p + {len(tag) + 2} + n <= w.end"])
     lines += [
@@ -395,10 +381,10 @@ class _FileRenderer:
             stdlib.append("from collections.abc import Iterable")
         if self._uses_int_enum:
             stdlib.append("from enum import IntEnum")
-        if self._uses_varint_fast_path:
-            stdlib = ["import struct", *stdlib, "from typing import TYPE_CHECKING, Final"]
         sections = [stdlib]
         protozero_imports = []
+        if self._uses_varint_tables or self._uses_begin:
+            protozero_imports.append("from protozero import COMPILED as _COMPILED")
         if self._uses_varint_tables:
             protozero_imports.append("from protozero import SHORT_VARINTS as _VARINTS")
         if self._uses_begin:
@@ -412,9 +398,6 @@ class _FileRenderer:
         for section in sections:
             if section:
                 header += ["", *section]
-        if self._uses_varint_fast_path:
-            header += ["", "if TYPE_CHECKING:", f"{INDENT}from mypy_extensions import i64"]
-            header += ["", *_FAST_PATH_GLOBALS]
         out = header
         for block in blocks:
             out += ["", "", *block]

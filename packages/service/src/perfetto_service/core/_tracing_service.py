@@ -918,7 +918,10 @@ class TracingService:
     ) -> None:
         """Stops a session's data sources; the consumer hears once all acked or timed out."""
         session = self.session(session_id)
-        if session is None or session.state is SessionState.DISABLED:
+        if session is None or session.state in (
+            SessionState.DISABLED,
+            SessionState.CLONED_READ_ONLY,
+        ):
             return
         if session.state is SessionState.DISABLING_WAITING_STOP_ACKS:
             if disable_immediately:
@@ -1254,6 +1257,12 @@ class TracingService:
                         functools.partial(self._flush_and_disable_if_alive, session_id),
                         trigger.stop_delay_ms,
                     )
+                elif mode == _TRIGGER_CLONE and session.consumer is not None:
+                    notify = session.consumer.on_clone_trigger_hit
+                    hit = (session_id, session.received_triggers[-1])
+                    self._task_runner.post_delayed_task(
+                        functools.partial(notify, *hit), trigger.stop_delay_ms
+                    )
             if matched:
                 self._trigger_history.append((now, name_hash))
 
@@ -1268,7 +1277,9 @@ class TracingService:
         session = self.session(session_id)
         if session is None or session.file_writer is not None:
             return False
-        if session.is_waiting_for_trigger() or session.trigger_mode == _TRIGGER_CLONE:
+        if session.state is not SessionState.CLONED_READ_ONLY and (
+            session.is_waiting_for_trigger() or session.trigger_mode == _TRIGGER_CLONE
+        ):
             return False
         packets, has_more = self.read_buffers(session, READ_BUFFERS_BYTES_PER_TASK)
         if has_more:

@@ -1,0 +1,109 @@
+"""Which build of a package's compiled modules runs: compiled with Cython, or pure Python.
+
+A module is compiled when a `.pxd` sits beside its `.py` (the package's `build.py` builds it).
+Each package with compiled modules calls `select_build()` at the top of its `__init__` and
+`report()` at the end:
+
+- PERFETTO_PY_PURE=1 loads the `.py` modules even where compiled ones exist;
+- under `python -X dev` or PERFETTO_PY_NATIVE_NOTICE=1, a package whose compiled modules did
+  not load says so once, on stderr;
+- `expectation_error()` tells tests whether the build that loaded is the one
+  PERFETTO_PY_EXPECT_COMPILED=1 or PERFETTO_PY_PURE=1 asked for.
+
+This module always runs as pure Python.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+PURE_ENV = "PERFETTO_PY_PURE"
+NOTICE_ENV = "PERFETTO_PY_NATIVE_NOTICE"
+EXPECT_COMPILED_ENV = "PERFETTO_PY_EXPECT_COMPILED"
+
+
+class _PureFinder(importlib.abc.MetaPathFinder):
+    """Finds the `.py` source of modules in the registered packages, ignoring extensions."""
+
+    def __init__(self) -> None:
+        self.packages: set[str] = set()
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        parent, _, name = fullname.rpartition(".")
+        if path is None or not any(
+            parent == p or parent.startswith(p + ".") for p in self.packages
+        ):
+            return None
+        for entry in path:
+            source = Path(entry) / f"{name}.py"
+            if source.is_file():
+                return importlib.util.spec_from_file_location(fullname, source)
+        return None
+
+
+_finder = _PureFinder()
+_reported: set[str] = set()
+
+
+def pure_requested() -> bool:
+    """Whether PERFETTO_PY_PURE=1 asks for the pure-Python build."""
+    return os.environ.get(PURE_ENV) == "1"
+
+
+def select_build(package: str) -> None:
+    """Makes `package`'s submodules load as pure Python if PERFETTO_PY_PURE=1 asks for it."""
+    if pure_requested():
+        _finder.packages.add(package)
+        if _finder not in sys.meta_path:
+            sys.meta_path.insert(0, _finder)
+
+
+def compiled_modules(package: str) -> dict[str, bool]:
+    """Each module of `package` that has a compiled form, and whether that form is loaded."""
+    root = Path(importlib.import_module(package).__file__ or "").parent
+    state = {}
+    for pxd in sorted(root.rglob("*.pxd")):
+        if not pxd.with_suffix(".py").is_file():
+            continue
+        name = ".".join((package, *pxd.relative_to(root).with_suffix("").parts))
+        module = importlib.import_module(name)
+        state[name] = not (module.__file__ or "").endswith(".py")
+    return state
+
+
+def report(package: str) -> None:
+    """Says once, under `-X dev` or PERFETTO_PY_NATIVE_NOTICE=1, if `package` runs pure."""
+    if package in _reported or not (sys.flags.dev_mode or os.environ.get(NOTICE_ENV) == "1"):
+        return
+    _reported.add(package)
+    pure = [name for name, loaded in compiled_modules(package).items() if not loaded]
+    if pure:
+        why = f"{PURE_ENV}=1" if pure_requested() else "no compiled modules were built"
+        print(
+            f"{package}: running as pure Python ({why}): {', '.join(pure)}",
+            file=sys.stderr,
+        )
+
+
+def expectation_error(package: str) -> str | None:
+    """What is wrong with the build of `package` that loaded, if it is not the one asked for."""
+    state = compiled_modules(package)
+    if pure_requested():
+        wrong = [name for name, loaded in state.items() if loaded]
+        if wrong:
+            return f"{PURE_ENV}=1 but compiled modules loaded: {', '.join(wrong)}"
+    elif os.environ.get(EXPECT_COMPILED_ENV) == "1":
+        wrong = [name for name, loaded in state.items() if not loaded]
+        if wrong:
+            return f"{EXPECT_COMPILED_ENV}=1 but these modules run pure: {', '.join(wrong)}"
+    return None

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Builds every package's compiled modules in place (the `.so` beside the `.py` in `src/`).
+
+    python3 tools/build_native.py [--force]
+
+Each package with compiled modules (a `.pxd` beside the `.py`) has a `build.py`, identical in
+every package, that the build backend also runs on `pip install`. This runs it for the packages
+whose `.so` files are missing or older than their `.py`/`.pxd` (a no-op when all are up to
+date). The build must succeed: PERFETTO_PY_EXPECT_COMPILED=1 is set for it. See docs/native.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CANONICAL_BUILD = ROOT / "packages" / "protozero" / "build.py"
+
+
+def native_packages() -> list[Path]:
+    """The package directories that have compiled modules."""
+    dirs = sorted(p.parent for p in ROOT.glob("packages/*/build.py"))
+    return [d for d in dirs if any((d / "src").rglob("*.pxd"))]
+
+
+def stale_modules(package: Path) -> list[Path]:
+    """The modules of `package` whose compiled form is missing or older than its sources."""
+    build_script = package / "build.py"
+    stale = []
+    for pxd in sorted((package / "src").rglob("*.pxd")):
+        source = pxd.with_suffix(".py")
+        built = list(source.parent.glob(f"{source.stem}.*.so"))
+        newest_input = max(p.stat().st_mtime for p in (source, pxd, build_script))
+        if not built or min(b.stat().st_mtime for b in built) < newest_input:
+            stale.append(source)
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    args = parser.parse_args(argv)
+    canonical = CANONICAL_BUILD.read_bytes()
+    for package in native_packages():
+        build_script = package / "build.py"
+        if build_script.read_bytes() != canonical:
+            rel = build_script.relative_to(ROOT)
+            print(f"build_native: {rel} differs from {CANONICAL_BUILD.relative_to(ROOT)}")
+            return 1
+        if not args.force and not stale_modules(package):
+            continue
+        print(f"build_native: compiling {package.name}", flush=True)
+        env = {**os.environ, "PERFETTO_PY_EXPECT_COMPILED": "1"}
+        result = subprocess.run([sys.executable, str(build_script)], env=env, check=False)
+        if result.returncode != 0:
+            return result.returncode
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
