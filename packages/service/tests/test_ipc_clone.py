@@ -93,8 +93,10 @@ def test_clone_snapshot_trigger_notifies_the_observing_consumer(traced: Traced) 
         owner.client.enable_tracing(config)
         producer.wait_line("WROTE")
         (trigger,) = start_producers(traced.producer_socket, ["trig"], 0, "--trigger", "snap")
-        trigger.close()
-        wait_for(lambda: "on_observable_events" in owner.consumer.names(), TIMEOUT)
+        try:  # kept connected until the trigger took effect
+            wait_for(lambda: "on_observable_events" in owner.consumer.names(), TIMEOUT)
+        finally:
+            trigger.close()
         observed = [
             ObservableEvents.FromString(value)
             for name, value in owner.consumer.events

@@ -113,7 +113,7 @@ def _notify(fd: int, status: int) -> int:
 class SessionRunner:
     """A consumer that runs one session, or answers --query / --attach / --is_detached.
 
-    Callbacks run on the IPC thread; the main thread waits for `finish` and handles signals.
+    Callbacks run on the IPC thread; the main thread waits for the end and handles signals.
     """
 
     def __init__(

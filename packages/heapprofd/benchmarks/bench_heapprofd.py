@@ -1,0 +1,191 @@
+"""heapprofd's costs, measured against references in the same run (CPU-time medians).
+
+1. Client overhead: an allocation-heavy workload unprofiled, profiled by heapprofd at
+   4096-byte sampling, and tracked by memray (every allocation), each in its own process.
+2. Daemon CPU per 1M sampled records (Malloc + Free), at a small interval with
+   block_client so that no record is lost.
+
+    python packages/heapprofd/benchmarks/bench_heapprofd.py [--repeat N] [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from heapprofd._heap_profile import trace_config, traced_command
+from heapprofd._recorder import Recorder
+from perfetto_protos.upstream import parse_upstream_trace
+
+HERE = Path(__file__).resolve().parent
+WORKLOAD = str(HERE / "alloc_workload.py")
+TIMEOUT = 120.0
+
+
+def _build() -> None:
+    subprocess.run([sys.executable, str(HERE.parent / "build_ext.py")], check=True)
+
+
+def _start(argv: list[str], env: dict[str, str], notify_env: str) -> subprocess.Popen[bytes]:
+    read_end, write_end = os.pipe()
+    process = subprocess.Popen(
+        argv,
+        env={**env, notify_env: str(write_end)},
+        pass_fds=(write_end,),
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(write_end)
+    ready, _, _ = select.select([read_end], [], [], TIMEOUT)
+    started = bool(ready) and os.read(read_end, 1) == b"1"
+    os.close(read_end)
+    if not started:
+        process.kill()
+        raise SystemExit(f"{argv} did not start")
+    return process
+
+
+def _loaded_argv(rounds: int) -> list[str]:
+    """The workload in a process that imported the client (profilable, hooks idle)."""
+    code = (
+        "import heapprofd.client, runpy, sys; "
+        f"sys.argv = ['w', '{rounds}']; runpy.run_path({WORKLOAD!r}, run_name='__main__')"
+    )
+    return [sys.executable, "-c", code]
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _workload_cpu(argv: list[str], env: dict[str, str]) -> float:
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+    return float(next(line for line in out.splitlines() if line.startswith("CPU")).split()[1])
+
+
+class Stack:
+    def __init__(self, directory: str) -> None:
+        self.env = dict(os.environ)
+        self.env["PERFETTO_PRODUCER_SOCK_NAME"] = f"{directory}/producer"
+        self.env["PERFETTO_CONSUMER_SOCK_NAME"] = self.consumer = f"{directory}/consumer"
+        self.env["PERFETTO_HEAPPROFD_SOCK_NAME"] = f"{directory}/hp"
+        self.traced = _start(traced_command(), self.env, "TRACED_NOTIFY_FD")
+        self.daemon = _start([sys.executable, "-m", "heapprofd"], self.env, "HEAPPROFD_NOTIFY_FD")
+
+    def profiled(self, rounds: int, **options: Any) -> tuple[float, bytes]:
+        """Runs the workload under a session; returns its CPU time and the trace."""
+        env = {**self.env, "HEAPPROFD_WAIT_S": "30"}
+        target = subprocess.Popen(
+            [sys.executable, "-m", "heapprofd", "run", "--", WORKLOAD, str(rounds)],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        recorder = Recorder(self.consumer)
+        result: list[str] = []
+        reader = threading.Thread(target=lambda: result.append(target.communicate()[0]))
+        reader.start()
+        recorder.start(trace_config(target.pid, options.pop("interval", 4096), **options))
+        reader.join(TIMEOUT)
+        trace = recorder.stop()
+        recorder.close()
+        cpu = float(next(ln for ln in result[0].splitlines() if ln.startswith("CPU")).split()[1])
+        return cpu, trace
+
+    def close(self) -> None:
+        for process in (self.daemon, self.traced):
+            process.send_signal(signal.SIGTERM)
+            process.wait(TIMEOUT)
+
+
+def _records(trace: bytes) -> tuple[int, bool]:
+    parsed: Any = parse_upstream_trace(trace)
+    records, overran = 0, False
+    for packet in parsed.packet:
+        for dump in packet.profile_packet.process_dumps:
+            overran = overran or dump.buffer_overran
+            records += sum(s.alloc_count + s.free_count for s in dump.samples)
+    return records, overran
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=200_000)
+    args = parser.parse_args()
+    _build()
+    env = dict(os.environ)
+    rounds = str(args.rounds)
+    with tempfile.TemporaryDirectory() as directory:
+        stack = Stack(directory)
+        try:
+            plain, hooked, profiled, memray = [], [], [], []
+            samples: list[int] = []
+            for _ in range(args.repeat):
+                plain.append(_workload_cpu([sys.executable, WORKLOAD, rounds], env))
+                hooked.append(_workload_cpu(_loaded_argv(args.rounds), env))
+                cpu, trace = stack.profiled(args.rounds)
+                profiled.append(cpu)
+                samples.append(_records(trace)[0])
+                out = os.path.join(directory, "memray.bin")
+                memray.append(
+                    _workload_cpu(
+                        [
+                            sys.executable,
+                            "-m",
+                            "memray",
+                            "run",
+                            "-f",
+                            "-q",
+                            "-o",
+                            out,
+                            WORKLOAD,
+                            rounds,
+                        ],
+                        env,
+                    )
+                )
+            base = statistics.median(plain)
+            print(f"workload ({args.rounds} rounds), CPU medians of {args.repeat} runs:")
+            print(f"  unprofiled                 {base:8.3f} s   1.00x")
+            for name, runs in (
+                ("client loaded, idle", hooked),
+                ("heapprofd @4096", profiled),
+                ("memray (all allocations)", memray),
+            ):
+                value = statistics.median(runs)
+                print(
+                    f"  {name:26} {value:8.3f} s   {value / base:4.2f}x "
+                    f"(overhead {100 * (value / base - 1):+.1f}%)"
+                )
+            print(f"  (heapprofd recorded {statistics.median(samples):.0f} sampled records a run)")
+            overhead = statistics.median(profiled) / base - 1
+            memray_overhead = statistics.median(memray) / base - 1
+            print(f"  heapprofd overhead / memray overhead = {overhead / memray_overhead:.2f}")
+            per_million = []
+            for _ in range(max(1, args.repeat // 2)):
+                before = _cpu_seconds(stack.daemon.pid)
+                _cpu, trace = stack.profiled(
+                    args.rounds, interval=256, block_client=True, shmem_size=1 << 22
+                )
+                spent = _cpu_seconds(stack.daemon.pid) - before
+                records, overran = _records(trace)
+                assert not overran
+                per_million.append(spent / records * 1e6)
+                print(f"  daemon: {records} records in {spent:.2f} s CPU")
+            print(f"daemon CPU per 1M sampled records: {statistics.median(per_million):.2f} s")
+        finally:
+            stack.close()
+
+
+if __name__ == "__main__":
+    main()

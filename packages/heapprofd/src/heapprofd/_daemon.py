@@ -1,0 +1,113 @@
+"""The `heapprofd` command: the daemon, and `heapprofd run` for programs to profile."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import runpy
+import signal
+import sys
+
+from perfetto_service import producer_socket_names
+
+from heapprofd._errors import HeapprofdError
+from heapprofd._task_runner import TaskRunner
+from heapprofd._wire import default_socket_path
+
+__all__ = ["main", "producer_socket_name"]
+
+NOTIFY_FD_ENV = "HEAPPROFD_NOTIFY_FD"
+WAIT_ENV = "HEAPPROFD_WAIT_S"
+
+
+def producer_socket_name() -> str:
+    """traced's producer socket, found as upstream's producers find it."""
+    return producer_socket_names()[0]
+
+
+def run_daemon() -> int:
+    from heapprofd._producer import HeapprofdProducer
+
+    logging.basicConfig(level=logging.INFO, format="heapprofd: %(message)s")
+    runner = TaskRunner()
+    producer = HeapprofdProducer(runner, producer_socket_name(), default_socket_path())
+    notify = os.environ.get(NOTIFY_FD_ENV)
+    if notify:
+
+        def ready() -> None:
+            os.write(int(notify), b"1")
+            os.close(int(notify))
+            producer.on_registered.clear()
+
+        producer.on_registered.append(ready)
+    try:
+        producer.start()
+    except OSError as exc:
+        print(f"heapprofd: cannot listen on {default_socket_path()}: {exc}", file=sys.stderr)
+        return 1
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: runner.quit())
+    try:
+        runner.run(idle_timeout_s=0.5)
+    finally:
+        producer.close()
+    return 0
+
+
+def run_program(argv: list[str]) -> int:
+    """Runs `script.py args` (or `-m module args`) with the client loaded and connected."""
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        print(
+            "heapprofd run: give a script to run: heapprofd run [--] script.py [args]",
+            file=sys.stderr,
+        )
+        return 1
+    from heapprofd import _client
+
+    try:
+        _client.enable()
+    except HeapprofdError as exc:
+        print(f"heapprofd: {exc}", file=sys.stderr)
+        return 1
+    # no daemon or no session for us yet: a session may still signal us
+    with contextlib.suppress(OSError, HeapprofdError):
+        _client.connect()
+    wait = os.environ.pop(WAIT_ENV, "")
+    if wait:
+        _client.wait_until_profiling(float(wait))
+    if argv[0] == "-m":
+        if len(argv) < 2:
+            print("heapprofd run: -m needs a module name", file=sys.stderr)
+            return 1
+        sys.argv = argv[1:]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        return 0
+    script = argv[0]
+    if not os.path.exists(script):
+        print(f"heapprofd run: no such file: {script}", file=sys.stderr)
+        return 1
+    sys.argv = list(argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    runpy.run_path(script, run_name="__main__")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] == "run":
+        return run_program(args[1:])
+    parser = argparse.ArgumentParser(
+        prog="heapprofd",
+        description="The heap profiler daemon; `heapprofd run [--] script.py [args]` runs a "
+        "program that sessions can profile from its start.",
+    )
+    parser.parse_args(args)
+    return run_daemon()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

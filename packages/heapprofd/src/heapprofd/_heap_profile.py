@@ -1,0 +1,204 @@
+"""`heap_profile`: one command that records a heap profile of a Python program.
+
+Starts what is missing (our `traced` and the heapprofd daemon, on private sockets), runs the
+program with the client loaded, records a session with a HeapprofdConfig for its pid, stops
+when the program exits and writes the trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from perfetto_protos.config.trace_config_pb2 import TraceConfig
+from perfetto_service import consumer_socket_name
+
+from heapprofd._errors import HeapprofdError
+from heapprofd._recorder import Recorder
+from heapprofd._wire import SOCKET_ENV, default_socket_path
+
+__all__ = ["main", "trace_config", "traced_command"]
+
+_START_TIMEOUT_S = 30.0
+_PROFILE_WAIT_S = "20"
+
+
+def trace_config(
+    pid: int,
+    interval: int,
+    *,
+    all_heaps: bool = False,
+    block_client: bool = False,
+    shmem_size: int = 0,
+    continuous_dump_ms: int = 0,
+    buffer_kb: int = 64 * 1024,
+) -> TraceConfig:
+    """A session with one `android.heapprofd` data source for `pid`."""
+    config = TraceConfig()
+    config.buffers.add(size_kb=buffer_kb)
+    source = config.data_sources.add().config
+    source.name = "android.heapprofd"
+    heap = source.heapprofd_config
+    heap.sampling_interval_bytes = interval
+    heap.pid.append(pid)
+    heap.all_heaps = all_heaps
+    heap.block_client = block_client
+    heap.shmem_size_bytes = shmem_size
+    if continuous_dump_ms:
+        heap.continuous_dump_config.dump_phase_ms = continuous_dump_ms
+        heap.continuous_dump_config.dump_interval_ms = continuous_dump_ms
+    return config
+
+
+def _connectable(path: str) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def traced_command() -> list[str]:
+    """How to start our `traced` (perfetto-service's daemon) with this interpreter."""
+    return [sys.executable, "-m", "perfetto_service.traced"]
+
+
+def _start_notified(
+    argv: list[str], env: dict[str, str], notify_env: str
+) -> subprocess.Popen[bytes]:
+    read_end, write_end = os.pipe()
+    env = dict(env)
+    env[notify_env] = str(write_end)
+    process = subprocess.Popen(
+        argv, env=env, pass_fds=(write_end,), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    os.close(write_end)
+    try:
+        ready, _, _ = select.select([read_end], [], [], _START_TIMEOUT_S)
+        if not ready or os.read(read_end, 1) != b"1":
+            process.kill()
+            _, err = process.communicate(timeout=_START_TIMEOUT_S)
+            raise HeapprofdError(f"{argv[-1]} did not start: {err.decode().strip()[-300:]}")
+    finally:
+        os.close(read_end)
+    return process
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(_START_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    if process.stderr is not None:
+        process.stderr.close()
+
+
+def record(args: argparse.Namespace) -> int:
+    env = dict(os.environ)
+    started: list[subprocess.Popen[bytes]] = []
+    private = None
+    consumer_socket = consumer_socket_name()
+    heapprofd_socket = default_socket_path()
+    try:
+        if not _connectable(consumer_socket):
+            private = tempfile.mkdtemp(prefix="heap_profile-")
+            env["PERFETTO_PRODUCER_SOCK_NAME"] = f"{private}/producer"
+            env["PERFETTO_CONSUMER_SOCK_NAME"] = consumer_socket = f"{private}/consumer"
+            env[SOCKET_ENV] = heapprofd_socket = f"{private}/heapprofd"
+            started.append(_start_notified(traced_command(), env, "TRACED_NOTIFY_FD"))
+        if private is not None or not _connectable(heapprofd_socket):
+            started.append(
+                _start_notified([sys.executable, "-m", "heapprofd"], env, "HEAPPROFD_NOTIFY_FD")
+            )
+        recorder = Recorder(consumer_socket)
+        env["HEAPPROFD_WAIT_S"] = _PROFILE_WAIT_S
+        target = subprocess.Popen(
+            [sys.executable, "-m", "heapprofd", "run", "--", *args.program], env=env
+        )
+        try:
+            recorder.start(
+                trace_config(
+                    target.pid,
+                    args.interval,
+                    all_heaps=args.all_heaps,
+                    block_client=args.block_client,
+                    shmem_size=args.shmem_size,
+                    continuous_dump_ms=args.continuous_dump,
+                )
+            )
+            status = target.wait()
+        except BaseException:
+            target.kill()
+            target.wait()
+            raise
+        data = recorder.stop()
+        recorder.close()
+    finally:
+        for process in reversed(started):
+            _stop(process)
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
+    out = Path(args.output)
+    out.write_bytes(data)
+    print(f"heap_profile: program exited with status {status}")
+    print(f"heap_profile: wrote {out} ({len(data)} bytes); open it at https://ui.perfetto.dev")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="heap_profile",
+        description="Records a heap profile of a Python program: heap_profile -- script.py [args]",
+    )
+    parser.add_argument("-o", "--output", default="heap_profile.pftrace", help="trace file")
+    parser.add_argument(
+        "-i", "--interval", type=int, default=4096, help="sampling interval in bytes (4096)"
+    )
+    parser.add_argument("--all-heaps", action="store_true", help="also profile custom heaps")
+    parser.add_argument(
+        "--block-client", action="store_true", help="the program waits instead of losing samples"
+    )
+    parser.add_argument("--shmem-size", type=int, default=0, help="ring buffer bytes (8 MiB)")
+    parser.add_argument(
+        "--continuous-dump", type=int, default=0, metavar="MS", help="also dump every MS ms"
+    )
+    parser.add_argument("program", nargs=argparse.REMAINDER, help="-- script.py [args]")
+    args = parser.parse_args(argv)
+    if args.program and args.program[0] == "--":
+        args.program = args.program[1:]
+    if not args.program:
+        print("heap_profile: give a program: heap_profile -- script.py [args]", file=sys.stderr)
+        return 1
+    if args.interval <= 0:
+        print("heap_profile: the interval must be a positive number of bytes", file=sys.stderr)
+        return 1
+    if args.program[0] != "-m" and not os.path.exists(args.program[0]):
+        print(f"heap_profile: no such file: {args.program[0]}", file=sys.stderr)
+        return 1
+    try:
+        return record(args)
+    except HeapprofdError as exc:
+        print(f"heap_profile: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("heap_profile: interrupted", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

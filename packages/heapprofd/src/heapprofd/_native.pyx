@@ -1,0 +1,1108 @@
+# cython: language_level=3, binding=False, boundscheck=False, wraparound=False
+# cython: initializedcheck=False, cdivision=True
+"""The compiled core: the SharedRingBuffer and the allocator hooks of the client.
+
+The ring buffer follows upstream's layout: a metadata page (spinlock, read and write
+positions, stats) followed by a power-of-two data area that is mapped twice back to back, so
+a record that wraps is still contiguous in memory. Records are framed by an 8-byte header
+whose first 4 bytes hold the record size (0 while the record is being written).
+
+The hooks wrap Python's raw, mem and object allocators (`PyMem_SetAllocator`), sample like
+upstream's sampler (exponential intervals, allocations at least as large as the interval
+always sampled), capture the Python stack of sampled allocations, intern its frames (each
+frame is sent once per connection) and write Malloc/Free records into the ring buffer.
+"""
+
+from cpython.object cimport PyObject
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+
+cdef extern from *:
+    """
+    #include <errno.h>
+    #include <math.h>
+    #include <stdint.h>
+    #include <string.h>
+    #include <sys/mman.h>
+    #include <sys/socket.h>
+    #include <sys/stat.h>
+    #include <sys/syscall.h>
+    #include <time.h>
+    #include <unistd.h>
+    #define Py_BUILD_CORE 1
+    #include "internal/pycore_frame.h"
+    #undef Py_BUILD_CORE
+
+    /* ---- upstream's SharedRingBuffer::MetadataPage (144 bytes) ---- */
+    typedef struct {
+        uint8_t spinlock_locked;
+        uint8_t spinlock_poisoned;
+        uint8_t _pad0[6];
+        uint64_t read_pos;
+        uint64_t write_pos;
+        uint64_t client_spinlock_blocked_us;
+        uint64_t failed_spinlocks;
+        uint64_t error_state;
+        uint8_t shutting_down; uint8_t _pad1[7];
+        uint8_t reader_paused; uint8_t _pad2[7];
+        uint64_t bytes_written;
+        uint64_t num_writes_succeeded;
+        uint64_t num_writes_corrupt;
+        uint64_t num_writes_overflow;
+        uint64_t num_reads_succeeded;
+        uint64_t num_reads_corrupt;
+        uint64_t num_reads_nodata;
+        uint64_t stats_failed_spinlocks;
+        uint64_t stats_client_spinlock_blocked_us;
+        uint64_t stats_error_state;
+    } hp_meta_t;
+    _Static_assert(sizeof(hp_meta_t) == 144, "metadata page layout");
+
+    #define HP_GUARD_SIZE (64ull * 1024 * 1024)
+    #define HP_HEADER 8
+    #define HP_ALIGN(x) (((x) + 7ull) & ~7ull)
+    #define HP_LOCK_TRIES 1024
+
+    typedef struct {
+        hp_meta_t *meta;
+        uint8_t *mem;
+        uint64_t size;
+        uint64_t mask;
+        uint64_t page;
+        int fd;
+    } hp_ring_t;
+
+    static int hp_ring_map(hp_ring_t *r, int fd) {
+        struct stat st;
+        uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+        if (fstat(fd, &st) != 0 || st.st_size <= 0) return -1;
+        uint64_t with_meta = (uint64_t)st.st_size;
+        if (with_meta < 2 * page) return -2;
+        uint64_t size = with_meta - page;
+        if (size % page || (size & (size - 1))) return -2;
+        uint64_t outer = page + size * 2 + HP_GUARD_SIZE;
+        uint8_t *region = mmap(NULL, outer, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (region == MAP_FAILED) return -1;
+        void *a = mmap(region, with_meta, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+        void *b = mmap(region + with_meta, size, PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_FIXED, fd, (off_t)page);
+        if (a != region || b != region + with_meta) { munmap(region, outer); return -1; }
+        r->meta = (hp_meta_t *)region;
+        r->mem = region + page;
+        r->size = size;
+        r->mask = size - 1;
+        r->page = page;
+        r->fd = fd;
+        return 0;
+    }
+
+    static void hp_ring_unmap(hp_ring_t *r) {
+        if (r->meta) munmap(r->meta, r->page + r->size * 2 + HP_GUARD_SIZE);
+        r->meta = NULL; r->mem = NULL;
+    }
+
+    static int hp_try_lock(hp_ring_t *r) {
+        hp_meta_t *m = r->meta;
+        if (__atomic_load_n(&m->spinlock_poisoned, __ATOMIC_RELAXED)) return 0;
+        for (int i = 0; i < HP_LOCK_TRIES; i++) {
+            if (!__atomic_exchange_n(&m->spinlock_locked, 1, __ATOMIC_ACQUIRE)) return 1;
+        }
+        __atomic_fetch_add(&m->failed_spinlocks, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+
+    static void hp_unlock(hp_ring_t *r) {
+        __atomic_store_n(&r->meta->spinlock_locked, 0, __ATOMIC_RELEASE);
+    }
+
+    /* Positions are valid when write >= read, their distance fits and both are aligned. */
+    static int hp_positions(hp_ring_t *r, uint64_t *rd, uint64_t *wr) {
+        *wr = __atomic_load_n(&r->meta->write_pos, __ATOMIC_ACQUIRE);
+        *rd = __atomic_load_n(&r->meta->read_pos, __ATOMIC_RELAXED);
+        return !(*wr < *rd || *wr - *rd > r->size || (*wr % 8) || (*rd % 8));
+    }
+
+    /* Writes one record made of up to three parts; returns bytes free before the write,
+       -1 when the buffer is full, -2 when the lock is busy, -3 when it is corrupt or
+       the record can never fit. */
+    static int64_t hp_ring_write(hp_ring_t *r, const void *a, uint64_t la, const void *b,
+                                 uint64_t lb, const void *c, uint64_t lc) {
+        uint64_t size = la + lb + lc;
+        if (size > r->size || size > 0xffffffffull) return -3;
+        if (!hp_try_lock(r)) return -2;
+        uint64_t rd, wr;
+        hp_meta_t *m = r->meta;
+        if (!hp_positions(r, &rd, &wr)) { m->num_writes_corrupt++; hp_unlock(r); return -3; }
+        uint64_t with_header = HP_ALIGN(size + HP_HEADER);
+        uint64_t avail = r->size - (wr - rd);
+        if (with_header > avail) { m->num_writes_overflow++; hp_unlock(r); return -1; }
+        uint8_t *p = r->mem + (wr & r->mask);
+        m->bytes_written += size;
+        m->num_writes_succeeded++;
+        __atomic_store_n((uint32_t *)p, 0, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&m->write_pos, with_header, __ATOMIC_RELEASE);
+        hp_unlock(r);
+        uint8_t *d = p + HP_HEADER;
+        if (la) memcpy(d, a, la);
+        if (lb) memcpy(d + la, b, lb);
+        if (lc) memcpy(d + la + lb, c, lc);
+        __atomic_store_n((uint32_t *)p, (uint32_t)size, __ATOMIC_RELEASE);
+        return (int64_t)avail;
+    }
+
+    /* Starts reading the next record: 1 with *data/*size set, 0 when none is complete,
+       -1 when the buffer is corrupt. */
+    static int hp_ring_begin_read(hp_ring_t *r, uint8_t **data, uint64_t *size) {
+        uint64_t rd, wr;
+        hp_meta_t *m = r->meta;
+        if (!hp_positions(r, &rd, &wr)) { m->num_reads_corrupt++; return -1; }
+        uint64_t avail = wr - rd;
+        if (avail < HP_HEADER) { m->num_reads_nodata++; return 0; }
+        uint8_t *p = r->mem + (rd & r->mask);
+        uint64_t sz = __atomic_load_n((uint32_t *)p, __ATOMIC_ACQUIRE);
+        if (sz == 0) { m->num_reads_nodata++; return 0; }
+        if (HP_ALIGN(sz + HP_HEADER) > avail) { m->num_reads_corrupt++; return -1; }
+        *data = p + HP_HEADER;
+        *size = sz;
+        return 1;
+    }
+
+    /* Batched reading: positions are loaded once and the read position is published once
+       per batch, so the reader dirties the metadata page once per drain, not per record. */
+    typedef struct { uint64_t rd; uint64_t wr; uint64_t start; uint64_t count; } hp_cursor_t;
+
+    static int hp_cursor_open(hp_ring_t *r, hp_cursor_t *c) {
+        if (!hp_positions(r, &c->rd, &c->wr)) { r->meta->num_reads_corrupt++; return -1; }
+        c->start = c->rd;
+        c->count = 0;
+        return 0;
+    }
+
+    /* 1 with the next record, 0 when none is complete, -1 when corrupt. */
+    static int hp_cursor_next(hp_ring_t *r, hp_cursor_t *c, uint8_t **data, uint64_t *size) {
+        uint64_t avail = c->wr - c->rd;
+        if (avail < HP_HEADER) {
+            uint64_t wr = __atomic_load_n(&r->meta->write_pos, __ATOMIC_ACQUIRE);
+            if (wr < c->wr || wr - c->start > r->size || (wr % 8)) {
+                r->meta->num_reads_corrupt++; return -1;
+            }
+            c->wr = wr;
+            avail = wr - c->rd;
+            if (avail < HP_HEADER) return 0;
+        }
+        uint8_t *p = r->mem + (c->rd & r->mask);
+        uint64_t sz = __atomic_load_n((uint32_t *)p, __ATOMIC_ACQUIRE);
+        if (sz == 0) return 0;
+        if (HP_ALIGN(sz + HP_HEADER) > avail) { r->meta->num_reads_corrupt++; return -1; }
+        *data = p + HP_HEADER;
+        *size = sz;
+        c->rd += HP_ALIGN(sz + HP_HEADER);
+        c->count++;
+        return 1;
+    }
+
+    static void hp_cursor_close(hp_ring_t *r, hp_cursor_t *c) {
+        if (c->count == 0) { r->meta->num_reads_nodata++; return; }
+        __atomic_fetch_add(&r->meta->read_pos, c->rd - c->start, __ATOMIC_RELEASE);
+        r->meta->num_reads_succeeded += c->count;
+    }
+
+    static void hp_ring_end_read(hp_ring_t *r, uint64_t size) {
+        __atomic_fetch_add(&r->meta->read_pos, HP_ALIGN(size + HP_HEADER), __ATOMIC_RELAXED);
+        r->meta->num_reads_succeeded++;
+    }
+
+    static uint64_t hp_coarse_ns(void) {
+        struct timespec ts;
+        if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0) return 0;
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    }
+
+    static int hp_memfd(uint64_t size) {
+        int fd = (int)syscall(SYS_memfd_create, "heapprofd_ringbuf", 1u /* MFD_CLOEXEC */);
+        if (fd < 0) return -1;
+        if (ftruncate(fd, (off_t)size) != 0) { close(fd); return -1; }
+        return fd;
+    }
+
+    /* Nonzero when the peer closed the socket. */
+    static int hp_peer_closed(int fd) {
+        char c;
+        ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK);
+        if (n == 0) return 1;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return 1;
+        return 0;
+    }
+
+    /* 0 sent or the socket is full (the daemon will wake anyway); -1 disconnected. */
+    static int hp_send_byte(int fd) {
+        ssize_t n = send(fd, "x", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n == 1 || errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+        return -1;
+    }
+
+    /* ---- Python stacks (CPython 3.11 interpreter frames) ---- */
+    static int hp_walk(PyObject **codes, int *lastis, int max) {
+        PyThreadState *ts = _PyThreadState_UncheckedGet();
+        if (ts == NULL || ts->cframe == NULL) return 0;
+        _PyInterpreterFrame *f = ts->cframe->current_frame;
+        int n = 0;
+        while (f != NULL && n < max) {
+            if (!_PyFrame_IsIncomplete(f)) {
+                codes[n] = (PyObject *)f->f_code;
+                lastis[n] = _PyInterpreterFrame_LASTI(f);
+                n++;
+            }
+            f = f->previous;
+        }
+        return n;
+    }
+
+    static int hp_code_line(PyObject *code, int lasti) {
+        return PyCode_Addr2Line((PyCodeObject *)code, lasti * (int)sizeof(_Py_CODEUNIT));
+    }
+
+    static __thread int hp_in_hook = 0;
+    static int hp_get_in_hook(void) { return hp_in_hook; }
+    static void hp_set_in_hook(int v) { hp_in_hook = v; }
+    """
+    ctypedef struct hp_meta_t:
+        uint8_t spinlock_locked
+        uint8_t spinlock_poisoned
+        uint64_t read_pos
+        uint64_t write_pos
+        uint64_t client_spinlock_blocked_us
+        uint64_t failed_spinlocks
+        uint64_t error_state
+        uint8_t shutting_down
+        uint8_t reader_paused
+        uint64_t bytes_written
+        uint64_t num_writes_succeeded
+        uint64_t num_writes_corrupt
+        uint64_t num_writes_overflow
+        uint64_t num_reads_succeeded
+        uint64_t num_reads_corrupt
+        uint64_t num_reads_nodata
+
+    ctypedef struct hp_ring_t:
+        hp_meta_t *meta
+        uint8_t *mem
+        uint64_t size
+        int fd
+
+    int hp_ring_map(hp_ring_t *r, int fd) nogil
+    void hp_ring_unmap(hp_ring_t *r) nogil
+    int64_t hp_ring_write(hp_ring_t *r, const void *a, uint64_t la, const void *b,
+                          uint64_t lb, const void *c, uint64_t lc) nogil
+    ctypedef struct hp_cursor_t:
+        uint64_t count
+    int hp_cursor_open(hp_ring_t *r, hp_cursor_t *c) nogil
+    int hp_cursor_next(hp_ring_t *r, hp_cursor_t *c, uint8_t **data, uint64_t *size) nogil
+    void hp_cursor_close(hp_ring_t *r, hp_cursor_t *c) nogil
+    int hp_ring_begin_read(hp_ring_t *r, uint8_t **data, uint64_t *size) nogil
+    void hp_ring_end_read(hp_ring_t *r, uint64_t size) nogil
+    uint64_t hp_coarse_ns() nogil
+    int hp_memfd(uint64_t size) nogil
+    int hp_peer_closed(int fd) nogil
+    int hp_send_byte(int fd) nogil
+    int hp_walk(PyObject **codes, int *lastis, int maxn)
+    int hp_code_line(PyObject *code, int lasti)
+    int hp_get_in_hook() nogil
+    void hp_set_in_hook(int v) nogil
+    uint64_t __atomic_load_n(uint64_t *p, int order) nogil
+    uint8_t __atomic_exchange_n(uint8_t *p, uint8_t v, int order) nogil
+    void __atomic_store_n(void *p, uint64_t v, int order) nogil
+    int __ATOMIC_RELAXED
+    int __ATOMIC_ACQUIRE
+
+from cpython.ref cimport Py_INCREF
+from libc.errno cimport errno
+from libc.math cimport log
+from libc.string cimport memcpy, memset
+from libc.stdlib cimport calloc as c_calloc, free as c_free
+
+cdef extern from "Python.h":
+    ctypedef enum PyMemAllocatorDomain:
+        PYMEM_DOMAIN_RAW
+        PYMEM_DOMAIN_MEM
+        PYMEM_DOMAIN_OBJ
+    ctypedef struct PyMemAllocatorEx:
+        void *ctx
+        void *(*malloc)(void *ctx, size_t size) noexcept
+        void *(*calloc)(void *ctx, size_t nelem, size_t elsize) noexcept
+        void *(*realloc)(void *ctx, void *ptr, size_t new_size) noexcept
+        void (*free)(void *ctx, void *ptr) noexcept
+    void PyMem_GetAllocator(PyMemAllocatorDomain domain, PyMemAllocatorEx *allocator)
+    void PyMem_SetAllocator(PyMemAllocatorDomain domain, PyMemAllocatorEx *allocator)
+    int PyGILState_Check() nogil
+    const char *PyUnicode_AsUTF8AndSize(object o, Py_ssize_t *size) except NULL
+
+cdef extern from "unistd.h":
+    int usleep(unsigned int usec) nogil
+    int close(int fd) nogil
+
+# ---- record layout (see docs/heapprofd.md) ----
+cdef enum:
+    RECORD_FREE = 0
+    RECORD_MALLOC = 1
+    RECORD_HEAP_NAME = 2
+    RECORD_PYTHON_FRAME = 3
+    ALLOC_METADATA_SIZE = 328
+    FREE_ENTRY_SIZE = 24
+    HEAP_NAME_SIZE = 80
+    PYTHON_FRAME_SIZE = 24
+    HEAP_NAME_SZ = 64
+    MAX_FRAMES = 128
+    PYMALLOC_SMALL = 512
+    MAX_HEAPS = 64
+    RESEND_BACKOFF_US = 100
+
+RECORD_SIZES = {
+    "alloc_metadata": ALLOC_METADATA_SIZE,
+    "free_entry": FREE_ENTRY_SIZE,
+    "heap_name": HEAP_NAME_SIZE,
+    "python_frame": PYTHON_FRAME_SIZE,
+}
+
+
+cdef class SharedRingBuffer:
+    """A ring buffer in shared memory, created by the daemon or attached by the client."""
+
+    cdef hp_ring_t ring
+
+    def __cinit__(self):
+        memset(&self.ring, 0, sizeof(hp_ring_t))
+        self.ring.fd = -1
+
+    @staticmethod
+    def create(size: int) -> SharedRingBuffer:
+        """A new buffer of `size` bytes (a power of two, a multiple of the page size)."""
+        cdef int fd
+        cdef SharedRingBuffer buf = SharedRingBuffer()
+        cdef long page = 4096
+        import mmap as _mmap
+        page = _mmap.PAGESIZE
+        if size < page or size % page or size & (size - 1):
+            raise ValueError(f"ring buffer size {size} is not a power-of-two number of pages")
+        fd = hp_memfd(size + page)
+        if fd < 0:
+            raise OSError(errno, "memfd_create failed")
+        if hp_ring_map(&buf.ring, fd) != 0:
+            close(fd)
+            raise OSError(errno, "cannot map the ring buffer")
+        return buf
+
+    @staticmethod
+    def attach(fd: int) -> SharedRingBuffer:
+        """Maps the buffer whose descriptor is `fd` (the buffer takes ownership of `fd`)."""
+        cdef SharedRingBuffer buf = SharedRingBuffer()
+        cdef int rc = hp_ring_map(&buf.ring, fd)
+        if rc == -2:
+            raise ValueError("the ring buffer size is invalid")
+        if rc != 0:
+            raise OSError(errno, "cannot map the ring buffer")
+        return buf
+
+    def __dealloc__(self):
+        self._release()
+
+    cdef void _release(self):
+        if self.ring.meta != NULL:
+            hp_ring_unmap(&self.ring)
+        if self.ring.fd >= 0:
+            close(self.ring.fd)
+            self.ring.fd = -1
+
+    def close(self) -> None:
+        """Unmaps the buffer and closes its descriptor."""
+        self._release()
+
+    cdef inline void _check(self) except *:
+        if self.ring.meta == NULL:
+            raise ValueError("the ring buffer is closed")
+
+    @property
+    def fd(self) -> int:
+        return self.ring.fd
+
+    @property
+    def size(self) -> int:
+        return self.ring.size
+
+    def write(self, const unsigned char[::1] record) -> int:
+        """Writes one record; returns the bytes that were free, or -1 full, -2 locked, -3 bad."""
+        self._check()
+        cdef uint64_t n = record.shape[0]
+        if n == 0:
+            return -3
+        return hp_ring_write(&self.ring, &record[0], n, NULL, 0, NULL, 0)
+
+    def read(self) -> bytes | None:
+        """The next complete record, None when there is none; ValueError when corrupt."""
+        self._check()
+        cdef uint8_t *data
+        cdef uint64_t size
+        cdef int rc = hp_ring_begin_read(&self.ring, &data, &size)
+        if rc == 0:
+            return None
+        if rc < 0:
+            raise ValueError("the ring buffer is corrupt")
+        out = (<char *>data)[:size]
+        hp_ring_end_read(&self.ring, size)
+        return out
+
+    def read_batch(self, int max_records) -> tuple:
+        """Up to `max_records` records as (records, corrupt)."""
+        self._check()
+        cdef uint8_t *data
+        cdef uint64_t size
+        cdef int rc
+        cdef list out = []
+        cdef bint corrupt = False
+        while len(out) < max_records:
+            rc = hp_ring_begin_read(&self.ring, &data, &size)
+            if rc == 0:
+                break
+            if rc < 0:
+                corrupt = True
+                break
+            out.append((<char *>data)[:size])
+            hp_ring_end_read(&self.ring, size)
+        return out, corrupt
+
+    def read_avail(self) -> int:
+        self._check()
+        return (__atomic_load_n(&self.ring.meta.write_pos, __ATOMIC_ACQUIRE)
+                - __atomic_load_n(&self.ring.meta.read_pos, __ATOMIC_RELAXED))
+
+    def stats(self) -> dict:
+        """The metadata page's stats."""
+        self._check()
+        cdef hp_meta_t *m = self.ring.meta
+        return {
+            "bytes_written": m.bytes_written,
+            "num_writes_succeeded": m.num_writes_succeeded,
+            "num_writes_corrupt": m.num_writes_corrupt,
+            "num_writes_overflow": m.num_writes_overflow,
+            "num_reads_succeeded": m.num_reads_succeeded,
+            "num_reads_corrupt": m.num_reads_corrupt,
+            "num_reads_nodata": m.num_reads_nodata,
+            "failed_spinlocks": m.failed_spinlocks,
+            "client_spinlock_blocked_us": m.client_spinlock_blocked_us,
+            "error_state": m.error_state,
+        }
+
+    def set_error_state(self, int state) -> None:
+        self._check()
+        __atomic_store_n(&self.ring.meta.error_state, state, __ATOMIC_RELAXED)
+
+    def set_shutting_down(self) -> None:
+        self._check()
+        __atomic_store_n(&self.ring.meta.shutting_down, 1, __ATOMIC_RELAXED)
+
+    @property
+    def shutting_down(self) -> bool:
+        self._check()
+        return self.ring.meta.shutting_down != 0
+
+    def set_reader_paused(self) -> None:
+        self._check()
+        __atomic_store_n(&self.ring.meta.reader_paused, 1, __ATOMIC_RELAXED)
+
+    def get_and_reset_reader_paused(self) -> bool:
+        self._check()
+        return __atomic_exchange_n(&self.ring.meta.reader_paused, 0, __ATOMIC_RELAXED) != 0
+
+
+# ---- the client's sampler and hooks ----
+
+cdef struct addr_set_t:
+    uint64_t *keys
+    uint64_t cap
+    uint64_t count
+    uint8_t *filter  # counts of members per 16-bit address hash: 0 means surely absent
+
+cdef struct frame_entry_t:
+    PyObject *code
+    int lasti
+    uint64_t frame_id
+
+cdef struct heap_t:
+    uint64_t interval
+    double rate
+    int64_t to_next
+    uint32_t heap_id
+    bint enabled
+    addr_set_t sampled
+    uint64_t sequence
+
+cdef struct domain_t:
+    PyMemAllocatorEx orig
+    bint raw
+
+cdef domain_t _domains[3]
+cdef uint64_t _malloc_header[42]  # record type + AllocMetadata; registers stay zero
+cdef bint _hooks_installed = False
+cdef bint _active = False
+cdef hp_ring_t *_ring = NULL
+cdef int _sock = -1
+cdef bint _block_client = False
+cdef uint64_t _max_tries = 1
+cdef heap_t _heaps[MAX_HEAPS]
+cdef uint32_t _num_heaps = 0
+cdef uint64_t _rng = <uint64_t>0x9E3779B97F4A7C15ULL
+cdef frame_entry_t *_frames = NULL
+cdef uint64_t _frames_cap = 0
+cdef uint64_t _frames_count = 0
+cdef uint64_t _next_frame_id = 1
+cdef uint64_t _sampled_total = 0
+cdef uint64_t _dropped = 0
+cdef SharedRingBuffer _ring_owner = None
+
+cdef inline void *_raw_alloc(size_t n) noexcept nogil:
+    return c_calloc(1, n)  # libc's allocator is never hooked
+
+cdef inline void _raw_free(void *p) noexcept nogil:
+    c_free(p)
+
+cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
+    x ^= x >> 33
+    x *= <uint64_t>0xff51afd7ed558ccdULL
+    x ^= x >> 33
+    return x
+
+cdef bint _set_grow(addr_set_t *s) noexcept nogil:
+    cdef uint64_t new_cap = s.cap * 2 if s.cap else 1024
+    cdef uint64_t *keys = <uint64_t *>_raw_alloc(new_cap * 8)
+    cdef uint64_t i, k, j
+    if keys == NULL:
+        return False
+    memset(keys, 0, new_cap * 8)
+    for i in range(s.cap):
+        k = s.keys[i]
+        if k:
+            j = _mix(k) & (new_cap - 1)
+            while keys[j]:
+                j = (j + 1) & (new_cap - 1)
+            keys[j] = k
+    if s.keys != NULL:
+        _raw_free(s.keys)
+    s.keys = keys
+    s.cap = new_cap
+    return True
+
+cdef inline uint64_t _filter_slot(uint64_t k) noexcept nogil:
+    return ((k >> 4) ^ (k >> 20)) & 0xffff
+
+cdef void _set_add(addr_set_t *s, uint64_t k) noexcept nogil:
+    cdef uint64_t j
+    if (s.count + 1) * 4 > s.cap:
+        if not _set_grow(s):
+            return
+    if s.filter == NULL:
+        s.filter = <uint8_t *>_raw_alloc(0x10000)
+        if s.filter == NULL:
+            return
+    j = _mix(k) & (s.cap - 1)
+    while s.keys[j]:
+        if s.keys[j] == k:
+            return
+        j = (j + 1) & (s.cap - 1)
+    s.keys[j] = k
+    s.count += 1
+    j = _filter_slot(k)
+    if s.filter[j] < 255:
+        s.filter[j] += 1
+
+cdef bint _set_remove(addr_set_t *s, uint64_t k) noexcept nogil:
+    """Removes `k` (backward-shift deletion); True when it was present."""
+    cdef uint64_t mask, j, i, home
+    cdef uint64_t slot = _filter_slot(k)
+    if s.count == 0 or s.filter[slot] == 0:
+        return False
+    mask = s.cap - 1
+    j = _mix(k) & mask
+    while s.keys[j] != k:
+        if s.keys[j] == 0:
+            return False
+        j = (j + 1) & mask
+    i = j
+    while True:
+        s.keys[i] = 0
+        while True:
+            j = (j + 1) & mask
+            if s.keys[j] == 0:
+                s.count -= 1
+                if s.filter[slot] < 255:  # a saturated count stays (lookups then probe)
+                    s.filter[slot] -= 1
+                return True
+            home = _mix(s.keys[j]) & mask
+            # keep keys[j] where it is when its home lies cyclically in (i, j]
+            if (i <= j and i < home and home <= j) or (i > j and (home > i or home <= j)):
+                continue
+            break
+        s.keys[i] = s.keys[j]
+        i = j
+
+cdef void _set_clear(addr_set_t *s) noexcept nogil:
+    if s.keys != NULL:
+        _raw_free(s.keys)
+    if s.filter != NULL:
+        _raw_free(s.filter)
+    s.filter = NULL
+    s.keys = NULL
+    s.cap = 0
+    s.count = 0
+
+cdef inline double _uniform() noexcept nogil:
+    global _rng
+    _rng ^= _rng << 13
+    _rng ^= _rng >> 7
+    _rng ^= _rng << 17
+    return ((_rng >> 11) + 0.5) * (1.0 / 9007199254740992.0)
+
+cdef inline int64_t _next_interval(heap_t *h) noexcept nogil:
+    return <int64_t>(-log(_uniform()) / h.rate) + 1
+
+cdef inline uint64_t _sample_size(heap_t *h, uint64_t size) noexcept nogil:
+    """0 when not sampled, else the bytes this sample stands for (upstream's Sampler)."""
+    cdef uint64_t n = 0
+    if size >= h.interval:
+        return size
+    h.to_next -= <int64_t>size
+    if h.to_next > 0:
+        return 0
+    while h.to_next <= 0:
+        h.to_next += _next_interval(h)
+        n += 1
+    return n * h.interval
+
+cdef void _deactivate() noexcept nogil:
+    global _active
+    _active = False
+
+cdef int64_t _send(const void *a, uint64_t la, const void *b, uint64_t lb,
+                   const void *c, uint64_t lc) noexcept nogil:
+    """Writes a record, retrying when blocking; on failure the client disconnects."""
+    cdef uint64_t tries = 0
+    cdef int64_t res
+    while True:
+        if _ring.meta.shutting_down:
+            _deactivate()
+            return -1
+        res = hp_ring_write(_ring, a, la, b, lb, c, lc)
+        if res >= 0:
+            return res
+        tries += 1
+        if _block_client and res > -3 and (_max_tries == 0 or tries < _max_tries):
+            if hp_peer_closed(_sock):
+                break
+            usleep(RESEND_BACKOFF_US)
+            continue
+        break
+    if not hp_peer_closed(_sock):
+        __atomic_store_n(&_ring.meta.error_state, 1, __ATOMIC_RELAXED)  # kHitTimeout
+    _deactivate()
+    return -1
+
+cdef void _wake() noexcept nogil:
+    if __atomic_exchange_n(&_ring.meta.reader_paused, 0, __ATOMIC_RELAXED):
+        if hp_send_byte(_sock) < 0:
+            _deactivate()
+
+cdef int _frame_lookup(PyObject *code, int lasti, uint64_t *out) noexcept:
+    """Finds or adds the frame (code, lasti); 1 when it is new (and must be sent)."""
+    global _frames, _frames_cap, _frames_count, _next_frame_id
+    cdef uint64_t mask, j, i, new_cap
+    cdef frame_entry_t *table
+    cdef frame_entry_t *e
+    if (_frames_count + 1) * 2 > _frames_cap:
+        new_cap = _frames_cap * 2 if _frames_cap else 4096
+        table = <frame_entry_t *>_raw_alloc(new_cap * sizeof(frame_entry_t))
+        if table == NULL:
+            return -1
+        memset(table, 0, new_cap * sizeof(frame_entry_t))
+        for i in range(_frames_cap):
+            e = &_frames[i]
+            if e.code != NULL:
+                j = _mix(<uint64_t>e.code ^ (<uint64_t>e.lasti << 48)) & (new_cap - 1)
+                while table[j].code != NULL:
+                    j = (j + 1) & (new_cap - 1)
+                table[j] = e[0]
+        if _frames != NULL:
+            _raw_free(_frames)
+        _frames = table
+        _frames_cap = new_cap
+    mask = _frames_cap - 1
+    j = _mix(<uint64_t>code ^ (<uint64_t>lasti << 48)) & mask
+    while _frames[j].code != NULL:
+        if _frames[j].code == code and _frames[j].lasti == lasti:
+            out[0] = _frames[j].frame_id
+            return 0
+        j = (j + 1) & mask
+    Py_INCREF(<object>code)  # keeps the address unique for the life of the table
+    _frames[j].code = code
+    _frames[j].lasti = lasti
+    _frames[j].frame_id = _next_frame_id
+    _next_frame_id += 1
+    _frames_count += 1
+    out[0] = _frames[j].frame_id
+    return 1
+
+cdef bint _send_frame(uint64_t frame_id, object code, int lasti) noexcept:
+    cdef uint64_t header[4]
+    cdef Py_ssize_t name_len = 0, file_len = 0
+    cdef const char *name
+    cdef const char *filename
+    cdef uint64_t rtype = RECORD_PYTHON_FRAME
+    try:
+        name = PyUnicode_AsUTF8AndSize(code.co_qualname, &name_len)
+        filename = PyUnicode_AsUTF8AndSize(code.co_filename, &file_len)
+    except BaseException:
+        return False
+    header[0] = frame_id
+    (<uint32_t *>&header[1])[0] = <uint32_t>max(hp_code_line(<PyObject *>code, lasti), 0)
+    (<uint32_t *>&header[1])[1] = <uint32_t>name_len
+    (<uint32_t *>&header[2])[0] = <uint32_t>file_len
+    (<uint32_t *>&header[2])[1] = 0
+    # record type, then the 24-byte PythonFrame header, then the two strings
+    cdef bytes blob = (<char *>&rtype)[:8] + (<char *>header)[:PYTHON_FRAME_SIZE] + \
+        name[:name_len] + filename[:file_len]
+    return _send(<const char *>blob, len(blob), NULL, 0, NULL, 0) >= 0
+
+cdef void _record_malloc(heap_t *h, uint64_t addr, uint64_t size, uint64_t sample_size) noexcept:
+    cdef PyObject *codes[MAX_FRAMES]
+    cdef int lastis[MAX_FRAMES]
+    cdef uint64_t ids[MAX_FRAMES]
+    cdef uint64_t *header = _malloc_header
+    cdef int n, i, is_new
+    cdef int64_t free_bytes
+    global _sampled_total
+    n = hp_walk(codes, lastis, MAX_FRAMES)
+    for i in range(n):
+        is_new = _frame_lookup(codes[i], lastis[i], &ids[i])
+        if is_new < 0:
+            return
+        if is_new and not _send_frame(ids[i], <object>codes[i], lastis[i]):
+            return
+        if not _active:
+            return
+    h.sequence += 1
+    header[0] = RECORD_MALLOC
+    header[1] = h.sequence
+    header[2] = size
+    header[3] = sample_size
+    header[4] = addr
+    header[5] = 0
+    header[6] = hp_coarse_ns()
+    (<uint32_t *>&header[41])[0] = h.heap_id
+    free_bytes = _send(header, 8 + ALLOC_METADATA_SIZE, ids, <uint64_t>n * 8, NULL, 0)
+    if free_bytes < 0:
+        return
+    _set_add(&h.sampled, addr)
+    _sampled_total += 1
+    if <uint64_t>free_bytes < _ring.size // 2:
+        _wake()
+
+cdef void _record_free(heap_t *h, uint64_t addr) noexcept nogil:
+    cdef uint64_t rec[4]
+    cdef int64_t free_bytes
+    h.sequence += 1
+    rec[0] = RECORD_FREE
+    rec[1] = h.sequence
+    rec[2] = addr
+    rec[3] = h.heap_id
+    free_bytes = _send(rec, 8 + FREE_ENTRY_SIZE, NULL, 0, NULL, 0)
+    if free_bytes >= 0 and <uint64_t>free_bytes < _ring.size // 2:
+        _wake()
+
+# The hooks below are C callbacks: the mem and object domains always run them with the GIL
+# held; the raw domain may not, so it checks before touching anything shared.
+
+cdef inline void _on_alloc(domain_t *d, void *p, size_t size) noexcept:
+    cdef heap_t *h = &_heaps[0]
+    cdef uint64_t sample
+    if not h.enabled:
+        return
+    if d.raw and not PyGILState_Check():
+        return
+    sample = _sample_size(h, size)
+    if sample == 0 or hp_get_in_hook():
+        return
+    hp_set_in_hook(1)
+    _record_malloc(h, <uint64_t>p, size, sample)
+    hp_set_in_hook(0)
+
+cdef inline void _on_free(domain_t *d, void *p) noexcept:
+    # a Free record is plain C work: it may be written even from inside a sampled Malloc
+    cdef heap_t *h = &_heaps[0]
+    if d.raw and not PyGILState_Check():
+        return
+    if _set_remove(&h.sampled, <uint64_t>p) and _active:
+        _record_free(h, <uint64_t>p)
+
+cdef int _nested = 0
+# Set (under the GIL) while the mem/object allocators run: pymalloc hands large blocks to the
+# raw allocator, whose hook must then not count the same block a second time.
+
+
+cdef void *_hook_malloc(void *ctx, size_t size) noexcept:
+    global _nested
+    cdef domain_t *d = <domain_t *>ctx
+    cdef void *p
+    if d.raw:
+        p = d.orig.malloc(d.orig.ctx, size)
+        if _active and p != NULL and not _nested:
+            _on_alloc(d, p, size)
+        return p
+    if size <= PYMALLOC_SMALL and size:
+        p = d.orig.malloc(d.orig.ctx, size)  # pymalloc serves it without the raw allocator
+    else:
+        _nested += 1
+        p = d.orig.malloc(d.orig.ctx, size)
+        _nested -= 1
+    if _active and p != NULL:
+        _on_alloc(d, p, size)
+    return p
+
+cdef void *_hook_calloc(void *ctx, size_t nelem, size_t elsize) noexcept:
+    global _nested
+    cdef domain_t *d = <domain_t *>ctx
+    cdef void *p
+    if d.raw:
+        p = d.orig.calloc(d.orig.ctx, nelem, elsize)
+        if _active and p != NULL and not _nested:
+            _on_alloc(d, p, nelem * elsize)
+        return p
+    _nested += 1
+    p = d.orig.calloc(d.orig.ctx, nelem, elsize)
+    _nested -= 1
+    if _active and p != NULL:
+        _on_alloc(d, p, nelem * elsize)
+    return p
+
+cdef void *_hook_realloc(void *ctx, void *ptr, size_t size) noexcept:
+    global _nested
+    cdef domain_t *d = <domain_t *>ctx
+    cdef void *p
+    if d.raw:
+        p = d.orig.realloc(d.orig.ctx, ptr, size)
+        if _active and p != NULL and not _nested:
+            if ptr != NULL:
+                _on_free(d, ptr)
+            _on_alloc(d, p, size)
+        return p
+    _nested += 1
+    p = d.orig.realloc(d.orig.ctx, ptr, size)
+    _nested -= 1
+    if _active and p != NULL:
+        if ptr != NULL:
+            _on_free(d, ptr)
+        _on_alloc(d, p, size)
+    return p
+
+cdef void _hook_free(void *ctx, void *ptr) noexcept:
+    global _nested
+    cdef domain_t *d = <domain_t *>ctx
+    cdef addr_set_t *sampled = &_heaps[0].sampled
+    # no nesting mark: when pymalloc hands a free to the raw allocator, the address has
+    # already left the sampled set
+    if sampled.count and sampled.filter[_filter_slot(<uint64_t>ptr)] and ptr != NULL:
+        _on_free(d, ptr)
+    d.orig.free(d.orig.ctx, ptr)
+
+
+def install_hooks() -> None:
+    """Wraps the raw, mem and object allocators."""
+    global _hooks_installed
+    cdef PyMemAllocatorEx hook
+    cdef int i
+    cdef PyMemAllocatorDomain doms[3]
+    if _hooks_installed:
+        return
+    doms[0] = PYMEM_DOMAIN_RAW
+    doms[1] = PYMEM_DOMAIN_MEM
+    doms[2] = PYMEM_DOMAIN_OBJ
+    for i in range(3):
+        PyMem_GetAllocator(doms[i], &_domains[i].orig)
+        _domains[i].raw = i == 0
+    for i in range(3):
+        hook.ctx = &_domains[i]
+        hook.malloc = _hook_malloc
+        hook.calloc = _hook_calloc
+        hook.realloc = _hook_realloc
+        hook.free = _hook_free
+        PyMem_SetAllocator(doms[i], &hook)
+    _hooks_installed = True
+
+
+def uninstall_hooks() -> None:
+    """Puts the original allocators back (the hooks cost nothing between sessions)."""
+    global _hooks_installed
+    if not _hooks_installed:
+        return
+    _deactivate()
+    PyMem_SetAllocator(PYMEM_DOMAIN_RAW, &_domains[0].orig)
+    PyMem_SetAllocator(PYMEM_DOMAIN_MEM, &_domains[1].orig)
+    PyMem_SetAllocator(PYMEM_DOMAIN_OBJ, &_domains[2].orig)
+    _hooks_installed = False
+
+
+def register_heap() -> int:
+    """A new heap id (0 is Python's own allocators)."""
+    global _num_heaps
+    if _num_heaps >= MAX_HEAPS:
+        raise ValueError(f"at most {MAX_HEAPS} heaps per process")
+    memset(&_heaps[_num_heaps], 0, sizeof(heap_t))
+    _heaps[_num_heaps].heap_id = _num_heaps + 1
+    _num_heaps += 1
+    return _num_heaps - 1
+
+
+def activate(SharedRingBuffer ring, int sock, intervals: list, bint block_client,
+             uint64_t block_client_timeout_us) -> None:
+    """Starts writing into `ring`; `intervals[i]` is heap i's interval (0: disabled)."""
+    global _ring, _ring_owner, _sock, _block_client, _max_tries, _active
+    global _next_frame_id, _frames_count
+    cdef uint32_t i
+    cdef uint64_t interval
+    _active = False
+    for i in range(_num_heaps):
+        _set_clear(&_heaps[i].sampled)
+        interval = intervals[i] if i < len(intervals) else 0
+        _heaps[i].interval = interval
+        _heaps[i].enabled = interval > 0
+        _heaps[i].sequence = 0
+        if interval:
+            _heaps[i].rate = 1.0 / interval
+            _heaps[i].to_next = _next_interval(&_heaps[i])
+    # a new connection starts a new frame table: frames are sent again
+    if _frames != NULL:
+        memset(_frames, 0, _frames_cap * sizeof(frame_entry_t))
+    _frames_count = 0
+    _next_frame_id = 1
+    _ring_owner = ring
+    _ring = &ring.ring
+    _sock = sock
+    install_hooks()
+    _block_client = block_client
+    if not block_client:
+        _max_tries = 1
+    elif block_client_timeout_us == 0:
+        _max_tries = 0
+    else:
+        _max_tries = max(1, block_client_timeout_us // RESEND_BACKOFF_US)
+    _active = True
+
+
+def deactivate() -> None:
+    """Stops writing; the hooks stay in place and pass through."""
+    _deactivate()
+
+
+def is_active() -> bool:
+    return _active
+
+
+def send_heap_name(int heap, bytes name, uint64_t interval) -> bool:
+    """Writes the HeapName record of heap `heap`."""
+    cdef uint64_t rec[11]  # record type + HeapName
+    if not _active:
+        return False
+    memset(rec, 0, sizeof(rec))
+    rec[0] = RECORD_HEAP_NAME
+    rec[1] = interval
+    (<uint32_t *>&rec[2])[0] = _heaps[heap].heap_id
+    memcpy((<char *>&rec[2]) + 4, <const char *>name, min(len(name), HEAP_NAME_SZ - 1))
+    return _send(rec, 8 + HEAP_NAME_SIZE, NULL, 0, NULL, 0) >= 0
+
+
+def heap_enabled(int heap) -> bool:
+    return _active and _heaps[heap].enabled
+
+
+def report_allocation(int heap, uint64_t addr, uint64_t size) -> bool:
+    """Samples an allocation of a custom heap; True when it was sampled and sent."""
+    cdef heap_t *h = &_heaps[heap]
+    cdef uint64_t sample
+    if not _active or not h.enabled:
+        return False
+    sample = _sample_size(h, size)
+    if sample == 0:
+        return False
+    hp_set_in_hook(1)
+    _record_malloc(h, addr, size, sample)
+    hp_set_in_hook(0)
+    return _active
+
+
+def report_free(int heap, uint64_t addr) -> bool:
+    """Reports the free of a custom heap's sampled allocation; True when it was sent."""
+    cdef heap_t *h = &_heaps[heap]
+    if not _active or not _set_remove(&h.sampled, addr):
+        return False
+    _record_free(h, addr)
+    return True
+
+
+def client_stats() -> dict:
+    return {"sampled": _sampled_total, "frames": _frames_count, "tracked": _heaps[0].sampled.count}
+
+
+def set_heap_interval(int heap, uint64_t interval) -> None:
+    """Enables heap `heap` with `interval` (0 disables it) on the current connection."""
+    cdef heap_t *h = &_heaps[heap]
+    h.interval = interval
+    h.enabled = interval > 0
+    if interval:
+        h.rate = 1.0 / interval
+        h.to_next = _next_interval(h)
+
+
+def read_events(SharedRingBuffer ring, int max_records, dict callstacks) -> tuple:
+    """Reads up to `max_records` records as bookkeeping events, in order.
+
+    A Malloc whose stack (the payload bytes) is in `callstacks` becomes
+    `(heap_id, address, sample_size, callstack_id)`, a Free `(heap_id, address)`; any other
+    record is left as its bytes and its index is listed in `slow`. Returns
+    (events, slow, corrupt).
+    """
+    ring._check()
+    cdef uint8_t *data
+    cdef uint64_t size
+    cdef uint64_t kind
+    cdef uint64_t *words
+    cdef int rc
+    cdef hp_cursor_t cursor
+    cdef list events = []
+    cdef list slow = []
+    cdef bint corrupt = False
+    cdef bytes key
+    if hp_cursor_open(&ring.ring, &cursor) != 0:
+        return events, slow, True
+    while <int>cursor.count < max_records:
+        rc = hp_cursor_next(&ring.ring, &cursor, &data, &size)
+        if rc == 0:
+            break
+        if rc < 0:
+            corrupt = True
+            break
+        words = <uint64_t *>data
+        kind = words[0] if size >= 8 else 0xffffffffffffffffULL
+        if kind == RECORD_MALLOC and size >= 8 + ALLOC_METADATA_SIZE and size % 8 == 0:
+            key = (<char *>data)[8 + ALLOC_METADATA_SIZE:size]
+            cs = callstacks.get(key)
+            if cs is not None:
+                events.append(((<uint32_t *>(data + 8 + 320))[0], words[4], words[3], cs))
+            else:
+                slow.append(len(events))
+                events.append((<char *>data)[:size])
+        elif kind == RECORD_FREE and size == 8 + FREE_ENTRY_SIZE:
+            events.append(((<uint32_t *>(data + 24))[0], words[2]))
+        else:
+            slow.append(len(events))
+            events.append((<char *>data)[:size])
+    hp_cursor_close(&ring.ring, &cursor)
+    return events, slow, corrupt
+
+
+register_heap()  # heap 0: Python's own allocators
