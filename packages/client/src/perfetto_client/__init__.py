@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from perfetto_client._data_source import DataSource, FlushArgs, StopArgs, TraceContext
     from perfetto_client._session import TracingSession
+    from perfetto_client._tracer import record
 
     __version__: str
 
@@ -47,6 +48,7 @@ _LAZY = {
     "StopArgs": "perfetto_client._data_source",
     "TraceContext": "perfetto_client._data_source",
     "TracingSession": "perfetto_client._session",
+    "record": "perfetto_client._tracer",
 }
 
 
@@ -92,6 +94,7 @@ __all__ = [
     "end",
     "instant",
     "is_enabled",
+    "record",
     "trace",
     "trace_event",
 ]

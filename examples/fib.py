@@ -1,0 +1,38 @@
+"""A small program to trace: recursive Fibonacci, a worker thread and a caught exception.
+
+python3 tools/dev.py trace examples/fib.py     perfetto-trace records it (trace.pftrace)
+python examples/fib.py out.pftrace             it records itself with perfetto_client.record
+"""
+
+import sys
+import threading
+
+import perfetto_client
+
+
+def fib(n: int) -> int:
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+
+def parse(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        return 0
+
+
+def main() -> None:
+    worker = threading.Thread(target=fib, args=(13,), name="fib worker")
+    worker.start()
+    print(f"fib(15) = {fib(15)}")
+    worker.join()
+    print(f"parse('x') = {parse('x')}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        with perfetto_client.record(sys.argv[1], c_calls=False) as recording:
+            main()
+        print(recording.summary.lines()[0] if recording.summary else "")
+    else:
+        main()

@@ -1,0 +1,7 @@
+"""`python -m perfetto_client._tracer` is `perfetto-trace`."""
+
+import sys
+
+from perfetto_client._tracer._cli import main
+
+sys.exit(main())

@@ -1,0 +1,170 @@
+"""--follow-children: Python children (fork, spawn, forkserver, subprocess) record too.
+
+Each child records into its own part file in a directory next to the output; the parent
+appends the parts to its trace when it stops. Forked children restart recording in the
+at-fork hook; other Python children find the settings in their environment and start from
+`_site/sitecustomize.py`. A child flushes on normal exit, on `os._exit` (multiprocessing's
+children leave that way) and on SIGTERM (how a Pool stops its workers).
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from typing import Any
+
+from perfetto_client._tracer import _engine
+from perfetto_client._tracer._options import TraceOptions
+from perfetto_client._tracer._sink import SinkStats
+
+ENV = "PERFETTO_TRACE_CHILDREN"
+_SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_site")
+
+
+class Children:
+    """The parent's side: sets up the children's environment and collects their parts."""
+
+    def __init__(self, options: TraceOptions) -> None:
+        self.options = options
+        out_dir = os.path.dirname(os.path.abspath(options.output))
+        self.parts = tempfile.mkdtemp(prefix=".perfetto-trace-children-", dir=out_dir)
+        self._saved: dict[str, str | None] = {}
+
+    def enable(self) -> None:
+        """Children started from now on record into this recording's parts directory."""
+        settings = dataclasses.asdict(self.options)
+        settings["follow_children"] = False
+        settings["client_events"] = False
+        config = json.dumps({"parts": self.parts, "options": settings})
+        pythonpath = os.environ.get("PYTHONPATH")
+        for name in (ENV, "PYTHONPATH"):
+            self._saved[name] = os.environ.get(name)
+        os.environ[ENV] = config
+        os.environ["PYTHONPATH"] = _SITE_DIR + (os.pathsep + pythonpath if pythonpath else "")
+        _engine.set_child_restart(_restart_in_forked_child)
+
+    def collect(self, stats: SinkStats) -> int:
+        """Appends every child's part to the parent's trace; returns how many were added."""
+        _engine.set_child_restart(None)
+        for name, value in self._saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        count = 0
+        with open(stats.path, "ab") as out:
+            for name in sorted(os.listdir(self.parts)):
+                if not name.endswith(".pftrace"):
+                    continue
+                with open(os.path.join(self.parts, name), "rb") as part:
+                    shutil.copyfileobj(part, out)
+                count += 1
+                info = _read_json(os.path.join(self.parts, name[: -len(".pftrace")] + ".json"))
+                stats.events_written += int(info.get("events", 0))
+                stats.events_lost += int(info.get("lost", 0))
+                if info.get("reason") and not stats.lost_reason:
+                    stats.lost_reason = str(info["reason"])
+                if not info:
+                    stats.lost_reason = stats.lost_reason or "a child did not finish its trace"
+        shutil.rmtree(self.parts, ignore_errors=True)
+        return count
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    try:
+        with open(path) as f:
+            value = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _start_child(parts: str, options: TraceOptions) -> None:
+    # Imported here: _recording imports this module.
+    from perfetto_client._tracer._recording import Recording
+
+    pid = os.getpid()
+    options = dataclasses.replace(options, output=os.path.join(parts, f"{pid}.pftrace"))
+    recording = Recording(options)
+    recording.start()
+    real_exit = os._exit
+    finished = False
+
+    def finish() -> None:
+        nonlocal finished
+        if finished:
+            return
+        finished = True
+        try:
+            summary = recording.stop()
+            info: dict[str, object] = {
+                "events": summary.events_written,
+                "lost": summary.events_lost,
+            }
+            if summary.lost_reason:
+                info["reason"] = summary.lost_reason
+            with open(os.path.join(parts, f"{pid}.json"), "w") as f:
+                json.dump(info, f)
+        except OSError:
+            pass  # the parent has finished its trace already
+
+    def exit_after_finishing(code: int) -> None:
+        if os.getpid() == pid:
+            finish()
+        real_exit(code)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        finish()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    atexit.register(finish)
+    os._exit = exit_after_finishing  # type: ignore[assignment]
+    try:
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, on_sigterm)
+    except ValueError:
+        pass  # not the main thread
+
+
+def _restart_in_forked_child() -> None:
+    config = _config()
+    if config is not None:
+        _start_child(config[0], config[1])
+
+
+def _config() -> tuple[str, TraceOptions] | None:
+    raw = os.environ.get(ENV)
+    if not raw:
+        return None
+    try:
+        config = json.loads(raw)
+        fields: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in config["options"].items()
+        }
+        options = TraceOptions(**fields)
+        return str(config["parts"]), options
+    except (ValueError, KeyError, TypeError):
+        print("perfetto-trace: ignoring a malformed " + ENV, file=sys.stderr)
+        return None
+
+
+# multiprocessing's helper processes outlive the program; the forkserver's children
+# (the workers) are recorded from the at-fork hook.
+_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def start_from_environment() -> None:
+    """Starts recording if this process is a child of a --follow-children recording."""
+    config = _config()
+    if config is None or _engine.current() is not None:
+        return
+    _engine.set_child_restart(_restart_in_forked_child)
+    if not any(helper in arg for arg in sys.orig_argv for helper in _HELPERS):
+        _start_child(*config)

@@ -1,0 +1,303 @@
+"""`perfetto-trace`: trace any Python program with no code changes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import sys
+import threading
+import time
+import types
+from typing import Any, NoReturn
+
+from perfetto_client._errors import TracingError
+from perfetto_client._tracer._engine import TRANSPARENT, on_fork_in_child
+from perfetto_client._tracer._options import DEFAULT_OUTPUT, TraceOptions
+from perfetto_client._tracer._recording import Recording
+from perfetto_client._tracer._runner import Program, without_own_frames
+
+USAGE = """\
+perfetto-trace run [options] script.py [args...]
+       perfetto-trace run [options] -m module [args...]"""
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(ns|us|µs|ms|s)?\s*$")
+_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+
+
+class _Terminated(BaseException):
+    """Raised in the main thread by SIGTERM or --duration: the program stops, the trace ends."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _parse_duration(text: str) -> int:
+    match = _DURATION.match(text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 50us, 2ms, 1.5s)")
+    return int(float(match.group(1)) * _UNITS[match.group(2) or "us"])
+
+
+def _parse_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("--duration must be positive")
+    return value
+
+
+def _parse_megabytes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size in MB: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("--ring must be positive")
+    return value
+
+
+def _parse_depth(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--max-depth takes a positive integer, not {text!r}")
+    return int(text)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(1, f"perfetto-trace: {message} (see perfetto-trace run --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="perfetto-trace",
+        description="Records every Python function call of a program into a Perfetto trace "
+        "(open it in https://ui.perfetto.dev).",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="run", parser_class=_Parser)
+    run = commands.add_parser("run", usage=USAGE, help="run a program and trace it")
+    run.add_argument("-o", "--output", default=DEFAULT_OUTPUT, help="trace file (%(default)s)")
+    run.add_argument("-m", dest="module", help="run a library module as a script")
+    run.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="record only functions whose module or file matches (repeatable)",
+    )
+    run.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="do not record functions whose module or file matches (repeatable)",
+    )
+    run.add_argument(
+        "--max-depth", type=_parse_depth, default=0, metavar="N", help="record calls at most N deep"
+    )
+    run.add_argument(
+        "--min-duration",
+        type=_parse_duration,
+        default=0,
+        metavar="TIME",
+        help="drop slices shorter than TIME (e.g. 20us; a bare number is µs)",
+    )
+    run.add_argument("--no-c-calls", action="store_true", help="do not record builtin calls")
+    run.add_argument("--no-gc", action="store_true", help="do not record garbage collections")
+    run.add_argument(
+        "--ring",
+        type=_parse_megabytes,
+        default=0.0,
+        metavar="MB",
+        help="flight recorder: keep only the last MB megabytes; SIGUSR1 writes a snapshot",
+    )
+    run.add_argument(
+        "--duration",
+        type=_parse_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="stop the program and finish the trace after SECONDS",
+    )
+    run.add_argument(
+        "--follow-children",
+        action="store_true",
+        help="also record Python child processes (multiprocessing, subprocess)",
+    )
+    run.add_argument("--pure", action="store_true", help="use the pure-Python hook")
+    run.add_argument("-q", "--quiet", action="store_true", help="print no summary")
+    run.add_argument(
+        "program",
+        nargs=argparse.REMAINDER,
+        help="the script and its arguments (or the module's arguments)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The `perfetto-trace` command."""
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.command != "run":
+        print(f"usage: {USAGE}", file=sys.stderr)
+        return 1
+    if args.module is None and not args.program:
+        print("perfetto-trace: run needs a script or -m module", file=sys.stderr)
+        return 1
+    options = TraceOptions(
+        output=args.output,
+        include=tuple(args.include),
+        exclude=tuple(args.exclude),
+        max_depth=args.max_depth,
+        min_duration_ns=args.min_duration,
+        c_calls=not args.no_c_calls,
+        gc=not args.no_gc,
+        ring_mb=args.ring,
+        follow_children=args.follow_children,
+        pure=args.pure,
+    )
+    try:
+        if args.module is not None:
+            program = Program(args.module, list(args.program), module=True)
+        else:
+            program = Program(args.program[0], list(args.program[1:]), module=False)
+    except TracingError as exc:
+        print(f"perfetto-trace: {exc}", file=sys.stderr)
+        return 1
+    except SyntaxError:
+        exc_type, exc_value, _ = sys.exc_info()
+        sys.excepthook(exc_type, exc_value, None)  # type: ignore[arg-type]
+        return 1
+    return _run(program, options, args.duration, args.quiet)
+
+
+def _run(program: Program, options: TraceOptions, duration: float, quiet: bool) -> int:
+    recording = Recording(options)
+    snapshots = 0
+
+    def on_sigterm(signum: int, frame: types.FrameType | None) -> None:
+        raise _Terminated(signum)
+
+    def on_sigusr1(signum: int, frame: types.FrameType | None) -> None:
+        nonlocal snapshots
+        if not recording.active or not options.ring_mb:
+            return
+        snapshots += 1
+        root, ext = os.path.splitext(options.output)
+        path = f"{root}.snapshot-{snapshots}{ext or '.pftrace'}"
+        size = recording.snapshot(path)
+        print(f"perfetto-trace: snapshot written to {path} ({size} bytes)", file=sys.stderr)
+
+    handlers = {signal.SIGTERM: on_sigterm, signal.SIGUSR1: on_sigusr1}
+    if duration:
+        handlers[signal.SIGALRM] = on_sigterm
+    for signum, handler in handlers.items():
+        _SAVED_HANDLERS[signum] = signal.signal(signum, handler)
+    if duration:
+        signal.setitimer(signal.ITIMER_REAL, duration)
+    program.prepare()
+    # Started first so that its thread is not recorded.
+    progress = _Progress(options.output) if sys.stderr.isatty() and not quiet else None
+    try:
+        recording.start()
+    except TracingError as exc:
+        if progress is not None:
+            progress.stop()
+        print(f"perfetto-trace: {exc}", file=sys.stderr)
+        return 1
+    exit_code = 0
+    reraise_signal = 0
+    try:
+        program.run()
+    except SystemExit as exc:
+        exit_code = _exit_code(exc.code)
+    except _Terminated as exc:
+        reraise_signal = exc.signum
+        if exc.signum == signal.SIGALRM:
+            reraise_signal = 0
+            print(f"perfetto-trace: stopped the program after {duration:g} s", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        recording.record_uncaught(exc)
+        _print_exception(exc)
+        reraise_signal = signal.SIGINT
+    except BaseException as exc:
+        recording.record_uncaught(exc)
+        _print_exception(exc)
+        exit_code = 1
+    finally:
+        if duration:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        if not reraise_signal:
+            recording.wait_for_threads()
+        if progress is not None:
+            progress.stop()
+        summary = recording.stop()
+        if not quiet:
+            for line in summary.lines():
+                print(line, file=sys.stderr)
+    sys.stdout.flush()
+    if reraise_signal:
+        signal.signal(reraise_signal, signal.SIG_DFL)
+        os.kill(os.getpid(), reraise_signal)
+    return exit_code
+
+
+def _print_exception(exc: BaseException) -> None:
+    """Prints `exc` as the interpreter would, without the tracer's frames."""
+    tb = without_own_frames(exc.__traceback__)
+    sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+
+
+_SAVED_HANDLERS: dict[int, Any] = {}
+
+
+def _restore_handlers_in_child() -> None:
+    # A forked child of the program is not the program run by perfetto-trace.
+    for signum, handler in _SAVED_HANDLERS.items():
+        signal.signal(signum, handler)
+    _SAVED_HANDLERS.clear()
+
+
+on_fork_in_child(_restore_handlers_in_child)
+
+# _run starts the recording and runs the program: its frame is not recorded, the program is.
+TRANSPARENT.add(_run.__code__)
+
+
+def _exit_code(code: Any) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+class _Progress:
+    """One line on stderr (a terminal) with the elapsed time and the trace's size."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._stop = threading.Event()
+        self._start = time.monotonic()
+        self._thread = threading.Thread(
+            target=self._loop, name="perfetto-trace progress", daemon=True
+        )
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                size = os.path.getsize(self._path) / (1 << 20)
+            except OSError:
+                size = 0.0
+            elapsed = time.monotonic() - self._start
+            sys.stderr.write(f"\rperfetto-trace: {elapsed:6.1f} s, {size:8.1f} MB written ")
+            sys.stderr.flush()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        sys.stderr.write("\r" + " " * 60 + "\r")

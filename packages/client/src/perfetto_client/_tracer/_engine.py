@@ -1,0 +1,385 @@
+"""The engine: one recording in this process (hooks on every thread, names, GC, fork)."""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import gc
+import os
+import sys
+import threading
+import types
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from perfetto_client._errors import TracingError
+from perfetto_client._tracer import _packets
+from perfetto_client._tracer._options import TraceOptions
+from perfetto_client._tracer._sink import FileSink, SinkStats
+
+OWN = 0xFFFFFFFF  # the iid of the tracer's own code: its frames and their callees are hidden
+_OWN_DIR = os.path.dirname(os.path.abspath(__file__))
+# The tracing library's own packages: a program's track events are recorded as themselves.
+_TRACING_MODULES = tuple(
+    f"{p}."
+    for p in (
+        "perfetto_client",
+        "perfetto_smb",
+        "perfetto_service",
+        "perfetto_wire",
+        "perfetto_protos",
+        "protozero",
+    )
+)
+TRANSPARENT: set[types.CodeType] = set()
+"""The tracer's own code that runs the program: not recorded, but its callees are."""
+_BATCH_BYTES = 1 << 20
+_FIRST_SEQUENCE_ID = 1 << 14
+_SEQUENCE_IDS = (1 << 21) - _FIRST_SEQUENCE_ID
+_RING_BATCH_BYTES = 64 << 10
+
+
+class Recorder(Protocol):
+    """A thread's recorder: `_hook.ThreadRecorder` (compiled) or `_hook_pure.ThreadRecorder`."""
+
+    active: bool
+    failed: bool
+    in_hook: bool
+    flush_soon: bool
+    events: int
+    sequence_id: int
+
+    def install(self, own_frames: int = 0, from_profile_hook: bool = False) -> None: ...
+    def call(self, frame: Any) -> None: ...
+    def flush(self, final: bool = False) -> None: ...
+    def discard(self) -> None: ...
+    def begin(self, iid: int) -> bool: ...
+    def end(self) -> None: ...
+    def instant(self, iid: int) -> None: ...
+
+
+def hook_module(pure: bool = False) -> types.ModuleType:
+    """The compiled hook when it is built and wanted, else the pure one."""
+    if not pure and not os.environ.get("PERFETTO_PY_PURE"):
+        try:
+            from perfetto_client._tracer import _hook  # type: ignore[attr-defined]
+
+            return _hook  # type: ignore[no-any-return]
+        except ImportError:
+            pass
+    from perfetto_client._tracer import _hook_pure
+
+    return _hook_pure
+
+
+class _State:
+    """This process's recording, and what a forked child runs (--follow-children)."""
+
+    current: Engine | None = None
+    child_restart: Callable[[], None] | None = None
+    fork_cleanups: list[Callable[[], None]] = []  # noqa: RUF012 (one instance)
+
+
+_state = _State()
+
+
+def current() -> Engine | None:
+    """The engine recording in this process, if any."""
+    return _state.current
+
+
+class Engine:
+    """Records every thread of this process into one sink until `stop()`."""
+
+    def __init__(self, options: TraceOptions, sink: FileSink) -> None:
+        self.options = options
+        self.sink = sink
+        self.hook = hook_module(options.pure)
+        self.blobs: list[bytes] = [b""]
+        self.locations = bytearray(1)
+        self.pid = os.getpid()
+        self._names: dict[str, int] = {}
+        self._saved_excepthook = threading.excepthook
+        # Thread ident -> (recorder, native id) of live threads (idents are reused), and every
+        # recorder this recording made.
+        self._recorders: dict[int, tuple[Recorder, int]] = {}
+        self._all: list[tuple[Recorder, int, int]] = []  # recorder, ident, native id
+        self._next_sequence = 1
+        self._gc_open: dict[int, bool] = {}
+        self._names_at_exit: dict[int, str] = {}
+        self.started_ns = 0
+        self.stopped_ns = 0
+        self.failed = False
+        self._lock = threading.RLock()
+
+    # ---- names -------------------------------------------------------------------------------
+
+    def _new_iid(self, blob_of: Callable[[int], bytes], location: bool) -> int:
+        iid = len(self.blobs)
+        self.blobs.append(b"")
+        self.locations.append(1 if location else 0)
+        self.blobs[iid] = blob_of(iid)
+        return iid
+
+    def _selected(self, module: str, file: str) -> bool:
+        def matches(patterns: tuple[str, ...]) -> bool:
+            return any(
+                module == p
+                or module.startswith(p + ".")
+                or fnmatch.fnmatchcase(module, p)
+                or fnmatch.fnmatchcase(file, p)
+                for p in patterns
+            )
+
+        if self.options.include and not matches(self.options.include):
+            return False
+        return not matches(self.options.exclude)
+
+    def intern_code(self, code: types.CodeType, frame: types.FrameType) -> int:
+        """The iid naming `code` (0: not recorded)."""
+        file = code.co_filename
+        if file.startswith(_OWN_DIR):
+            return 0 if code in TRANSPARENT else OWN
+        module = frame.f_globals.get("__name__", "")
+        if not isinstance(module, str):
+            module = ""
+        if module.startswith(_TRACING_MODULES) or not self._selected(module, file):
+            return 0
+        name = code.co_qualname
+        if name == "<module>":
+            name = f"<module {module}>"
+        elif module and module not in ("__main__", "__mp_main__"):
+            name = f"{module}.{name}"
+        line = code.co_firstlineno
+        return self._new_iid(lambda iid: _packets.interned_name(iid, name, file, line), True)
+
+    def intern_c_function(self, func: Any) -> int:
+        """The iid naming the builtin `func` (0: not recorded)."""
+        owner = getattr(func, "__self__", None)
+        fname = getattr(func, "__name__", type(func).__name__)
+        if owner is None or isinstance(owner, types.ModuleType):
+            module = getattr(func, "__module__", None) or "builtins"
+            name = fname if module == "builtins" else f"{module}.{fname}"
+        else:
+            kind = owner if isinstance(owner, type) else type(owner)
+            module = kind.__module__
+            name = f"{kind.__qualname__}.{fname}"
+        if not self._selected(module, ""):
+            return 0
+        return self.intern_name(name)
+
+    def intern_name(self, name: str) -> int:
+        """The iid of a plain event name (GC runs, exceptions)."""
+        iid = self._names.get(name)
+        if iid is None:
+            iid = self._new_iid(lambda iid: _packets.interned_name(iid, name), False)
+            self._names[name] = iid
+        return iid
+
+    def intern_exception_start(self) -> int:
+        """The iid of the instant marking where an exception started unwinding (0: none)."""
+        return self.intern_name("exception") if self.options.exceptions else 0
+
+    def record_uncaught(self, exc: BaseException) -> None:
+        """An instant naming the exception that ended the program or a thread."""
+        entry = self._recorders.get(threading.get_ident())
+        if entry is None or not self.options.exceptions:
+            return
+        kind = type(exc)
+        name = kind.__qualname__
+        if kind.__module__ not in ("builtins", "__main__"):
+            name = f"{kind.__module__}.{name}"
+        entry[0].instant(self.intern_name(f"uncaught {name}: {exc}"[:200]))
+
+    def _thread_excepthook(self, args: Any) -> None:
+        if args.exc_value is not None:
+            self.record_uncaught(args.exc_value)
+        self._saved_excepthook(args)
+
+    # ---- batches -----------------------------------------------------------------------------
+
+    def prologue(self, recorder: Recorder, timestamp_ns: int) -> bytes:
+        """The packets opening every batch of `recorder`."""
+        tid, name = self._thread_of(recorder)
+        return _packets.batch_prologue(self.pid, tid, name, recorder.sequence_id, timestamp_ns)
+
+    def _thread_of(self, recorder: Recorder) -> tuple[int, str]:
+        for r, ident, tid in self._all:
+            if r is recorder:
+                entry = self._recorders.get(ident)
+                thread = threading._active.get(ident)  # type: ignore[attr-defined]
+                if entry is None or entry[0] is not recorder or thread is None:
+                    return tid, self._names_at_exit.get(tid, f"thread {tid}")
+                return tid, thread.name
+        # Called from the recorder's constructor, on its own thread.
+        return threading.get_native_id(), threading.current_thread().name
+
+    def write_batch(self, recorder: Recorder, data: bytes) -> None:
+        """Takes a full batch from a thread's recorder."""
+        self.sink.write(data, recorder.events)
+        recorder.events = 0
+
+    # ---- threads -----------------------------------------------------------------------------
+
+    def _new_recorder(self) -> Recorder:
+        with self._lock:
+            index = self._next_sequence
+            self._next_sequence += 1
+        # Three-byte varints above the ids a tracing service hands out (the client's sessions
+        # write into the same trace). Ids may repeat across processes and threads: every
+        # batch resets the sequence's state, so batches of one id never depend on another's.
+        sequence_id = _FIRST_SEQUENCE_ID + ((self.pid << 6) + index) % _SEQUENCE_IDS
+        batch = _RING_BATCH_BYTES if self.sink.ring else _BATCH_BYTES
+        recorder: Recorder = self.hook.ThreadRecorder(
+            self,
+            sequence_id=sequence_id,
+            seq=_packets.sequence_field(sequence_id),
+            batch_size=batch,
+            max_depth=self.options.max_depth,
+            min_duration_ns=self.options.min_duration_ns,
+            c_calls=self.options.c_calls,
+        )
+        ident, tid = threading.get_ident(), threading.get_native_id()
+        finished = self._recorders.get(ident)
+        if finished is not None:
+            # The ident is reused: the thread that had it has ended, and so has its recording.
+            self._all = [entry for entry in self._all if entry[0] is not finished[0]]
+            finished[0].flush(final=True)
+        self._recorders[ident] = (recorder, tid)
+        self._all.append((recorder, ident, tid))
+        self._names_at_exit[tid] = threading.current_thread().name
+        return recorder
+
+    def _thread_bootstrap(self, frame: Any, event: str, arg: Any) -> None:
+        # threading.setprofile's hook runs first on every new thread: swap in our own.
+        if _state.current is self:
+            recorder = self._new_recorder()
+            recorder.install(from_profile_hook=True)
+            if event == "call":
+                recorder.call(frame)
+        else:
+            sys.setprofile(None)
+
+    def _gc_callback(self, phase: str, info: dict[str, int]) -> None:
+        entry = self._recorders.get(threading.get_ident())
+        if entry is None:
+            return
+        recorder = entry[0]
+        ident = threading.get_ident()
+        if phase == "start":
+            name = f"gc (generation {info.get('generation', 0)})"
+            self._gc_open[ident] = recorder.begin(self.intern_name(name))
+        elif self._gc_open.pop(ident, False):
+            recorder.end()
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Starts recording every thread that calls a function from now on."""
+        if _state.current is not None:
+            raise TracingError("a recording is already running in this process")
+        _state.current = self
+        self.hook.new_generation()
+        self.started_ns = self.hook.now_ns()
+        threading.setprofile(self._thread_bootstrap)
+        self._saved_excepthook = threading.excepthook
+        threading.excepthook = self._thread_excepthook
+        if self.options.gc:
+            gc.callbacks.append(self._gc_callback)
+        self._new_recorder().install(_own_frames_running())
+
+    def stop(self) -> SinkStats:
+        """Stops recording, ends open slices, writes what is buffered and closes the sink."""
+        sys.setprofile(None)
+        threading.setprofile(None)
+        self.hook.uninstall_all_threads()
+        threading.excepthook = self._saved_excepthook
+        if self._gc_callback in gc.callbacks:
+            gc.callbacks.remove(self._gc_callback)
+        self.stopped_ns = self.hook.now_ns()
+        for recorder, _, _ in list(self._all):
+            self.failed |= recorder.failed
+            recorder.flush(final=True)
+        _state.current = None
+        stats = self.sink.close()
+        if self.failed:
+            stats.lost_reason = stats.lost_reason or "an internal error stopped a thread's recorder"
+        return stats
+
+    @contextlib.contextmanager
+    def threads_not_recorded(self) -> Iterator[None]:
+        """Threads started inside the block are not recorded (the tracer's own helpers)."""
+        threading.setprofile(None)
+        try:
+            yield
+        finally:
+            if _state.current is self:
+                threading.setprofile(self._thread_bootstrap)
+
+    def stop_current_thread(self) -> None:
+        """Stops recording the calling thread (the others go on until `stop()`)."""
+        entry = self._recorders.get(threading.get_ident())
+        if entry is not None:
+            entry[0].active = False
+
+    def snapshot(self, path: str) -> int:
+        """Writes what the ring holds now to `path` (the recording goes on).
+
+        The calling thread's buffered events are included; other threads hand theirs over
+        at their next event, in time for the next snapshot.
+        """
+        me = threading.get_ident()
+        for ident, (recorder, _) in list(self._recorders.items()):
+            if ident == me and not recorder.in_hook:
+                recorder.flush()
+            else:
+                recorder.flush_soon = True
+        return self.sink.dump(path)
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: drops the parent's buffers and stops recording."""
+        for recorder, _, _ in self._all:
+            recorder.discard()
+        self._recorders.clear()
+        self._all.clear()
+        sys.setprofile(None)
+        threading.setprofile(None)
+        if self._gc_callback in gc.callbacks:
+            gc.callbacks.remove(self._gc_callback)
+        _state.current = None
+
+
+def _own_frames_running() -> int:
+    """The tracer's frames on the calling stack that return before the program goes on."""
+    count = 0
+    frame = sys._getframe(2)  # the caller of Engine.start
+    while frame is not None:
+        code = frame.f_code
+        if not code.co_filename.startswith(_OWN_DIR) or code in TRANSPARENT:
+            break
+        count += 1
+        frame = frame.f_back  # type: ignore[assignment]
+    return count + 1  # Engine.start itself
+
+
+def _after_fork_in_child() -> None:
+    for cleanup in _state.fork_cleanups:
+        cleanup()
+    engine = _state.current
+    if engine is not None:
+        engine.forget_after_fork()
+    if _state.child_restart is not None:
+        _state.child_restart()
+
+
+def on_fork_in_child(cleanup: Callable[[], None]) -> None:
+    """Runs `cleanup` in every forked child before its recording (if any) restarts."""
+    _state.fork_cleanups.append(cleanup)
+
+
+def set_child_restart(callback: Callable[[], None] | None) -> None:
+    """What a forked child runs after dropping the parent's recording (--follow-children)."""
+    _state.child_restart = callback
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

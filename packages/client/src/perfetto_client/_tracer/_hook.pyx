@@ -1,0 +1,590 @@
+# cython: language_level=3, binding=False, boundscheck=False, wraparound=False
+# cython: initializedcheck=False, annotation_typing=False
+"""The C-level profile hook: per-thread recorders that encode TrackEvent packets directly.
+
+A `ThreadRecorder` is installed with `PyEval_SetProfile` on its own thread (the recorder is
+the hook's argument, so the hook needs no thread-local lookup). Each call and return becomes
+a SLICE_BEGIN / SLICE_END TracePacket written into a malloc'd batch buffer; names are interned
+once per batch so every batch handed to the engine is self-contained (it opens with the
+engine's prologue: incremental state cleared, packet defaults, clock snapshot, thread track).
+The pure fallback with the same interface is `_hook_pure.py`.
+"""
+
+from cpython.object cimport PyObject
+from libc.stdint cimport uint32_t, uint64_t, uintptr_t
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy, memmove, memset
+
+cdef extern from *:
+    """
+    #include <time.h>
+    #include <frameobject.h>
+    typedef int (*ptr_tracefunc)(PyObject*, PyFrameObject*, int, PyObject*);
+    static inline uint64_t ptr_now_ns(void) {
+        struct timespec t;
+        clock_gettime(CLOCK_BOOTTIME, &t);
+        return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+    }
+    static inline PyObject* ptr_frame_code(PyFrameObject* f) {
+        return (PyObject*)PyFrame_GetCode(f);
+    }
+    static inline int ptr_is_cfunction(PyObject* o) { return PyCFunction_Check(o); }
+    static inline void* ptr_cfunction_def(PyObject* o) {
+        return (void*)((PyCFunctionObject*)o)->m_ml;
+    }
+    static inline PyObject* ptr_cfunction_self(PyObject* o) {
+        return ((PyCFunctionObject*)o)->m_self;
+    }
+    static inline void* ptr_type_of(PyObject* o) { return o ? (void*)Py_TYPE(o) : NULL; }
+    """
+    ctypedef struct PyFrameObject
+    ctypedef int (*ptr_tracefunc)(PyObject*, PyFrameObject*, int, PyObject*)
+    uint64_t ptr_now_ns() nogil
+    PyObject* ptr_frame_code(PyFrameObject* f)
+    int ptr_is_cfunction(PyObject* o)
+    void* ptr_cfunction_def(PyObject* o)
+    PyObject* ptr_cfunction_self(PyObject* o)
+    void* ptr_type_of(PyObject* o)
+    void PyEval_SetProfile(ptr_tracefunc func, PyObject* obj)
+    int _PyEval_SetProfile(void* tstate, ptr_tracefunc func, PyObject* obj)
+    void* PyInterpreterState_Get()
+    void* PyInterpreterState_ThreadHead(void* interp)
+    void* PyThreadState_Next(void* tstate)
+    Py_ssize_t _PyEval_RequestCodeExtraIndex(void* free_func)
+    int _PyCode_GetExtra(PyObject* code, Py_ssize_t index, void** extra)
+    int _PyCode_SetExtra(PyObject* code, Py_ssize_t index, void* extra)
+    void Py_DECREF(PyObject*)
+    int PyTrace_CALL, PyTrace_RETURN, PyTrace_C_CALL, PyTrace_C_RETURN, PyTrace_C_EXCEPTION
+
+COMPILED = True
+
+# TrackEvent.Type values and the packet fields written here (upstream's numbers).
+cdef enum:
+    SLICE_BEGIN = 1
+    SLICE_END = 2
+    INSTANT = 3
+
+# Stack entry states.
+# The iid of the tracer's own code.
+cdef enum:
+    OWN = 0xFFFFFFFF
+
+cdef enum:
+    NOT_RECORDED = 0
+    PENDING = 1
+    EMITTED = 2
+    HIDDEN = 3
+
+ctypedef struct Entry:
+    uint64_t ts
+    uint32_t iid
+    uint32_t state
+
+ctypedef struct CKey:
+    void* method
+    void* owner
+    uint32_t iid
+
+cdef Py_ssize_t _code_index = _PyEval_RequestCodeExtraIndex(NULL)
+cdef uint64_t _generation = 0
+cdef CKey* _ctable = NULL
+cdef Py_ssize_t _ctable_cap = 0
+cdef Py_ssize_t _ctable_used = 0
+
+
+def new_generation():
+    """Forgets every cached per-code and per-C-function decision (a new recording starts)."""
+    global _generation, _ctable, _ctable_cap, _ctable_used
+    _generation += 1
+    free(_ctable)
+    _ctable_cap = 1024
+    _ctable_used = 0
+    _ctable = <CKey*>malloc(_ctable_cap * sizeof(CKey))
+    memset(_ctable, 0, _ctable_cap * sizeof(CKey))
+
+
+cdef inline Py_ssize_t _cslot(void* method, void* owner) noexcept:
+    cdef uintptr_t h = (<uintptr_t>method >> 4) * 0x9E3779B97F4A7C15u + (<uintptr_t>owner >> 4)
+    cdef Py_ssize_t i = <Py_ssize_t>((h ^ (h >> 29)) & <uintptr_t>(_ctable_cap - 1))
+    while _ctable[i].method != NULL:
+        if _ctable[i].method == method and _ctable[i].owner == owner:
+            return i
+        i = (i + 1) & (_ctable_cap - 1)
+    return i
+
+
+cdef int _cgrow() except -1:
+    global _ctable, _ctable_cap
+    cdef CKey* old = _ctable
+    cdef Py_ssize_t old_cap = _ctable_cap
+    cdef Py_ssize_t i, j
+    _ctable_cap = old_cap * 2
+    _ctable = <CKey*>malloc(_ctable_cap * sizeof(CKey))
+    memset(_ctable, 0, _ctable_cap * sizeof(CKey))
+    for i in range(old_cap):
+        if old[i].method != NULL:
+            j = _cslot(old[i].method, old[i].owner)
+            _ctable[j] = old[i]
+    free(old)
+    return 0
+
+
+cdef inline unsigned char* _varint(unsigned char* p, uint64_t v) noexcept nogil:
+    while v >= 0x80:
+        p[0] = <unsigned char>(v | 0x80)
+        p += 1
+        v >>= 7
+    p[0] = <unsigned char>v
+    return p + 1
+
+
+cdef inline int _varint_size(uint64_t v) noexcept nogil:
+    cdef int n = 1
+    while v >= 0x80:
+        v >>= 7
+        n += 1
+    return n
+
+
+cdef int _hook(PyObject* obj, PyFrameObject* frame, int what, PyObject* arg) noexcept:
+    cdef ThreadRecorder r = <ThreadRecorder>obj
+    cdef uint32_t iid
+    cdef Entry* top
+    if not r.active:
+        return 0
+    r.in_hook = True
+    try:
+        # The tracer's own frames (OWN) and everything they call are HIDDEN; returns and
+        # builtin calls are resolved from the stack, not from the code object.
+        if what == PyTrace_CALL:
+            iid = r._code_iid(frame)
+            if iid == OWN:
+                r.own_depth += 1
+                r._push_hidden(OWN)
+            elif r.own_depth:
+                r._push_hidden(0)
+            else:
+                r.unwinding = False
+                r._push(iid)
+        elif what == PyTrace_RETURN:
+            if r.depth == 0:
+                # A frame entered before recording started.
+                if r.own_depth and r._code_iid(frame) == OWN:
+                    r.own_depth -= 1
+            elif r.stack[r.depth - 1].state == HIDDEN:
+                r.depth -= 1
+                if r.stack[r.depth].iid == OWN:
+                    r.own_depth -= 1
+            else:
+                if arg == NULL:
+                    r._on_exception()
+                else:
+                    r.unwinding = False
+                r._pop(ptr_now_ns())
+        elif what == PyTrace_C_CALL:
+            if r.c_calls:
+                if r.own_depth:
+                    r._push_hidden(0)
+                else:
+                    r.unwinding = False
+                    iid = r.stack[r.depth - 1].iid if r.depth else r._code_iid(frame)
+                    r._on_c_call(iid, arg)
+        elif what == PyTrace_C_RETURN or what == PyTrace_C_EXCEPTION:
+            if r.c_calls and r.depth:
+                if r.stack[r.depth - 1].state == HIDDEN:
+                    r.depth -= 1
+                else:
+                    r._pop(ptr_now_ns())
+    except BaseException:
+        r.active = False
+        r.failed = True
+    r.in_hook = False
+    return 0
+
+
+cdef class ThreadRecorder:
+    """Records one thread's calls into self-contained batches of TracePackets."""
+
+    cdef unsigned char* buf
+    cdef Py_ssize_t pos
+    cdef Py_ssize_t cap
+    cdef Py_ssize_t batch_size
+    cdef uint64_t last_ts
+    cdef Entry* stack
+    cdef Py_ssize_t depth
+    cdef Py_ssize_t recorded_depth
+    cdef Py_ssize_t stack_cap
+    cdef Py_ssize_t first_pending
+    cdef uint32_t* seen
+    cdef Py_ssize_t seen_cap
+    cdef uint32_t batch_no
+    cdef unsigned char seq[8]
+    cdef int seq_len
+    cdef Py_ssize_t max_depth
+    cdef uint64_t min_duration_ns
+    cdef object engine
+    cdef list blobs
+    cdef bytearray locations
+    cdef bint unwinding
+    cdef public bint in_hook
+    cdef public bint flush_soon
+    cdef Py_ssize_t own_depth
+    cdef uint32_t exception_iid
+    cdef public bint active
+    cdef public bint failed
+    cdef public bint c_calls
+    cdef public object thread_uuid
+    cdef public unsigned long events
+    cdef public object sequence_id
+
+    def __cinit__(self):
+        self.buf = NULL
+        self.stack = NULL
+        self.seen = NULL
+
+    def __init__(self, engine, sequence_id, bytes seq, batch_size, max_depth, min_duration_ns,
+                 c_calls):
+        self.engine = engine
+        self.blobs = engine.blobs
+        self.locations = engine.locations
+        self.sequence_id = sequence_id
+        if len(seq) > 8:
+            raise ValueError("sequence id field too long")
+        self.seq_len = len(seq)
+        memcpy(self.seq, <char*>seq, self.seq_len)
+        self.batch_size = batch_size
+        self.cap = batch_size + 65536
+        self.buf = <unsigned char*>malloc(self.cap)
+        self.stack_cap = 256
+        self.stack = <Entry*>malloc(self.stack_cap * sizeof(Entry))
+        self.seen_cap = 1024
+        self.seen = <uint32_t*>malloc(self.seen_cap * sizeof(uint32_t))
+        memset(self.seen, 0, self.seen_cap * sizeof(uint32_t))
+        if self.buf == NULL or self.stack == NULL or self.seen == NULL:
+            raise MemoryError()
+        self.max_depth = max_depth
+        self.min_duration_ns = min_duration_ns
+        self.c_calls = c_calls
+        self.active = True
+        self.failed = False
+        self.events = 0
+        self.exception_iid = engine.intern_exception_start()
+        self._start_batch(ptr_now_ns())
+
+    def __dealloc__(self):
+        free(self.buf)
+        free(self.stack)
+        free(self.seen)
+
+    def install(self, Py_ssize_t own_frames=0, bint from_profile_hook=False):
+        """Makes this recorder the profile hook of the calling thread.
+
+        `own_frames` of the tracer's frames are running and will return before the program's
+        next event; nothing is recorded until they have.
+        """
+        self.own_depth = own_frames
+        PyEval_SetProfile(_hook, <PyObject*>self)
+
+    # ---- batches ----------------------------------------------------------------------------
+
+    cdef int _start_batch(self, uint64_t ts) except -1:
+        cdef bytes prologue = self.engine.prologue(self, ts)
+        cdef Py_ssize_t n = len(prologue)
+        self.batch_no += 1
+        self.pos = 0
+        self._reserve(n)
+        memcpy(self.buf, <char*>prologue, n)
+        self.pos = n
+        self.last_ts = ts
+        return 0
+
+    cdef int _reserve(self, Py_ssize_t n) except -1:
+        cdef unsigned char* grown
+        if self.pos + n <= self.cap:
+            return 0
+        grown = <unsigned char*>realloc(self.buf, self.pos + n + 65536)
+        if grown == NULL:
+            raise MemoryError()
+        self.buf = grown
+        self.cap = self.pos + n + 65536
+        return 0
+
+    cdef int _hand_off(self, uint64_t ts) except -1:
+        cdef bytes data = (<char*>self.buf)[:self.pos]
+        self.engine.write_batch(self, data)
+        self._start_batch(ts)
+        return 0
+
+    def flush(self, bint final=False):
+        """Hands the current batch to the engine; `final` first ends every open slice."""
+        cdef uint64_t now = ptr_now_ns()
+        if final:
+            self.active = False
+            while self.depth > 0:
+                self._pop(now)
+        cdef bytes data = (<char*>self.buf)[:self.pos]
+        self.engine.write_batch(self, data)
+        if not final:
+            self._start_batch(now)
+
+    def discard(self):
+        """Drops everything buffered and stops recording (a forked child's inherited copy)."""
+        self.active = False
+        self.depth = 0
+        self.recorded_depth = 0
+        self.pos = 0
+
+    # ---- packets ----------------------------------------------------------------------------
+
+    cdef int _emit(self, int kind, uint32_t iid, uint64_t ts) except -1:
+        cdef uint32_t seen
+        if self.pos >= self.batch_size or self.flush_soon:
+            self.flush_soon = False
+            self._hand_off(ts)
+        if iid == 0:
+            return self._write(kind, 0, ts, False, NULL, 0)
+        if iid >= self.seen_cap:
+            self._grow_seen(iid)
+        # seen[iid]: the batch that last interned iid (low 31 bits), has a location (bit 31).
+        seen = self.seen[iid]
+        if (seen & 0x7FFFFFFFu) != self.batch_no:
+            return self._emit_interned(kind, iid, ts)
+        return self._write(kind, iid, ts, (seen >> 31) != 0, NULL, 0)
+
+    cdef int _emit_interned(self, int kind, uint32_t iid, uint64_t ts) except -1:
+        cdef bytes blob = <bytes>self.blobs[iid]
+        cdef bint location = self.locations[iid] != 0
+        self.seen[iid] = self.batch_no | (<uint32_t>location << 31)
+        return self._write(kind, iid, ts, location, <unsigned char*><char*>blob, len(blob))
+
+    cdef inline int _write(self, int kind, uint32_t iid, uint64_t ts, bint location,
+                           unsigned char* blob, Py_ssize_t blob_len) except -1:
+        cdef unsigned char* p0
+        cdef unsigned char* p
+        cdef unsigned char* q
+        cdef Py_ssize_t body
+        cdef int size_len
+        if self.pos + 48 + blob_len > self.cap:
+            self._reserve(48 + blob_len)
+        p0 = self.buf + self.pos
+        p = p0 + 2
+        p[0] = 0x40  # timestamp (8), a delta on the sequence's incremental clock
+        p = _varint(p + 1, ts - self.last_ts)
+        self.last_ts = ts
+        p[0] = 0x5A  # track_event (11)
+        q = p + 2
+        q[0] = 0x48  # type (9)
+        q[1] = <unsigned char>kind
+        q += 2
+        if iid != 0:
+            q[0] = 0x50  # name_iid (10)
+            q = _varint(q + 1, iid)
+            if location and kind == SLICE_BEGIN:
+                q[0] = 0x90  # source_location_iid (34)
+                q[1] = 0x02
+                q = _varint(q + 2, iid)
+        p[1] = <unsigned char>(q - p - 2)
+        p = q
+        if blob_len:
+            p[0] = 0x62  # interned_data (12)
+            p = _varint(p + 1, blob_len)
+            memcpy(p, blob, blob_len)
+            p += blob_len
+        memcpy(p, self.seq, self.seq_len)
+        p += self.seq_len
+        body = p - p0 - 2
+        p0[0] = 0x0A  # Trace.packet (1)
+        if body < 128:
+            p0[1] = <unsigned char>body
+        else:
+            size_len = _varint_size(body)
+            memmove(p0 + 1 + size_len, p0 + 2, body)
+            _varint(p0 + 1, body)
+            p = p0 + 1 + size_len + body
+        self.pos = p - self.buf
+        self.events += 1
+        return 0
+
+    cdef int _grow_seen(self, uint32_t iid) except -1:
+        cdef Py_ssize_t cap = self.seen_cap
+        while cap <= iid:
+            cap *= 2
+        cdef uint32_t* grown = <uint32_t*>realloc(self.seen, cap * sizeof(uint32_t))
+        if grown == NULL:
+            raise MemoryError()
+        memset(grown + self.seen_cap, 0, (cap - self.seen_cap) * sizeof(uint32_t))
+        self.seen = grown
+        self.seen_cap = cap
+        return 0
+
+    # ---- the stack --------------------------------------------------------------------------
+
+    cdef int _grow_stack(self) except -1:
+        cdef Entry* grown = <Entry*>realloc(self.stack, 2 * self.stack_cap * sizeof(Entry))
+        if grown == NULL:
+            raise MemoryError()
+        self.stack = grown
+        self.stack_cap *= 2
+        return 0
+
+    cdef inline int _push_hidden(self, uint32_t iid) except -1:
+        if self.depth == self.stack_cap:
+            self._grow_stack()
+        self.stack[self.depth].iid = iid
+        self.stack[self.depth].state = HIDDEN
+        self.depth += 1
+        return 0
+
+    cdef int _push(self, uint32_t iid) except -1:
+        cdef uint64_t ts = ptr_now_ns()
+        cdef Entry* e
+        if self.depth == self.stack_cap:
+            self._grow_stack()
+        if self.max_depth and self.recorded_depth >= self.max_depth:
+            iid = 0
+        e = &self.stack[self.depth]
+        self.depth += 1
+        e.ts = ts
+        e.iid = iid
+        if iid == 0:
+            e.state = NOT_RECORDED
+            return 0
+        self.recorded_depth += 1
+        if self.min_duration_ns == 0:
+            e.state = EMITTED
+            self._emit(SLICE_BEGIN, iid, ts)
+        else:
+            e.state = PENDING
+        return 0
+
+    cdef int _pop(self, uint64_t now) except -1:
+        cdef Entry* e
+        cdef Py_ssize_t i
+        if self.depth == 0:
+            return 0  # a return from a frame entered before recording started
+        self.depth -= 1
+        e = &self.stack[self.depth]
+        if e.state == PENDING or e.state == EMITTED:
+            self.recorded_depth -= 1
+        if e.state == EMITTED:
+            self._emit(SLICE_END, 0, now)
+        elif e.state == PENDING and now - e.ts >= self.min_duration_ns:
+            self._emit_pending()
+            self._emit(SLICE_BEGIN, e.iid, e.ts)
+            self._emit(SLICE_END, 0, now)
+        if self.first_pending > self.depth:
+            self.first_pending = self.depth
+        return 0
+
+    cdef int _emit_pending(self) except -1:
+        # Writes the begins still held back by --min-duration (a descendant is being written).
+        cdef Py_ssize_t i
+        for i in range(self.first_pending, self.depth):
+            if self.stack[i].state == PENDING:
+                self.stack[i].state = EMITTED
+                self._emit(SLICE_BEGIN, self.stack[i].iid, self.stack[i].ts)
+        self.first_pending = self.depth
+        return 0
+
+    cdef uint32_t _code_iid(self, PyFrameObject* frame) except? 0xFFFFFFFE:
+        # The frame keeps its code object alive, so the new reference is dropped at once.
+        cdef PyObject* code = ptr_frame_code(frame)
+        cdef void* extra = NULL
+        cdef uintptr_t v
+        cdef uint32_t iid
+        Py_DECREF(code)
+        _PyCode_GetExtra(code, _code_index, &extra)
+        v = <uintptr_t>extra
+        if (v >> 32) == _generation:
+            return <uint32_t>(v & 0xFFFFFFFFu)
+        iid = self.engine.intern_code(<object>code, <object>frame)
+        _PyCode_SetExtra(code, _code_index, <void*>((_generation << 32) | iid))
+        return iid
+
+
+    cdef int _on_c_call(self, uint32_t caller, PyObject* func) except -1:
+        global _ctable_used
+        cdef void* method
+        cdef void* owner
+        cdef Py_ssize_t slot
+        cdef uint32_t iid
+        if caller == 0:
+            # Builtins called by code that is not recorded (filtered out, or the tracer's
+            # own) are not recorded either.
+            self._push(0)
+            return 0
+        if ptr_is_cfunction(func):
+            method = ptr_cfunction_def(func)
+            owner = ptr_type_of(ptr_cfunction_self(func))
+        else:
+            method = ptr_type_of(func)
+            owner = NULL
+        slot = _cslot(method, owner)
+        if _ctable[slot].method == NULL:
+            iid = self.engine.intern_c_function(<object>func)
+            if 2 * (_ctable_used + 1) > _ctable_cap:
+                _cgrow()
+                slot = _cslot(method, owner)
+            _ctable[slot].method = method
+            _ctable[slot].owner = owner
+            _ctable[slot].iid = iid
+            _ctable_used += 1
+        self._push(_ctable[slot].iid)
+        return 0
+
+    cdef int _on_exception(self) except -1:
+        # 3.11 hands the hook no exception object; one instant marks where an exception
+        # started unwinding (the frames it then leaves are the same propagation).
+        if not self.unwinding:
+            self.unwinding = True
+            if self.exception_iid and self.depth > 0:
+                if self.stack[self.depth - 1].state == EMITTED:
+                    self._emit(INSTANT, self.exception_iid, ptr_now_ns())
+        return 0
+
+    # ---- events from Python (GC, exceptions seen elsewhere) ---------------------------------
+
+    def call(self, frame):
+        """Records the call of `frame` (its first event reached another hook)."""
+        cdef uint32_t iid = self._code_iid(<PyFrameObject*><PyObject*>frame)
+        if iid == OWN:
+            self.own_depth += 1
+            self._push_hidden(OWN)
+        else:
+            self._push(iid)
+
+    def begin(self, uint32_t iid):
+        """Opens a slice named by interned `iid` on this thread; False if it cannot now.
+
+        Such slices (GC runs) are written at once, outside the call stack: the tracer's own
+        frame that opens one returns before it ends.
+        """
+        if self.in_hook or not self.active:
+            return False
+        cdef uint64_t now = ptr_now_ns()
+        self._emit_pending()
+        self._emit(SLICE_BEGIN, iid, now)
+        return True
+
+    def end(self):
+        """Closes the slice `begin` opened."""
+        if not self.in_hook:
+            self._emit(SLICE_END, 0, ptr_now_ns())
+
+    def instant(self, uint32_t iid):
+        """An instant event named by interned `iid`."""
+        if not self.in_hook and self.active:
+            self._emit(INSTANT, iid, ptr_now_ns())
+
+
+def uninstall_all_threads():
+    """Removes the profile hook from every thread of the interpreter."""
+    cdef void* ts = PyInterpreterState_ThreadHead(PyInterpreterState_Get())
+    while ts != NULL:
+        _PyEval_SetProfile(ts, NULL, NULL)
+        ts = PyThreadState_Next(ts)
+
+
+def now_ns():
+    """CLOCK_BOOTTIME in nanoseconds (the clock every timestamp uses)."""
+    return ptr_now_ns()

@@ -1,0 +1,269 @@
+"""The pure-Python profile hook: the same recorder interface as the compiled `_hook`.
+
+Used when the extension is not built, with `PERFETTO_PY_PURE=1` or with `--pure`. It cannot
+see which returns are caused by exceptions (`sys.setprofile` reports them as returns of
+None), so it records no exception instants.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+from typing import Any
+
+from protozero import SHORT_VARINTS, encode_varint
+
+COMPILED = False
+
+SLICE_BEGIN = 1
+SLICE_END = 2
+INSTANT = 3
+_NOT_RECORDED, _PENDING, _EMITTED = 0, 1, 2
+OWN = 0xFFFFFFFF  # the iid of the tracer's own code
+
+_codes: dict[types.CodeType, int] = {}
+_c_functions: dict[Any, int] = {}
+_CLOCK = time.CLOCK_BOOTTIME
+
+
+def now_ns() -> int:
+    """CLOCK_BOOTTIME in nanoseconds (the clock every timestamp uses)."""
+    return time.clock_gettime_ns(_CLOCK)
+
+
+def new_generation() -> None:
+    """Forgets every cached per-code and per-C-function decision (a new recording starts)."""
+    _codes.clear()
+    _c_functions.clear()
+
+
+def uninstall_all_threads() -> None:
+    """Stops the hook of this thread; other threads' recorders are deactivated by the engine."""
+    sys.setprofile(None)
+
+
+def _varint(value: int) -> bytes:
+    return SHORT_VARINTS[value] if value < 16384 else encode_varint(value)
+
+
+class ThreadRecorder:
+    """Records one thread's calls into self-contained batches of TracePackets."""
+
+    def __init__(
+        self,
+        engine: Any,
+        *,
+        sequence_id: int,
+        seq: bytes,
+        batch_size: int,
+        max_depth: int,
+        min_duration_ns: int,
+        c_calls: bool,
+    ) -> None:
+        self.engine = engine
+        self.blobs: list[bytes] = engine.blobs
+        self.locations: bytearray = engine.locations
+        self.sequence_id = sequence_id
+        self.seq = seq
+        self.batch_size = batch_size
+        self.max_depth = max_depth
+        self.min_duration_ns = min_duration_ns
+        self.c_calls = c_calls
+        self.active = True
+        self.failed = False
+        self.events = 0
+        self.buf = bytearray()
+        self.stack: list[list[int]] = []  # [ts, iid, state]
+        self.first_pending = 0
+        self.seen: dict[int, int] = {}
+        self.batch_no = 0
+        self.last_ts = 0
+        self.in_hook = False
+        self.flush_soon = False
+        self.own_depth = 0
+        self.recorded_depth = 0
+        self._start_batch(now_ns())
+
+    def install(self, own_frames: int = 0, from_profile_hook: bool = False) -> None:
+        """Makes this recorder the profile hook of the calling thread.
+
+        `own_frames` of the tracer's frames are running and will return before the program's
+        next event; nothing is recorded until they have.
+        """
+        # Unless called from a profile hook (which is not traced), this method's own return
+        # is the first event the new hook sees.
+        self.own_depth = own_frames + (0 if from_profile_hook else 1)
+        sys.setprofile(self._profile)
+
+    def _code_iid(self, frame: types.FrameType) -> int:
+        code = frame.f_code
+        iid = _codes.get(code)
+        if iid is None:
+            iid = _codes[code] = self.engine.intern_code(code, frame)
+        return iid
+
+    def _profile(self, frame: types.FrameType, event: str, arg: Any) -> None:
+        if not self.active:
+            return
+        self.in_hook = True
+        try:
+            # The tracer's own frames (OWN) and everything they call are invisible.
+            if event == "call":
+                iid = self._code_iid(frame)
+                if iid == OWN:
+                    self.own_depth += 1
+                elif not self.own_depth:
+                    self._push(iid)
+            elif event == "return":
+                if self._code_iid(frame) == OWN:
+                    self.own_depth = max(0, self.own_depth - 1)
+                elif not self.own_depth:
+                    self._pop(now_ns())
+            elif self.c_calls and not self.own_depth:
+                caller = self._code_iid(frame)
+                if caller == OWN:
+                    pass
+                elif event != "c_call":
+                    self._pop(now_ns())
+                elif not caller:
+                    # Builtins called by code that is not recorded are not recorded either.
+                    self._push(0)
+                else:
+                    owner = getattr(arg, "__self__", None)
+                    key = (
+                        arg
+                        if owner is None or isinstance(owner, types.ModuleType)
+                        else (type(owner), arg.__name__)
+                    )
+                    known = _c_functions.get(key)
+                    if known is None:
+                        known = _c_functions[key] = self.engine.intern_c_function(arg)
+                    self._push(known)
+        except BaseException:
+            self.active = False
+            self.failed = True
+        self.in_hook = False
+
+    # ---- batches ----------------------------------------------------------------------------
+
+    def _start_batch(self, ts: int) -> None:
+        self.batch_no += 1
+        self.buf = bytearray(self.engine.prologue(self, ts))
+        self.last_ts = ts
+
+    def flush(self, final: bool = False) -> None:
+        """Hands the current batch to the engine; `final` first ends every open slice."""
+        now = now_ns()
+        if final:
+            self.active = False
+            while self.stack:
+                self._pop(now)
+        self.engine.write_batch(self, bytes(self.buf))
+        if not final:
+            self._start_batch(now)
+
+    def discard(self) -> None:
+        """Drops everything buffered and stops recording (a forked child's inherited copy)."""
+        self.active = False
+        self.recorded_depth = 0
+        self.stack.clear()
+        self.buf = bytearray()
+
+    def _emit(self, kind: int, iid: int, ts: int) -> None:
+        if len(self.buf) >= self.batch_size or self.flush_soon:
+            self.flush_soon = False
+            self.engine.write_batch(self, bytes(self.buf))
+            self._start_batch(ts)
+        event = b"\x48" + SHORT_VARINTS[kind]
+        interned = b""
+        if iid:
+            event += b"\x50" + _varint(iid)
+            if kind == SLICE_BEGIN and self.locations[iid]:
+                event += b"\x90\x02" + _varint(iid)
+            if self.seen.get(iid) != self.batch_no:
+                self.seen[iid] = self.batch_no
+                blob = self.blobs[iid]
+                interned = b"\x62" + _varint(len(blob)) + blob
+        body = (
+            b"\x40"
+            + _varint(ts - self.last_ts)
+            + b"\x5a"
+            + SHORT_VARINTS[len(event)]
+            + event
+            + interned
+            + self.seq
+        )
+        self.last_ts = ts
+        self.buf += b"\x0a" + _varint(len(body)) + body
+        self.events += 1
+
+    # ---- the stack --------------------------------------------------------------------------
+
+    def _push(self, iid: int) -> None:
+        ts = now_ns()
+        if self.max_depth and self.recorded_depth >= self.max_depth:
+            iid = 0
+        if iid == 0:
+            self.stack.append([ts, 0, _NOT_RECORDED])
+            return
+        self.recorded_depth += 1
+        if self.min_duration_ns == 0:
+            self.stack.append([ts, iid, _EMITTED])
+            self._emit(SLICE_BEGIN, iid, ts)
+        else:
+            self.stack.append([ts, iid, _PENDING])
+
+    def _pop(self, now: int) -> None:
+        if not self.stack:
+            return  # a return from a frame entered before recording started
+        ts, iid, state = self.stack.pop()
+        depth = len(self.stack)
+        if state != _NOT_RECORDED:
+            self.recorded_depth -= 1
+        if state == _EMITTED:
+            self._emit(SLICE_END, 0, now)
+        elif state == _PENDING and now - ts >= self.min_duration_ns:
+            self._emit_pending()
+            self._emit(SLICE_BEGIN, iid, ts)
+            self._emit(SLICE_END, 0, now)
+        self.first_pending = min(self.first_pending, depth)
+
+    def _emit_pending(self) -> None:
+        # Writes the begins still held back by --min-duration (a descendant is being written).
+        for entry in self.stack[self.first_pending :]:
+            if entry[2] == _PENDING:
+                entry[2] = _EMITTED
+                self._emit(SLICE_BEGIN, entry[1], entry[0])
+        self.first_pending = len(self.stack)
+
+    # ---- events from Python -----------------------------------------------------------------
+
+    def call(self, frame: types.FrameType) -> None:
+        """Records the call of `frame` (its first event reached another hook)."""
+        iid = self._code_iid(frame)
+        if iid != OWN:
+            self._push(iid)
+
+    def begin(self, iid: int) -> bool:
+        """Opens a slice named by interned `iid` on this thread; False if it cannot now.
+
+        Such slices (GC runs) are written at once, outside the call stack: the tracer's own
+        frame that opens one returns before it ends.
+        """
+        if self.in_hook or not self.active:
+            return False
+        now = now_ns()
+        self._emit_pending()
+        self._emit(SLICE_BEGIN, iid, now)
+        return True
+
+    def end(self) -> None:
+        """Closes the slice `begin` opened."""
+        if not self.in_hook:
+            self._emit(SLICE_END, 0, now_ns())
+
+    def instant(self, iid: int) -> None:
+        """An instant event named by interned `iid`."""
+        if not self.in_hook and self.active:
+            self._emit(INSTANT, iid, now_ns())

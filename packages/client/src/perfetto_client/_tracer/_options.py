@@ -1,0 +1,32 @@
+"""What a recording captures and where it goes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+DEFAULT_OUTPUT = "trace.pftrace"
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceOptions:
+    """Options shared by `perfetto-trace run` and `perfetto_client.record`.
+
+    `include`/`exclude` are globs matched against a function's module name (a pattern also
+    matches the module's submodules) and its file path. `max_depth` 0 means unlimited;
+    `min_duration_ns` drops shorter slices before they are written; `ring_mb` > 0 keeps only
+    the last that many megabytes (flight recorder). `client_events` also records the
+    program's own track events (perfetto_client API) once it initializes tracing.
+    """
+
+    output: str = DEFAULT_OUTPUT
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    max_depth: int = 0
+    min_duration_ns: int = 0
+    c_calls: bool = True
+    gc: bool = True
+    exceptions: bool = True
+    ring_mb: float = 0.0
+    follow_children: bool = False
+    client_events: bool = True
+    pure: bool = False

@@ -1,0 +1,189 @@
+"""One recording: options -> sink -> engine, started and stopped, with its summary."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import types
+from typing import Any
+
+from perfetto_client._errors import TracingError
+from perfetto_client._tracer import _children, _packets
+from perfetto_client._tracer._client_events import ClientEvents
+from perfetto_client._tracer._engine import Engine, current
+from perfetto_client._tracer._options import DEFAULT_OUTPUT, TraceOptions
+from perfetto_client._tracer._sink import FileSink, SinkStats
+
+
+@dataclasses.dataclass
+class Summary:
+    """What a finished recording wrote."""
+
+    path: str
+    size: int
+    events_written: int
+    events_lost: int
+    lost_reason: str
+    span_ns: int
+    processes: int
+
+    def lines(self) -> list[str]:
+        """The summary as `perfetto-trace` prints it."""
+        lost = f"{self.events_lost:,} lost ({self.lost_reason})" if self.events_lost else "0 lost"
+        if not self.events_lost and self.lost_reason:
+            lost = f"0 lost; {self.lost_reason}"
+        procs = f" from {self.processes} processes" if self.processes > 1 else ""
+        return [
+            f"perfetto-trace: wrote {self.path} ({_size(self.size)}): "
+            f"{self.events_written:,} events{procs}, {lost}, spanning {self.span_ns / 1e9:.3f} s",
+            f"perfetto-trace: open it by dragging {self.path} into https://ui.perfetto.dev",
+        ]
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB"):
+        if n < 1024 or unit == "MiB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    raise AssertionError
+
+
+def process_name(argv: list[str]) -> str:
+    """The name a process track gets: the program's file or module name."""
+    if "--multiprocessing-fork" in argv:
+        return "multiprocessing child"
+    return os.path.basename(argv[0]) if argv and argv[0] else "python"
+
+
+class Recording:
+    """Records this process (and, if asked, its Python children) into `options.output`."""
+
+    def __init__(self, options: TraceOptions) -> None:
+        self.options = options
+        self.engine: Engine | None = None
+        self.summary: Summary | None = None
+        self._children: _children.Children | None = None
+        self._client: ClientEvents | None = None
+
+    @property
+    def active(self) -> bool:
+        """True between `start()` and `stop()`."""
+        return self.engine is not None
+
+    def start(self) -> None:
+        """Starts recording every thread of this process."""
+        if self.engine is not None:
+            raise TracingError("this recording has already started")
+        if current() is not None:
+            raise TracingError("a recording is already running in this process")
+        header = _packets.process_descriptor(os.getpid(), process_name(sys.argv), list(sys.argv), 0)
+        ring = int(self.options.ring_mb * (1 << 20))
+        try:
+            sink = FileSink(self.options.output, header, ring)
+        except OSError as exc:
+            raise TracingError(
+                f"can't write {self.options.output!r}: {exc.strerror or exc}"
+            ) from None
+        if self.options.follow_children:
+            self._children = _children.Children(self.options)
+            self._children.enable()
+        self.engine = Engine(self.options, sink)
+        self.engine.start()
+        if self.options.client_events:
+            out_dir = os.path.dirname(os.path.abspath(self.options.output))
+            fd, part = tempfile.mkstemp(".pftrace", ".perfetto-trace-client-", out_dir)
+            os.close(fd)
+            self._client = ClientEvents(part, self.engine)
+            self._client.enable()
+
+    def stop(self) -> Summary:
+        """Stops recording and finishes the trace file."""
+        engine = self.engine
+        if engine is None:
+            raise TracingError("this recording is not running")
+        self.engine = None
+        client_part = self._client.finish() if self._client is not None else None
+        stats: SinkStats = engine.stop()
+        if self._client is not None:
+            if client_part is not None:
+                with open(client_part, "rb") as part, open(stats.path, "ab") as out:
+                    shutil.copyfileobj(part, out)
+            with contextlib.suppress(OSError):
+                os.unlink(self._client.part)
+            self._client = None
+        processes = 1
+        if self._children is not None:
+            extra = self._children.collect(stats)
+            processes += extra
+        self.summary = Summary(
+            stats.path,
+            os.path.getsize(stats.path),
+            stats.events_written,
+            stats.events_lost,
+            stats.lost_reason,
+            max(0, engine.stopped_ns - engine.started_ns),
+            processes,
+        )
+        return self.summary
+
+    def record_uncaught(self, exc: BaseException) -> None:
+        """Marks the exception that ends the program with an instant naming its type."""
+        if self.engine is not None:
+            self.engine.record_uncaught(exc)
+
+    def wait_for_threads(self) -> None:
+        """Waits for the program's non-daemon threads (still recorded) as the interpreter would."""
+        if self.engine is not None:
+            self.engine.stop_current_thread()
+        current = threading.current_thread()
+        for thread in threading.enumerate():
+            if (
+                thread is not current
+                and not thread.daemon
+                and thread is not threading.main_thread()
+            ):
+                thread.join()
+
+    def snapshot(self, path: str) -> int:
+        """Writes what the flight recorder holds now to `path`; returns its size."""
+        if self.engine is None:
+            raise TracingError("this recording is not running")
+        return self.engine.snapshot(path)
+
+
+class record(contextlib.ContextDecorator):  # noqa: N801 (used like a function)
+    """Records this process into a trace file while the block (or decorated call) runs.
+
+    `with perfetto_client.record("out.pftrace"):` or `@perfetto_client.record("out.pftrace")`;
+    the keyword arguments are `TraceOptions` fields (`include`, `exclude`, `max_depth`,
+    `min_duration_ns`, `c_calls`, `gc`, `exceptions`, `ring_mb`, `follow_children`).
+    After the block, `.summary` says what was written.
+    """
+
+    def __init__(self, output: str | os.PathLike[str] = DEFAULT_OUTPUT, **options: Any) -> None:
+        try:
+            self.options = TraceOptions(output=os.fspath(output), **options)
+        except TypeError as exc:
+            raise TracingError(str(exc)) from None
+        self.summary: Summary | None = None
+        self._recording: Recording | None = None
+
+    def __enter__(self) -> record:
+        self._recording = Recording(self.options)
+        self._recording.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: types.TracebackType | None,
+    ) -> None:
+        recording, self._recording = self._recording, None
+        if recording is not None:
+            self.summary = recording.stop()

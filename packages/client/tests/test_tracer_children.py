@@ -1,0 +1,96 @@
+"""--follow-children: Python child processes land in the same trace on their own tracks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tracer_support import decode, run_traced
+
+POOL = """
+import multiprocessing as mp
+def square(x):
+    return x * x
+if __name__ == "__main__":
+    mp.set_start_method("{method}")
+    with mp.Pool(2) as pool:
+        print(sum(pool.map(square, range(20))))
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_multiprocessing_pool_workers_are_traced(tmp_path: Path, method: str) -> None:
+    program = POOL.replace("{method}", method)
+    proc, out = run_traced(tmp_path, program, options=("--follow-children",), timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "2470\n"
+    trace = decode(out)
+    assert not [p for p in trace.problems if "not interned" in p or "backwards" in p]
+    parent = next(t.pid for t in trace.by_name("MainThread") if "<module __main__>" in t.names())
+    worker_pids = {
+        t.pid for t in trace.threads.values() if "square" in t.names() and t.pid != parent
+    }
+    assert worker_pids, "no worker recorded square()"
+    squares = sum(t.names().count("square") for t in trace.threads.values())
+    assert squares == 20
+    assert worker_pids <= set(trace.processes)
+    assert "from 3 processes" in proc.stderr
+    assert not list(tmp_path.glob(".perfetto-trace-children-*"))
+
+
+def test_without_follow_children_only_the_parent_is_traced(tmp_path: Path) -> None:
+    proc, out = run_traced(tmp_path, POOL.replace("{method}", "fork"))
+    assert proc.returncode == 0, proc.stderr
+    trace = decode(out)
+    assert len(trace.processes) == 1
+    assert "square" not in trace.all_names()
+
+
+FORK = """
+import os
+def in_child():
+    return 7
+def in_parent():
+    return 8
+pid = os.fork()
+if pid == 0:
+    in_child()
+    os._exit(0)
+in_parent()
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_forked_child_gets_its_own_process_track(tmp_path: Path) -> None:
+    proc, out = run_traced(tmp_path, FORK, options=("--follow-children",))
+    assert proc.returncode == 0, proc.stderr
+    trace = decode(out)
+    assert trace.problems == []
+    [child] = [t for t in trace.threads.values() if "in_child" in t.names()]
+    [parent] = [t for t in trace.threads.values() if "in_parent" in t.names()]
+    assert child.pid != parent.pid
+    assert "in_parent" not in child.names()
+    assert "in_child" not in parent.names()
+    assert set(trace.processes) == {child.pid, parent.pid}
+
+
+def test_a_forked_child_is_not_traced_without_follow_children(tmp_path: Path) -> None:
+    proc, out = run_traced(tmp_path, FORK)
+    assert proc.returncode == 0, proc.stderr
+    trace = decode(out)
+    assert trace.problems == []
+    assert "in_parent" in trace.all_names()
+    assert "in_child" not in trace.all_names()
+
+
+def test_subprocess_python_children_are_traced(tmp_path: Path) -> None:
+    (tmp_path / "child.py").write_text("def child_work():\n    return 1\nchild_work()\n")
+    program = """
+import subprocess, sys
+subprocess.run([sys.executable, "child.py"], check=True)
+"""
+    proc, out = run_traced(tmp_path, program, options=("--follow-children",))
+    assert proc.returncode == 0, proc.stderr
+    trace = decode(out)
+    [child] = [t for t in trace.threads.values() if "child_work" in t.names()]
+    assert trace.processes[child.pid] == "child.py"

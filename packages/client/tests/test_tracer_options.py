@@ -1,0 +1,166 @@
+"""perfetto-trace's filters and flight recorder do what they say."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tracer_support import decode, run_traced
+
+PROGRAM = """
+import json
+def leaf(i):
+    return json.dumps(i)
+def middle(i):
+    return leaf(i)
+def top():
+    return [middle(i) for i in range(20)]
+def slow():
+    total = 0
+    for i in range(20000):
+        total += i
+    return total
+top()
+slow()
+"""
+
+
+def test_include_records_only_matching_modules(tmp_path: Path) -> None:
+    proc, out = run_traced(tmp_path, PROGRAM, options=("--include", "json"))
+    assert proc.returncode == 0, proc.stderr
+    names = set(decode(out).all_names())
+    assert names, "nothing recorded"
+    assert all(n.startswith(("json.", "<module json")) for n in names), names
+    assert "json.dumps" in names
+
+
+def test_exclude_drops_matching_modules_and_their_builtins(tmp_path: Path) -> None:
+    proc, out = run_traced(tmp_path, PROGRAM, options=("--exclude", "json*"))
+    assert proc.returncode == 0, proc.stderr
+    trace = decode(out)
+    assert trace.problems == []
+    names = trace.all_names()
+    assert not [n for n in names if n.startswith("json")]
+    assert names.count("leaf") == 20
+    assert "isinstance" not in names  # called inside json's encoder only
+
+
+def test_exclude_by_file_glob(tmp_path: Path) -> None:
+    proc, out = run_traced(tmp_path, PROGRAM, options=("--exclude", "*/json/*"))
+    assert proc.returncode == 0, proc.stderr
+    names = decode(out).all_names()
+    assert names.count("leaf") == 20
+    assert not [n for n in names if n.startswith("json.")]
+
+
+def test_max_depth(tmp_path: Path) -> None:
+    proc, out = run_traced(tmp_path, PROGRAM, options=("--max-depth", "2"))
+    assert proc.returncode == 0, proc.stderr
+    trace = decode(out)
+    assert trace.problems == []
+    [main] = trace.by_name("MainThread")
+    assert max(s.depth for s in main.slices) == 1
+    assert "top" in main.names()
+    assert "middle" not in main.names()
+
+
+def test_no_c_calls(tmp_path: Path) -> None:
+    proc, out = run_traced(tmp_path, PROGRAM, options=("--no-c-calls",))
+    assert proc.returncode == 0, proc.stderr
+    names = set(decode(out).all_names())
+    assert "leaf" in names
+    assert "isinstance" not in names
+    assert "range" not in names
+
+
+def test_min_duration_drops_short_slices_but_keeps_nesting(tmp_path: Path) -> None:
+    proc, out = run_traced(tmp_path, PROGRAM, options=("--min-duration", "300us"))
+    assert proc.returncode == 0, proc.stderr
+    trace = decode(out)
+    assert trace.problems == []
+    [main] = trace.by_name("MainThread")
+    assert all(s.dur >= 300_000 for s in main.slices)
+    # slow() loops 20000 times; the module itself contains it.
+    assert "slow" in main.names()
+    [module] = main.roots()
+    assert module.name == "<module __main__>"
+    assert "leaf" not in main.names()
+
+
+RING = """
+import os, sys
+def marker_first():
+    pass
+def work(i):
+    return i + 1
+def marker_last():
+    pass
+marker_first()
+for i in range(400000):
+    work(i)
+marker_last()
+"""
+
+
+def test_ring_keeps_only_the_newest_events(tmp_path: Path) -> None:
+    proc, out = run_traced(tmp_path, RING, options=("--ring", "1", "--no-c-calls"))
+    assert proc.returncode == 0, proc.stderr
+    size = out.stat().st_size
+    assert size <= (1 << 20) + (256 << 10), size
+    assert "lost (older than the ring buffer keeps)" in proc.stderr
+    trace = decode(out)
+    # Batches are self-contained, so a cut ring still decodes; only slices that began
+    # before the cut lose their begin (trace_processor ignores such ends).
+    assert not [p for p in trace.problems if "not interned" in p or "backwards" in p]
+    names = trace.all_names()
+    assert "marker_last" in names
+    assert "marker_first" not in names
+    assert names.count("work") > 1000
+
+
+def test_sigusr1_writes_a_snapshot_of_the_ring(tmp_path: Path) -> None:
+    program = """
+import time
+def tick():
+    time.sleep(0.001)
+print("ready", flush=True)
+while True:
+    tick()
+"""
+    script = tmp_path / "prog.py"
+    script.write_text(program)
+    out = tmp_path / "ring.pftrace"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "perfetto_client._tracer",
+            "run",
+            "--ring",
+            "4",
+            "-o",
+            str(out),
+            str(script),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "ready\n"
+    time.sleep(0.3)
+    deadline = time.monotonic() + 60
+    snapshot = tmp_path / "ring.snapshot-1.pftrace"
+    while not snapshot.exists() and time.monotonic() < deadline:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert f"snapshot written to {snapshot}" in stderr
+    assert "tick" in decode(snapshot).all_names()
+    assert "tick" in decode(out).all_names()
+    assert "KeyboardInterrupt" in stderr
+    assert proc.returncode == -signal.SIGINT

@@ -1,0 +1,228 @@
+"""Reads traces written by perfetto-trace with upstream's schema, as a user's tools would.
+
+`decode(path)` resolves interning, incremental timestamps, packet defaults and track
+descriptors per sequence and rebuilds every thread's slices from their begin/end events,
+recording anything that would confuse trace_processor (an end without a begin, a slice
+never ended, a name that is not interned, timestamps going backwards) in `problems`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from perfetto_protos.upstream import parse_upstream_trace
+
+SLICE_BEGIN, SLICE_END, INSTANT = 1, 2, 3
+SEQ_INCREMENTAL_STATE_CLEARED = 1
+ROOT = Path(__file__).resolve().parents[3]
+_HOOK = ROOT / "packages/client/src/perfetto_client/_tracer/_hook.pyx"
+
+
+def compiled_hook_available() -> bool:
+    """Builds the compiled hook in place if it is missing or stale (as `dev.py trace` does).
+
+    False when it cannot be built or `PERFETTO_PY_PURE=1` asks for the pure build only.
+    """
+    if os.environ.get("PERFETTO_PY_PURE"):
+        return False
+    built = list(_HOOK.parent.glob("_hook.*.so"))
+    if not built or any(b.stat().st_mtime < _HOOK.stat().st_mtime for b in built):
+        cythonize = Path(sys.executable).parent / "cythonize"
+        subprocess.run(
+            [str(cythonize), "-i", "-q", _HOOK.name],
+            cwd=_HOOK.parent,
+            capture_output=True,
+            check=False,
+        )
+        _HOOK.with_suffix(".c").unlink(missing_ok=True)
+    return bool(list(_HOOK.parent.glob("_hook.*.so")))
+
+
+@dataclasses.dataclass
+class Slice:
+    name: str
+    ts: int
+    dur: int
+    depth: int
+    file: str = ""
+    line: int = 0
+    children: list[Slice] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Thread:
+    pid: int
+    tid: int
+    name: str
+    slices: list[Slice] = dataclasses.field(default_factory=list)  # every slice, in begin order
+    instants: list[tuple[int, str]] = dataclasses.field(default_factory=list)
+
+    def names(self) -> list[str]:
+        return [s.name for s in self.slices]
+
+    def roots(self) -> list[Slice]:
+        return [s for s in self.slices if s.depth == 0]
+
+
+@dataclasses.dataclass
+class Decoded:
+    threads: dict[int, Thread]  # by track uuid
+    processes: dict[int, str]  # pid -> process name
+    problems: list[str]
+
+    def all_names(self) -> list[str]:
+        return [n for t in self.threads.values() for n in t.names()]
+
+    def by_name(self, name: str) -> list[Thread]:
+        return [t for t in self.threads.values() if t.name == name]
+
+
+@dataclasses.dataclass
+class _Sequence:
+    names: dict[int, str] = dataclasses.field(default_factory=dict)
+    locations: dict[int, tuple[str, int]] = dataclasses.field(default_factory=dict)
+    track: int = 0
+    clock: int | None = None
+    last_ts: int = 0
+    cleared: bool = False
+
+
+def decode(path: str | os.PathLike[str]) -> Decoded:
+    trace: Any = parse_upstream_trace(Path(path).read_bytes())
+    sequences: dict[int, _Sequence] = {}
+    threads: dict[int, Thread] = {}
+    processes: dict[int, str] = {}
+    problems: list[str] = []
+    events: list[tuple[int, int, int, str, str, int]] = []  # track, ts, kind, name, file, line
+    for packet in trace.packet:
+        seq_id = packet.trusted_packet_sequence_id
+        if packet.sequence_flags & SEQ_INCREMENTAL_STATE_CLEARED:
+            sequences[seq_id] = _Sequence(cleared=True)
+        seq = sequences.setdefault(seq_id, _Sequence())
+        if packet.HasField("trace_packet_defaults"):
+            defaults = packet.trace_packet_defaults
+            seq.clock = defaults.timestamp_clock_id
+            seq.track = defaults.track_event_defaults.track_uuid
+        if packet.HasField("interned_data"):
+            for name in packet.interned_data.event_names:
+                seq.names[name.iid] = name.name
+            for loc in packet.interned_data.source_locations:
+                seq.locations[loc.iid] = (loc.file_name, loc.line_number)
+        if packet.HasField("clock_snapshot"):
+            for clock in packet.clock_snapshot.clocks:
+                if clock.clock_id == seq.clock and clock.is_incremental:
+                    seq.last_ts = clock.timestamp
+            continue
+        if packet.HasField("track_descriptor"):
+            desc = packet.track_descriptor
+            if desc.HasField("process"):
+                processes[desc.process.pid] = desc.process.process_name
+            if desc.HasField("thread"):
+                t = desc.thread
+                known = threads.get(desc.uuid)
+                if known is None:
+                    threads[desc.uuid] = Thread(t.pid, t.tid, t.thread_name)
+                else:
+                    known.name = t.thread_name
+        if packet.HasField("track_event"):
+            if not seq.cleared:
+                problems.append(f"sequence {seq_id}: event before incremental state was set")
+                continue
+            te = packet.track_event
+            seq.last_ts += packet.timestamp
+            track = te.track_uuid if te.HasField("track_uuid") else seq.track
+            name = ""
+            file, line = "", 0
+            if te.type != SLICE_END:
+                if te.name_iid not in seq.names:
+                    problems.append(f"sequence {seq_id}: name iid {te.name_iid} not interned")
+                name = seq.names.get(te.name_iid, "?")
+                if te.HasField("source_location_iid"):
+                    file, line = seq.locations.get(te.source_location_iid, ("?", 0))
+            events.append((track, seq.last_ts, te.type, name, file, line))
+    stacks: dict[int, list[Slice]] = {}
+    last_ts: dict[int, int] = {}
+    # trace_processor sorts events by timestamp; a stable sort keeps each track's order.
+    for track, ts, kind, name, file, line in sorted(events, key=lambda e: e[1]):
+        thread = threads.get(track)
+        if thread is None:
+            problems.append(f"event on undescribed track {track}")
+            thread = threads[track] = Thread(0, 0, "?")
+        if ts < last_ts.get(track, 0):
+            problems.append(f"track {track}: timestamps go backwards")
+        last_ts[track] = ts
+        stack = stacks.setdefault(track, [])
+        if kind == SLICE_BEGIN:
+            s = Slice(name, ts, -1, len(stack), file, line)
+            if stack:
+                stack[-1].children.append(s)
+            stack.append(s)
+            thread.slices.append(s)
+        elif kind == SLICE_END:
+            if not stack:
+                problems.append(f"thread {thread.name}: end without a begin")
+                continue
+            s = stack.pop()
+            s.dur = ts - s.ts
+        elif kind == INSTANT:
+            thread.instants.append((ts, name))
+    for track, stack in stacks.items():
+        for s in stack:
+            problems.append(f"thread {threads[track].name}: slice {s.name} never ended")
+    return Decoded(threads, processes, problems)
+
+
+def run_traced(
+    tmp_path: Path,
+    program: str,
+    *args: str,
+    options: tuple[str, ...] = (),
+    pure: bool = False,
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Writes `program` to a file and runs it under `perfetto-trace run`."""
+    script = tmp_path / "prog.py"
+    script.write_text(program)
+    out = tmp_path / "out.pftrace"
+    cmd = [sys.executable, "-m", "perfetto_client._tracer", "run", "-o", str(out), *options]
+    if pure:
+        cmd.append("--pure")
+    proc = subprocess.run(
+        [*cmd, str(script), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp_path,
+        env={**os.environ, **(env or {})},
+    )
+    return proc, out
+
+
+def run_plain(
+    tmp_path: Path, program: str, *args: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Runs the same program with plain python, the reference for exit codes and output."""
+    script = tmp_path / "prog.py"
+    script.write_text(program)
+    return subprocess.run(
+        [sys.executable, str(script), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp_path,
+    )
+
+
+def program_stderr(stderr: str) -> str:
+    """stderr without perfetto-trace's own lines."""
+    return "".join(
+        line for line in stderr.splitlines(keepends=True) if not line.startswith("perfetto-trace: ")
+    )
