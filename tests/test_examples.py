@@ -41,6 +41,14 @@ def _contains(haystack: list[str], needle: list[str]) -> bool:
     return any(haystack[i : i + len(needle)] == needle for i in range(len(haystack)))
 
 
+@pytest.fixture(scope="module")
+def built_extensions() -> None:
+    """Runs each package's documented build step for its compiled extension (build_ext.py)."""
+    for script in sorted(ROOT.glob("packages/*/build_ext.py")):
+        subprocess.run([sys.executable, str(script)], check=True, timeout=TIMEOUT)
+
+
+@pytest.mark.usefixtures("built_extensions")
 @pytest.mark.parametrize("example", EXAMPLES, ids=[path.name for path in EXAMPLES])
 def test_example_runs(example: Path, tmp_path: Path) -> None:
     result = subprocess.run(

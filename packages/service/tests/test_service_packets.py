@@ -1,4 +1,4 @@
-"""The service's own packets, checked against upstream's schema and ABI golden bytes."""
+"""The service's own packets, checked against upstream's schema and the bytes upstream writes."""
 
 from __future__ import annotations
 
@@ -34,7 +34,9 @@ def _assert_service_header(packet: Any, uid: int) -> None:
     assert packet.timestamp_clock_id == 6
 
 
-def test_sync_marker_matches_the_abi_golden_bytes() -> None:
+def test_sync_marker_is_upstreams_bytes() -> None:
+    # Upstream's EmitSyncMarker: trusted_uid, trusted_packet_sequence_id 1, then the marker
+    # last (readers resynchronize on it), with no other field.
     framed = trace_file_bytes([[ServicePacketWriter(0).sync_marker()]])
     assert framed == bytes.fromhex(
         "0a17180050 01a20210 82477a76b28d42ba81dc33326d57a079".replace(" ", "")
@@ -154,6 +156,7 @@ def test_trace_provenance_lists_each_buffers_sequences() -> None:
 def test_service_packet_bytes_follow_upstreams_field_order_and_length_compaction() -> None:
     packet = ServicePacketWriter(1000).trace_uuid(msb=1, lsb=2)
     header = bytes.fromhex("18e8075001d00306")  # uid 1000, sequence 1, BOOTTIME
+    # Upstream writes the header fields, then trace_uuid with lsb before msb.
     assert packet == header + bytes.fromhex("ca050410020801")
     # A nested message past 127 bytes keeps protozero's 4-byte length.
     big = ServicePacketWriter(0).trace_config(bytes(200))

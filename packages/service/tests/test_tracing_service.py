@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -23,6 +22,7 @@ from tracing_service_harness import (
     service_packet_kinds,
     simple_config,
     strings_of,
+    wait_until,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -375,14 +375,19 @@ def test_twenty_producers(env: ServiceEnv) -> None:
 
 def test_periodic_snapshots_flag_sync_markers_and_stats(env: ServiceEnv) -> None:
     config = simple_config()
-    config.builtin_data_sources.snapshot_interval_ms = 400
+    config.builtin_data_sources.snapshot_interval_ms = 1000
     producer = FakeProducer(env).connect()
     producer.register("test.ds")
     consumer = FakeConsumer(env).connect()
     consumer.enable(config)
     env.settle()
     first = service_packet_kinds(consumer.read_trace())
-    time.sleep(0.5)
+
+    def ticked() -> bool:
+        session = env.service.session(consumer.endpoint.tracing_session_id)
+        return session is not None and session.should_emit_sync_marker
+
+    wait_until(lambda: env.call(ticked))  # the next periodic tick, however late it runs
     second = service_packet_kinds(consumer.read_trace())
     third = service_packet_kinds(consumer.read_trace())
     assert first.count("synchronization_marker") == 1

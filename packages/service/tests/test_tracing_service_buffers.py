@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -204,9 +203,7 @@ def test_max_file_size_stops_the_session(env: ServiceEnv, tmp_path: Path) -> Non
         _file_config(output_path=str(path), file_write_period_ms=100, max_file_size_bytes=limit),
     )
     _write_numbered(producer, 0, 400)
-    started = time.monotonic()
-    assert consumer.wait_disabled() == ""  # the service stopped it
-    assert time.monotonic() - started < 10
+    assert consumer.wait_disabled() == ""  # the service stopped it: no duration, nobody else
     data = path.read_bytes()
     assert 0 < len(data) < limit
     numbers = _numbers(parse_upstream_trace(data))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Callable, Iterator
@@ -97,54 +98,49 @@ _ACTIONS = st.sampled_from(
 )
 
 
-@pytest.fixture(scope="module")
-def fuzz_env() -> Iterator[ServiceEnv]:
+@contextlib.contextmanager
+def _service() -> Iterator[ServiceEnv]:
+    """A service of its own for one example, with producers p and q registered."""
     env = ServiceEnv(uid=os.getuid())
-    for name in ("p", "q"):
-        producer = FakeProducer(env, name=name).connect()
-        producer.register("test.ds", will_notify_on_stop=True)
-        producer.register("other.ds", handles_incremental_state_clear=True)
-    yield env
-    env.close()
+    try:
+        for name in ("p", "q"):
+            producer = FakeProducer(env, name=name).connect()
+            producer.register("test.ds", will_notify_on_stop=True)
+            producer.register("other.ds", handles_incremental_state_clear=True)
+        yield env
+    finally:
+        env.close()
 
 
-@settings(
-    max_examples=120,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=_configs(), actions=st.lists(_ACTIONS, max_size=8))
-def test_random_configs_and_calls(
-    fuzz_env: ServiceEnv, config: TraceConfig, actions: list[_Action]
-) -> None:
-    env = fuzz_env
-    consumer = FakeConsumer(env).connect()
-    producer = FakeProducer(env, name="p").connect()
-    producer.register("test.ds")
-    consumer.enable(config)
-    for action in actions:
-        env.call(functools.partial(action, consumer, producer))
-    env.settle()
-    assert all(isinstance(error, str) for error in consumer.disabled)
-    producer.disconnect()
-    attached = env.call(lambda: consumer.endpoint.tracing_session_id)
-    env.call(consumer.endpoint.disconnect)
-    env.settle()
-    # Whatever happened, the session this consumer had attached is gone with it.
-    assert env.call(lambda: env.service.session(attached)) is None
-    # A detached session is taken back and ended, so that sessions do not pile up.
-    cleaner = FakeConsumer(env).connect()
-    env.call(lambda: cleaner.endpoint.attach("k"))
-    env.call(cleaner.endpoint.disconnect)
-    assert (
-        env.call(lambda: len(env.service.service_state(0, sessions_only=True).tracing_sessions))
-        == 0
-    )
+def test_random_configs_and_calls(config: TraceConfig, actions: list[_Action]) -> None:
+    with _service() as env:
+        consumer = FakeConsumer(env).connect()
+        producer = FakeProducer(env, name="p").connect()
+        producer.register("test.ds")
+        consumer.enable(config)
+        for action in actions:
+            env.call(functools.partial(action, consumer, producer))
+        env.settle()
+        assert all(isinstance(error, str) for error in consumer.disabled)
+        producer.disconnect()
+        attached = env.call(lambda: consumer.endpoint.tracing_session_id)
+        env.call(consumer.endpoint.disconnect)
+        env.settle()
+        # Whatever happened, the session this consumer had attached is gone with it.
+        assert env.call(lambda: env.service.session(attached)) is None
+        # A detached session is taken back and ended, so that sessions do not pile up.
+        cleaner = FakeConsumer(env).connect()
+        env.call(lambda: cleaner.endpoint.attach("k"))
+        env.call(cleaner.endpoint.disconnect)
+        assert _session_count(env) == 0
+        # The service still answers.
+        states: list[object] = []
+        fresh = FakeConsumer(env).connect()
+        env.call(lambda: fresh.endpoint.query_service_state(True, lambda _ok, s: states.append(s)))
+        assert states
 
 
-def test_the_service_is_still_usable_after_fuzzing(fuzz_env: ServiceEnv) -> None:
-    env = fuzz_env
-    consumer = FakeConsumer(env).connect()
-    states: list[object] = []
-    env.call(lambda: consumer.endpoint.query_service_state(True, lambda ok, s: states.append(s)))
-    assert states
+def _session_count(env: ServiceEnv) -> int:
+    return env.call(lambda: len(env.service.service_state(0, sessions_only=True).tracing_sessions))

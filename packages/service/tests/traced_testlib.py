@@ -19,7 +19,7 @@ from perfetto_protos.upstream import parse_upstream_trace
 from perfetto_service import ConsumerIPCClient
 
 PRODUCER_MAIN = str(Path(__file__).with_name("ipc_producer_main.py"))
-TIMEOUT = 30.0
+TIMEOUT = 60.0  # a limit, not a duration: generous for a loaded 2-core machine
 
 
 class Traced:

@@ -310,11 +310,13 @@ def test_client_reconnects_when_the_host_appears_late(processes: Processes, sock
     address = str(sock_dir / "late.sock")
     with Client(address, retry=True, backoff=lambda attempt: 0.05) as client:
         bound = client.bind("ProducerPort")
-        time.sleep(0.3)
+        deadline = time.monotonic() + TIMEOUT
+        while client.async_client.connect_attempts < 3:  # three failed attempts, then the host
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         assert not bound.done()
         processes.start_host(address)
         proxy = bound.result(TIMEOUT)
-        assert client.async_client.connect_attempts >= 3
         assert client.invoke(proxy, "Sync", pp.SyncRequest()).result(TIMEOUT).success
 
 
@@ -335,24 +337,36 @@ def test_upstream_backoff_schedule() -> None:
     ]
 
 
-def test_slow_reader_is_cut_off_without_stalling_others(
-    processes: Processes, sock_dir: Path
-) -> None:
-    host = processes.start_host(str(sock_dir / "slow.sock"), "--send-timeout", "0.3")
+def _slow_reader(address: str) -> socket.socket:
+    """A connection that asks for ReadBuffers' many replies and reads none of them."""
     bind = IPCFrame(request_id=1)
     bind.msg_bind_service.service_name = "ConsumerPort"
     read = IPCFrame(request_id=2)
     read.msg_invoke_method.service_id = 2
     read.msg_invoke_method.method_id = 3
-    with Client(host.address) as client, raw_connection(host.address) as slow:
-        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        slow.sendall(encode_frame(bind) + encode_frame(read))
+    slow = raw_connection(address)
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.sendall(encode_frame(bind) + encode_frame(read))
+    return slow
+
+
+def test_slow_reader_does_not_stall_others(processes: Processes, sock_dir: Path) -> None:
+    # The send timeout outlasts every wait below: had the host blocked on the slow reader,
+    # the calls would time out.
+    timeout = str(3 * TIMEOUT)
+    host = processes.start_host(str(sock_dir / "slow.sock"), "--send-timeout", timeout)
+    with Client(host.address) as client, _slow_reader(host.address) as slow:
         proxy = client.bind("ProducerPort").result(TIMEOUT)
-        started = time.monotonic()
         for _ in range(20):
             assert client.invoke(proxy, "Sync", pp.SyncRequest()).result(TIMEOUT).success
-        assert time.monotonic() - started < 2.0
-        time.sleep(0.6)
+        assert slow.recv(1 << 16)  # still connected: its replies wait for it
+
+
+def test_slow_reader_is_cut_off(processes: Processes, sock_dir: Path) -> None:
+    host = processes.start_host(str(sock_dir / "slow.sock"), "--send-timeout", "0.3")
+    with Client(host.address) as client, _slow_reader(host.address) as slow:
+        proxy = client.bind("ProducerPort").result(TIMEOUT)
+        time.sleep(3.0)  # ten send timeouts: the host has cut it off by then, even when loaded
         received = 0
         while chunk := slow.recv(1 << 20):
             received += len(chunk)
