@@ -34,7 +34,10 @@ def test_multiprocessing_pool_workers_are_traced(tmp_path: Path, method: str) ->
     squares = sum(t.names().count("square") for t in trace.threads.values())
     assert squares == 20
     assert worker_pids <= set(trace.processes)
-    assert "from 3 processes" in proc.stderr
+    # Pool.__exit__ terminates the workers: a spawned worker killed while still starting, before
+    # it ran anything, leaves no events. The summary must count what the trace holds.
+    assert len(trace.processes) >= 2
+    assert f"from {len(trace.processes)} processes" in proc.stderr
     assert not list(tmp_path.glob(".perfetto-trace-children-*"))
 
 
