@@ -40,9 +40,10 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=False)
 @nox.parametrize("package", ["repo", *PACKAGE_DIRS])
 def typecheck(session: nox.Session, package: str) -> None:
-    """mypy --strict over one package (sources, tests, benchmarks); `repo` = tools and tests/."""
+    """mypy --strict over one package (sources, tests, benchmarks); `repo` = tools, tests/
+    and examples/."""
     if package == "repo":
-        targets = ["noxfile.py", "tools", "tests"]
+        targets = ["noxfile.py", "tools", "tests", "examples"]
     else:
         path = PACKAGE_DIRS[package]
         dirs = (path / "src", path / "tests", path / "benchmarks")
@@ -85,7 +86,7 @@ def protos_check(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def layers(session: nox.Session) -> None:
-    """Fails if a package imports a package that is not below it in DESIGN.md's table."""
+    """Fails if a package imports a package that is not below it (README.md, "Layers")."""
     session.run("python", "tools/check_layers.py")
 
 

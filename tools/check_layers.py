@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Fails if a package imports a sibling that DESIGN.md's layer table does not put below it."""
+"""Fails if a package imports a sibling that the layer table (README.md, "Layers") does not put
+below it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# import name -> source directory, in DESIGN.md's order.
+# import name -> source directory, bottom layer first.
 SOURCES: dict[str, Path] = {
     "protozero": ROOT / "packages/protozero/src/protozero",
     "perfetto_protos": ROOT / "protos/src/perfetto_protos",
@@ -21,7 +22,7 @@ SOURCES: dict[str, Path] = {
     "heapprofd": ROOT / "packages/heapprofd/src/heapprofd",
 }
 
-# Direct dependencies, from DESIGN.md's "depends on" column.
+# Direct dependencies of each package.
 DIRECT: dict[str, set[str]] = {
     "protozero": set(),
     "perfetto_protos": {"protozero"},

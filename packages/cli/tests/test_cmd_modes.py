@@ -264,3 +264,81 @@ def test_notify_fd_reports_all_data_sources_started(
         command.send_signal(signal.SIGTERM)
         command.communicate(timeout=60)
     assert command.returncode == 0
+
+
+def test_clone_and_clone_by_name_snapshot_a_running_session(
+    traced: Traced, producer: Callable[..., Producer], tmp_path: Path
+) -> None:
+    test_producer = producer(count=8)
+    cfg = tmp_path / "c.txt"
+    cfg.write_text(
+        'buffers { size_kb: 256 } data_sources { config { name: "test.ds" } }\n'
+        'duration_ms: 600000 unique_session_name: "long"\n'
+    )
+    out = tmp_path / "main"
+    session = start_perfetto(traced, "--txt", "-c", str(cfg), "-o", str(out))
+    test_producer.wait_for("WROTE")
+    for args in (["--clone", "1"], ["--clone-by-name", "long"]):
+        clone_out = tmp_path / f"clone{args[0]}"
+        result = perfetto(traced, *args, "-o", str(clone_out))
+        assert result.returncode == 0, result.stderr
+        assert f"Wrote {clone_out.stat().st_size} bytes into {clone_out}" in result.stderr.decode()
+        assert test_values(read_trace(clone_out)) == list(range(8))
+    assert session.poll() is None  # the cloned session keeps running
+    session.send_signal(signal.SIGTERM)
+    session.communicate(timeout=60)
+    assert test_values(read_trace(out)) == list(range(8))
+
+
+def test_clone_of_a_missing_session_is_a_service_error(traced: Traced, tmp_path: Path) -> None:
+    out = tmp_path / "t"
+    result = perfetto(traced, "--clone", "77", "-o", str(out))
+    assert result.returncode == 0  # upstream's soft service error
+    assert (
+        "Service error: Failed to clone tracing session 77: Tracing session not found"
+        in result.stderr.decode()
+    )
+    assert not out.exists()
+
+
+def test_clone_snapshot_triggers_write_numbered_snapshots(
+    traced: Traced, producer: Callable[..., Producer], tmp_path: Path
+) -> None:
+    test_producer = producer(count=4)
+    cfg = tmp_path / "c.txt"
+    cfg.write_text(
+        """
+        buffers { size_kb: 256 }
+        data_sources { config { name: "test.ds" } }
+        trigger_config {
+          trigger_mode: CLONE_SNAPSHOT
+          triggers { name: "snap" }
+          trigger_timeout_ms: 600000
+        }
+        """
+    )
+    out = tmp_path / "out"
+    session = start_perfetto(traced, "--txt", "-c", str(cfg), "-o", str(out))
+    test_producer.wait_for("WROTE")
+    for number in range(2):
+        assert perfetto(traced, "snap", command="trigger_perfetto").returncode == 0
+        snapshot = tmp_path / f"out.{number}"
+        deadline = time.monotonic() + 60
+        while not _complete_trace(snapshot) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        trace = read_trace(snapshot)
+        assert test_values(trace) == [0, 1, 2, 3]
+        assert [p.trigger.trigger_name for p in trace.packet if p.HasField("trigger")] == ["snap"]
+    session.send_signal(signal.SIGTERM)
+    _, stderr = session.communicate(timeout=60)
+    assert session.returncode == 0, stderr
+    assert b"Wrote" in stderr
+
+
+def _complete_trace(path: Path) -> bool:
+    if not path.exists():
+        return False
+    try:
+        return any(p.HasField("trace_stats") for p in read_trace(path).packet)
+    except Exception:
+        return False

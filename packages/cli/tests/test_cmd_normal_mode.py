@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import pty
 import signal
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from cmdlib import (
+    BIN,
     Producer,
     Traced,
     packet_kinds,
@@ -251,3 +254,45 @@ def test_a_config_the_service_rejects_is_a_service_error(traced: Traced, tmp_pat
     assert result.returncode == 0  # upstream: service errors are soft (exit 0)
     assert "Service error:" in result.stderr.decode()
     assert not out.exists()
+
+
+def test_progress_line_on_a_terminal(
+    traced: Traced, producer: Callable[..., Producer], tmp_path: Path
+) -> None:
+    producer(count=5)
+    (tmp_path / "c").write_bytes(_binary_config(duration_ms=1500))
+    master, slave = pty.openpty()
+    command = subprocess.Popen(
+        [str(BIN / "perfetto"), "-c", str(tmp_path / "c"), "-o", str(tmp_path / "t")],
+        env=traced.env,
+        stderr=slave,
+    )
+    os.close(slave)
+    seen = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the command exited and closed the terminal
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(master)
+        command.wait(60)
+    assert command.returncode == 0
+    text = seen.decode(errors="replace")
+    assert "\rTracing: " in text or "\r\x1b[KTracing: " in text
+    assert "of 2s" in text
+    assert "in the buffers" in text
+    assert "Wrote " in text
+
+
+def test_no_progress_line_when_stderr_is_not_a_terminal(
+    traced: Traced, producer: Callable[..., Producer], tmp_path: Path
+) -> None:
+    producer(count=1)
+    result = perfetto(traced, "-c", "-", "-o", str(tmp_path / "t"), input=_binary_config())
+    assert b"Tracing: " not in result.stderr
+    assert b"\r" not in result.stderr

@@ -67,8 +67,24 @@ def emit(tag: str) -> None:
         print("child saw the parent's session", flush=True)
 
 
+def wait_for_session() -> None:
+    """Waits until a session's instance (not startup tracing) records CAT."""
+    from perfetto_client._track_event import StartupInstance
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if any(not isinstance(i, StartupInstance) for i in CAT.instances):
+            return
+        time.sleep(0.01)
+
+
 def main() -> None:
     Tracing.initialize(Backend.SYSTEM)
+    if "--startup" in sys.argv:
+        Tracing.setup_startup_tracing(timeout_ms=60_000)
+        with pc.trace_event(CAT, "before any session", early=True):
+            work("startup", 1)
+        print("startup events written", flush=True)
     threading.Thread(target=watch_connections, daemon=True).start()
     for line in sys.stdin:
         command, _, tag = line.strip().partition(" ")
@@ -76,6 +92,7 @@ def main() -> None:
             deadline = time.monotonic() + 10
             while not pc.is_enabled(CAT) and time.monotonic() < deadline:
                 time.sleep(0.01)
+            wait_for_session()
             emit(tag)
             print(f"emitted {tag}", flush=True)
 

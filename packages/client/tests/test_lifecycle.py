@@ -200,3 +200,26 @@ def test_triggers_stop_a_session_waiting_for_them() -> None:
     assert [e.name for e in trace.events] == ["before trigger"]
     assert any(p.HasField("trigger") for p in trace.trace.packet)
     session.close()
+
+
+def test_console_interceptor_prints_events_instead_of_recording_them(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    config = {
+        "data_sources": [
+            {"config": {"name": "track_event", "interceptor_config": {"name": "console"}}}
+        ]
+    }
+
+    def body() -> None:
+        with pc.trace_event(CAT, "outer", n=1):
+            pc.instant(CAT, "inside", ok=True)
+        pc.counter(CAT, "console counter", 7)
+
+    trace = record(body, config)
+    err = capfd.readouterr().err.splitlines()
+    assert trace.events == []  # routed to the interceptor, not the buffer
+    assert any("> test.lifecycle:outer n=1" in line for line in err)
+    assert any("  * test.lifecycle:inside ok=True" in line for line in err)
+    assert any("< outer (" in line for line in err)
+    assert any("console counter = 7" in line for line in err)

@@ -51,9 +51,9 @@ class Traced:
 class App:
     """The application process (system_app_main.py)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], *args: str) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, APP],
+            [sys.executable, APP, *args],
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -62,11 +62,17 @@ class App:
         )
 
     def expect(self, line: str) -> None:
+        """Reads the app's next line (unbuffered: select() must see what is left)."""
         assert self.process.stdout is not None
-        ready, _, _ = select.select([self.process.stdout], [], [], TIMEOUT)
-        assert ready, f"the app did not print {line!r}"
-        got = self.process.stdout.readline().strip()
-        assert got == line
+        fd = self.process.stdout.fileno()
+        data = b""
+        while not data.endswith(b"\n"):
+            ready, _, _ = select.select([fd], [], [], TIMEOUT)
+            assert ready, f"the app did not print {line!r}"
+            byte = os.read(fd, 1)
+            assert byte, f"the app exited before printing {line!r}"
+            data += byte
+        assert data.decode().strip() == line
 
     def send(self, line: str) -> None:
         assert self.process.stdin is not None
@@ -103,13 +109,20 @@ def _record(app: App, tag: str) -> TraceModel:
 
 def _check_app_events(trace: TraceModel, app_pid: int, tag: str) -> None:
     slices = trace.slices()
-    names = [trace.track_name(s.track) for s in slices if s.name == "work"]
-    assert names.count("MainThread") == 3  # work(tag, 2): three nested calls
-    assert {f"worker {tag} {i}" for i in range(3)} <= set(names)
     main = [s for s in slices if s.name == f"main {tag}"]
     assert len(main) == 1
     assert main[0].args == {"tag": tag}
-    nested = [s for s in slices if s.name == "work" and trace.track_name(s.track) == "MainThread"]
+    names = [trace.track_name(s.track) for s in slices if s.name == "work" and s.args == {}]
+    main_work = [s for s in slices if s.name == "work" and s.begin >= main[0].begin]
+    assert [trace.track_name(s.track) for s in main_work].count("MainThread") == 3
+    assert {f"worker {tag} {i}" for i in range(3)} <= set(names)
+    nested = [
+        s
+        for s in slices
+        if s.name == "work"
+        and trace.track_name(s.track) == "MainThread"
+        and s.begin >= main[0].begin
+    ]
     assert [s.depth for s in nested] == [1, 2, 3]
     assert trace.counters("progress") == [len(tag)]
     assert [s.name for s in slices if s.name.startswith("async")] == [f"async {tag}"]
@@ -144,3 +157,22 @@ def test_missing_traced_is_one_log_line(tmp_path: Path) -> None:
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1
     assert "no tracing service" in lines[0]
+
+
+def test_startup_tracing_is_adopted_by_the_first_session(traced: Traced) -> None:
+    app = App(traced.env, "--startup")
+    app.expect("startup events written")
+    app.expect("connected 1")
+    trace = _record(app, "later")
+    slices = trace.slices()
+    early = [s for s in slices if s.name == "before any session"]
+    assert len(early) == 1
+    assert early[0].args == {"early": True}
+    end = early[0].end
+    assert end is not None
+    startup_work = [s for s in slices if s.name == "work" and s.begin < end]
+    assert [s.depth for s in startup_work] == [1, 2]
+    _check_app_events(trace, app.process.pid, "later")
+    main_seqs = {e.seq for e in trace.events if trace.track_name(e.track) == "MainThread"}
+    assert len(main_seqs) == 1  # the startup sequence went on into the session
+    app.close()

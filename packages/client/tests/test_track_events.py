@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import perfetto_client as pc
 from conftest import Recorder
@@ -245,3 +246,45 @@ def test_incremental_state_is_cleared_and_re_emitted(record: Recorder) -> None:
     assert len(clears) >= 2
     assert {s.name for s in trace.slices()} == {"fib"}
     assert all(s.end is not None for s in trace.slices())
+
+
+def test_decorated_functions_keep_their_signatures_and_behaviour(record: Recorder) -> None:
+    import inspect
+
+    def plain(
+        a: int, /, b: int, c: int = 3, *rest: int, d: object, e: int = 5, **extra: int
+    ) -> tuple[object, ...]:
+        return (a, b, c, rest, d, e, extra)
+
+    traced = pc.trace(CAT)(plain)
+    assert inspect.signature(traced) == inspect.signature(plain)
+    assert traced.__name__ == "plain"
+    calls: list[tuple[tuple[int, ...], dict[str, Any]]] = [
+        ((1, 2), {"d": 4}),
+        ((1, 2, 30, 40, 50), {"d": 4, "e": 6, "x": 7}),
+        ((1,), {"b": 2, "c": 0, "d": None}),
+    ]
+
+    class Box:
+        @pc.trace(CAT)
+        def method(self, value: int = 2) -> int:
+            return value * 2
+
+    def body() -> None:
+        for args, kwargs in calls:
+            assert traced(*args, **kwargs) == plain(*args, **kwargs)
+        assert Box().method() == 4
+        assert Box().method(value=5) == 10
+
+    trace = record(body)
+    names = [s.name for s in trace.slices()]
+    assert (
+        names.count("test_decorated_functions_keep_their_signatures_and_behaviour.<locals>.plain")
+        == 3
+    )
+    assert (
+        names.count(
+            "test_decorated_functions_keep_their_signatures_and_behaviour.<locals>.Box.method"
+        )
+        == 2
+    )

@@ -22,6 +22,7 @@ from perfetto_service import (
     Consumer,
     Producer,
     ServiceIPCHost,
+    SessionCloned,
     TracePacketSlices,
 )
 from perfetto_smb import SharedMemory
@@ -179,6 +180,16 @@ class FakeConsumerEndpoint:
 
     def query_capabilities(self, callback: Callable[[TracingServiceCapabilities], None]) -> None:
         callback(TracingServiceCapabilities(has_query_capabilities=True))
+
+    def clone_session(
+        self,
+        callback: Callable[[SessionCloned], None],
+        *,
+        session_id: int = 0,
+        unique_session_name: str = "",
+    ) -> None:
+        self.calls.append(("clone_session", session_id or unique_session_name))
+        callback(SessionCloned(False, "Tracing session not found"))
 
 
 class FakeService:

@@ -24,7 +24,7 @@ from perfetto_protos.ipc.producer_port_pb2 import InitializeConnectionRequest
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
 from perfetto_service import Consumer, ConsumerIPCClient, Producer, ProducerIPCClient
 from perfetto_service.ipc._client_base import PortClient
-from perfetto_service.ipc.producer._producer_ipc_client import SDK_VERSION
+from perfetto_service.ipc.producer._producer_ipc_client import default_sdk_version
 
 CONSUMER_METHODS = [
     "EnableTracing",
@@ -272,7 +272,7 @@ def test_producer_default_initialize_connection_names_the_sdk(socket_path: str) 
     frames = record(host, producer, list, 3)
     init = IPCFrame.FromString(frames[1][4:]).msg_invoke_method
     request = InitializeConnectionRequest.FromString(init.args_proto)
-    assert request.sdk_version == SDK_VERSION
-    assert SDK_VERSION.startswith("perfetto-py ")
+    assert request.sdk_version == default_sdk_version()
+    assert request.sdk_version.startswith("perfetto-py 0.")
     assert request.smb_scraping_mode == InitializeConnectionRequest.SMB_SCRAPING_ENABLED
     assert not request.HasField("producer_provided_shmem")

@@ -170,6 +170,46 @@ def test_consumer_is_told_the_connection_was_lost_when_traced_dies(
     assert consumer.consumer.disconnected.wait(TIMEOUT)
 
 
+def test_traced_logs_sessions_and_producers(traced: Traced, consumer: ConsumerSession) -> None:
+    producers = start_producers(traced.producer_socket, ["logged"], 10)
+    try:
+        consumer.client.enable_tracing(make_config(buffer_kb=1024, unique_session_name="s"))
+        producers[0].wait_line("WROTE")
+        consumer.client.disable_tracing()
+        consumer.wait_disabled()
+        consumer.client.free_buffers()
+        traced.wait_log("Tracing session 1 ended")
+    finally:
+        for producer in producers:
+            producer.close()
+    traced.wait_log('Producer 1 "logged" disconnected')
+    log = "\n".join(traced.log)
+    assert 'Producer 1 "logged" connected, uid=' in log
+    assert (
+        "Configured tracing session 1, #sources:1, duration:0 ms, #buffers:1, "
+        "total buffer size:1024 KB, total sessions:1, uid:" in log
+    )
+    assert 'session name: "s"' in log
+    assert "Started tracing session 1, #data source instances:1" in log
+    ended = next(line for line in traced.log if "Tracing session 1 ended" in line)
+    assert "total sessions:0, bytes written:" in ended
+    assert "bytes written:0," not in ended
+    assert "Consumer connected" not in log  # debug level
+
+
+def test_traced_verbose_logs_at_debug_level() -> None:
+    with tempfile.TemporaryDirectory() as directory, Traced(directory, "--verbose") as daemon:
+        session = ConsumerSession(daemon.consumer_socket)
+        try:
+            answered = threading.Event()
+            session.client.query_capabilities(lambda _caps: answered.set())
+            assert answered.wait(TIMEOUT)
+            daemon.wait_log("Consumer connected, uid=")
+        finally:
+            session.close()
+        daemon.wait_log("Consumer disconnected")
+
+
 def test_consumer_killed_mid_session_frees_the_session(traced: Traced) -> None:
     producers = start_producers(traced.producer_socket, ["p"], 5)
     try:

@@ -102,14 +102,41 @@ def _accepts(path: str) -> bool:
         return True
 
 
-def test_unwritable_socket_path_is_a_one_line_error(directory: str) -> None:
+def test_missing_directory_is_a_one_line_error_with_its_cause(directory: str) -> None:
     missing = f"{directory}/no/such/dir"
     result = _run([], _env(f"{missing}/producer", f"{missing}/consumer"))
     assert result.returncode == 1
-    lines = result.stderr.strip().splitlines()
+    assert result.stderr.splitlines() == [
+        f"traced: cannot listen on {missing}/producer: No such file or directory "
+        "(does the directory exist?)"
+    ]
+
+
+def test_failed_second_bind_leaves_no_socket_files(directory: str) -> None:
+    producers = [f"{directory}/p1", f"{directory}/p2"]
+    result = _run([], _env(",".join(producers), f"{directory}/missing/c"))
+    assert result.returncode == 1
+    assert len(result.stderr.splitlines()) == 1
+    assert os.listdir(directory) == []
+
+
+def test_bind_error_names_its_real_cause(directory: str) -> None:
+    # 192.0.2.1 is TEST-NET-1: no interface of this machine has it.
+    result = _run([], _env(f"{directory}/p", "192.0.2.1:32278"))
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith("traced: cannot listen on")
-    assert "producer" in lines[0]
+    assert lines[0].startswith("traced: cannot listen on 192.0.2.1:32278: ")
+    assert "writable" not in lines[0]
+    assert os.listdir(directory) == []
+
+
+@pytest.mark.parametrize("name", ["127.0.0.1:99999", "localhost:-1"])
+def test_bad_port_is_a_one_line_error(directory: str, name: str) -> None:
+    result = _run([], _env(f"{directory}/p", name))
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [f"traced: bad port in '{name}': a TCP port is 0 to 65535"]
+    assert os.listdir(directory) == []
 
 
 def test_a_regular_file_in_the_way_is_not_removed(directory: str) -> None:

@@ -49,14 +49,28 @@ class Traced:
             stderr=subprocess.PIPE,
         )
         os.close(write_end)
+        self.log: list[str] = []
+        self._log_reader = threading.Thread(target=self._read_log, daemon=True)
+        self._log_reader.start()
         try:
             ready, _, _ = select.select([read_end], [], [], TIMEOUT)
             if not ready or os.read(read_end, 1) != b"1":
                 self.process.kill()
-                _, err = self.process.communicate(timeout=TIMEOUT)
-                raise AssertionError(f"traced did not start: {err.decode()}")
+                self.process.wait(TIMEOUT)
+                self._log_reader.join(TIMEOUT)
+                raise AssertionError("traced did not start: " + "\n".join(self.log))
         finally:
             os.close(read_end)
+
+    def _read_log(self) -> None:
+        """Collects traced's stderr (its log) so that the pipe never fills up."""
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.log.append(line.decode(errors="replace").rstrip("\n"))
+
+    def wait_log(self, text: str) -> None:
+        """Waits until a line of traced's log contains `text`."""
+        wait_for(lambda: any(text in line for line in self.log), TIMEOUT)
 
     @property
     def pid(self) -> int:
@@ -87,6 +101,7 @@ class Traced:
         traceback: TracebackType | None,
     ) -> None:
         self.stop()
+        self._log_reader.join(TIMEOUT)
         if self.process.stdout is not None:
             self.process.stdout.close()
         if self.process.stderr is not None:

@@ -14,7 +14,8 @@ from perfetto_wire import FrameDecoder, FrameTooLargeError, encode_frame
 from perfetto_wire._call_frames import encode_invoke, invoke_reply_header
 from perfetto_wire._framing import IPC_BUFFER_SIZE, MAX_PAYLOAD_SIZE
 
-# ABI.md §1.1: BindService("ProducerPort") with request_id 1.
+# BindService("ProducerPort") with request_id 1, as upstream's client sends it first
+# (ClientImpl::BindService: IPCFrame{request_id, msg_bind_service{service_name}}).
 GOLDEN_BIND = bytes.fromhex("12000000 1001 1a0e 0a0c 50726f6475636572506f7274")
 # request_id 1, success, service_id 1, one method {id 1, "Sync"}.
 GOLDEN_BIND_REPLY = bytes.fromhex("12000000 1001 220e 0801 1001 1a08 0801 1204 53796e63")

@@ -1,9 +1,22 @@
 """Perfetto's protos: generated protobuf messages and ProtoZero writers."""
 
-from importlib.metadata import version as _version
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from perfetto_protos._errors import ProtosError
 
-__version__: str = _version("perfetto-protos")
+if TYPE_CHECKING:
+    __version__: str
 
 __all__ = ["ProtosError", "__version__"]
+
+if not TYPE_CHECKING:
+
+    def __getattr__(name: str) -> Any:
+        if name != "__version__":
+            raise AttributeError(f"module 'perfetto_protos' has no attribute {name!r}")
+        from importlib.metadata import version
+
+        globals()["__version__"] = value = version("perfetto-protos")
+        return value

@@ -89,6 +89,20 @@ def _trace_config(opts: Options) -> TraceConfig:
     return config
 
 
+def _clone(opts: Options) -> int:
+    """`--clone TSID` / `--clone-by-name NAME`: a snapshot of a running session into --out."""
+    if opts.has_light_options or opts.config_file is not None:
+        raise CliError("Cannot specify a trace config with this option")
+    if opts.out is None:
+        raise CliError("Either --out or --upload is required")
+    output = TraceOutput(opts.out, no_clobber=opts.no_clobber)
+    runner = SessionRunner(None, output, clone_tsid=opts.clone_tsid, clone_name=opts.clone_name)
+    try:
+        return runner.run()
+    finally:
+        output.close()
+
+
 def _run(opts: Options) -> int:
     if opts.help:
         sys.stderr.write(USAGE)
@@ -105,7 +119,7 @@ def _run(opts: Options) -> int:
     if opts.summary is not None:
         return summarize_file(opts.summary, sys.stdout)
     if opts.is_clone:
-        raise CliError("--clone: this tracing service does not support cloning sessions yet")
+        return _clone(opts)
     will_trace = opts.attach_key is None and not opts.query
     if not will_trace:
         if opts.config_file is not None or opts.has_light_options:

@@ -16,8 +16,14 @@ from perfetto_protos.common.observable_events_pb2 import ObservableEvents
 from perfetto_protos.common.trace_stats_pb2 import TraceStats
 from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
-from perfetto_service import ConsumerIPCClient, TracePacketSlices, consumer_socket_name
+from perfetto_service import (
+    ConsumerIPCClient,
+    SessionCloned,
+    TracePacketSlices,
+    consumer_socket_name,
+)
 
+from perfetto_cmd._errors import CliError
 from perfetto_cmd._output import TraceOutput
 from perfetto_cmd._progress import ProgressLine
 from perfetto_cmd._query import format_service_state
@@ -124,6 +130,8 @@ class SessionRunner:
         query_raw: bool = False,
         notify_fd: int | None = None,
         progress: bool = False,
+        clone_tsid: int | None = None,
+        clone_name: str | None = None,
     ) -> None:
         self.config = config
         self.output = output
@@ -147,6 +155,9 @@ class SessionRunner:
         self._started_at = 0.0
         self._progress = ProgressLine() if progress else None
         self._buffer_bytes = 0
+        self.clone_tsid = clone_tsid
+        self.clone_name = clone_name
+        self._snapshots: list[threading.Thread] = []
 
     @property
     def expected_duration_ms(self) -> int:
@@ -160,12 +171,17 @@ class SessionRunner:
         delay = max((t.stop_delay_ms for t in triggers.triggers), default=0)
         return triggers.trigger_timeout_ms + delay if triggers.trigger_timeout_ms else 0
 
-    def run(self) -> int:
-        """Connects, runs until the session is over (or a signal stops it); the exit status."""
-        previous = {
-            signum: signal.signal(signum, self._on_signal)
-            for signum in (signal.SIGINT, signal.SIGTERM)
-        }
+    def run(self, *, handle_signals: bool = True) -> int:
+        """Connects, runs until the session is over (or a signal stops it); the exit status.
+
+        Only the main thread handles signals (snapshot runners pass False).
+        """
+        previous = {}
+        if handle_signals:
+            previous = {
+                signum: signal.signal(signum, self._on_signal)
+                for signum in (signal.SIGINT, signal.SIGTERM)
+            }
         try:
             self.client.connect()
             while not self._done.wait(0.1):
@@ -176,6 +192,8 @@ class SessionRunner:
             self.client.close()
             if self._progress is not None:
                 self._progress.clear()
+            for snapshot in self._snapshots:
+                snapshot.join()
         self.notify_fd = _notify(self.notify_fd, _WAIT_OK if self._exit_code == 0 else 2)
         _BackgroundPipe.fd = _notify(_BackgroundPipe.fd, 0 if self._exit_code == 0 else 2)
         return self._exit_code
@@ -218,13 +236,27 @@ class SessionRunner:
 
     def on_connect(self) -> None:
         self._connected = True
+        mask = 0
         if self.notify_fd >= 0 or _BackgroundPipe.fd >= 0:
-            self.client.observe_events(ObservableEvents.TYPE_ALL_DATA_SOURCES_STARTED)
+            mask |= ObservableEvents.TYPE_ALL_DATA_SOURCES_STARTED
+        if self._snapshot_mode:
+            mask |= ObservableEvents.TYPE_CLONE_TRIGGER_HIT
+        if mask:
+            self.client.observe_events(mask)
         if self.query:
             self.client.query_service_state(False, self._on_service_state)
             return
         if self.attach_key is not None:
             self.client.attach(self.attach_key)
+            return
+        if self.clone_tsid is not None or self.clone_name is not None:
+            output_fd = self.output.fd if self.output is not None else None
+            self.client.clone_session(
+                self._on_session_cloned,
+                session_id=self.clone_tsid or 0,
+                unique_session_name=self.clone_name or "",
+                output_fd=output_fd,
+            )
             return
         config = self.config
         assert config is not None
@@ -240,6 +272,45 @@ class SessionRunner:
         self._started_at = time.monotonic()
         if self.detach_key is not None:
             self.client.detach(self.detach_key)
+
+    @property
+    def _snapshot_mode(self) -> bool:
+        config = self.config
+        return (
+            config is not None
+            and self.clone_tsid is None
+            and self.clone_name is None
+            and config.trigger_config.trigger_mode == TraceConfig.TriggerConfig.CLONE_SNAPSHOT
+        )
+
+    def _on_session_cloned(self, result: SessionCloned) -> None:
+        if result.success:
+            self.on_tracing_disabled("")
+            return
+        name = str(self.clone_tsid) if self.clone_tsid is not None else f'"{self.clone_name}"'
+        self.on_tracing_disabled(f"Failed to clone tracing session {name}: {result.error}")
+
+    def _take_snapshot(self, session_id: int) -> None:
+        """Clones the session into OUT.N on a thread of its own (CLONE_SNAPSHOT triggers)."""
+        if self.output is None or self.output.path == "-":
+            log("CLONE_SNAPSHOT triggers need an --out file")
+            return
+        path = f"{self.output.path}.{len(self._snapshots)}"
+
+        def snapshot() -> None:
+            try:
+                output = TraceOutput(path)
+            except CliError as exc:
+                log(str(exc))
+                return
+            try:
+                SessionRunner(None, output, clone_tsid=session_id).run(handle_signals=False)
+            finally:
+                output.close()
+
+        thread = threading.Thread(target=snapshot, name=f"snapshot-{len(self._snapshots)}")
+        self._snapshots.append(thread)
+        thread.start()
 
     def on_disconnect(self) -> None:
         if self._done.is_set():
@@ -336,6 +407,8 @@ class SessionRunner:
             self._buffer_bytes = sum(b.bytes_written for b in stats.buffer_stats)
 
     def on_observable_events(self, events: ObservableEvents) -> None:
+        if events.HasField("clone_trigger_hit") and self._snapshot_mode:
+            self._take_snapshot(events.clone_trigger_hit.tracing_session_id)
         if events.all_data_sources_started:
             self.notify_fd = _notify(self.notify_fd, _WAIT_OK)
             _BackgroundPipe.fd = _notify(_BackgroundPipe.fd, _WAIT_OK)

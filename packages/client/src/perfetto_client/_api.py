@@ -19,9 +19,7 @@ from perfetto_client._track_event_writer import (
     TYPE_SLICE_END,
     TrackEventWriter,
     counter_value_field,
-    event_keys,
     flow_fields,
-    track_uuid_field,
     varint,
 )
 from perfetto_client._tracks import CounterTrack, NamedTrack, Track, process_uuid
@@ -149,7 +147,7 @@ def _extra_fields(
     out = b""
     iids: list[int] = []
     if track is not None:
-        out += track_uuid_field(track.uuid)
+        out += track.uuid_field()
     if args:
         encoded, iids = encode_annotations(args)
         out += encoded
@@ -210,7 +208,7 @@ def _event(
     ts = _now() if timestamp is None else timestamp
     if track is None:
         track = _task_track()
-    key = event_keys.key(cat.name, name, dynamic_category=cat.dynamic) if name else 0
+    key = cat.event_key(name) if name else 0
     if key == 0 and event_type == TYPE_SLICE_END and track is None:
         for writer in writers:
             writer.slice_end(ts)
@@ -351,11 +349,14 @@ def counter(
         track = found
     writers = thread_writers(cat.mask)
     ts = _now() if timestamp is None else timestamp
-    extra = track_uuid_field(track.uuid) + counter_value_field(value)
     lineage = track.lineage()
+    extra = track.uuid_field() + counter_value_field(value)
     for writer in writers:
+        if writer.cleared:
+            writer.ensure_state(ts)
         for item in lineage:
-            writer.ensure_track(item.uuid, item.descriptor_bytes, ts)
+            if item.uuid not in writer.seen_tracks:
+                writer.ensure_track(item.uuid, item.descriptor_bytes, ts)
         writer.event(0, TYPE_COUNTER, ts, extra, b"")
 
 
@@ -396,7 +397,7 @@ class _Slice:
             for writer in self._writers:
                 writer.slice_end(ts)
         else:
-            extra = track_uuid_field(track.uuid)
+            extra = track.uuid_field()
             for writer in self._writers:
                 writer.event(0, TYPE_SLICE_END, ts, extra, b"")
 
@@ -437,7 +438,7 @@ def trace_event(
         return _NO_SLICE
     if track is None:
         track = _task_track()
-    key = event_keys.key(cat.name, name, dynamic_category=cat.dynamic)
+    key = cat.event_key(name)
     if (
         track is None
         and not args
@@ -489,26 +490,109 @@ def trace(
 
 def _decorate(cat: Category, name: str | None, fn: Callable[P, R]) -> Callable[P, R]:
     slice_name = name or getattr(fn, "__qualname__", None) or repr(fn)
-    key = event_keys.key(cat.name, slice_name, dynamic_category=cat.dynamic)
+    key = cat.event_key(slice_name)
     code = getattr(fn, "__code__", None)
     if code is not None and code.co_flags & _CO_COROUTINE:
         return _decorate_coroutine(cat, key, fn)  # type: ignore[arg-type, return-value]
 
-    @functools.wraps(fn)
-    def traced(*args: P.args, **kwargs: P.kwargs) -> R:
-        if not cat.enabled:
-            return fn(*args, **kwargs)
-        writers = thread_writers(cat.mask)
-        ts = _now()
-        for writer in writers:
-            writer.slice_begin(key, ts)
-        try:
-            return fn(*args, **kwargs)
-        finally:
+    traced = _exact_wrapper(fn, cat, key)
+    if traced is None:
+
+        def traced(*args: P.args, **kwargs: P.kwargs) -> R:
+            if not cat.enabled:
+                return fn(*args, **kwargs)
+            writers = thread_writers(cat.mask)
             ts = _now()
             for writer in writers:
-                writer.slice_end(ts)
+                writer.slice_begin(key, ts)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                ts = _now()
+                for writer in writers:
+                    writer.slice_end(ts)
 
+    return functools.update_wrapper(traced, fn)
+
+
+_CO_VARARGS = 0x04
+_CO_VARKEYWORDS = 0x08
+_factories: dict[str, Callable[..., Any]] = {}
+"""Wrapper factories by source (one compile per distinct signature)."""
+
+_WRAPPER = """
+def _perfetto_make(_perfetto_fn, _perfetto_cat, _perfetto_key, {defaults}):
+    def traced({params}):
+        if not _perfetto_cat.enabled:
+            return _perfetto_fn({args})
+        _perfetto_writers = thread_writers(_perfetto_cat.mask)
+        _perfetto_ts = _now()
+        for _perfetto_writer in _perfetto_writers:
+            _perfetto_writer.slice_begin(_perfetto_key, _perfetto_ts)
+        try:
+            return _perfetto_fn({args})
+        finally:
+            _perfetto_ts = _now()
+            for _perfetto_writer in _perfetto_writers:
+                _perfetto_writer.slice_end(_perfetto_ts)
+    return traced
+"""
+
+
+def _exact_wrapper(fn: Callable[P, R], cat: Category, key: int) -> Callable[P, R] | None:
+    """A wrapper with `fn`'s own parameters (a call without *args/**kwargs packing costs
+    about a third), or None when `fn` is not a plain Python function."""
+    code = getattr(fn, "__code__", None)
+    if code is None or not isinstance(getattr(fn, "__defaults__", ()), tuple | None):
+        return None
+    names = code.co_varnames
+    positional = code.co_argcount
+    kwonly = code.co_kwonlyargcount
+    if any(n.startswith("_perfetto_") for n in names[: positional + kwonly + 2]):
+        return None
+    defaults = fn.__defaults__ or ()
+    kwdefaults = fn.__kwdefaults__ or {}
+    params: list[str] = []
+    args: list[str] = []
+    default_values: list[object] = []
+    first_default = positional - len(defaults)
+    for i, name in enumerate(names[:positional]):
+        if i >= first_default:
+            params.append(f"{name}=_perfetto_d{len(default_values)}")
+            default_values.append(defaults[i - first_default])
+        else:
+            params.append(name)
+        if i == code.co_posonlyargcount - 1:
+            params.append("/")
+        args.append(name)
+    index = positional + kwonly
+    if code.co_flags & _CO_VARARGS:
+        params.append(f"*{names[index]}")
+        args.append(f"*{names[index]}")
+        index += 1
+    elif kwonly:
+        params.append("*")
+    for name in names[positional : positional + kwonly]:
+        if name in kwdefaults:
+            params.append(f"{name}=_perfetto_d{len(default_values)}")
+            default_values.append(kwdefaults[name])
+        else:
+            params.append(name)
+        args.append(f"{name}={name}")
+    if code.co_flags & _CO_VARKEYWORDS:
+        params.append(f"**{names[index]}")
+        args.append(f"**{names[index]}")
+    source = _WRAPPER.format(
+        defaults=", ".join(f"_perfetto_d{i}" for i in range(len(default_values))),
+        params=", ".join(params),
+        args=", ".join(args),
+    )
+    factory = _factories.get(source)
+    if factory is None:
+        namespace: dict[str, Any] = {}
+        exec(compile(source, "<perfetto_client.trace>", "exec"), globals(), namespace)
+        factory = _factories[source] = namespace["_perfetto_make"]
+    traced: Callable[P, R] = factory(fn, cat, key, *default_values)
     return traced
 
 
@@ -528,14 +612,14 @@ def _decorate_coroutine(
             TYPE_SLICE_BEGIN,
             ts,
             track,
-            b"" if track is None else track_uuid_field(track.uuid),
+            b"" if track is None else track.uuid_field(),
             [],
         )
         try:
             return await fn(*args, **kwargs)
         finally:
             ts = _now()
-            extra = b"" if track is None else track_uuid_field(track.uuid)
+            extra = b"" if track is None else track.uuid_field()
             for writer in writers:
                 writer.event(0, TYPE_SLICE_END, ts, extra, b"")
 

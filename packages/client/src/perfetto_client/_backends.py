@@ -188,7 +188,7 @@ class SystemBackend:
         self._closed = False
         self.connections = 0
         """How many times a producer connection was established (reconnects included)."""
-        self.producer = TracingProducer(self, _producer_name())
+        self.producer = TracingProducer(self, _producer_name(), adopts_startup=True)
         self.client: ProducerIPCClient | None = None
         if not _accepts(self.socket_name):
             _log.warning(
@@ -201,7 +201,7 @@ class SystemBackend:
         with self._lock:
             if self._closed:
                 return
-            producer = TracingProducer(self, self.producer.name)
+            producer = TracingProducer(self, self.producer.name, adopts_startup=True)
             self.producer = producer
             client = ProducerIPCClient(
                 self.socket_name,

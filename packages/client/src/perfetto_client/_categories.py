@@ -27,7 +27,7 @@ class Category:
     Creating a second Category with a registered name returns an object sharing its state.
     """
 
-    __slots__ = ("description", "dynamic", "enabled", "instances", "mask", "name", "tags")
+    __slots__ = ("description", "dynamic", "enabled", "instances", "keys", "mask", "name", "tags")
 
     name: str
     description: str
@@ -36,6 +36,8 @@ class Category:
     enabled: bool
     instances: tuple[TrackEventInstance, ...]
     mask: int
+    keys: dict[str, int]
+    """Event name -> event key, for this category."""
 
     def __init__(
         self,
@@ -54,12 +56,20 @@ class Category:
         self.enabled = False
         self.instances = ()
         self.mask = 0
+        self.keys = {}
         if not dynamic:
             event_keys.category_iid(name)
         registry.add(self)
 
     def __repr__(self) -> str:
         return f"Category({self.name!r})"
+
+    def event_key(self, name: str) -> int:
+        """The event key of `name` in this category (see `EventKeys.key`)."""
+        key = self.keys.get(name)
+        if key is None:
+            key = self.keys[name] = event_keys.key(self.name, name, dynamic_category=self.dynamic)
+        return key
 
 
 def _matches(pattern: str, name: str, match_type: int) -> bool:
@@ -188,6 +198,17 @@ class CategoryRegistry:
             used = {i.slot for i in self.instances}
             instance.slot = next(s for s in range(len(used) + 1) if s not in used)
             self.instances.append(instance)
+            self.generation += 1
+            self._update_all()
+
+    def replace_instance(self, old: TrackEventInstance, new: TrackEventInstance) -> None:
+        """`new` takes over `old`'s slot in one step (startup tracing adopted by a session)."""
+        with self._lock:
+            if old in self.instances:
+                self.instances.remove(old)
+            used = {i.slot for i in self.instances}
+            new.slot = next(s for s in range(len(used) + 1) if s not in used)
+            self.instances.append(new)
             self.generation += 1
             self._update_all()
 

@@ -6,6 +6,7 @@ import struct
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
+from perfetto_client import _track_event_writer as _encoders
 from perfetto_client._track_event_writer import intern_debug_annotation_name, varint
 
 __all__ = ["Traceable", "encode_annotations"]
@@ -101,13 +102,26 @@ def _value(value: object, depth: int) -> bytes:
     return _str(repr(value))
 
 
+_name_fields: dict[str, tuple[bytes, int]] = {}
+"""Annotation name -> (encoded DebugAnnotation.name_iid field, iid)."""
+
+
 def encode_annotations(args: Mapping[str, object]) -> tuple[bytes, list[int]]:
     """TrackEvent.debug_annotations fields for `args`, and the annotation name iids they use."""
     out = b""
     iids: list[int] = []
+    short = _encoders.SHORT_VARINTS
     for name, value in args.items():
-        iid = intern_debug_annotation_name(name)
+        found = _name_fields.get(name)
+        if found is None:
+            iid = intern_debug_annotation_name(name)
+            found = _name_fields[name] = (_NAME_IID + varint(iid), iid)
+        prefix, iid = found
         iids.append(iid)
-        body = _NAME_IID + varint(iid) + _value(value, 0)
-        out += _ANNOTATION + varint(len(body)) + body
+        if type(value) is int and 0 <= value < 16384:
+            body = prefix + _INT + short[value]
+        else:
+            body = prefix + _value(value, 0)
+        size = len(body)
+        out += _ANNOTATION + (short[size] if size < 16384 else varint(size)) + body
     return out, iids

@@ -72,8 +72,10 @@ class TracingProducer:
     the IPC thread).
     """
 
-    def __init__(self, host: ProducerHost, name: str) -> None:
+    def __init__(self, host: ProducerHost, name: str, *, adopts_startup: bool = False) -> None:
         self.host = host
+        self.adopts_startup = adopts_startup
+        """Whether sessions on this backend adopt startup tracing."""
         self.name = name
         self.endpoint: ProducerEndpoint | None = None
         self.instances: dict[int, DataSourceInstanceHandle] = {}

@@ -7,8 +7,8 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from perfetto_client import _api
 from perfetto_client._categories import registry
@@ -79,7 +79,9 @@ class Tracing:
             if _state.track_event is None:
                 _state.shmem_size_hint_kb = shmem_size_hint_kb
                 _state.use_monotonic_clock = use_monotonic_clock
-                _state.track_event = TrackEventKind(use_monotonic_clock=use_monotonic_clock)
+                _state.track_event = TrackEventKind(
+                    use_monotonic_clock=use_monotonic_clock, adopts_startup=True
+                )
                 _state.kinds.insert(0, _state.track_event)
                 _api.set_trace_clock(
                     time.monotonic_ns
@@ -132,6 +134,38 @@ class Tracing:
         for backend in (_state.in_process, _state.system):
             if backend is not None:
                 backend.activate_triggers(items)
+
+    @staticmethod
+    def setup_startup_tracing(
+        config: Mapping[str, Any] | Any = None,
+        *,
+        timeout_ms: int = 10_000,
+        max_kb: int = 4096,
+    ) -> None:
+        """Records track events from now on, before any system session exists.
+
+        For the SYSTEM backend: events of the categories `config` (a TrackEventConfig or its
+        dict form; all default-enabled categories if None) enables are kept in memory (up
+        to `max_kb`); the first session of `traced` that starts track_event adopts them,
+        each thread handing its events over on its next event. Without such a session
+        within `timeout_ms`, they are dropped.
+        """
+        from google.protobuf import json_format
+        from perfetto_protos.config.track_event.track_event_config_pb2 import TrackEventConfig
+
+        if _state.system is None:
+            raise TracingError("startup tracing needs the SYSTEM backend: initialize it first")
+        kind = _state.track_event
+        assert kind is not None
+        if isinstance(config, TrackEventConfig):
+            te_config = config
+        else:
+            te_config = json_format.ParseDict(dict(config or {}), TrackEventConfig())
+        kind.abort_startup_tracing()
+        startup = kind.start_startup_tracing(te_config, max_kb * 1024)
+        timer = threading.Timer(timeout_ms / 1000, kind.abort_startup_tracing, (startup,))
+        timer.daemon = True
+        timer.start()
 
     @staticmethod
     def wait_connected(timeout: float = 10.0) -> bool:

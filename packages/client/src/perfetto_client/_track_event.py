@@ -27,6 +27,7 @@ class _TraceWriter(Protocol):
 
 __all__ = [
     "TRACK_EVENT_DATA_SOURCE",
+    "StartupInstance",
     "ThreadState",
     "TrackEventInstance",
     "thread_state",
@@ -64,6 +65,22 @@ class TrackEventInstance:
             self.clock = _boottime_clock()
         self.writers: weakref.WeakSet[TrackEventWriter] = weakref.WeakSet()
         self.stopped = False
+        self.adopted_by: TrackEventInstance | None = None
+        """For a startup instance: the session instance that takes over its sequences."""
+
+    def adopt(self, writer: TrackEventWriter, packets: list[bytes]) -> bool:
+        """Moves a startup sequence into this instance: its buffered packets are written
+        into a new TraceWriter, which the sequence keeps writing to (same incremental
+        state). False if no writer could be created."""
+        try:
+            trace_writer = self._create_trace_writer()
+        except Exception:
+            return False
+        for packet in packets:
+            trace_writer.write_packet(packet)
+        writer.rebind(trace_writer.write_packet, trace_writer.close)
+        self.writers.add(writer)
+        return True
 
     def new_writer(self, thread: ThreadTrack) -> TrackEventWriter | None:
         """A writer for the calling thread (None if the buffer is gone or writers ran out)."""
@@ -87,6 +104,69 @@ class TrackEventInstance:
         """The service asked for incremental state to be re-emitted on every sequence."""
         for writer in list(self.writers):
             writer.clear_incremental_state()
+
+
+class _MemorySink:
+    """A startup sequence's packets, kept until a session adopts them."""
+
+    def __init__(self, owner: StartupInstance) -> None:
+        self.packets: list[bytes] = []
+        self._owner = owner
+
+    def write_packet(self, data: bytes) -> None:
+        owner = self._owner
+        if owner.buffered + len(data) <= owner.max_bytes:
+            owner.buffered += len(data)
+            self.packets.append(data)
+        else:
+            owner.dropped += 1
+
+    def close(self) -> None:
+        self.packets = []
+
+
+class StartupInstance(TrackEventInstance):
+    """Startup tracing: records before any session, into memory, for a session to adopt.
+
+    Each thread's sequence is buffered (up to `max_bytes` in all); when a session's
+    track_event instance starts, each thread hands its sequence over on its next event.
+    """
+
+    def __init__(self, config: Any, *, max_bytes: int, use_monotonic_clock: bool) -> None:
+        self.max_bytes = max_bytes
+        self.buffered = 0
+        self.dropped = 0
+        self._sinks: weakref.WeakKeyDictionary[TrackEventWriter, _MemorySink] = (
+            weakref.WeakKeyDictionary()
+        )
+        super().__init__(0, config, self._new_sink, use_monotonic_clock=use_monotonic_clock)
+
+    def _new_sink(self) -> _MemorySink:
+        return _MemorySink(self)
+
+    def new_writer(self, thread: ThreadTrack) -> TrackEventWriter | None:
+        """A writer whose packets are kept in memory."""
+        sink = _MemorySink(self)
+        writer = TrackEventWriter(
+            sink.write_packet,
+            clock=self.clock,
+            clock_id=self.clock_id,
+            thread_track_uuid=thread.uuid,
+            reset_packets=_reset_packets,
+            close=sink.close,
+        )
+        writer.thread_name = thread.name
+        self.writers.add(writer)
+        self._sinks[writer] = sink
+        return writer
+
+    def take_packets(self, writer: TrackEventWriter) -> list[bytes]:
+        """The packets buffered for `writer`'s sequence (forgotten here)."""
+        sink = self._sinks.pop(writer, None)
+        if sink is None:
+            return []
+        packets, sink.packets = sink.packets, []
+        return packets
 
 
 def _boottime_clock() -> Callable[[], int]:
@@ -126,7 +206,18 @@ class ThreadState:
         running = set(registry.instances)
         for instance in [i for i in self.writers if i not in running]:
             writer = self.writers.pop(instance)
-            if writer is not None:
+            if writer is None:
+                continue
+            successor = instance.adopted_by
+            if (
+                successor is not None
+                and successor in running
+                and successor not in self.writers
+                and isinstance(instance, StartupInstance)
+                and successor.adopt(writer, instance.take_packets(writer))
+            ):
+                self.writers[successor] = writer
+            else:
                 writer.close()
         name = threading.current_thread().name
         if name != self.track.name:

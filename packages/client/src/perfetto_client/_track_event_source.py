@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
@@ -10,8 +11,14 @@ from perfetto_protos.config.track_event.track_event_config_pb2 import TrackEvent
 from perfetto_smb import BufferExhaustedPolicy, TraceWriter
 
 from perfetto_client._categories import registry
+from perfetto_client._console import CONSOLE_INTERCEPTOR, ConsoleSink
 from perfetto_client._producer import TracingProducer
-from perfetto_client._track_event import TRACK_EVENT_DATA_SOURCE, TrackEventInstance
+from perfetto_client._track_event import (
+    TRACK_EVENT_DATA_SOURCE,
+    StartupInstance,
+    TrackEventInstance,
+)
+from perfetto_client._track_event_writer import boottime_ns
 
 __all__ = ["TRACK_EVENT_DESCRIPTOR_ID", "TrackEventKind"]
 
@@ -22,11 +29,20 @@ TRACK_EVENT_DESCRIPTOR_ID = 1
 class _TrackEventHandle:
     """The producer's handle on one track_event instance."""
 
-    def __init__(self, instance: TrackEventInstance) -> None:
+    def __init__(
+        self, instance: TrackEventInstance, startup: StartupInstance | None = None
+    ) -> None:
         self.instance = instance
+        self.startup = startup
 
     def start(self) -> None:
-        registry.start_instance(self.instance)
+        startup = self.startup
+        if startup is not None and startup.adopted_by is None and not startup.stopped:
+            startup.adopted_by = self.instance
+            startup.stopped = True
+            registry.replace_instance(startup, self.instance)
+        else:
+            registry.start_instance(self.instance)
 
     def stop(self, done: Callable[[], None]) -> None:
         self.instance.stopped = True
@@ -45,8 +61,31 @@ class TrackEventKind:
 
     name = TRACK_EVENT_DATA_SOURCE
 
-    def __init__(self, *, use_monotonic_clock: bool = False) -> None:
+    def __init__(self, *, use_monotonic_clock: bool = False, adopts_startup: bool = False) -> None:
         self.use_monotonic_clock = use_monotonic_clock
+        self.adopts_startup = adopts_startup
+        self.startup: StartupInstance | None = None
+        """The running startup instance the next session adopts (SYSTEM backend only)."""
+
+    def start_startup_tracing(self, config: TrackEventConfig, max_bytes: int) -> StartupInstance:
+        """Starts recording into memory until a session adopts it (or it is aborted)."""
+        startup = StartupInstance(
+            config, max_bytes=max_bytes, use_monotonic_clock=self.use_monotonic_clock
+        )
+        self.startup = startup
+        registry.start_instance(startup)
+        return startup
+
+    def abort_startup_tracing(self, only: StartupInstance | None = None) -> None:
+        """Drops the startup instance (if it is `only`, when given) unless a session adopted
+        it."""
+        startup = self.startup
+        if startup is None or (only is not None and startup is not only):
+            return
+        self.startup = None
+        if startup.adopted_by is None:
+            startup.stopped = True
+            registry.stop_instance(startup)
 
     def descriptor(self) -> DataSourceDescriptor:
         """track_event, with every registered category in its TrackEventDescriptor."""
@@ -66,12 +105,22 @@ class TrackEventKind:
         """A new instance writing into the session buffer of `config`."""
         target_buffer = config.target_buffer
 
-        def create() -> TraceWriter:
+        def create() -> TraceWriter | ConsoleSink:
             return producer.create_trace_writer(target_buffer, BufferExhaustedPolicy.DROP)
+
+        if config.interceptor_config.name == CONSOLE_INTERCEPTOR:
+            start = time.monotonic_ns() if self.use_monotonic_clock else boottime_ns()
+            output = int(config.interceptor_config.console_config.output)
+
+            def create() -> TraceWriter | ConsoleSink:
+                return ConsoleSink(start, output)
 
         te_config = TrackEventConfig()
         te_config.CopyFrom(config.track_event_config)
         instance = TrackEventInstance(
             instance_id, te_config, create, use_monotonic_clock=self.use_monotonic_clock
         )
-        return _TrackEventHandle(instance)
+        startup = self.startup if self.adopts_startup and producer.adopts_startup else None
+        if startup is not None:
+            self.startup = None
+        return _TrackEventHandle(instance, startup)

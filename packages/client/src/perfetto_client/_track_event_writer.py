@@ -53,6 +53,7 @@ _DOUBLE_COUNTER_VALUE = b"\xe1\x02"  # TrackEvent.double_counter_value (44, fixe
 _FLOW_ID = b"\xf9\x02"  # TrackEvent.flow_ids (47, fixed64)
 _TERMINATING_FLOW_ID = b"\x81\x03"  # TrackEvent.terminating_flow_ids (48, fixed64)
 _END_EVENT = _TYPE + bytes((TYPE_SLICE_END,))
+_TYPE_FIELDS = tuple(_TYPE + bytes((t,)) for t in range(8))
 _END_TAIL = _TRACK_EVENT + bytes((len(_END_EVENT),)) + _END_EVENT + _NEEDS_STATE
 _INTERNED_CATEGORY = b"\x0a"  # InternedData.event_categories (1)
 _INTERNED_NAME = b"\x12"  # InternedData.event_names (2)
@@ -60,6 +61,7 @@ _INTERNED_ANNOTATION_NAME = b"\x1a"  # InternedData.debug_annotation_names (3)
 _MAX_CACHED_TAILS = 50_000
 
 _U64 = 0xFFFF_FFFF_FFFF_FFFF
+_pack_double = struct.Struct("<d").pack
 
 # protozero's varint tables, bound by load_encoders() when tracing is initialized (importing
 # protozero costs more than the rest of `import perfetto_client`).
@@ -95,7 +97,10 @@ def varint(value: int) -> bytes:
 
 
 def _field_bytes(tag: bytes, data: bytes) -> bytes:
-    return tag + varint(len(data)) + data
+    size = len(data)
+    if size < 16384:
+        return tag + SHORT_VARINTS[size] + data
+    return tag + varint(size) + data
 
 
 def _interned_entry(tag: bytes, iid: int, name: str) -> bytes:
@@ -226,6 +231,7 @@ class TrackEventWriter:
         """True when the incremental state must be re-emitted before the next event."""
         self.closed = False
         self._begin_tails: dict[int, bytes] = {}
+        self._heads: dict[int, bytes] = {}
         self._emitted_names: set[int] = set()
         self._emitted_categories: set[int] = set()
         self._emitted_annotation_names: set[int] = set()
@@ -244,6 +250,7 @@ class TrackEventWriter:
     def _reset(self, ts: int) -> None:
         self.cleared = False
         self._begin_tails.clear()
+        self._heads.clear()
         self._emitted_names.clear()
         self._emitted_categories.clear()
         self._emitted_annotation_names.clear()
@@ -360,15 +367,29 @@ class TrackEventWriter:
         if self.cleared:
             # The packet below still carries the caller's interned entries: valid after the clear.
             self._reset(ts)
-        if key:
-            more, fields = self._event_head(key, event_type)
-            interned += more
+        head_key = key << 3 | event_type
+        fields = self._heads.get(head_key)
+        if fields is None:
+            if key:
+                more, fields = self._event_head(key, event_type)
+                interned += more
+            else:
+                fields = _TYPE_FIELDS[event_type]
+            self._heads[head_key] = fields
+        fields += extra_fields
+        size = len(fields)
+        delta = ts - self.last_ts
+        if 0 <= delta < 16384:
+            self.last_ts = ts
+            packet = _TS + SHORT_VARINTS[delta]
         else:
-            fields = _TYPE + bytes((event_type,))
-        packet = self._timestamp(ts)
+            packet = self._timestamp(ts)
         if interned:
             packet += _field_bytes(_INTERNED_DATA, interned)
-        self._write(packet + _field_bytes(_TRACK_EVENT, fields + extra_fields) + _NEEDS_STATE)
+        if size < 16384:
+            self._write(packet + _TRACK_EVENT + SHORT_VARINTS[size] + fields + _NEEDS_STATE)
+        else:
+            self._write(packet + _field_bytes(_TRACK_EVENT, fields) + _NEEDS_STATE)
 
     def ensure_state(self, ts: int) -> None:
         """Re-emits the incremental state if it was cleared (before computing interned data)."""
@@ -386,6 +407,11 @@ class TrackEventWriter:
     def write_raw(self, fields: bytes) -> None:
         """Writes a packet made of already encoded TracePacket fields."""
         self._write(fields)
+
+    def rebind(self, write_packet: Callable[[bytes], None], close: Callable[[], None]) -> None:
+        """Continues the same sequence into another writer (startup tracing adoption)."""
+        self._write = write_packet
+        self._close = close
 
     def close(self) -> None:
         """Flushes and closes the underlying TraceWriter; later events are dropped."""
@@ -443,11 +469,15 @@ def track_uuid_field(uuid: int) -> bytes:
     return _TRACK_UUID + varint(uuid)
 
 
-def counter_value_field(value: float) -> bytes:
+def counter_value_field(value: int | float) -> bytes:
     """TrackEvent.counter_value (int) or double_counter_value (float)."""
+    if type(value) is float:
+        return _DOUBLE_COUNTER_VALUE + _pack_double(value)
     if isinstance(value, int) and not isinstance(value, bool):
+        if 0 <= value < 16384:
+            return _COUNTER_VALUE + SHORT_VARINTS[value]
         return _COUNTER_VALUE + varint(value & _U64)
-    return _DOUBLE_COUNTER_VALUE + struct.pack("<d", float(value))
+    return _DOUBLE_COUNTER_VALUE + _pack_double(float(value))
 
 
 def boottime_ns() -> int:

@@ -74,15 +74,27 @@ class Track:
             cached = self.__dict__["_descriptor_bytes"] = self.descriptor().SerializeToString()
         return cached
 
-    def lineage(self) -> list[Track]:
+    def lineage(self) -> tuple[Track, ...]:
         """This track's custom ancestors, outermost first, then the track itself."""
-        out: list[Track] = []
-        track: Track | None = self
-        while track is not None:
-            out.append(track)
-            track = track.parent
-        out.reverse()
-        return out
+        cached: tuple[Track, ...] | None = self.__dict__.get("_lineage")
+        if cached is None:
+            out: list[Track] = []
+            track: Track | None = self
+            while track is not None:
+                out.append(track)
+                track = track.parent
+            out.reverse()
+            cached = self.__dict__["_lineage"] = tuple(out)
+        return cached
+
+    def uuid_field(self) -> bytes:
+        """The encoded TrackEvent.track_uuid field naming this track."""
+        cached: bytes | None = self.__dict__.get("_uuid_field")
+        if cached is None:
+            from perfetto_client._track_event_writer import track_uuid_field
+
+            cached = self.__dict__["_uuid_field"] = track_uuid_field(self.uuid)
+        return cached
 
     @classmethod
     def global_track(cls, track_id: int) -> Track:

@@ -12,20 +12,22 @@ thread (the asyncio loop that owns all service state).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
-from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
-from perfetto_protos.common.observable_events_pb2 import ObservableEvents
-from perfetto_protos.common.trace_stats_pb2 import TraceStats
-from perfetto_protos.common.tracing_service_capabilities_pb2 import TracingServiceCapabilities
-from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
-from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
-from perfetto_protos.config.trace_config_pb2 import TraceConfig
-from perfetto_smb import SharedMemory
+if TYPE_CHECKING:
+    import asyncio
+
+    from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
+    from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
+    from perfetto_protos.common.observable_events_pb2 import ObservableEvents
+    from perfetto_protos.common.trace_stats_pb2 import TraceStats
+    from perfetto_protos.common.tracing_service_capabilities_pb2 import TracingServiceCapabilities
+    from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
+    from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
+    from perfetto_protos.config.trace_config_pb2 import TraceConfig
+    from perfetto_smb import SharedMemory
 
 TracePacketSlices = Sequence[bytes | memoryview]
 """One trace packet as the service returns it: its slices, in order (no preamble)."""
@@ -54,6 +56,17 @@ class AsyncioTaskRunner:
     def post_delayed_task(self, task: Callable[[], None], delay_ms: int) -> None:
         """Runs `task` on the loop after `delay_ms`; call it from the loop's thread."""
         self.loop.call_later(max(delay_ms, 0) / 1000.0, task)
+
+
+@dataclass(frozen=True)
+class SessionCloned:
+    """The answer to `ConsumerEndpoint.clone_session` (upstream's OnSessionClonedArgs)."""
+
+    success: bool
+    error: str = ""
+    uuid_msb: int = 0
+    uuid_lsb: int = 0
+    was_write_into_file: bool = False
 
 
 @dataclass(frozen=True)
@@ -244,3 +257,13 @@ class ConsumerEndpoint(Protocol):
 
     def query_capabilities(self, callback: Callable[[TracingServiceCapabilities], None]) -> None:
         """Describes what this service supports."""
+
+    def clone_session(
+        self,
+        callback: Callable[[SessionCloned], None],
+        *,
+        session_id: int = 0,
+        unique_session_name: str = "",
+    ) -> None:
+        """Snapshots a running session (by id or unique name) into a read-only session that
+        this consumer then reads back; the source session keeps tracing."""

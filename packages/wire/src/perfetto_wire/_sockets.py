@@ -17,6 +17,7 @@ from perfetto_wire._errors import WireError
 
 __all__ = [
     "FD_ANCILLARY_SIZE",
+    "ListenError",
     "SocketAddress",
     "TruncatedMessageError",
     "connect_socket",
@@ -64,6 +65,9 @@ class SocketAddress:
         return None
 
 
+_MAX_PORT = 0xFFFF
+
+
 def parse_address(name: str) -> SocketAddress:
     """Parses a socket name the way upstream does.
 
@@ -81,6 +85,8 @@ def parse_address(name: str) -> SocketAddress:
         return SocketAddress(name, socket.AF_VSOCK, (int(cid), int(port)))
     host, sep, port = name.rpartition(":")
     if sep and _is_int(port):
+        if not 0 <= int(port) <= _MAX_PORT:
+            raise WireError(f"bad port in {name!r}: a TCP port is 0 to {_MAX_PORT}")
         if host.startswith("["):
             if not host.endswith("]"):
                 raise WireError(f"bad IPv6 address {name!r}, expected [addr]:port")
@@ -116,8 +122,16 @@ def listen_socket(name: str, backlog: int = socket.SOMAXCONN) -> socket.socket:
         sock.listen(backlog)
     except OSError as exc:
         sock.close()
-        raise WireError(f"cannot listen on {name}: {exc.strerror or exc}") from exc
+        raise ListenError(name, exc) from exc
     return sock
+
+
+class ListenError(WireError):
+    """A socket could not be bound or listened on; `errno` says why (None if unknown)."""
+
+    def __init__(self, name: str, cause: OSError) -> None:
+        super().__init__(f"cannot listen on {name}: {cause.strerror or cause}")
+        self.errno = cause.errno
 
 
 def connect_socket(address: SocketAddress) -> tuple[socket.socket, bool]:

@@ -13,6 +13,7 @@ from protozero import SUSPENDED_WRITER as _SUSPENDED
 from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
 
+from perfetto_protos.config import interceptor_config_pbzero as _interceptor_config_pbzero
 from perfetto_protos.config import test_config_pbzero as _test_config_pbzero
 from perfetto_protos.config.priority_boost import (
     priority_boost_config_pbzero as _priority_boost_config_pbzero,
@@ -61,6 +62,7 @@ class DataSourceConfig(Message):
     FIELD_PRIORITY_BOOST = 10
     FIELD_HEAPPROFD_CONFIG = 105
     FIELD_TRACK_EVENT_CONFIG = 113
+    FIELD_INTERCEPTOR_CONFIG = 115
     FIELD_LEGACY_CONFIG = 1000
     FIELD_FOR_TESTING = 1001
 
@@ -328,6 +330,20 @@ class DataSourceConfig(Message):
             self.stream_writer = _SUSPENDED
             return child
         return self.begin_nested(0x78A, _track_event_config_pbzero.TrackEventConfig)
+
+    def begin_interceptor_config(self) -> _interceptor_config_pbzero.InterceptorConfig:
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x9A
+            buf[p + 1] = 0x07
+            w.write_ptr = p + 6
+            child = _interceptor_config_pbzero.InterceptorConfig(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
+        return self.begin_nested(0x79A, _interceptor_config_pbzero.InterceptorConfig)
 
     def set_legacy_config(self, value: str | bytes) -> None:
         if _COMPILED:

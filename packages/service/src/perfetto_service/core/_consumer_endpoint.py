@@ -11,14 +11,16 @@ from perfetto_protos.common.tracing_service_capabilities_pb2 import TracingServi
 from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 
-from perfetto_service._interfaces import Consumer, TaskRunner
-from perfetto_service.core._session import DataSourceInstance, InstanceState
+from perfetto_service._interfaces import Consumer, SessionCloned, TaskRunner
+from perfetto_service.core._clone import clone_session
+from perfetto_service.core._session import DataSourceInstance, InstanceState, TriggerInfo
 
 if TYPE_CHECKING:
     from perfetto_service.core._tracing_service import TracingService
 
 _TYPE_DATA_SOURCES_INSTANCES = ObservableEvents.TYPE_DATA_SOURCES_INSTANCES
 _TYPE_ALL_DATA_SOURCES_STARTED = ObservableEvents.TYPE_ALL_DATA_SOURCES_STARTED
+_TYPE_CLONE_TRIGGER_HIT = ObservableEvents.TYPE_CLONE_TRIGGER_HIT
 
 
 class ConsumerEndpointImpl:
@@ -79,6 +81,18 @@ class ConsumerEndpointImpl:
         """Queues an ALL_DATA_SOURCES_STARTED event, if observed."""
         if self.observable_events_mask & _TYPE_ALL_DATA_SOURCES_STARTED:
             self._add_observable_events().all_data_sources_started = True
+
+    def on_clone_trigger_hit(self, session_id: int, trigger: TriggerInfo) -> None:
+        """Queues a CLONE_TRIGGER_HIT event (a CLONE_SNAPSHOT trigger fired), if observed."""
+        if not self.connected or not self.observable_events_mask & _TYPE_CLONE_TRIGGER_HIT:
+            return
+        hit = self._add_observable_events().clone_trigger_hit
+        hit.tracing_session_id = session_id
+        hit.trigger_name = trigger.trigger_name
+        hit.producer_name = trigger.producer_name
+        hit.producer_uid = trigger.producer_uid
+        hit.boot_time_ns = trigger.boot_time_ns
+        hit.trigger_delay_ms = trigger.stop_delay_ms
 
     def _add_observable_events(self) -> ObservableEvents:
         if self._pending_events is None:
@@ -189,3 +203,19 @@ class ConsumerEndpointImpl:
     def query_capabilities(self, callback: Callable[[TracingServiceCapabilities], None]) -> None:
         """Describes what this service supports."""
         callback(self._service.capabilities())
+
+    def clone_session(
+        self,
+        callback: Callable[[SessionCloned], None],
+        *,
+        session_id: int = 0,
+        unique_session_name: str = "",
+    ) -> None:
+        """Snapshots a running session into a read-only one that this consumer reads back."""
+        clone_session(
+            self._service,
+            self,
+            session_id=session_id,
+            unique_name=unique_session_name,
+            callback=callback,
+        )

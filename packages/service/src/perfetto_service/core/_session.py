@@ -36,6 +36,7 @@ class SessionState(enum.Enum):
     CONFIGURED = "CONFIGURED"
     STARTED = "STARTED"
     DISABLING_WAITING_STOP_ACKS = "STOP_WAIT"
+    CLONED_READ_ONLY = "CLONED_READ_ONLY"
 
 
 class InstanceState(enum.Enum):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import random
 import re
@@ -70,6 +71,8 @@ from perfetto_service.core._write_into_file import (
     create_trace_file,
     write_period_ms,
 )
+
+_log = logging.getLogger("perfetto_service")
 
 TRACING_SERVICE_VERSION = f"Perfetto-py v{_package_version('perfetto-service')}"
 """What the service reports as its version (SystemInfo, QueryServiceState)."""
@@ -262,6 +265,14 @@ class TracingService:
             sdk_version=sdk_version,
         )
         self._producers[producer_id] = endpoint
+        _log.info(
+            'Producer %d "%s" connected, uid=%d pid=%d sdk="%s"',
+            producer_id,
+            name,
+            identity.uid,
+            identity.pid,
+            sdk_version,
+        )
 
         def on_connect() -> None:
             if endpoint.connected:
@@ -293,6 +304,7 @@ class TracingService:
             self.unregister_data_source(endpoint, registered.descriptor.name)
         del self._producers[endpoint.id]
         endpoint.release()
+        _log.info('Producer %d "%s" disconnected', endpoint.id, endpoint.name)
 
     def register_data_source(
         self, endpoint: ProducerEndpointImpl, descriptor: DataSourceDescriptor
@@ -433,6 +445,7 @@ class TracingService:
     def connect_consumer(self, consumer: Consumer, uid: int) -> ConsumerEndpointImpl:
         """Admits a consumer; `Consumer.on_connect` is posted."""
         endpoint = ConsumerEndpointImpl(self, consumer, uid, self._task_runner)
+        _log.debug("Consumer connected, uid=%d", uid)
 
         def on_connect() -> None:
             if endpoint.connected:
@@ -443,6 +456,7 @@ class TracingService:
 
     def disconnect_consumer(self, endpoint: ConsumerEndpointImpl) -> None:
         """Ends the consumer's attached session (detached ones keep running)."""
+        _log.debug("Consumer disconnected, uid=%d", endpoint.uid)
         if endpoint.tracing_session_id:
             self.free_buffers(endpoint.tracing_session_id)
             endpoint.tracing_session_id = 0
@@ -570,6 +584,18 @@ class TracingService:
         elif trigger_mode in (_TRIGGER_STOP, _TRIGGER_CLONE):
             session.config.duration_ms = config.trigger_config.trigger_timeout_ms
         session.state = SessionState.CONFIGURED
+        _log.info(
+            "Configured tracing session %d, #sources:%d, duration:%d ms, #buffers:%d, "
+            'total buffer size:%d KB, total sessions:%d, uid:%d session name: "%s"',
+            session.id,
+            len(config.data_sources),
+            session.config.duration_ms,
+            len(config.buffers),
+            sum(buffer.size_kb for buffer in config.buffers),
+            len(self._sessions),
+            consumer.uid,
+            config.unique_session_name,
+        )
         if not config.deferred_start and not has_start_trigger:
             self.start_tracing(session.id)
         return ""
@@ -743,6 +769,11 @@ class TracingService:
         if session is None or session.state is not SessionState.CONFIGURED:
             return
         session.state = SessionState.STARTED
+        _log.info(
+            "Started tracing session %d, #data source instances:%d",
+            session_id,
+            len(session.data_source_instances),
+        )
         builtin = session.config.builtin_data_sources
         if not builtin.disable_clock_snapshotting:
             session.initial_clock_snapshot = capture_clock_snapshot()
@@ -887,7 +918,10 @@ class TracingService:
     ) -> None:
         """Stops a session's data sources; the consumer hears once all acked or timed out."""
         session = self.session(session_id)
-        if session is None or session.state is SessionState.DISABLED:
+        if session is None or session.state in (
+            SessionState.DISABLED,
+            SessionState.CLONED_READ_ONLY,
+        ):
             return
         if session.state is SessionState.DISABLING_WAITING_STOP_ACKS:
             if disable_immediately:
@@ -981,6 +1015,7 @@ class TracingService:
         if session is None:
             return
         self.disable_tracing(session_id, disable_immediately=True, error=error)
+        stats = self.trace_stats(session)
         session.data_source_instances.clear()
         for endpoint in self._producers.values():
             endpoint.on_free_buffers(session.buffers_index)
@@ -990,6 +1025,12 @@ class TracingService:
             session.file_writer.close()
             session.file_writer = None
         del self._sessions[session_id]
+        _log.info(
+            "Tracing session %d ended, total sessions:%d, %s",
+            session_id,
+            len(self._sessions),
+            _stats_summary(stats),
+        )
         # Flushes still waiting end as failed (upstream drops them, which fails the IPC call).
         for pending in session.pending_flushes.values():
             pending.callback(False)
@@ -1216,6 +1257,12 @@ class TracingService:
                         functools.partial(self._flush_and_disable_if_alive, session_id),
                         trigger.stop_delay_ms,
                     )
+                elif mode == _TRIGGER_CLONE and session.consumer is not None:
+                    notify = session.consumer.on_clone_trigger_hit
+                    hit = (session_id, session.received_triggers[-1])
+                    self._task_runner.post_delayed_task(
+                        functools.partial(notify, *hit), trigger.stop_delay_ms
+                    )
             if matched:
                 self._trigger_history.append((now, name_hash))
 
@@ -1230,7 +1277,9 @@ class TracingService:
         session = self.session(session_id)
         if session is None or session.file_writer is not None:
             return False
-        if session.is_waiting_for_trigger() or session.trigger_mode == _TRIGGER_CLONE:
+        if session.state is not SessionState.CLONED_READ_ONLY and (
+            session.is_waiting_for_trigger() or session.trigger_mode == _TRIGGER_CLONE
+        ):
             return False
         packets, has_more = self.read_buffers(session, READ_BUFFERS_BYTES_PER_TASK)
         if has_more:
@@ -1394,6 +1443,19 @@ class TracingService:
                 ObservableEvents.TYPE_ALL_DATA_SOURCES_STARTED,
             ],
         )
+
+
+def _stats_summary(stats: TraceStats) -> str:
+    """The figures of a session's TraceStats a log line shows."""
+    buffers = stats.buffer_stats
+    return (
+        f"bytes written:{sum(b.bytes_written for b in buffers)}, "
+        f"chunks written:{sum(b.chunks_written for b in buffers)}, "
+        f"chunks overwritten:{sum(b.chunks_overwritten for b in buffers)}, "
+        f"chunks discarded:{sum(b.chunks_discarded for b in buffers)}, "
+        f"invalid packets:{stats.invalid_packets}, "
+        f"flushes:{stats.flushes_succeeded}/{stats.flushes_requested} succeeded"
+    )
 
 
 def _drifted(old: ClockSnapshot, new: ClockSnapshot) -> bool:

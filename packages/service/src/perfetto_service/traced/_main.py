@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import grp
+import logging
 import os
 import signal
 import socket
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from typing import NoReturn
 
-from perfetto_wire import WireError, parse_address, remove_stale_socket
+from perfetto_wire import ListenError, WireError, parse_address, remove_stale_socket
 
 from perfetto_service._errors import ServiceError
 from perfetto_service._interfaces import AsyncioTaskRunner
@@ -101,6 +103,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="log connections and protocol details too (debug level)",
+    )
+    parser.add_argument(
         "--set-socket-permissions",
         metavar="PG:PM:CG:CM",
         help="group and octal mode of the producer and consumer sockets, "
@@ -130,6 +138,24 @@ def _claim_socket_paths(names: Sequence[str]) -> None:
             ) from None
         if os.path.lexists(path):
             raise ServiceError(f"{path} exists and is not a socket; remove it or pick another path")
+
+
+_LISTEN_HINTS = {
+    errno.EACCES: " (is the directory writable?)",
+    errno.EPERM: " (is the directory writable?)",
+    errno.EROFS: " (the file system is read-only)",
+    errno.ENOENT: " (does the directory exist?)",
+    errno.EADDRINUSE: " (another process is listening there)",
+    errno.EADDRNOTAVAIL: " (no interface has that address)",
+}
+
+
+def _listen_hint(exc: ServiceError) -> str:
+    """What to check, for the errors whose cause a user can fix; else nothing."""
+    cause = exc.__cause__
+    if isinstance(cause, ListenError) and cause.errno is not None:
+        return _LISTEN_HINTS.get(cause.errno, "")
+    return ""
 
 
 def _apply_permissions(
@@ -176,7 +202,7 @@ class Daemon:
         try:
             self.host.start(self.producers, self.consumer)
         except ServiceError as exc:
-            raise ServiceError(f"{exc} (is the directory writable?)") from None
+            raise ServiceError(f"{exc}{_listen_hint(exc)}") from None
         self._owned_paths = _filesystem_paths(names)
         if permissions is not None:
             _apply_permissions(permissions, self.producers, self.consumer)
@@ -277,9 +303,19 @@ def _report_status(message: str) -> bool:
     return True
 
 
+def _configure_logging(*, verbose: bool) -> None:
+    """Sessions and producers at info level on stderr (as upstream's traced); -v adds debug."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname).1s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs traced; returns the exit status."""
     args = _parser().parse_args(argv)
+    _configure_logging(verbose=args.verbose)
     if args.version:
         print(f"traced (perfetto-py) {version('perfetto-service')}")
         return 0
@@ -295,6 +331,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not producers:
         return _error(f"{PRODUCER_SOCKET_ENV} names no socket")
     consumer = consumer_socket_name()
+    try:
+        for name in [*producers, consumer]:
+            parse_address(name)
+    except WireError as exc:
+        return _error(str(exc))
     if args.background:
         status = _daemonize()
         if status is not None:
@@ -308,9 +349,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         return _error(str(exc))
     if not _report_status("ok"):
-        print(
-            f"traced: listening on {', '.join(producers)} (producers) and {consumer} (consumers)",
-            file=sys.stderr,
+        logging.getLogger("perfetto_service").info(
+            "Started traced, listening on %s (producers) and %s (consumers)",
+            ", ".join(producers),
+            consumer,
         )
     _notify_ready()
     daemon.run()

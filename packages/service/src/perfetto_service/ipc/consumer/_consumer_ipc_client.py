@@ -18,7 +18,7 @@ from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.ipc import consumer_port_pb2 as pb
 from perfetto_wire import Reply
 
-from perfetto_service._interfaces import Consumer
+from perfetto_service._interfaces import Consumer, SessionCloned
 from perfetto_service.ipc._client_base import PortClient
 
 __all__ = ["CONNECTION_LOST", "ENABLE_TRACING_REJECTED", "ConsumerIPCClient"]
@@ -173,6 +173,42 @@ class ConsumerIPCClient(PortClient):
                 callback(TracingServiceCapabilities())
 
         self.invoke("QueryCapabilities", pb.QueryCapabilitiesRequest(), on_reply)
+
+    def clone_session(
+        self,
+        callback: Callable[[SessionCloned], None],
+        *,
+        session_id: int = 0,
+        unique_session_name: str = "",
+        output_fd: int | None = None,
+    ) -> None:
+        """Sends CloneSession (by id, else by unique name); `callback` gets the answer.
+
+        On success this consumer is bound to the clone: `read_buffers` reads it back.
+        """
+
+        def on_reply(reply: Reply) -> None:
+            if reply.has_more:
+                return
+            if reply.success and reply.message is not None:
+                answer = reply.unwrap(pb.CloneSessionResponse)
+                callback(
+                    SessionCloned(
+                        answer.success,
+                        answer.error,
+                        answer.uuid_msb,
+                        answer.uuid_lsb,
+                        answer.was_write_into_file,
+                    )
+                )
+            else:
+                callback(SessionCloned(False, "the tracing service did not answer CloneSession"))
+
+        if session_id:
+            request = pb.CloneSessionRequest(session_id=session_id)
+        else:
+            request = pb.CloneSessionRequest(unique_session_name=unique_session_name)
+        self.invoke("CloneSession", request, on_reply, output_fd)
 
     # On the IPC thread.
 

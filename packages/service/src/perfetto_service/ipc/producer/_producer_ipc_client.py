@@ -9,6 +9,7 @@ data from other threads (a writer that stalls on a full buffer waits for that th
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -31,12 +32,12 @@ from perfetto_service._interfaces import Producer, acks_flush_itself
 from perfetto_service.ipc._client_base import PortClient
 
 __all__ = [
-    "SDK_VERSION",
     "SHMEM_EMULATION_SIZE",
     "SMB_SCRAPING_DEFAULT",
     "SMB_SCRAPING_DISABLED",
     "SMB_SCRAPING_ENABLED",
     "ProducerIPCClient",
+    "default_sdk_version",
 ]
 
 _log = logging.getLogger("perfetto_service")
@@ -52,8 +53,11 @@ SMB_SCRAPING_ENABLED = 1
 """The service may read uncommitted chunks of this producer at a flush (upstream's SDK sets it)."""
 SMB_SCRAPING_DISABLED = 2
 
-SDK_VERSION = f"perfetto-py {version('perfetto-service')}"
-"""What the producer reports as InitializeConnectionRequest.sdk_version."""
+
+@functools.cache
+def default_sdk_version() -> str:
+    """What a producer reports as InitializeConnectionRequest.sdk_version unless told."""
+    return f"perfetto-py {version('perfetto-service')}"
 
 
 class ProducerIPCClient(PortClient):
@@ -77,7 +81,7 @@ class ProducerIPCClient(PortClient):
         shm_page_size_hint_bytes: int = 0,
         smb_scraping_mode: int = SMB_SCRAPING_ENABLED,
         producer_shm: SharedMemory | None = None,
-        sdk_version: str = SDK_VERSION,
+        sdk_version: str | None = None,
         retry: bool = False,
     ) -> None:
         self.producer = producer
@@ -88,7 +92,7 @@ class ProducerIPCClient(PortClient):
             producer_name=name,
             shared_memory_size_hint_bytes=shm_size_hint_bytes,
             shared_memory_page_size_hint_bytes=shm_page_size_hint_bytes,
-            sdk_version=sdk_version,
+            sdk_version=default_sdk_version() if sdk_version is None else sdk_version,
         )
         if smb_scraping_mode != SMB_SCRAPING_DEFAULT:
             self._request.smb_scraping_mode = smb_scraping_mode  # type: ignore[assignment]

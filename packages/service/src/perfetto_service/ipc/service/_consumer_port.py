@@ -22,7 +22,12 @@ from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.ipc import consumer_port_pb2 as pb
 from perfetto_wire import ClientInfo, Deferred, Host, ServiceDescriptor, WireError
 
-from perfetto_service._interfaces import Consumer, ConsumerEndpoint, TracePacketSlices
+from perfetto_service._interfaces import (
+    Consumer,
+    ConsumerEndpoint,
+    SessionCloned,
+    TracePacketSlices,
+)
 from perfetto_service.core._read_slicer import IPC_BUFFER_SIZE, read_buffers_replies
 
 __all__ = [
@@ -44,7 +49,6 @@ _READ_REPLY_BUDGET = IPC_BUFFER_SIZE - 64
 _parse_read_reply = pb.ReadBuffersResponse.FromString
 
 SAVE_FOR_BUGREPORT_UNSUPPORTED = "SaveTraceForBugreport is not supported by this service"
-CLONE_UNSUPPORTED = "CloneSession is not supported by this service"
 
 
 class ConsumerSession(ConsumerEndpoint, Protocol):
@@ -444,11 +448,27 @@ def _save_trace_for_bugreport(
 
 def _clone_session(
     _consumer: RemoteConsumer,
-    _endpoint: ConsumerEndpoint,
-    _request: pb.CloneSessionRequest,
+    endpoint: ConsumerEndpoint,
+    request: pb.CloneSessionRequest,
     deferred: Deferred,
-) -> Message:
+) -> None:
+    # Only write_into_file sessions would use the fd; their clones are read back instead.
     fd = deferred.take_received_fd()
     if fd is not None:
         os.close(fd)
-    return pb.CloneSessionResponse(success=False, error=CLONE_UNSUPPORTED)
+
+    def on_cloned(result: SessionCloned) -> None:
+        reply = pb.CloneSessionResponse(
+            success=result.success,
+            error=result.error,
+            uuid_msb=result.uuid_msb,
+            uuid_lsb=result.uuid_lsb,
+            was_write_into_file=result.was_write_into_file,
+        )
+        _answer(deferred, reply)
+
+    endpoint.clone_session(
+        on_cloned,
+        session_id=request.session_id,
+        unique_session_name=request.unique_session_name,
+    )

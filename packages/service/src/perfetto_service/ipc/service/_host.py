@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import socket
 from collections.abc import Sequence
 from typing import Protocol
@@ -56,17 +58,26 @@ class ServiceIPCHost:
     def start(self, producer_sockets: Sequence[str], consumer_socket: str) -> None:
         """Listens on every producer socket and on the consumer socket.
 
-        Raises `ServiceError` naming the socket that could not be bound.
+        Raises `ServiceError` naming the socket that could not be bound (caused by the
+        `perfetto_wire.ListenError`); then nothing listens and the socket files this call
+        created are gone.
         """
         if not producer_sockets:
             raise ServiceError("at least one producer socket is needed")
+        created: list[str] = []
         try:
             for name in producer_sockets:
-                unix = parse_address(name).is_unix
-                self._producer_server(shmem_emulation=not unix).listen(name)
+                address = parse_address(name)
+                self._producer_server(shmem_emulation=not address.is_unix).listen(name)
+                created.append(address.filesystem_path or "")
+            address = parse_address(consumer_socket)
             self._consumer_server.listen(consumer_socket)
+            created.append(address.filesystem_path or "")
         except WireError as exc:
             self.close()
+            for path in filter(None, created):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
             raise ServiceError(str(exc)) from exc
 
     def adopt(
