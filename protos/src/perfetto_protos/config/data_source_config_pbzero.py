@@ -332,6 +332,8 @@ class DataSourceConfig(Message):
         return self.begin_nested(0x78A, _track_event_config_pbzero.TrackEventConfig)
 
     def begin_interceptor_config(self) -> _interceptor_config_pbzero.InterceptorConfig:
+        if _COMPILED:
+            return self.begin_nested(0x79A, _interceptor_config_pbzero.InterceptorConfig)
         w = self.stream_writer
         p = w.write_ptr
         if p + 6 <= w.end:
