@@ -342,3 +342,30 @@ def _complete_trace(path: Path) -> bool:
         return any(p.HasField("trace_stats") for p in read_trace(path).packet)
     except Exception:
         return False
+
+
+def test_background_without_wait_returns_at_once_with_the_pid(
+    traced: Traced, producer: Callable[..., Producer], tmp_path: Path
+) -> None:
+    test_producer = producer(count=2)
+    out = tmp_path / "t"
+    text = 'buffers { size_kb: 64 } data_sources { config { name: "test.ds" } }'
+    result = perfetto(traced, "--txt", "-c", "-", "-o", str(out), "-d", input=text.encode())
+    assert result.returncode == 0, result.stderr
+    pid = int(result.stdout.decode().strip())
+    test_producer.wait_for("WROTE")
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert test_values(read_trace(out)) == [0, 1]
+
+
+def test_an_output_path_that_cannot_be_opened_is_one_line(traced: Traced, tmp_path: Path) -> None:
+    text = 'buffers { size_kb: 64 } data_sources { config { name: "x" } }'
+    target = tmp_path / "no" / "such" / "dir"
+    result = perfetto(traced, "--txt", "-c", "-", "-o", str(target), input=text.encode())
+    assert result.returncode == 1
+    assert result.stderr.decode().splitlines() == [
+        f"perfetto: Failed to open {target}: No such file or directory"
+    ]

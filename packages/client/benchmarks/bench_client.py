@@ -92,7 +92,7 @@ def loop_counter() -> int:
 
 
 def loop_viztracer() -> int:
-    from viztracer import VizTracer
+    from viztracer import VizTracer  # type: ignore[import-untyped]
 
     tracer = VizTracer(verbose=0, tracer_entries=4 * N + 1000)
     f = plain

@@ -223,3 +223,32 @@ def test_console_interceptor_prints_events_instead_of_recording_them(
     assert any("  * test.lifecycle:inside ok=True" in line for line in err)
     assert any("< outer (" in line for line in err)
     assert any("console counter = 7" in line for line in err)
+
+
+def test_two_sessions_record_the_categories_each_enables() -> None:
+    from trace_model import TraceModel
+
+    first_only = pc.Category("test.first")
+    second_only = pc.Category("test.second")
+
+    def config(name: str) -> dict[str, Any]:
+        te = {"enabled_categories": [name, "test.both"], "disabled_categories": ["*"]}
+        return {"data_sources": [{"config": {"name": "track_event", "track_event_config": te}}]}
+
+    Tracing.initialize(Backend.IN_PROCESS)
+    first, second = Tracing.new_trace(), Tracing.new_trace()
+    first.setup(config("test.first"))
+    second.setup(config("test.second"))
+    first.start()
+    second.start()
+    pc.instant(first_only, "one")
+    pc.instant(second_only, "two")
+    pc.instant("test.both", "both")
+    first.stop()
+    second.stop()
+    got_first = [e.name for e in TraceModel(first.read_trace()).events]
+    got_second = [e.name for e in TraceModel(second.read_trace()).events]
+    first.close()
+    second.close()
+    assert got_first == ["one", "both"]
+    assert got_second == ["two", "both"]

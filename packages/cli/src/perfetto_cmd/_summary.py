@@ -24,6 +24,7 @@ CHUNK_SIZE = 8 << 20
 
 # Field numbers (upstream's; checked against its schema by the tests).
 _TRACE_PACKET = 1
+_PACKET_TAG = _TRACE_PACKET << 3 | 2
 _P_PROCESS_TREE = 2
 _P_CLOCK_SNAPSHOT = 6
 _P_TIMESTAMP = 8
@@ -179,7 +180,6 @@ class TraceSummary:
     _sequences: dict[int, _Sequence] = field(default_factory=dict)
     _open: dict[tuple[int, int], list[tuple[str, str, int]]] = field(default_factory=dict)
     _track_names: dict[int, str] = field(default_factory=dict)
-    _counter_tracks: set[int] = field(default_factory=set)
 
     def add_packet(self, buf: memoryview, pos: int, end: int) -> None:
         """Accounts for the TracePacket in buf[pos:end] (one inline pass over its fields)."""
@@ -492,6 +492,26 @@ def _packets(file: Any, summary: TraceSummary) -> Iterator[tuple[memoryview, int
         pos = 0
         while pos < end:
             start = pos
+            if buf[pos] == _PACKET_TAG and pos + 2 < end:  # the common case, inline
+                size = buf[pos + 1]
+                if size < 0x80:
+                    pos += 2
+                else:
+                    low = buf[pos + 2]
+                    if low < 0x80:
+                        size = (size & 0x7F) | low << 7
+                        pos += 3
+                    else:
+                        size, pos = read_varint(buf, pos + 1, end)
+                        if pos < 0:
+                            pos = start
+                            break
+                if pos + size > end:
+                    pos = start
+                    break
+                yield buf, pos, pos + size
+                pos += size
+                continue
             tag, pos = read_varint(buf, pos, end)
             if pos < 0:
                 pos = start

@@ -186,11 +186,10 @@ def _emit(  # noqa: PLR0917 - the hot path passes its state positionally
         writer.event(key, event_type, ts, extra, interned)
 
 
-def _event(
-    category: str | Category,
+def _event(  # noqa: PLR0917 - positional: a call with ten keywords costs more than the event
+    cat: Category,
     name: str,
     event_type: int,
-    *,
     track: Track | None,
     timestamp: int | None,
     flow: FlowArg,
@@ -199,9 +198,7 @@ def _event(
     proto: Callable[[TrackEvent], None] | None,
     args: dict[str, object],
 ) -> None:
-    cat = _category(category)
-    if not cat.enabled:
-        return
+    """Writes one event of an enabled category on the calling thread's writers."""
     writers = thread_writers(cat.mask)
     if not writers:
         return
@@ -256,18 +253,20 @@ def begin(
     """
     if not name:
         raise TracingError("a slice needs a name")
-    _event(
-        category,
-        name,
-        TYPE_SLICE_BEGIN,
-        track=track,
-        timestamp=timestamp,
-        flow=flow,
-        terminating_flow=terminating_flow,
-        correlation_id=correlation_id,
-        proto=proto,
-        args=args,
-    )
+    cat = category if type(category) is Category else _category(category)
+    if cat.enabled:
+        _event(
+            cat,
+            name,
+            TYPE_SLICE_BEGIN,
+            track,
+            timestamp,
+            flow,
+            terminating_flow,
+            correlation_id,
+            proto,
+            args,
+        )
 
 
 def end(
@@ -281,18 +280,20 @@ def end(
     **args: object,
 ) -> None:
     """Ends the innermost open slice of the thread's track (or of `track`)."""
-    _event(
-        category,
-        "",
-        TYPE_SLICE_END,
-        track=track,
-        timestamp=timestamp,
-        flow=flow,
-        terminating_flow=terminating_flow,
-        correlation_id=None,
-        proto=None,
-        args=args,
-    )
+    cat = category if type(category) is Category else _category(category)
+    if cat.enabled:
+        _event(
+            cat,
+            "",
+            TYPE_SLICE_END,
+            track,
+            timestamp,
+            flow,
+            terminating_flow,
+            None,
+            None,
+            args,
+        )
 
 
 def instant(
@@ -311,18 +312,20 @@ def instant(
     """Records an instant event `name` on the thread's track (or `track`)."""
     if not name:
         raise TracingError("an instant event needs a name")
-    _event(
-        category,
-        name,
-        TYPE_INSTANT,
-        track=track,
-        timestamp=timestamp,
-        flow=flow,
-        terminating_flow=terminating_flow,
-        correlation_id=correlation_id,
-        proto=proto,
-        args=args,
-    )
+    cat = category if type(category) is Category else _category(category)
+    if cat.enabled:
+        _event(
+            cat,
+            name,
+            TYPE_INSTANT,
+            track,
+            timestamp,
+            flow,
+            terminating_flow,
+            correlation_id,
+            proto,
+            args,
+        )
 
 
 _counter_tracks: dict[str, CounterTrack] = {}

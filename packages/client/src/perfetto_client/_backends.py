@@ -66,6 +66,7 @@ class InProcessBackend:
         )
         self.producer = TracingProducer(self, _producer_name())
         self._arbiter: SharedMemoryArbiter | None = None
+        self._arbiter_lock = threading.Lock()
         identity = ClientIdentity(os.getuid(), os.getpid())
 
         def connect() -> ProducerEndpoint:
@@ -114,6 +115,12 @@ class InProcessBackend:
         arbiter = self._arbiter
         if arbiter is not None:
             return arbiter
+        with self._arbiter_lock:  # threads starting to write at once share one arbiter
+            if self._arbiter is None:
+                self._arbiter = self._new_arbiter()
+            return self._arbiter
+
+    def _new_arbiter(self) -> SharedMemoryArbiter | None:
         shm = self.endpoint.shared_memory()
         if shm is None:
             return None
@@ -132,7 +139,7 @@ class InProcessBackend:
         def unregister_writer(writer_id: int) -> None:
             post(endpoint.unregister_trace_writer, writer_id)
 
-        arbiter = SharedMemoryArbiter(
+        return SharedMemoryArbiter(
             shm.buffer,
             endpoint.shared_buffer_page_size_kb() * 1024,
             commit,
@@ -140,8 +147,6 @@ class InProcessBackend:
             register_writer=register_writer,
             unregister_writer=unregister_writer,
         )
-        self._arbiter = arbiter
-        return arbiter
 
     def on_producer_connected(self) -> None:
         """Nothing to do: the in-process service is always there."""

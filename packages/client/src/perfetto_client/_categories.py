@@ -123,7 +123,8 @@ class CategoryRegistry:
         self._lock = threading.RLock()
         self.by_name: dict[str, list[Category]] = {}
         self.dynamic: dict[str, Category] = {}
-        self.instances: list[TrackEventInstance] = []
+        self.instances: tuple[TrackEventInstance, ...] = ()
+        """Running instances; replaced, never mutated, so other threads iterate safely."""
         self.generation = 0
         """Bumped whenever the set of running instances changes."""
         self.on_new_category: list[object] = []
@@ -197,18 +198,17 @@ class CategoryRegistry:
         with self._lock:
             used = {i.slot for i in self.instances}
             instance.slot = next(s for s in range(len(used) + 1) if s not in used)
-            self.instances.append(instance)
+            self.instances = (*self.instances, instance)
             self.generation += 1
             self._update_all()
 
     def replace_instance(self, old: TrackEventInstance, new: TrackEventInstance) -> None:
         """`new` takes over `old`'s slot in one step (startup tracing adopted by a session)."""
         with self._lock:
-            if old in self.instances:
-                self.instances.remove(old)
-            used = {i.slot for i in self.instances}
+            remaining = tuple(i for i in self.instances if i is not old)
+            used = {i.slot for i in remaining}
             new.slot = next(s for s in range(len(used) + 1) if s not in used)
-            self.instances.append(new)
+            self.instances = (*remaining, new)
             self.generation += 1
             self._update_all()
 
@@ -216,14 +216,14 @@ class CategoryRegistry:
         """A session stopped: its categories go back to what the remaining sessions want."""
         with self._lock:
             if instance in self.instances:
-                self.instances.remove(instance)
+                self.instances = tuple(i for i in self.instances if i is not instance)
                 self.generation += 1
                 self._update_all()
 
     def stop_all(self) -> None:
         """Forgets every instance (after fork: the child records nothing of the parent's)."""
         with self._lock:
-            self.instances.clear()
+            self.instances = ()
             self.generation += 1
             self._update_all()
 
