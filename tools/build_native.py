@@ -29,12 +29,15 @@ def native_packages() -> list[Path]:
 
 def stale_modules(package: Path) -> list[Path]:
     """The modules of `package` whose compiled form is missing or older than its sources."""
-    build_script = package / "build.py"
+    declarations = sorted((package / "src").rglob("*.pxd"))
+    shared = max(p.stat().st_mtime for p in [package / "build.py", *declarations])
     stale = []
-    for pxd in sorted((package / "src").rglob("*.pxd")):
+    for pxd in declarations:
         source = pxd.with_suffix(".py")
+        if not source.is_file():  # declarations only (e.g. C helpers), cimported by modules
+            continue
         built = list(source.parent.glob(f"{source.stem}.*.so"))
-        newest_input = max(p.stat().st_mtime for p in (source, pxd, build_script))
+        newest_input = max(shared, source.stat().st_mtime)
         if not built or min(b.stat().st_mtime for b in built) < newest_input:
             stale.append(source)
     return stale

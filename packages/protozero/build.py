@@ -25,6 +25,7 @@ DIRECTIVES = {
     "wraparound": False,
     "initializedcheck": False,
     "annotation_typing": False,
+    "warn.unreachable": False,  # the pure-Python branches after `if cython.compiled: return`
 }
 EXPECT_COMPILED = "PERFETTO_PY_EXPECT_COMPILED"
 
@@ -79,6 +80,7 @@ def build() -> int:
             extensions,
             build_dir=str(build_dir / "c"),
             compiler_directives=DIRECTIVES,
+            include_path=[str(SOURCE)],
             quiet=True,
             force=True,
         )

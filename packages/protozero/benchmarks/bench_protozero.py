@@ -261,7 +261,7 @@ def main() -> int:
             verdict = "ok" if t / t_upb <= target else "MISSED"
             print(
                 f"{name:7} {label:20} {t:8.0f} {t / t_upb:6.2f}x {t / t_sol:7.1f}x "
-                f"{target:6.1f}x {verdict}"
+                f"{target:6.2f}x {verdict}"
             )
     return 0
 

@@ -203,3 +203,25 @@ def test_cas_counts_exactly_across_processes(tmp_path: Path) -> None:
         assert codes == [0] * len(procs)
         expected = 2 * INCREMENTS + (INCREMENTS * 20 if compiler else 0)
         assert int.from_bytes(shm.buffer[0:4], "little") == expected
+
+
+def test_missing_libatomic_is_one_line_naming_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ctypes.util
+
+    from perfetto_smb import _atomics
+
+    def no_library(name: str) -> None:
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_library)
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    _atomics._load_backend.cache_clear()
+    try:
+        with pytest.raises(SmbError) as info:
+            _atomics._load_backend()
+    finally:
+        monkeypatch.undo()
+        _atomics._load_backend.cache_clear()
+    message = str(info.value)
+    assert "\n" not in message
+    assert "libatomic1" in message

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from perfetto_smb import PageLayout
+from protozero import _native
 from smb_stress import ProducerConfig, producer_main, reader_main
 
 TIMEOUT = 120
 PACKETS = 250
 
 
-def run(configs: list[ProducerConfig], delay: float) -> dict[str, dict[str, Any]]:
+def run(
+    configs: list[ProducerConfig], delay: float, pure_side: str = ""
+) -> dict[str, dict[str, Any]]:
+    """Runs the producers and the reader; `pure_side` ("reader" or "producers") runs pure
+    Python while the other side runs the build the package would load without the switch."""
     ctx = multiprocessing.get_context("spawn")
     pipes = [ctx.Pipe() for _ in configs]
     result_recv, result_send = ctx.Pipe(duplex=False)
@@ -28,7 +36,9 @@ def run(configs: list[ProducerConfig], delay: float) -> dict[str, dict[str, Any]
     processes = [reader, *producers]
     try:
         for p in processes:
-            p.start()
+            pure = pure_side == ("reader" if p is reader else "producers")
+            with _pure_build(pure if pure_side else None):
+                p.start()
         deadline = time.monotonic() + TIMEOUT
         assert result_recv.poll(TIMEOUT), "the reader did not report in time"
         summary: dict[str, dict[str, Any]] = result_recv.recv()
@@ -41,6 +51,22 @@ def run(configs: list[ProducerConfig], delay: float) -> dict[str, dict[str, Any]
             if p.is_alive():
                 p.kill()
                 p.join()
+
+
+@contextlib.contextmanager
+def _pure_build(pure: bool | None) -> Iterator[None]:
+    """Spawned children inherit the environment: set (or clear) PERFETTO_PY_PURE for one."""
+    saved = os.environ.get(_native.PURE_ENV)
+    if pure is True:
+        os.environ[_native.PURE_ENV] = "1"
+    elif pure is False:
+        os.environ.pop(_native.PURE_ENV, None)
+    try:
+        yield
+    finally:
+        os.environ.pop(_native.PURE_ENV, None)
+        if saved is not None:
+            os.environ[_native.PURE_ENV] = saved
 
 
 def check_intact(stream: dict[str, Any]) -> None:
@@ -92,3 +118,18 @@ def test_too_small_buffer_with_drop_marks_every_loss() -> None:
         marked_losses += sum(marked)
     assert total_drops > 0, "the buffer was never exhausted: the test proves nothing"
     assert marked_losses > 0, "no packet after a loss arrived: marking was not exercised"
+
+
+@pytest.mark.timeout(TIMEOUT + 30)
+@pytest.mark.parametrize("pure_side", ["reader", "producers"])
+def test_compiled_and_pure_processes_share_one_smb(pure_side: str) -> None:
+    configs = [
+        ProducerConfig(0, 4 * 4096, 4096, PageLayout.DIV4, threads=2, packets=PACKETS, drop=False),
+        ProducerConfig(1, 4 * 8192, 8192, PageLayout.DIV1, threads=2, packets=PACKETS, drop=False),
+    ]
+    summary = run(configs, delay=0, pure_side=pure_side)
+    assert len(summary) == 4
+    for stream in summary.values():
+        check_intact(stream)
+        assert stream["seqs"] == list(range(PACKETS))
+        assert stream["drop_count"] == 0

@@ -22,3 +22,5 @@ cdef class ScatteredStreamWriter:
     cpdef rewind(self, Py_ssize_t size, Py_ssize_t offset)
     cpdef Py_ssize_t bytes_available(self)
     cpdef Py_ssize_t written(self)
+    @cython.locals(p=Py_ssize_t, room=Py_ssize_t, n=Py_ssize_t)
+    cpdef Py_ssize_t write_size_prefixed(self, bytes data, Py_ssize_t min_room) except -2

@@ -103,6 +103,35 @@ class ScatteredStreamWriter:
             self.write_ptr = p + n
             view = view[n:]
 
+    def write_size_prefixed(self, data: bytes, min_room: int) -> int:
+        """Writes `data` after its size if the current range has room, without extending it.
+
+        The size takes 1 byte below 127, else a 4-byte redundant varint (how a TraceWriter
+        frames a whole packet in a chunk). Returns the room left after it, or -1 (nothing
+        written) if the range has less than `min_room` bytes or `data` and its size do not fit.
+        """
+        p = self.write_ptr
+        room = self.end - p
+        n = len(data)
+        if room < min_room or room < n + 4:
+            return -1
+        if n < 127:
+            self._view[p] = n
+            p += 1
+        else:
+            self._view[p] = (n & 0x7F) | 0x80
+            self._view[p + 1] = ((n >> 7) & 0x7F) | 0x80
+            self._view[p + 2] = ((n >> 14) & 0x7F) | 0x80
+            self._view[p + 3] = n >> 21
+            p += 4
+        if cython.compiled:
+            if n:
+                memcpy(cython.address(self._view[p]), PyBytes_AS_STRING(data), n)
+        else:
+            self.buffer[p : p + n] = data
+        self.write_ptr = p + n
+        return self.end - self.write_ptr
+
     def reserve_bytes(self, size: int) -> int:
         """Reserves `size` contiguous bytes in one range and returns their offset in `buffer`.
 

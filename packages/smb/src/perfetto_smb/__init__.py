@@ -2,6 +2,10 @@
 
 from importlib.metadata import version as _version
 
+from protozero import _native
+
+_native.select_build(__name__)
+
 from perfetto_smb._abi import (
     CHUNK_HEADER_SIZE,
     MAX_CHUNK_ID,
@@ -105,3 +109,5 @@ __all__ = [
     "unpack_chunk_header",
     "used_chunks_from_bitmap",
 ]
+
+_native.report(__name__)

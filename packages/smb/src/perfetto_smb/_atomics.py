@@ -1,4 +1,8 @@
-"""Hardware atomic operations on 32-bit words of a shared buffer, through libatomic."""
+"""Hardware atomic operations on 32-bit words of a shared buffer.
+
+Compiled, they are the compiler's `__atomic` builtins; as pure Python, libatomic's functions
+called through ctypes (`libatomic.so.1`, Debian/Ubuntu package `libatomic1`).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,15 @@ import functools
 import mmap
 from collections.abc import Callable
 
+try:
+    import cython
+except ImportError:  # installed without Cython: runs as pure Python
+    from protozero import _cython_shim as cython
+
 from perfetto_smb._errors import SmbError
+
+if cython.compiled:
+    from cython.cimports.perfetto_smb._c_atomics import cas32, load32, store32
 
 # GCC's memory-order constants, as libatomic takes them.
 _ACQUIRE = 2
@@ -21,6 +33,10 @@ _StoreFunction = Callable[[ctypes.c_void_p, int, int], None]
 
 _SIGN_BIT = 1 << 31
 _WORD_RANGE = 1 << 32
+
+WordPointer = ctypes.c_void_p
+"""What `AtomicWords.pointer()` returns: a ctypes pointer (pure Python; compiled: the offset)."""
+_NO_BYTES = bytearray(4)
 
 
 @functools.cache
@@ -37,8 +53,8 @@ def _load_backend() -> tuple[_CasFunction, _LoadFunction, _StoreFunction]:
             continue
     if lib is None:
         raise SmbError(
-            "no atomic backend: libatomic.so.1 could not be loaded "
-            "(install libatomic1, e.g. `apt-get install libatomic1`)"
+            "libatomic.so.1 could not be loaded: install the libatomic1 package "
+            "(e.g. `apt-get install libatomic1`)"
         )
     # No argtypes: every call passes ready-made c_void_p objects and C ints, which ctypes
     # hands over as they are (converting through argtypes costs a microsecond per call).
@@ -65,38 +81,68 @@ class AtomicWords:
     open the buffer cannot be closed or resized (it holds an export of it).
     """
 
-    __slots__ = ("_anchor", "_base", "_cas", "_limit", "_load", "_pointers", "_store")
+    __slots__ = (
+        "_anchor",
+        "_base",
+        "_bytes",
+        "_cas",
+        "_limit",
+        "_load",
+        "_pointers",
+        "_store",
+    )
 
     def __init__(self, buffer: mmap.mmap | bytearray) -> None:
-        self._cas, self._load, self._store = _load_backend()
         if len(buffer) < 4:
             raise SmbError(f"buffer of {len(buffer)} bytes holds no 32-bit word")
-        anchor = (ctypes.c_char * len(buffer)).from_buffer(buffer)
-        self._anchor: ctypes.Array[ctypes.c_char] | None = anchor
-        self._base = ctypes.addressof(anchor)
-        if self._base % 4:
-            raise SmbError("buffer is not 4-byte aligned")
         self._limit = len(buffer) - 4
         # Pointers to the words used so far, by offset (checked once, when made).
         self._pointers: dict[int, ctypes.c_void_p] = {}
+        self._anchor: ctypes.Array[ctypes.c_char] | None = None
+        if cython.compiled:
+            self._bytes = buffer
+            if cython.cast(cython.size_t, cython.address(self._bytes[0])) % 4:
+                raise SmbError("buffer is not 4-byte aligned")
+            return
+        self._cas, self._load, self._store = _load_backend()
+        anchor = (ctypes.c_char * len(buffer)).from_buffer(buffer)
+        self._anchor = anchor
+        self._base = ctypes.addressof(anchor)
+        if self._base % 4:
+            raise SmbError("buffer is not 4-byte aligned")
 
-    def pointer(self, offset: int) -> ctypes.c_void_p:
+    def _check(self, offset: int) -> None:
+        if self._limit < 0:
+            raise SmbError("atomic access to a closed buffer")
+        if offset < 0 or offset > self._limit or offset & 3:
+            raise SmbError(f"atomic access at offset {offset} outside the buffer or unaligned")
+
+    def pointer(self, offset: int) -> WordPointer:
         """A pointer to the word at `offset`, for `compare_exchange_at`; checked and cached."""
+        if cython.compiled:
+            self._check(offset)
+            compiled_pointer: ctypes.c_void_p = cython.cast(cython.Py_ssize_t, offset)
+            return compiled_pointer
         pointer = self._pointers.get(offset)
         if pointer is None:
-            if self._anchor is None:
-                raise SmbError("atomic access to a closed buffer")
-            if offset < 0 or offset > self._limit or offset & 3:
-                raise SmbError(f"atomic access at offset {offset} outside the buffer or unaligned")
+            self._check(offset)
             pointer = self._pointers[offset] = ctypes.c_void_p(self._base + offset)
         return pointer
 
     def load(self, offset: int) -> int:
         """Loads the word at `offset` with acquire ordering."""
+        if cython.compiled:
+            self._check(offset)
+            word: int = load32(cython.address(self._bytes[offset]))
+            return word
         return self._load(self.pointer(offset), _ACQUIRE)
 
     def store(self, offset: int, value: int) -> None:
         """Stores `value` into the word at `offset` with release ordering."""
+        if cython.compiled:
+            self._check(offset)
+            store32(cython.address(self._bytes[offset]), value & 0xFFFFFFFF)
+            return
         self._store(self.pointer(offset), _as_c_int(value), _RELEASE)
 
     def compare_exchange(self, offset: int, expected: int, desired: int) -> int:
@@ -106,8 +152,14 @@ class AtomicWords:
         """
         return self.compare_exchange_at(self.pointer(offset), expected, desired)
 
-    def compare_exchange_at(self, pointer: ctypes.c_void_p, expected: int, desired: int) -> int:
+    def compare_exchange_at(self, pointer: WordPointer, expected: int, desired: int) -> int:
         """`compare_exchange` on the word `pointer` (from `pointer()`) points to."""
+        if cython.compiled:
+            if self._limit < 0:
+                raise SmbError("atomic access to a closed buffer")
+            at = cython.address(self._bytes[cython.cast(cython.Py_ssize_t, pointer)])
+            found: int = cas32(at, expected & 0xFFFFFFFF, desired & 0xFFFFFFFF)
+            return found
         cell = ctypes.c_uint32(expected)
         desired &= 0xFFFFFFFF
         as_c_int = desired - ((desired >> 31) << 32)  # the C int with the word's bit pattern
@@ -118,3 +170,6 @@ class AtomicWords:
         """Releases the buffer; later operations raise SmbError."""
         self._pointers.clear()
         self._anchor = None
+        self._limit = -1
+        if cython.compiled:
+            self._bytes = _NO_BYTES

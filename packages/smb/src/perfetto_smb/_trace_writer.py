@@ -20,6 +20,7 @@ from perfetto_smb._policy import BufferExhaustedPolicy
 if TYPE_CHECKING:
     from perfetto_smb._arbiter import SharedMemoryArbiter
 
+
 MAX_PACKETS_PER_CHUNK = 1022
 """A writer starts a new chunk after this many packets (one below the 10-bit maximum, so the
 count can still be inflated by one)."""
@@ -28,6 +29,7 @@ DATA_LOSS_SMB_FULL = 1 | 256
 """previous_packet_dropped value: DATA_LOSS_PRESENT | DATA_LOSS_SMB_FULL."""
 
 _EMPTY = bytearray()
+_NO_HALVES = memoryview(bytearray()).cast("H")
 # The flags as plain ints: IntFlag operators run in Python, these in C.
 _FIRST_CONTINUES = int(ChunkFlags.FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK)
 _LAST_CONTINUES = int(ChunkFlags.LAST_PACKET_CONTINUES_ON_NEXT_CHUNK)
@@ -82,6 +84,8 @@ class TraceWriter:
         self._packet = packet_type()
         self._packet.reset(self._stream)
         self._packet.finalize()
+        self._packet_open = False
+        """Whether the packet was handed out and may not be finalized yet."""
         self._chunk: Chunk | None = None
         self._next_chunk_id = 0
         self._patch_list: collections.deque[Patch] = collections.deque()
@@ -145,6 +149,7 @@ class TraceWriter:
         if self._first_packet_on_sequence:
             packet.set_first_packet_on_sequence(True)
             self._first_packet_on_sequence = False
+        self._packet_open = True
         return packet
 
     def _fast_path_room(self) -> int:
@@ -160,7 +165,7 @@ class TraceWriter:
             or self._size_field >= 0
             or self._first_packet_on_sequence
             or self._patch_list
-            or not self._packet.is_finalized
+            or (self._packet_open and not self._packet.is_finalized)
         ):
             return -1
         if self._reached_max_packets_per_chunk:
@@ -170,6 +175,11 @@ class TraceWriter:
 
     def write_packet(self, data: bytes | bytearray | memoryview) -> None:
         """Writes one whole packet whose fields are already encoded in `data`."""
+        if type(data) is bytes and self._fast_path_room() >= 0:
+            room_after = self._stream.write_size_prefixed(data, _MIN_ROOM_FOR_NEW_PACKET)
+            if room_after >= 0:
+                self._account_packets(1, room_after)
+                return
         size = len(data)
         room = self._fast_path_room()
         if room < _MIN_ROOM_FOR_NEW_PACKET or room < size + PACKET_HEADER_SIZE:
@@ -209,7 +219,7 @@ class TraceWriter:
                     self.write_packet(data)
                 continue
             parts: list[bytes | bytearray] = [b""] * (2 * len(block))
-            parts[0::2] = map(headers.__getitem__, sizes)
+            parts[0::2] = list(map(headers.__getitem__, sizes))
             parts[1::2] = block
             self._write_block(block, ends, parts)
 
@@ -270,6 +280,7 @@ class TraceWriter:
         packet = self._packet
         if not packet.is_finalized:
             packet.finalize()
+        self._packet_open = False
         stream = self._stream
         offset = self._size_field
         if offset >= 0:  # write the size of the packet's last fragment
@@ -318,6 +329,7 @@ class TraceWriter:
     def detach_buffer(self) -> None:
         """Stops pointing into the SMB (its mapping is going away); nothing is written after."""
         self._stream.reset(_EMPTY, 0, 0)
+        self._halves = _NO_HALVES
         self._chunk = None
         self._closed = True
 

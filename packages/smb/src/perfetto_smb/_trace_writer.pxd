@@ -1,0 +1,37 @@
+import cython
+
+
+cdef class TraceWriter:
+    cdef object __weakref__
+    cdef object _arbiter
+    cdef public object writer_id
+    cdef public object target_buffer
+    cdef public object policy
+    cdef object _smb
+    cdef unsigned short[::1] _halves
+    cdef Py_ssize_t _count_index
+    cdef object _garbage
+    cdef object _stream
+    cdef object _packet
+    cdef object _chunk
+    cdef public Py_ssize_t _next_chunk_id
+    cdef object _patch_list
+    cdef Py_ssize_t _range_begin
+    cdef Py_ssize_t _size_field
+    cdef Py_ssize_t _fragment_start
+    cdef bint _fragmenting_packet
+    cdef bint _drop_packets
+    cdef bint _retry_new_chunk_after_packet
+    cdef bint _reached_max_packets_per_chunk
+    cdef bint _count_inflated
+    cdef bint _first_packet_on_sequence
+    cdef bint _closed
+    cdef bint _packet_open
+    cdef public Py_ssize_t drop_count
+
+    @cython.locals(stream=object)
+    cdef Py_ssize_t _fast_path_room(self) except? -2
+    @cython.locals(size=Py_ssize_t, room=Py_ssize_t, room_after=Py_ssize_t, p=Py_ssize_t, end=Py_ssize_t)
+    cpdef write_packet(self, object data)
+    @cython.locals(index=Py_ssize_t, value=Py_ssize_t, halves="unsigned short[::1]")
+    cpdef _account_packets(self, Py_ssize_t count, Py_ssize_t room_after)
