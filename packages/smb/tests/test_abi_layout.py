@@ -1,4 +1,4 @@
-"""Byte-level layout of the SMB against ABI.md section 5."""
+"""Byte-level layout of the SMB (docs/protocol.md, "The shared memory buffer")."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from protozero import write_redundant_varint
 
 ABI_PAGE_SIZES = [4096 * n for n in range(1, 17)]
 
-# ABI.md's table: page size -> chunk size for Div1, Div2, Div4, Div7, Div14.
+# Upstream's table: page size -> chunk size for Div1, Div2, Div4, Div7, Div14.
 CHUNK_SIZE_TABLE = {
     4096: (4088, 2044, 1020, 584, 292),
     8192: (8184, 4092, 2044, 1168, 584),
