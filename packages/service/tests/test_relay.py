@@ -280,3 +280,47 @@ def test_bad_socket_permissions_get_one_line(directory: str, value: str) -> None
     assert result.stderr.startswith("traced_relay: --set-socket-permissions")
     assert len(result.stderr.strip().splitlines()) == 1
     assert not os.path.exists(f"{directory}/relay.sock")
+
+
+def test_machine_name_filter_picks_machines_by_name_host_included(
+    directory: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Upstream's rule: a data source's machine_name_filter names the machines whose producers
+    it starts (the central one by its own name, or "host"), whatever trace_all_machines says."""
+    monkeypatch.setenv("PERFETTO_MACHINE_NAME", "central-box")
+    tcp = f"127.0.0.1:{_free_tcp_port()}"
+    with Traced(directory, extra_producer_sockets=[tcp]) as traced:
+        relays = {
+            machine: Relay(f"{directory}/{machine}.sock", tcp, machine)
+            for machine in ("machine-a", "machine-b")
+        }
+        producers: dict[str, Any] = {}
+        consumer = None
+        try:
+            for relay in relays.values():
+                assert relay.synced.wait(TIMEOUT), relay.lines
+            for machine in relays:
+                (producers[machine],) = start_producers(
+                    f"{directory}/{machine}.sock", [f"producer.{machine}"], COUNT
+                )
+            (producers["local"],) = start_producers(
+                traced.producer_socket, ["producer.local"], COUNT
+            )
+            config = make_config()
+            config.data_sources[0].machine_name_filter.extend(["machine-b", "central-box"])
+            consumer = ConsumerSession(traced.consumer_socket)
+            consumer.client.enable_tracing(config)
+            for machine in ("machine-b", "local"):
+                producers[machine].wait_line("WROTE", timeout=TIMEOUT)
+            consumer.client.disable_tracing()
+            consumer.wait_disabled()
+            trace = consumer.read_trace()
+        finally:
+            if consumer is not None:
+                consumer.close()
+            for producer in producers.values():
+                producer.close()
+            for relay in relays.values():
+                relay.close()
+    counts = Counter(p.for_testing.str.split("/")[0] for p in fortesting_packets(trace))
+    assert counts == {"producer.machine-b": COUNT, "producer.local": COUNT}
