@@ -116,6 +116,7 @@ COMPAT_WORK = ROOT / "build" / "compat"
 # Earlier versions the conformance kit runs against, one commit per line (`nox -s compat`).
 COMPAT_REFS = [
     "4f671fe",  # v0.1.0-foundation: the service before the client library
+    "70f5eeb",  # the client library (Backend.SYSTEM apps), before the .pyx build hook
 ]
 
 
@@ -127,7 +128,8 @@ def build(session: nox.Session) -> None:
 
 @nox.session(venv_backend="venv", reuse_venv=True)
 def install_check(session: nox.Session) -> None:
-    """Builds dist/, then installs perfetto-client, -service and -cmd each alone and uses them."""
+    """Builds dist/, then installs perfetto-client, -service, -cmd and -heapprofd each alone
+    and uses them."""
     _build_dists(session, ROOT, DIST)
     session.run(sys.executable, "tools/install_check.py", str(DIST), external=True)
 
