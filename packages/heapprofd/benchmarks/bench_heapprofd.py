@@ -1,7 +1,9 @@
 """heapprofd's costs, measured against references in the same run (CPU-time medians).
 
 1. Client overhead: an allocation-heavy workload unprofiled, profiled by heapprofd at
-   4096-byte sampling, and tracked by memray (every allocation), each in its own process.
+   4096-byte sampling, and tracked by memray (every allocation), each in its own process;
+   the floor is the same workload under allocator hooks that only pass calls through
+   (`passthrough_hook.pyx`, built here): what any PyMem_SetAllocator hook costs.
 2. Daemon CPU per 1M sampled records (Malloc + Free), at a small interval with
    block_client so that no record is lost.
 
@@ -17,6 +19,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 from pathlib import Path
@@ -33,6 +36,33 @@ TIMEOUT = 120.0
 
 def _build() -> None:
     subprocess.run([sys.executable, str(HERE.parent / "build_ext.py")], check=True)
+
+
+def _build_passthrough(directory: str) -> None:
+    """Builds the pass-through hooks into `directory` (module `passthrough_hook`)."""
+    c_file = os.path.join(directory, "passthrough_hook.c")
+    subprocess.run(
+        [sys.executable, "-m", "cython", "-3", str(HERE / "passthrough_hook.pyx"), "-o", c_file],
+        check=True,
+    )
+    target = os.path.join(
+        directory, "passthrough_hook" + str(sysconfig.get_config_var("EXT_SUFFIX"))
+    )
+    cc = sysconfig.get_config_var("CC") or "gcc"
+    include = sysconfig.get_paths()["include"]
+    subprocess.run(
+        [*cc.split(), "-O2", "-fPIC", "-shared", f"-I{include}", c_file, "-o", target], check=True
+    )
+
+
+def _passthrough_argv(directory: str, rounds: int) -> list[str]:
+    """The workload under the pass-through hooks."""
+    code = (
+        f"import sys; sys.path.insert(0, {directory!r}); import passthrough_hook, runpy; "
+        f"passthrough_hook.install(); sys.argv = ['w', '{rounds}']; "
+        f"runpy.run_path({WORKLOAD!r}, run_name='__main__')"
+    )
+    return [sys.executable, "-c", code]
 
 
 def _start(argv: list[str], env: dict[str, str], notify_env: str) -> subprocess.Popen[bytes]:
@@ -126,13 +156,15 @@ def main() -> None:
     env = dict(os.environ)
     rounds = str(args.rounds)
     with tempfile.TemporaryDirectory() as directory:
+        _build_passthrough(directory)
         stack = Stack(directory)
         try:
-            plain, hooked, profiled, memray = [], [], [], []
+            plain, hooked, floor, profiled, memray = [], [], [], [], []
             samples: list[int] = []
             for _ in range(args.repeat):
                 plain.append(_workload_cpu([sys.executable, WORKLOAD, rounds], env))
                 hooked.append(_workload_cpu(_loaded_argv(args.rounds), env))
+                floor.append(_workload_cpu(_passthrough_argv(directory, args.rounds), env))
                 cpu, trace = stack.profiled(args.rounds)
                 profiled.append(cpu)
                 samples.append(_records(trace)[0])
@@ -159,6 +191,7 @@ def main() -> None:
             print(f"  unprofiled                 {base:8.3f} s   1.00x")
             for name, runs in (
                 ("client loaded, idle", hooked),
+                ("pass-through hooks (floor)", floor),
                 ("heapprofd @4096", profiled),
                 ("memray (all allocations)", memray),
             ):
