@@ -146,6 +146,28 @@ def test_startup_target_is_matched_by_its_script_name(stack: Stack) -> None:
     assert churn["freed"] >= 0.97 * churn["allocated"]
 
 
+def test_no_startup_leaves_a_starting_program_alone(stack: Stack) -> None:
+    config = config_for([])
+    heap = config.data_sources[0].config.heapprofd_config
+    heap.process_cmdline.append("target_main.py")
+    heap.no_startup = True
+    holder: list[Target] = []
+
+    def during() -> None:
+        target = Target(stack.env, startup=True)
+        holder.append(target)
+        # the program connected at its start (before READY) and was turned away
+        assert target.command("state", "STATE") == "STATE False"
+        target.command("churn", "CHURNED")
+
+    try:
+        trace = record(stack, config, during)
+    finally:
+        for target in holder:
+            target.close()
+    assert not list(iter_processes(heap_dumps(trace), holder[0].pid))
+
+
 def test_killed_target_is_dumped_as_disconnected(stack: Stack) -> None:
     target = Target(stack.env)
 

@@ -847,6 +847,9 @@ cdef bint _set_remove(hp_set_t *s, uint64_t k) noexcept nogil:
         i = j
 
 cdef void _set_clear(hp_set_t *s) noexcept nogil:
+    # the count first: a raw-domain free on a thread without the GIL reads the filter only
+    # when the count is not zero
+    s.count = 0
     if s.keys != NULL:
         _raw_free(s.keys)
     if s.filter != NULL:
@@ -854,7 +857,6 @@ cdef void _set_clear(hp_set_t *s) noexcept nogil:
     s.filter = NULL
     s.keys = NULL
     s.cap = 0
-    s.count = 0
 
 cdef inline double _uniform() noexcept nogil:
     global _rng
