@@ -282,6 +282,8 @@ cdef extern from *:
     static hp_set_t hp_py_sampled;            /* live sampled addresses of the Python heap */
     static uint64_t hp_interval = 0;          /* the Python heap's interval; 0: not sampling */
     static uint64_t hp_large = UINT64_MAX;    /* sizes of at least this take the slow path */
+    /* pymalloc's sizes that may take the fast path: 1 to min(512, interval - 1) */
+    static uint64_t hp_py_fast_max = HP_PYMALLOC_SMALL;
     static uint64_t hp_epoch = 1;             /* changes with the interval: countdowns redraw */
 
     typedef struct { PyMemAllocatorEx orig; int raw; } hp_domain_t;
@@ -297,6 +299,8 @@ cdef extern from *:
     static void hp_set_python_interval(uint64_t interval) {
         hp_interval = interval;
         hp_large = interval ? interval : UINT64_MAX;
+        hp_py_fast_max = interval && interval - 1 < HP_PYMALLOC_SMALL ? interval - 1
+                                                                      : HP_PYMALLOC_SMALL;
         hp_epoch++;
     }
 
@@ -324,14 +328,19 @@ cdef extern from *:
         return n * interval;
     }
 
-    /* 1 (the countdown taken) when an allocation of `size` is surely not sampled. */
-    static inline int hp_skip(hp_tls_t *t, uint64_t size) {
+    /* 1 (the countdown taken) when an allocation of `size`, known to be less than the
+       interval, is not sampled. */
+    static inline int hp_skip_small(hp_tls_t *t, uint64_t size) {
         int64_t left = t->to_next - (int64_t)size;
-        if (HP_LIKELY(size < hp_large && t->epoch == hp_epoch && left > 0)) {
+        if (HP_LIKELY(t->epoch == hp_epoch && left > 0)) {
             t->to_next = left;
             return 1;
         }
         return 0;
+    }
+
+    static inline int hp_skip(hp_tls_t *t, uint64_t size) {
+        return HP_LIKELY(size < hp_large) && hp_skip_small(t, size);
     }
 
     static inline int hp_maybe_sampled(void *p) {
@@ -432,7 +441,7 @@ cdef extern from *:
        allocator; larger ones (and every realloc) are marked nested while they run. */
     static void *hp_py_malloc(void *ctx, size_t size) {
         hp_domain_t *d = (hp_domain_t *)ctx;
-        if (HP_LIKELY(size - 1 < HP_PYMALLOC_SMALL && hp_skip(&hp_tls, size)))
+        if (HP_LIKELY(size - 1 < hp_py_fast_max && hp_skip_small(&hp_tls, size)))
             return d->orig.malloc(d->orig.ctx, size);
         return hp_malloc_slow(d, size);
     }
@@ -440,7 +449,7 @@ cdef extern from *:
     static void *hp_py_calloc(void *ctx, size_t nelem, size_t elsize) {
         hp_domain_t *d = (hp_domain_t *)ctx;
         uint64_t size = hp_calloc_size(nelem, elsize);
-        if (HP_LIKELY(size - 1 < HP_PYMALLOC_SMALL && hp_skip(&hp_tls, size)))
+        if (HP_LIKELY(size - 1 < hp_py_fast_max && hp_skip_small(&hp_tls, size)))
             return d->orig.calloc(d->orig.ctx, nelem, elsize);
         return hp_calloc_slow(d, nelem, elsize);
     }
