@@ -116,6 +116,14 @@ def _parser() -> argparse.ArgumentParser:
         help="flight recorder: keep only the last MB megabytes; SIGUSR1 writes a snapshot",
     )
     run.add_argument(
+        "--snapshot-trigger",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with --ring: the program's Tracing.activate_triggers([NAME]) writes a snapshot "
+        "(repeatable)",
+    )
+    run.add_argument(
         "--duration",
         type=_parse_seconds,
         default=0.0,
@@ -146,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.module is None and not args.program:
         print("perfetto-trace: run needs a script or -m module", file=sys.stderr)
         return 1
+    if args.snapshot_trigger and not args.ring:
+        print("perfetto-trace: --snapshot-trigger needs --ring", file=sys.stderr)
+        return 1
     options = TraceOptions(
         output=args.output,
         include=tuple(args.include),
@@ -155,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         c_calls=not args.no_c_calls,
         gc=not args.no_gc,
         ring_mb=args.ring,
+        snapshot_triggers=tuple(args.snapshot_trigger),
         follow_children=args.follow_children,
         pure=args.pure,
     )
@@ -175,19 +187,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(program: Program, options: TraceOptions, duration: float, quiet: bool) -> int:
     recording = Recording(options)
-    snapshots = 0
 
     def on_sigterm(signum: int, frame: types.FrameType | None) -> None:
         raise _Terminated(signum)
 
     def on_sigusr1(signum: int, frame: types.FrameType | None) -> None:
-        nonlocal snapshots
         if not recording.active or not options.ring_mb:
             return
-        snapshots += 1
-        root, ext = os.path.splitext(options.output)
-        path = f"{root}.snapshot-{snapshots}{ext or '.pftrace'}"
-        size = recording.snapshot(path)
+        path, size = recording.snapshot()
         print(f"perfetto-trace: snapshot written to {path} ({size} bytes)", file=sys.stderr)
 
     handlers = {signal.SIGTERM: on_sigterm, signal.SIGUSR1: on_sigusr1}
@@ -195,8 +202,6 @@ def _run(program: Program, options: TraceOptions, duration: float, quiet: bool) 
         handlers[signal.SIGALRM] = on_sigterm
     for signum, handler in handlers.items():
         _SAVED_HANDLERS[signum] = signal.signal(signum, handler)
-    if duration:
-        signal.setitimer(signal.ITIMER_REAL, duration)
     program.prepare()
     # Started first so that its thread is not recorded.
     progress = _Progress(options.output) if sys.stderr.isatty() and not quiet else None
@@ -207,6 +212,8 @@ def _run(program: Program, options: TraceOptions, duration: float, quiet: bool) 
             progress.stop()
         print(f"perfetto-trace: {exc}", file=sys.stderr)
         return 1
+    if duration:  # counted from the start of the recording, not of perfetto-trace
+        signal.setitimer(signal.ITIMER_REAL, duration)
     exit_code = 0
     reraise_signal = 0
     try:

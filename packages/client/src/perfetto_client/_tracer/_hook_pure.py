@@ -140,9 +140,16 @@ class ThreadRecorder:
                     if known is None:
                         known = _c_functions[key] = self.engine.intern_c_function(arg)
                     self._push(known)
-        except BaseException:
+        except Exception:
             self.active = False
             self.failed = True
+        except BaseException:
+            # A signal handler that ran inside the hook raised (KeyboardInterrupt, SIGTERM,
+            # --duration): the program gets it as it would untraced. Python then removes
+            # this thread's hook, so nothing more is recorded on it.
+            self.active = False
+            self.in_hook = False
+            raise
         self.in_hook = False
 
     # ---- batches ----------------------------------------------------------------------------

@@ -14,7 +14,9 @@ class TraceOptions:
     `include`/`exclude` are globs matched against a function's module name (a pattern also
     matches the module's submodules) and its file path. `max_depth` 0 means unlimited;
     `min_duration_ns` drops shorter slices before they are written; `ring_mb` > 0 keeps only
-    the last that many megabytes (flight recorder). `client_events` also records the
+    the last that many megabytes (flight recorder); with a ring, each of the program's
+    `Tracing.activate_triggers` naming one of `snapshot_triggers` writes a snapshot (as
+    upstream's CLONE_SNAPSHOT trigger mode: the recording goes on). `client_events` also records the
     program's own track events (perfetto_client API) once it initializes tracing.
     """
 
@@ -27,6 +29,7 @@ class TraceOptions:
     gc: bool = True
     exceptions: bool = True
     ring_mb: float = 0.0
+    snapshot_triggers: tuple[str, ...] = ()
     follow_children: bool = False
     client_events: bool = True
     pure: bool = False

@@ -18,6 +18,7 @@ from perfetto_client._tracer._client_events import ClientEvents
 from perfetto_client._tracer._engine import Engine, current
 from perfetto_client._tracer._options import DEFAULT_OUTPUT, TraceOptions
 from perfetto_client._tracer._sink import FileSink, SinkStats
+from perfetto_client._tracer._triggers import SnapshotTriggers
 
 
 @dataclasses.dataclass
@@ -69,6 +70,8 @@ class Recording:
         self.summary: Summary | None = None
         self._children: _children.Children | None = None
         self._client: ClientEvents | None = None
+        self._triggers: SnapshotTriggers | None = None
+        self._snapshots = 0
 
     @property
     def active(self) -> bool:
@@ -100,6 +103,9 @@ class Recording:
             os.close(fd)
             self._client = ClientEvents(part, self.engine)
             self._client.enable()
+        if self.options.snapshot_triggers and ring:
+            self._triggers = SnapshotTriggers(self.options.snapshot_triggers, self._on_trigger)
+            self._triggers.enable()
 
     def stop(self) -> Summary:
         """Stops recording and finishes the trace file."""
@@ -107,6 +113,9 @@ class Recording:
         if engine is None:
             raise TracingError("this recording is not running")
         self.engine = None
+        if self._triggers is not None:
+            self._triggers.disable()
+            self._triggers = None
         client_part = self._client.finish() if self._client is not None else None
         stats: SinkStats = engine.stop()
         if self._client is not None:
@@ -149,11 +158,24 @@ class Recording:
             ):
                 thread.join()
 
-    def snapshot(self, path: str) -> int:
-        """Writes what the flight recorder holds now to `path`; returns its size."""
+    def snapshot(self) -> tuple[str, int]:
+        """Writes what the flight recorder holds now to the next `NAME.snapshot-N.pftrace`.
+
+        Returns the snapshot's path and size; the recording goes on.
+        """
         if self.engine is None:
             raise TracingError("this recording is not running")
-        return self.engine.snapshot(path)
+        self._snapshots += 1
+        root, ext = os.path.splitext(self.options.output)
+        path = f"{root}.snapshot-{self._snapshots}{ext or '.pftrace'}"
+        return path, self.engine.snapshot(path)
+
+    def _on_trigger(self, name: str) -> None:
+        path, size = self.snapshot()
+        print(
+            f"perfetto-trace: trigger {name!r}: snapshot written to {path} ({size} bytes)",
+            file=sys.stderr,
+        )
 
 
 class record(contextlib.ContextDecorator):  # noqa: N801 (used like a function)
@@ -161,7 +183,8 @@ class record(contextlib.ContextDecorator):  # noqa: N801 (used like a function)
 
     `with perfetto_client.record("out.pftrace"):` or `@perfetto_client.record("out.pftrace")`;
     the keyword arguments are `TraceOptions` fields (`include`, `exclude`, `max_depth`,
-    `min_duration_ns`, `c_calls`, `gc`, `exceptions`, `ring_mb`, `follow_children`).
+    `min_duration_ns`, `c_calls`, `gc`, `exceptions`, `ring_mb`, `snapshot_triggers`,
+    `follow_children`).
     After the block, `.summary` says what was written.
     """
 
