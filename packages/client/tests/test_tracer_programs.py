@@ -10,15 +10,13 @@ from pathlib import Path
 
 import pytest
 from tracer_support import (
+    HOOKS,
     Slice,
-    compiled_hook_available,
     decode,
     program_stderr,
     run_plain,
     run_traced,
 )
-
-HOOKS = ["pure"] + (["compiled"] if compiled_hook_available() else [])
 
 FIB = """
 import sys

@@ -46,6 +46,10 @@ def compiled_hook_available() -> bool:
     return bool(list(_HOOK.parent.glob("_hook.*.so")))
 
 
+HOOKS = ["pure"] + (["compiled"] if compiled_hook_available() else [])
+"""The hooks the tests can run: the pure one, and the compiled one when it builds."""
+
+
 @dataclasses.dataclass
 class Slice:
     name: str

@@ -135,6 +135,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also record Python child processes (multiprocessing, subprocess)",
     )
+    run.add_argument(
+        "--system",
+        action="store_true",
+        help="instead of a file, send the calls to the system's traced "
+        "(PERFETTO_PRODUCER_SOCK_NAME or the default socket): sessions recording track_event "
+        "get them",
+    )
     run.add_argument("--pure", action="store_true", help="use the pure-Python hook")
     run.add_argument("-q", "--quiet", action="store_true", help="print no summary")
     run.add_argument(
@@ -168,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         ring_mb=args.ring,
         snapshot_triggers=tuple(args.snapshot_trigger),
         follow_children=args.follow_children,
+        system=args.system,
         pure=args.pure,
     )
     try:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from perfetto_client._errors import TracingError
 from perfetto_client._tracer import _packets
 from perfetto_client._tracer._options import TraceOptions
-from perfetto_client._tracer._sink import FileSink, SinkStats
+from perfetto_client._tracer._sink import Sink, SinkStats
 
 OWN = 0xFFFFFFFF  # the iid of the tracer's own code: its frames and their callees are hidden
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -91,7 +91,7 @@ def current() -> Engine | None:
 class Engine:
     """Records every thread of this process into one sink until `stop()`."""
 
-    def __init__(self, options: TraceOptions, sink: FileSink) -> None:
+    def __init__(self, options: TraceOptions, sink: Sink) -> None:
         self.options = options
         self.sink = sink
         self.hook = hook_module(options.pure)
@@ -229,6 +229,8 @@ class Engine:
         # write into the same trace). Ids may repeat across processes and threads: every
         # batch resets the sequence's state, so batches of one id never depend on another's.
         sequence_id = _FIRST_SEQUENCE_ID + ((self.pid << 6) + index) % _SEQUENCE_IDS
+        if self.options.system:
+            sequence_id = 0  # traced numbers the sequences of its TraceWriters itself
         batch = _RING_BATCH_BYTES if self.sink.ring else _BATCH_BYTES
         recorder: Recorder = self.hook.ThreadRecorder(
             self,

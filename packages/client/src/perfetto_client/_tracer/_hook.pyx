@@ -585,6 +585,27 @@ def uninstall_all_threads():
         ts = PyThreadState_Next(ts)
 
 
+def split_packets(bytes batch):
+    """The packets of a batch (framed as a Trace), each without its `Trace.packet` framing."""
+    cdef const unsigned char* p = <const unsigned char*><char*>batch
+    cdef Py_ssize_t pos = 0, end = len(batch), size
+    cdef int shift
+    cdef list packets = []
+    while pos < end:
+        pos += 1  # the Trace.packet tag
+        size = 0
+        shift = 0
+        while p[pos] >= 0x80:
+            size |= <Py_ssize_t>(p[pos] & 0x7F) << shift
+            shift += 7
+            pos += 1
+        size |= <Py_ssize_t>p[pos] << shift
+        pos += 1
+        packets.append(batch[pos:pos + size])
+        pos += size
+    return packets
+
+
 def now_ns():
     """CLOCK_BOOTTIME in nanoseconds (the clock every timestamp uses)."""
     return ptr_now_ns()

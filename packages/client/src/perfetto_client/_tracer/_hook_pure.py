@@ -12,7 +12,7 @@ import time
 import types
 from typing import Any
 
-from protozero import SHORT_VARINTS, encode_varint
+from protozero import SHORT_VARINTS, encode_varint, read_varint
 
 COMPILED = False
 
@@ -41,6 +41,21 @@ def new_generation() -> None:
 def uninstall_all_threads() -> None:
     """Stops the hook of this thread; other threads' recorders are deactivated by the engine."""
     sys.setprofile(None)
+
+
+def split_packets(batch: bytes) -> list[bytes]:
+    """The packets of a batch (framed as a Trace), each without its `Trace.packet` framing."""
+    view = memoryview(batch)
+    packets = []
+    pos, end = 0, len(batch)
+    while pos < end:
+        if batch[pos + 1] < 0x80:
+            size, pos = batch[pos + 1], pos + 2
+        else:
+            size, pos = read_varint(view, pos + 1, end)
+        packets.append(batch[pos : pos + size])
+        pos += size
+    return packets
 
 
 def _varint(value: int) -> bytes:

@@ -17,7 +17,8 @@ class TraceOptions:
     the last that many megabytes (flight recorder); with a ring, each of the program's
     `Tracing.activate_triggers` naming one of `snapshot_triggers` writes a snapshot (as
     upstream's CLONE_SNAPSHOT trigger mode: the recording goes on). `client_events` also records the
-    program's own track events (perfetto_client API) once it initializes tracing.
+    program's own track events (perfetto_client API) once it initializes tracing. `system`
+    sends the calls to the system's `traced` instead of `output` (see `_system_sink.py`).
     """
 
     output: str = DEFAULT_OUTPUT
@@ -31,5 +32,6 @@ class TraceOptions:
     ring_mb: float = 0.0
     snapshot_triggers: tuple[str, ...] = ()
     follow_children: bool = False
+    system: bool = False
     client_events: bool = True
     pure: bool = False

@@ -15,9 +15,10 @@ from typing import Any
 from perfetto_client._errors import TracingError
 from perfetto_client._tracer import _children, _packets
 from perfetto_client._tracer._client_events import ClientEvents
-from perfetto_client._tracer._engine import Engine, current
+from perfetto_client._tracer._engine import Engine, current, hook_module
 from perfetto_client._tracer._options import DEFAULT_OUTPUT, TraceOptions
-from perfetto_client._tracer._sink import FileSink, SinkStats
+from perfetto_client._tracer._sink import FileSink, Sink, SinkStats
+from perfetto_client._tracer._system_sink import SystemSink
 from perfetto_client._tracer._triggers import SnapshotTriggers
 
 
@@ -32,6 +33,7 @@ class Summary:
     lost_reason: str
     span_ns: int
     processes: int
+    system: bool = False
 
     def lines(self) -> list[str]:
         """The summary as `perfetto-trace` prints it."""
@@ -39,6 +41,11 @@ class Summary:
         if not self.events_lost and self.lost_reason:
             lost = f"0 lost; {self.lost_reason}"
         procs = f" from {self.processes} processes" if self.processes > 1 else ""
+        if self.system:
+            return [
+                f"perfetto-trace: sent {self.events_written:,} events ({_size(self.size)}) to "
+                f"{self.path}, {lost}, spanning {self.span_ns / 1e9:.3f} s"
+            ]
         return [
             f"perfetto-trace: wrote {self.path} ({_size(self.size)}): "
             f"{self.events_written:,} events{procs}, {lost}, spanning {self.span_ns / 1e9:.3f} s",
@@ -86,18 +93,30 @@ class Recording:
             raise TracingError("a recording is already running in this process")
         header = _packets.process_descriptor(os.getpid(), process_name(sys.argv), list(sys.argv), 0)
         ring = int(self.options.ring_mb * (1 << 20))
-        try:
-            sink = FileSink(self.options.output, header, ring)
-        except OSError as exc:
-            raise TracingError(
-                f"can't write {self.options.output!r}: {exc.strerror or exc}"
-            ) from None
+        sink: Sink
+        if self.options.system:
+            if ring or self.options.follow_children:
+                raise TracingError("--system does not go with --ring or --follow-children")
+            sink = SystemSink(header, hook_module(self.options.pure).split_packets)
+            if not sink.connected:
+                print(
+                    f"perfetto-trace: no tracing service at {sink.socket}: "
+                    "the program runs, nothing is recorded",
+                    file=sys.stderr,
+                )
+        else:
+            try:
+                sink = FileSink(self.options.output, header, ring)
+            except OSError as exc:
+                raise TracingError(
+                    f"can't write {self.options.output!r}: {exc.strerror or exc}"
+                ) from None
         if self.options.follow_children:
             self._children = _children.Children(self.options)
             self._children.enable()
         self.engine = Engine(self.options, sink)
         self.engine.start()
-        if self.options.client_events:
+        if self.options.client_events and not self.options.system:
             out_dir = os.path.dirname(os.path.abspath(self.options.output))
             fd, part = tempfile.mkstemp(".pftrace", ".perfetto-trace-client-", out_dir)
             os.close(fd)
@@ -131,12 +150,13 @@ class Recording:
             processes += extra
         self.summary = Summary(
             stats.path,
-            os.path.getsize(stats.path),
+            stats.bytes_written if self.options.system else os.path.getsize(stats.path),
             stats.events_written,
             stats.events_lost,
             stats.lost_reason,
             max(0, engine.stopped_ns - engine.started_ns),
             processes,
+            self.options.system,
         )
         return self.summary
 
