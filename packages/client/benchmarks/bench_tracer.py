@@ -7,7 +7,8 @@ process, timed in process CPU time from start to the trace being on disk (ours s
 viztracer's JSON is written by save(), shown separately), median of RUNS runs, interleaved
 round by round (the machine is shared). "floor (pure)" is an empty Python-level
 `sys.setprofile` callback: the least any pure-Python hook can cost. Overhead = traced -
-untraced; the ratio column is our overhead / viztracer's. Size: trace bytes per recorded call, ours vs viztracer's JSON.
+untraced; the ratio column is our overhead / viztracer's. Size: trace bytes per recorded
+call, ours vs viztracer's JSON.
 """
 
 from __future__ import annotations
