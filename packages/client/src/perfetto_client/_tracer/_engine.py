@@ -180,15 +180,16 @@ class Engine:
         """The iid of the instant marking where an exception started unwinding (0: none)."""
         return self.intern_name("exception") if self.options.exceptions else 0
 
+    def intern_exception(self, kind: type[BaseException]) -> int:
+        """The iid of the instant marking where an exception of type `kind` was raised."""
+        return self.intern_name(f"exception {_type_name(kind)}")
+
     def record_uncaught(self, exc: BaseException) -> None:
         """An instant naming the exception that ended the program or a thread."""
         entry = self._recorders.get(threading.get_ident())
         if entry is None or not self.options.exceptions:
             return
-        kind = type(exc)
-        name = kind.__qualname__
-        if kind.__module__ not in ("builtins", "__main__"):
-            name = f"{kind.__module__}.{name}"
+        name = _type_name(type(exc))
         entry[0].instant(self.intern_name(f"uncaught {name}: {exc}"[:200]))
 
     def _thread_excepthook(self, args: Any) -> None:
@@ -349,6 +350,11 @@ class Engine:
         if self._gc_callback in gc.callbacks:
             gc.callbacks.remove(self._gc_callback)
         _state.current = None
+
+
+def _type_name(kind: type) -> str:
+    name = kind.__qualname__
+    return name if kind.__module__ in ("builtins", "__main__") else f"{kind.__module__}.{name}"
 
 
 def _own_frames_running() -> int:
