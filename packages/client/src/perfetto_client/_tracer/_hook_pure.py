@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import time
 import types
+from collections.abc import Callable
 from typing import Any
 
 from protozero import SHORT_VARINTS, encode_varint, read_varint
@@ -90,12 +91,18 @@ class ThreadRecorder:
         self.events = 0
         self.buf = bytearray()
         self.stack: list[list[int]] = []  # [ts, iid, state]
+        # The fast hook (no --max-depth, no --min-duration) keeps only iids (0: not
+        # recorded), and writes a packet by copying pieces made once per name.
+        self.fast = not max_depth and not min_duration_ns
+        self.fast_stack: list[int] = []
+        self.fast_seen: dict[int, tuple[bytes, bytes, bytes]] = {}
+        self.limit = batch_size
         self.first_pending = 0
         self.seen: dict[int, int] = {}
         self.batch_no = 0
         self.last_ts = 0
         self.in_hook = False
-        self.flush_soon = False
+        self._flush_soon = False
         self.own_depth = 0
         self.recorded_depth = 0
         self._start_batch(now_ns())
@@ -109,7 +116,17 @@ class ThreadRecorder:
         # Unless called from a profile hook (which is not traced), this method's own return
         # is the first event the new hook sees.
         self.own_depth = own_frames + (0 if from_profile_hook else 1)
-        sys.setprofile(self._profile)
+        sys.setprofile(self._fast_profile() if self.fast else self._profile)
+
+    @property
+    def flush_soon(self) -> bool:
+        """Set by the engine: hand the batch over at the next event (a snapshot is taken)."""
+        return self._flush_soon
+
+    @flush_soon.setter
+    def flush_soon(self, value: bool) -> None:
+        self._flush_soon = value
+        self.limit = 0 if value else self.batch_size
 
     def _code_iid(self, frame: types.FrameType) -> int:
         code = frame.f_code
@@ -167,11 +184,134 @@ class ThreadRecorder:
             raise
         self.in_hook = False
 
+    def _pieces(self, iid: int) -> tuple[bytes, bytes, bytes]:
+        # A SLICE_BEGIN of `iid` is head (by the size of the timestamp delta) + delta + tail.
+        event = b"\x48" + SHORT_VARINTS[SLICE_BEGIN] + b"\x50" + _varint(iid)
+        if self.locations[iid]:
+            event += b"\x90\x02" + _varint(iid)
+        tail = b"\x5a" + SHORT_VARINTS[len(event)] + event + self.seq
+        return (
+            b"\x0a" + _varint(2 + len(tail)) + b"\x40",
+            b"\x0a" + _varint(3 + len(tail)) + b"\x40",
+            tail,
+        )
+
+    def _fast_profile(self) -> Callable[[types.FrameType, str, Any], None]:
+        """The profile hook without --max-depth and --min-duration (what `_profile` does)."""
+        rec = self
+        codes_get = _codes.get
+        c_functions = _c_functions
+        stack = self.fast_stack
+        push = stack.append
+        pop = stack.pop
+        clock = time.clock_gettime_ns
+        boottime = _CLOCK
+        short = SHORT_VARINTS
+        seen = self.fast_seen
+        buf = self.buf
+        end_tail = b"\x5a\x02\x48" + SHORT_VARINTS[SLICE_END] + self.seq
+        end_heads = (
+            b"\x0a" + _varint(2 + len(end_tail)) + b"\x40",
+            b"\x0a" + _varint(3 + len(end_tail)) + b"\x40",
+        )
+        module_type = types.ModuleType
+        own = OWN
+
+        def begin(iid: int) -> None:
+            ts = clock(boottime)
+            delta = ts - rec.last_ts
+            pieces = seen.get(iid)
+            if pieces is None or delta >= 16384 or len(buf) >= rec.limit:
+                rec._emit(SLICE_BEGIN, iid, ts)
+                seen[iid] = rec._pieces(iid)
+                return
+            rec.last_ts = ts
+            varint = short[delta]
+            buf.extend(pieces[len(varint) - 1])
+            buf.extend(varint)
+            buf.extend(pieces[2])
+            rec.events += 1
+
+        def end() -> None:
+            ts = clock(boottime)
+            delta = ts - rec.last_ts
+            if delta >= 16384 or len(buf) >= rec.limit:
+                rec._emit(SLICE_END, 0, ts)
+                return
+            rec.last_ts = ts
+            varint = short[delta]
+            buf.extend(end_heads[len(varint) - 1])
+            buf.extend(varint)
+            buf.extend(end_tail)
+            rec.events += 1
+
+        def profile(frame: types.FrameType, event: str, arg: Any) -> None:
+            if not rec.active:
+                return
+            rec.in_hook = True
+            try:
+                if event == "call":
+                    iid = codes_get(frame.f_code)
+                    if iid is None:
+                        iid = rec._code_iid(frame)
+                    if iid == own:
+                        rec.own_depth += 1
+                    elif not rec.own_depth:
+                        push(iid)
+                        if iid:
+                            begin(iid)
+                elif event == "return":
+                    iid = codes_get(frame.f_code)
+                    if iid is None:
+                        iid = rec._code_iid(frame)
+                    if iid == own:
+                        if rec.own_depth:
+                            rec.own_depth -= 1
+                    elif stack and not rec.own_depth and pop():
+                        end()
+                elif rec.c_calls and not rec.own_depth:
+                    if event != "c_call":
+                        if stack and pop():
+                            end()
+                        return
+                    caller = codes_get(frame.f_code)
+                    if caller is None:
+                        caller = rec._code_iid(frame)
+                    if caller == own:
+                        return
+                    if not caller:
+                        push(0)  # builtins called by code that is not recorded
+                        return
+                    owner = arg.__self__
+                    key = (
+                        arg
+                        if owner is None or type(owner) is module_type
+                        else (type(owner), arg.__name__)
+                    )
+                    iid = c_functions.get(key)
+                    if iid is None:
+                        iid = c_functions[key] = rec.engine.intern_c_function(arg)
+                    push(iid)
+                    if iid:
+                        begin(iid)
+            except Exception:
+                rec.active = False
+                rec.failed = True
+            except BaseException:
+                rec.active = False  # a signal handler raised: see _profile
+                rec.in_hook = False
+                raise
+            rec.in_hook = False
+
+        return profile
+
     # ---- batches ----------------------------------------------------------------------------
 
     def _start_batch(self, ts: int) -> None:
         self.batch_no += 1
-        self.buf = bytearray(self.engine.prologue(self, ts))
+        self.fast_seen.clear()
+        self.buf.clear()
+        self.buf += self.engine.prologue(self, ts)
         self.last_ts = ts
 
     def flush(self, final: bool = False) -> None:
@@ -181,6 +321,9 @@ class ThreadRecorder:
             self.active = False
             while self.stack:
                 self._pop(now)
+            while self.fast_stack:
+                if self.fast_stack.pop():
+                    self._emit(SLICE_END, 0, now)
         self.engine.write_batch(self, bytes(self.buf))
         if not final:
             self._start_batch(now)
@@ -190,7 +333,8 @@ class ThreadRecorder:
         self.active = False
         self.recorded_depth = 0
         self.stack.clear()
-        self.buf = bytearray()
+        self.fast_stack.clear()
+        self.buf.clear()
 
     def _emit(self, kind: int, iid: int, ts: int) -> None:
         if len(self.buf) >= self.batch_size or self.flush_soon:
@@ -264,7 +408,14 @@ class ThreadRecorder:
     def call(self, frame: types.FrameType) -> None:
         """Records the call of `frame` (its first event reached another hook)."""
         iid = self._code_iid(frame)
-        if iid != OWN:
+        if iid == OWN:
+            self.own_depth += 1
+        elif self.fast:
+            self.fast_stack.append(iid)
+            if iid:
+                self._emit(SLICE_BEGIN, iid, now_ns())
+                self.fast_seen[iid] = self._pieces(iid)
+        else:
             self._push(iid)
 
     def begin(self, iid: int) -> bool:
