@@ -23,7 +23,10 @@ INSTANT = 3
 _NOT_RECORDED, _PENDING, _EMITTED = 0, 1, 2
 OWN = 0xFFFFFFFF  # the iid of the tracer's own code
 
-_codes: dict[types.CodeType, int] = {}
+# By id(): hashing a code object hashes its contents. The codes are kept alive in
+# _interned_codes so that their ids are not reused.
+_codes: dict[int, int] = {}
+_interned_codes: list[types.CodeType] = []
 _c_functions: dict[Any, int] = {}
 _CLOCK = time.CLOCK_BOOTTIME
 
@@ -36,6 +39,7 @@ def now_ns() -> int:
 def new_generation() -> None:
     """Forgets every cached per-code and per-C-function decision (a new recording starts)."""
     _codes.clear()
+    _interned_codes.clear()
     _c_functions.clear()
 
 
@@ -130,9 +134,10 @@ class ThreadRecorder:
 
     def _code_iid(self, frame: types.FrameType) -> int:
         code = frame.f_code
-        iid = _codes.get(code)
+        iid = _codes.get(id(code))
         if iid is None:
-            iid = _codes[code] = self.engine.intern_code(code, frame)
+            iid = _codes[id(code)] = self.engine.intern_code(code, frame)
+            _interned_codes.append(code)
         return iid
 
     def _profile(self, frame: types.FrameType, event: str, arg: Any) -> None:
@@ -200,6 +205,7 @@ class ThreadRecorder:
         """The profile hook without --max-depth and --min-duration (what `_profile` does)."""
         rec = self
         codes_get = _codes.get
+        id_of = id
         c_functions = _c_functions
         stack = self.fast_stack
         push = stack.append
@@ -210,48 +216,23 @@ class ThreadRecorder:
         seen = self.fast_seen
         buf = self.buf
         end_tail = b"\x5a\x02\x48" + SHORT_VARINTS[SLICE_END] + self.seq
-        end_heads = (
+        end_pieces = (
             b"\x0a" + _varint(2 + len(end_tail)) + b"\x40",
             b"\x0a" + _varint(3 + len(end_tail)) + b"\x40",
+            end_tail,
         )
         module_type = types.ModuleType
         own = OWN
-
-        def begin(iid: int) -> None:
-            ts = clock(boottime)
-            delta = ts - rec.last_ts
-            pieces = seen.get(iid)
-            if pieces is None or delta >= 16384 or len(buf) >= rec.limit:
-                rec._emit(SLICE_BEGIN, iid, ts)
-                seen[iid] = rec._pieces(iid)
-                return
-            rec.last_ts = ts
-            varint = short[delta]
-            buf.extend(pieces[len(varint) - 1])
-            buf.extend(varint)
-            buf.extend(pieces[2])
-            rec.events += 1
-
-        def end() -> None:
-            ts = clock(boottime)
-            delta = ts - rec.last_ts
-            if delta >= 16384 or len(buf) >= rec.limit:
-                rec._emit(SLICE_END, 0, ts)
-                return
-            rec.last_ts = ts
-            varint = short[delta]
-            buf.extend(end_heads[len(varint) - 1])
-            buf.extend(varint)
-            buf.extend(end_tail)
-            rec.events += 1
 
         def profile(frame: types.FrameType, event: str, arg: Any) -> None:
             if not rec.active:
                 return
             rec.in_hook = True
             try:
+                # What to write: a SLICE_BEGIN of `begin_iid`, a SLICE_END, or nothing.
+                kind = begin_iid = 0
                 if event == "call":
-                    iid = codes_get(frame.f_code)
+                    iid = codes_get(id_of(frame.f_code))
                     if iid is None:
                         iid = rec._code_iid(frame)
                     if iid == own:
@@ -259,41 +240,57 @@ class ThreadRecorder:
                     elif not rec.own_depth:
                         push(iid)
                         if iid:
-                            begin(iid)
+                            kind, begin_iid = SLICE_BEGIN, iid
                 elif event == "return":
-                    iid = codes_get(frame.f_code)
+                    iid = codes_get(id_of(frame.f_code))
                     if iid is None:
                         iid = rec._code_iid(frame)
                     if iid == own:
                         if rec.own_depth:
                             rec.own_depth -= 1
                     elif stack and not rec.own_depth and pop():
-                        end()
+                        kind = SLICE_END
                 elif rec.c_calls and not rec.own_depth:
                     if event != "c_call":
                         if stack and pop():
-                            end()
-                        return
-                    caller = codes_get(frame.f_code)
-                    if caller is None:
-                        caller = rec._code_iid(frame)
-                    if caller == own:
-                        return
-                    if not caller:
-                        push(0)  # builtins called by code that is not recorded
-                        return
-                    owner = arg.__self__
-                    key = (
-                        arg
-                        if owner is None or type(owner) is module_type
-                        else (type(owner), arg.__name__)
-                    )
-                    iid = c_functions.get(key)
-                    if iid is None:
-                        iid = c_functions[key] = rec.engine.intern_c_function(arg)
-                    push(iid)
-                    if iid:
-                        begin(iid)
+                            kind = SLICE_END
+                    else:
+                        caller = codes_get(id_of(frame.f_code))
+                        if caller is None:
+                            caller = rec._code_iid(frame)
+                        if not caller:
+                            push(0)  # builtins called by code that is not recorded
+                        elif caller != own:
+                            owner = arg.__self__
+                            key = (
+                                arg
+                                if owner is None or type(owner) is module_type
+                                else (type(owner), arg.__name__)
+                            )
+                            iid = c_functions.get(key)
+                            if iid is None:
+                                iid = c_functions[key] = rec.engine.intern_c_function(arg)
+                            push(iid)
+                            if iid:
+                                kind, begin_iid = SLICE_BEGIN, iid
+                if kind:
+                    ts = clock(boottime)
+                    delta = ts - rec.last_ts
+                    pieces = seen.get(begin_iid) if kind == SLICE_BEGIN else end_pieces
+                    if pieces is None or delta >= 16384 or len(buf) >= rec.limit:
+                        # First use of the name in this batch, a long pause, or a full batch.
+                        if kind == SLICE_BEGIN:
+                            rec._emit(SLICE_BEGIN, begin_iid, ts)
+                            seen[begin_iid] = rec._pieces(begin_iid)
+                        else:
+                            rec._emit(SLICE_END, 0, ts)
+                    else:
+                        rec.last_ts = ts
+                        varint = short[delta]
+                        buf.extend(pieces[len(varint) - 1])
+                        buf.extend(varint)
+                        buf.extend(pieces[2])
+                        rec.events += 1
             except Exception:
                 rec.active = False
                 rec.failed = True
