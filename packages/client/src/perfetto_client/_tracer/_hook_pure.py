@@ -63,6 +63,13 @@ def split_packets(batch: bytes) -> list[bytes]:
     return packets
 
 
+def _heads(tail: bytes) -> tuple[bytes, bytes, bytes]:
+    # The start of a packet whose timestamp delta is a 1, 2 or 3 byte varint, then `tail`.
+    return tuple(  # type: ignore[return-value]
+        b"\x0a" + _varint(1 + size + len(tail)) + b"\x40" for size in (1, 2, 3)
+    )
+
+
 def _varint(value: int) -> bytes:
     return SHORT_VARINTS[value] if value < 16384 else encode_varint(value)
 
@@ -99,7 +106,7 @@ class ThreadRecorder:
         # recorded), and writes a packet by copying pieces made once per name.
         self.fast = not max_depth and not min_duration_ns
         self.fast_stack: list[int] = []
-        self.fast_seen: dict[int, tuple[bytes, bytes, bytes]] = {}
+        self.fast_seen: dict[int, tuple[bytes, bytes, bytes, bytes]] = {}
         self.limit = batch_size
         self.first_pending = 0
         self.seen: dict[int, int] = {}
@@ -189,17 +196,13 @@ class ThreadRecorder:
             raise
         self.in_hook = False
 
-    def _pieces(self, iid: int) -> tuple[bytes, bytes, bytes]:
+    def _pieces(self, iid: int) -> tuple[bytes, bytes, bytes, bytes]:
         # A SLICE_BEGIN of `iid` is head (by the size of the timestamp delta) + delta + tail.
         event = b"\x48" + SHORT_VARINTS[SLICE_BEGIN] + b"\x50" + _varint(iid)
         if self.locations[iid]:
             event += b"\x90\x02" + _varint(iid)
         tail = b"\x5a" + SHORT_VARINTS[len(event)] + event + self.seq
-        return (
-            b"\x0a" + _varint(2 + len(tail)) + b"\x40",
-            b"\x0a" + _varint(3 + len(tail)) + b"\x40",
-            tail,
-        )
+        return (*_heads(tail), tail)
 
     def _fast_profile(self) -> Callable[[types.FrameType, str, Any], None]:
         """The profile hook without --max-depth and --min-duration (what `_profile` does)."""
@@ -216,11 +219,8 @@ class ThreadRecorder:
         seen = self.fast_seen
         buf = self.buf
         end_tail = b"\x5a\x02\x48" + SHORT_VARINTS[SLICE_END] + self.seq
-        end_pieces = (
-            b"\x0a" + _varint(2 + len(end_tail)) + b"\x40",
-            b"\x0a" + _varint(3 + len(end_tail)) + b"\x40",
-            end_tail,
-        )
+        end_pieces = (*_heads(end_tail), end_tail)
+        encode = encode_varint
         module_type = types.ModuleType
         own = OWN
 
@@ -277,7 +277,7 @@ class ThreadRecorder:
                     ts = clock(boottime)
                     delta = ts - rec.last_ts
                     pieces = seen.get(begin_iid) if kind == SLICE_BEGIN else end_pieces
-                    if pieces is None or delta >= 16384 or len(buf) >= rec.limit:
+                    if pieces is None or delta >= 1 << 21 or len(buf) >= rec.limit:
                         # First use of the name in this batch, a long pause, or a full batch.
                         if kind == SLICE_BEGIN:
                             rec._emit(SLICE_BEGIN, begin_iid, ts)
@@ -286,10 +286,10 @@ class ThreadRecorder:
                             rec._emit(SLICE_END, 0, ts)
                     else:
                         rec.last_ts = ts
-                        varint = short[delta]
+                        varint = short[delta] if delta < 16384 else encode(delta)
                         buf.extend(pieces[len(varint) - 1])
                         buf.extend(varint)
-                        buf.extend(pieces[2])
+                        buf.extend(pieces[3])
                         rec.events += 1
             except Exception:
                 rec.active = False
