@@ -107,6 +107,12 @@ def _parser() -> argparse.ArgumentParser:
         help="drop slices shorter than TIME (e.g. 20us; a bare number is µs)",
     )
     run.add_argument("--no-c-calls", action="store_true", help="do not record builtin calls")
+    run.add_argument(
+        "--exception-types",
+        action="store_true",
+        help="name each exception's type where it is raised (compiled hook; costs about "
+        "as much again as recording the calls)",
+    )
     run.add_argument("--no-gc", action="store_true", help="do not record garbage collections")
     run.add_argument(
         "--ring",
@@ -172,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         min_duration_ns=args.min_duration,
         c_calls=not args.no_c_calls,
         gc=not args.no_gc,
+        exception_types=args.exception_types,
         ring_mb=args.ring,
         snapshot_triggers=tuple(args.snapshot_trigger),
         follow_children=args.follow_children,

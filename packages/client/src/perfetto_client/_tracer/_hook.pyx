@@ -329,7 +329,10 @@ cdef class ThreadRecorder:
         self.own_depth = own_frames
         PyEval_SetProfile(_hook, <PyObject*>self)
         # Exception types need a trace function; a debugger's or coverage's is left alone.
-        self.typed_exceptions = self.exception_iid != 0 and not ptr_thread_traced()
+        self.typed_exceptions = (
+            self.exception_iid != 0 and self.engine.options.exception_types
+            and not ptr_thread_traced()
+        )
         if self.typed_exceptions:
             PyEval_SetTrace(_trace, <PyObject*>self)
 

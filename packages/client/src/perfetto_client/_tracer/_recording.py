@@ -203,8 +203,8 @@ class record(contextlib.ContextDecorator):  # noqa: N801 (used like a function)
 
     `with perfetto_client.record("out.pftrace"):` or `@perfetto_client.record("out.pftrace")`;
     the keyword arguments are `TraceOptions` fields (`include`, `exclude`, `max_depth`,
-    `min_duration_ns`, `c_calls`, `gc`, `exceptions`, `ring_mb`, `snapshot_triggers`,
-    `follow_children`).
+    `min_duration_ns`, `c_calls`, `gc`, `exceptions`, `exception_types`, `ring_mb`,
+    `snapshot_triggers`, `follow_children`).
     After the block, `.summary` says what was written.
     """
 
