@@ -68,7 +68,7 @@ def tests(session: nox.Session, package: str) -> None:
         session.run("pytest", str(path), *session.posargs, env={PURE: "1"})
     else:
         session.run("pytest", str(path), *session.posargs)
-        if package != "repo" and any((PACKAGE_DIRS[package] / "src").rglob("*.pyx")):
+        if package == "client":
             # perfetto-trace's hook (`_hook.pyx`, built by the tests): its tests again with
             # the pure-Python hook.
             session.run("pytest", str(path), "-k", "tracer", *session.posargs, env={PURE: "1"})
