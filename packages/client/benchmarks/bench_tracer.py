@@ -5,8 +5,10 @@ every Python and builtin call recorded: recursive fib(25), and a small pyperform
 (method calls, dict/list/str work, generators, a recursive tree walk). Each case runs in this
 process, timed in process CPU time from start to the trace being on disk (ours streams;
 viztracer's JSON is written by save(), shown separately), median of RUNS runs, interleaved
-round by round (the machine is shared). Overhead = traced - untraced; the ratio column is our
-overhead / viztracer's. Size: trace bytes per recorded call, ours vs viztracer's JSON.
+round by round (the machine is shared). "floor (pure)" is an empty Python-level
+`sys.setprofile` callback: the least any pure-Python hook can cost. Overhead = traced -
+untraced; the ratio column is our overhead / viztracer's. Size: trace bytes per recorded
+call, ours vs viztracer's JSON.
 """
 
 from __future__ import annotations
@@ -99,6 +101,19 @@ def ours(pure: bool) -> Callable[[Callable[[], object], str], tuple[float, int, 
     return run
 
 
+def _empty_profile(frame: object, event: str, arg: object) -> None:
+    pass
+
+
+def floor(work: Callable[[], object], out: str) -> tuple[float, int, int]:
+    """The cheapest Python-level `sys.setprofile` callback: the pure hook's lower bound."""
+    start = clock()
+    sys.setprofile(_empty_profile)
+    work()
+    sys.setprofile(None)
+    return clock() - start, 0, 0
+
+
 def viztracer(work: Callable[[], object], out: str) -> tuple[float, int, int]:
     tracer = VizTracer(output_file=out, verbose=0, tracer_entries=3_000_000)
     start = clock()
@@ -123,6 +138,7 @@ def main() -> None:
         "untraced": untraced,
         "viztracer": viztracer,
         "ours (pure)": ours(True),
+        "floor (pure)": floor,
     }
     if compiled:
         cases["ours (compiled)"] = ours(False)

@@ -97,3 +97,27 @@ subprocess.run([sys.executable, "child.py"], check=True)
     trace = decode(out)
     [child] = [t for t in trace.threads.values() if "child_work" in t.names()]
     assert trace.processes[child.pid] == "child.py"
+
+
+def test_a_child_killed_while_starting_is_reported_lost(tmp_path: Path) -> None:
+    program = """
+import multiprocessing as mp
+def child():
+    pass
+if __name__ == "__main__":
+    mp.set_start_method("spawn")
+    p = mp.Process(target=child)
+    p.start()
+    p.kill()
+    p.join()
+    print(p.exitcode)
+"""
+    proc, out = run_traced(tmp_path, program, options=("--follow-children",), timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "-9\n"
+    # Killed before its recording started (no part at all) or during it (an unfinished part).
+    assert (
+        "1 child process ended before recording started in it" in proc.stderr
+        or "a child did not finish its trace" in proc.stderr
+    ), proc.stderr
+    assert "child" not in decode(out).all_names()

@@ -11,7 +11,7 @@ from pathlib import Path
 from tracer_support import decode, run_traced
 
 PROGRAM = """
-import json
+import json, time
 def leaf(i):
     return json.dumps(i)
 def middle(i):
@@ -19,10 +19,7 @@ def middle(i):
 def top():
     return [middle(i) for i in range(20)]
 def slow():
-    total = 0
-    for i in range(20000):
-        total += i
-    return total
+    time.sleep(0.05)
 top()
 slow()
 """
@@ -77,17 +74,19 @@ def test_no_c_calls(tmp_path: Path) -> None:
 
 
 def test_min_duration_drops_short_slices_but_keeps_nesting(tmp_path: Path) -> None:
-    proc, out = run_traced(tmp_path, PROGRAM, options=("--min-duration", "300us"))
+    proc, out = run_traced(tmp_path, PROGRAM, options=("--min-duration", "20ms"))
     assert proc.returncode == 0, proc.stderr
     trace = decode(out)
     assert trace.problems == []
     [main] = trace.by_name("MainThread")
-    assert all(s.dur >= 300_000 for s in main.slices)
-    # slow() loops 20000 times; the module itself contains it.
-    assert "slow" in main.names()
+    assert all(s.dur >= 20_000_000 for s in main.slices)
+    # slow() sleeps 50 ms: it and its sleep are kept, nested under the module.
     [module] = main.roots()
     assert module.name == "<module __main__>"
-    assert "leaf" not in main.names()
+    [slow] = [s for s in main.slices if s.name == "slow"]
+    assert [c.name for c in slow.children] == ["time.sleep"]
+    # leaf() is called 20 times and does almost nothing: not every call can last 20 ms.
+    assert main.names().count("leaf") < 20
 
 
 RING = """
@@ -164,3 +163,37 @@ while True:
     assert "tick" in decode(out).all_names()
     assert "KeyboardInterrupt" in stderr
     assert proc.returncode == -signal.SIGINT
+
+
+def test_a_snapshot_trigger_writes_the_ring_each_time(tmp_path: Path) -> None:
+    program = """
+from perfetto_client import Tracing
+def before():
+    pass
+def between():
+    pass
+before()
+Tracing.activate_triggers(["dump"])
+between()
+Tracing.activate_triggers(["something else"])
+Tracing.activate_triggers(["dump"])
+"""
+    options = ("--ring", "4", "--snapshot-trigger", "dump")
+    proc, out = run_traced(tmp_path, program, options=options)
+    assert proc.returncode == 0, proc.stderr
+    first, second = tmp_path / "out.snapshot-1.pftrace", tmp_path / "out.snapshot-2.pftrace"
+    assert f"trigger 'dump': snapshot written to {first}" in proc.stderr
+    assert f"trigger 'dump': snapshot written to {second}" in proc.stderr
+    assert not (tmp_path / "out.snapshot-3.pftrace").exists()
+    names = [decode(path).all_names() for path in (first, second, out)]
+    assert "before" in names[0]
+    assert "between" not in names[0]
+    assert "before" in names[1]
+    assert "between" in names[1]
+    assert "between" in names[2]
+
+
+def test_a_snapshot_trigger_needs_a_ring(tmp_path: Path) -> None:
+    proc, _ = run_traced(tmp_path, "pass\n", options=("--snapshot-trigger", "dump"))
+    assert proc.returncode == 1
+    assert proc.stderr == "perfetto-trace: --snapshot-trigger needs --ring\n"

@@ -10,15 +10,13 @@ from pathlib import Path
 
 import pytest
 from tracer_support import (
+    HOOKS,
     Slice,
     decode,
-    hook_builds,
     program_stderr,
     run_plain,
     run_traced,
 )
-
-HOOKS = hook_builds()
 
 FIB = """
 import sys
@@ -110,6 +108,45 @@ sys.exit(3)
     assert decode(out).problems == []
 
 
+def test_exceptions_are_instants_with_their_type(tmp_path: Path) -> None:
+    program = """
+import json
+class Custom(Exception):
+    pass
+def fails():
+    raise Custom("x")
+def handles():
+    try:
+        fails()
+    except Custom:
+        pass
+    try:
+        {}["missing"]
+    except KeyError:
+        pass
+    try:
+        json.loads("{")
+    except ValueError:
+        pass
+handles()
+"""
+    proc, out = run_traced(tmp_path, program, options=("--exception-types",))
+    assert proc.returncode == 0, proc.stderr
+    trace = decode(out)
+    assert trace.problems == []
+    [main] = trace.by_name("MainThread")
+    names = [name for _, name in main.instants if name.startswith("exception")]
+    if "compiled" not in HOOKS:
+        assert names == []  # the pure hook cannot see exceptions
+        return
+    # One per exception, where it was raised (json's error is raised inside json).
+    assert names == [
+        "exception Custom",
+        "exception KeyError",
+        "exception json.decoder.JSONDecodeError",
+    ]
+
+
 @pytest.mark.parametrize("hook", HOOKS)
 def test_an_escaping_exception_looks_as_without_the_tracer(tmp_path: Path, hook: str) -> None:
     program = """
@@ -134,8 +171,11 @@ outer()
     names = [name for _, name in main.instants]
     assert "uncaught ValueError: bad value" in names
     if hook == "compiled":
-        # Where each exception started unwinding (3.11 gives the hook no exception type).
-        assert names.count("exception") == 2
+        # Where each exception started unwinding (without --exception-types: no type).
+        raised = [ts for ts, name in main.instants if name == "exception"]
+        assert len(raised) == 2
+        inners = [s for s in main.slices if s.name == "inner"]
+        assert [any(s.ts <= ts <= s.ts + s.dur for s in inners) for ts in raised] == [True] * 2
     module = main.roots()[0]
     assert [c.name for c in module.children if c.name in ("inner", "outer")] == ["inner", "outer"]
 

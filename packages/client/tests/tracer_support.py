@@ -43,6 +43,10 @@ def require_compiled_hook() -> None:
         pytest.fail(NOT_BUILT, pytrace=False)
 
 
+HOOKS = hook_builds()
+"""The hooks the tests run: the pure one, and the compiled one unless PERFETTO_PY_PURE=1."""
+
+
 @dataclasses.dataclass
 class Slice:
     name: str

@@ -10,6 +10,7 @@ children leave that way) and on SIGTERM (how a Pool stops its workers).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import json
 import os
@@ -41,6 +42,7 @@ class Children:
         settings = dataclasses.asdict(self.options)
         settings["follow_children"] = False
         settings["client_events"] = False
+        settings["snapshot_triggers"] = ()
         config = json.dumps({"parts": self.parts, "options": settings})
         pythonpath = os.environ.get("PYTHONPATH")
         for name in (ENV, "PYTHONPATH"):
@@ -48,6 +50,7 @@ class Children:
         os.environ[ENV] = config
         os.environ["PYTHONPATH"] = _SITE_DIR + (os.pathsep + pythonpath if pythonpath else "")
         _engine.set_child_restart(_restart_in_forked_child)
+        _note_process_starts(self.parts)
 
     def collect(self, stats: SinkStats) -> int:
         """Appends every child's part to the parent's trace; returns how many were added."""
@@ -58,8 +61,18 @@ class Children:
             else:
                 os.environ[name] = value
         count = 0
+        names = sorted(os.listdir(self.parts))
+        started = {n[: -len(".started")] for n in names if n.endswith(".started")}
+        silent = started - {n[: -len(".pftrace")] for n in names if n.endswith(".pftrace")}
+        if silent:
+            # Started by multiprocessing but ended (a Pool terminates workers still starting
+            # up) before its sitecustomize began recording: it wrote nothing.
+            stats.lost_reason = (
+                f"{len(silent)} child process{'es' if len(silent) > 1 else ''} "
+                "ended before recording started in it"
+            )
         with open(stats.path, "ab") as out:
-            for name in sorted(os.listdir(self.parts)):
+            for name in names:
                 if not name.endswith(".pftrace"):
                     continue
                 with open(os.path.join(self.parts, name), "rb") as part:
@@ -74,6 +87,30 @@ class Children:
                     stats.lost_reason = stats.lost_reason or "a child did not finish its trace"
         shutil.rmtree(self.parts, ignore_errors=True)
         return count
+
+
+_watched_parts: list[str] = []
+
+
+def _note_process_starts(parts: str) -> None:
+    """Leaves `PID.started` in `parts` for every multiprocessing child this process starts."""
+    from multiprocessing import process
+
+    if _watched_parts:
+        _watched_parts[0] = parts
+        return
+    _watched_parts.append(parts)
+    original = process.BaseProcess.start
+
+    def start(self: process.BaseProcess) -> None:
+        original(self)
+        if self.pid is not None:
+            with contextlib.suppress(OSError):
+                open(os.path.join(_watched_parts[0], f"{self.pid}.started"), "w").close()
+
+    start.__doc__ = original.__doc__
+    _engine.TRANSPARENT.add(start.__code__)  # what start() calls is recorded as before
+    process.BaseProcess.start = start  # type: ignore[method-assign]
 
 
 def _read_json(path: str) -> dict[str, Any]:
@@ -93,14 +130,16 @@ def _start_child(parts: str, options: TraceOptions) -> None:
     options = dataclasses.replace(options, output=os.path.join(parts, f"{pid}.pftrace"))
     recording = Recording(options)
     recording.start()
+    _note_process_starts(parts)
     real_exit = os._exit
-    finished = False
+    # A Pool may SIGTERM a worker that is already finishing (it got the stop sentinel and is
+    # exiting): the signal then waits for the part to be complete.
+    state = {"finishing": False, "done": False, "terminate": False}
 
     def finish() -> None:
-        nonlocal finished
-        if finished:
+        if state["finishing"]:
             return
-        finished = True
+        state["finishing"] = True
         try:
             summary = recording.stop()
             info: dict[str, object] = {
@@ -113,6 +152,9 @@ def _start_child(parts: str, options: TraceOptions) -> None:
                 json.dump(info, f)
         except OSError:
             pass  # the parent has finished its trace already
+        state["done"] = True
+        if state["terminate"]:
+            _die_by_sigterm()
 
     def exit_after_finishing(code: int) -> None:
         if os.getpid() == pid:
@@ -120,9 +162,11 @@ def _start_child(parts: str, options: TraceOptions) -> None:
         real_exit(code)
 
     def on_sigterm(signum: int, frame: Any) -> None:
+        if state["finishing"] and not state["done"]:
+            state["terminate"] = True
+            return
         finish()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+        _die_by_sigterm()
 
     atexit.register(finish)
     os._exit = exit_after_finishing  # type: ignore[assignment]
@@ -131,6 +175,11 @@ def _start_child(parts: str, options: TraceOptions) -> None:
             signal.signal(signal.SIGTERM, on_sigterm)
     except ValueError:
         pass  # not the main thread
+
+
+def _die_by_sigterm() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _restart_in_forked_child() -> None:

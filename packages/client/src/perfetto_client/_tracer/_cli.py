@@ -107,6 +107,12 @@ def _parser() -> argparse.ArgumentParser:
         help="drop slices shorter than TIME (e.g. 20us; a bare number is µs)",
     )
     run.add_argument("--no-c-calls", action="store_true", help="do not record builtin calls")
+    run.add_argument(
+        "--exception-types",
+        action="store_true",
+        help="name each exception's type where it is raised (compiled hook; costs about "
+        "as much again as recording the calls)",
+    )
     run.add_argument("--no-gc", action="store_true", help="do not record garbage collections")
     run.add_argument(
         "--ring",
@@ -114,6 +120,14 @@ def _parser() -> argparse.ArgumentParser:
         default=0.0,
         metavar="MB",
         help="flight recorder: keep only the last MB megabytes; SIGUSR1 writes a snapshot",
+    )
+    run.add_argument(
+        "--snapshot-trigger",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with --ring: the program's Tracing.activate_triggers([NAME]) writes a snapshot "
+        "(repeatable)",
     )
     run.add_argument(
         "--duration",
@@ -126,6 +140,13 @@ def _parser() -> argparse.ArgumentParser:
         "--follow-children",
         action="store_true",
         help="also record Python child processes (multiprocessing, subprocess)",
+    )
+    run.add_argument(
+        "--system",
+        action="store_true",
+        help="instead of a file, send the calls to the system's traced "
+        "(PERFETTO_PRODUCER_SOCK_NAME or the default socket): sessions recording track_event "
+        "get them",
     )
     run.add_argument("--pure", action="store_true", help="use the pure-Python hook")
     run.add_argument("-q", "--quiet", action="store_true", help="print no summary")
@@ -146,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.module is None and not args.program:
         print("perfetto-trace: run needs a script or -m module", file=sys.stderr)
         return 1
+    if args.snapshot_trigger and not args.ring:
+        print("perfetto-trace: --snapshot-trigger needs --ring", file=sys.stderr)
+        return 1
     options = TraceOptions(
         output=args.output,
         include=tuple(args.include),
@@ -154,8 +178,11 @@ def main(argv: list[str] | None = None) -> int:
         min_duration_ns=args.min_duration,
         c_calls=not args.no_c_calls,
         gc=not args.no_gc,
+        exception_types=args.exception_types,
         ring_mb=args.ring,
+        snapshot_triggers=tuple(args.snapshot_trigger),
         follow_children=args.follow_children,
+        system=args.system,
         pure=args.pure,
     )
     try:
@@ -175,19 +202,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(program: Program, options: TraceOptions, duration: float, quiet: bool) -> int:
     recording = Recording(options)
-    snapshots = 0
 
     def on_sigterm(signum: int, frame: types.FrameType | None) -> None:
         raise _Terminated(signum)
 
     def on_sigusr1(signum: int, frame: types.FrameType | None) -> None:
-        nonlocal snapshots
         if not recording.active or not options.ring_mb:
             return
-        snapshots += 1
-        root, ext = os.path.splitext(options.output)
-        path = f"{root}.snapshot-{snapshots}{ext or '.pftrace'}"
-        size = recording.snapshot(path)
+        path, size = recording.snapshot()
         print(f"perfetto-trace: snapshot written to {path} ({size} bytes)", file=sys.stderr)
 
     handlers = {signal.SIGTERM: on_sigterm, signal.SIGUSR1: on_sigusr1}
@@ -195,8 +217,6 @@ def _run(program: Program, options: TraceOptions, duration: float, quiet: bool) 
         handlers[signal.SIGALRM] = on_sigterm
     for signum, handler in handlers.items():
         _SAVED_HANDLERS[signum] = signal.signal(signum, handler)
-    if duration:
-        signal.setitimer(signal.ITIMER_REAL, duration)
     program.prepare()
     # Started first so that its thread is not recorded.
     progress = _Progress(options.output) if sys.stderr.isatty() and not quiet else None
@@ -207,6 +227,8 @@ def _run(program: Program, options: TraceOptions, duration: float, quiet: bool) 
             progress.stop()
         print(f"perfetto-trace: {exc}", file=sys.stderr)
         return 1
+    if duration:  # counted from the start of the recording, not of perfetto-trace
+        signal.setitimer(signal.ITIMER_REAL, duration)
     exit_code = 0
     reraise_signal = 0
     try:

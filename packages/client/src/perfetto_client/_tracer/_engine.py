@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from perfetto_client._errors import TracingError
 from perfetto_client._tracer import _packets
 from perfetto_client._tracer._options import TraceOptions
-from perfetto_client._tracer._sink import FileSink, SinkStats
+from perfetto_client._tracer._sink import Sink, SinkStats
 
 OWN = 0xFFFFFFFF  # the iid of the tracer's own code: its frames and their callees are hidden
 _OWN_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -91,7 +91,7 @@ def current() -> Engine | None:
 class Engine:
     """Records every thread of this process into one sink until `stop()`."""
 
-    def __init__(self, options: TraceOptions, sink: FileSink) -> None:
+    def __init__(self, options: TraceOptions, sink: Sink) -> None:
         self.options = options
         self.sink = sink
         self.hook = hook_module(options.pure)
@@ -180,15 +180,16 @@ class Engine:
         """The iid of the instant marking where an exception started unwinding (0: none)."""
         return self.intern_name("exception") if self.options.exceptions else 0
 
+    def intern_exception(self, kind: type[BaseException]) -> int:
+        """The iid of the instant marking where an exception of type `kind` was raised."""
+        return self.intern_name(f"exception {_type_name(kind)}")
+
     def record_uncaught(self, exc: BaseException) -> None:
         """An instant naming the exception that ended the program or a thread."""
         entry = self._recorders.get(threading.get_ident())
         if entry is None or not self.options.exceptions:
             return
-        kind = type(exc)
-        name = kind.__qualname__
-        if kind.__module__ not in ("builtins", "__main__"):
-            name = f"{kind.__module__}.{name}"
+        name = _type_name(type(exc))
         entry[0].instant(self.intern_name(f"uncaught {name}: {exc}"[:200]))
 
     def _thread_excepthook(self, args: Any) -> None:
@@ -229,6 +230,8 @@ class Engine:
         # write into the same trace). Ids may repeat across processes and threads: every
         # batch resets the sequence's state, so batches of one id never depend on another's.
         sequence_id = _FIRST_SEQUENCE_ID + ((self.pid << 6) + index) % _SEQUENCE_IDS
+        if self.options.system:
+            sequence_id = 0  # traced numbers the sequences of its TraceWriters itself
         batch = _RING_BATCH_BYTES if self.sink.ring else _BATCH_BYTES
         recorder: Recorder = self.hook.ThreadRecorder(
             self,
@@ -347,6 +350,11 @@ class Engine:
         if self._gc_callback in gc.callbacks:
             gc.callbacks.remove(self._gc_callback)
         _state.current = None
+
+
+def _type_name(kind: type) -> str:
+    name = kind.__qualname__
+    return name if kind.__module__ in ("builtins", "__main__") else f"{kind.__module__}.{name}"
 
 
 def _own_frames_running() -> int:

@@ -36,6 +36,24 @@ cdef extern from *:
         return ((PyCFunctionObject*)o)->m_self;
     }
     static inline void* ptr_type_of(PyObject* o) { return o ? (void*)Py_TYPE(o) : NULL; }
+    /* The head of 3.11's (and 3.12's) PyFrameObject, up to f_trace_lines. */
+    typedef struct {
+        PyObject_HEAD
+        PyObject* f_back;
+        void* f_frame;
+        PyObject* f_trace;
+        int f_lineno;
+        char f_trace_lines;
+    } ptr_frame_head;
+    static inline void ptr_no_line_events(PyFrameObject* f) {
+        ((ptr_frame_head*)f)->f_trace_lines = 0;
+    }
+    static inline int ptr_tracing_with(void* tstate, ptr_tracefunc func) {
+        return ((PyThreadState*)tstate)->c_tracefunc == (Py_tracefunc)func;
+    }
+    static inline int ptr_thread_traced(void) {
+        return PyThreadState_Get()->c_tracefunc != NULL;
+    }
     """
     ctypedef struct PyFrameObject
     ctypedef int (*ptr_tracefunc)(PyObject*, PyFrameObject*, int, PyObject*)
@@ -45,6 +63,11 @@ cdef extern from *:
     void* ptr_cfunction_def(PyObject* o)
     PyObject* ptr_cfunction_self(PyObject* o)
     void* ptr_type_of(PyObject* o)
+    void ptr_no_line_events(PyFrameObject* f)
+    int ptr_tracing_with(void* tstate, ptr_tracefunc func)
+    int ptr_thread_traced()
+    void PyEval_SetTrace(ptr_tracefunc func, PyObject* obj)
+    int _PyEval_SetTrace(void* tstate, ptr_tracefunc func, PyObject* obj)
     void PyEval_SetProfile(ptr_tracefunc func, PyObject* obj)
     int _PyEval_SetProfile(void* tstate, ptr_tracefunc func, PyObject* obj)
     void* PyInterpreterState_Get()
@@ -55,6 +78,7 @@ cdef extern from *:
     int _PyCode_SetExtra(PyObject* code, Py_ssize_t index, void* extra)
     void Py_DECREF(PyObject*)
     int PyTrace_CALL, PyTrace_RETURN, PyTrace_C_CALL, PyTrace_C_RETURN, PyTrace_C_EXCEPTION
+    int PyTrace_EXCEPTION
 
 COMPILED = True
 
@@ -202,6 +226,25 @@ cdef int _hook(PyObject* obj, PyFrameObject* frame, int what, PyObject* arg) noe
     return 0
 
 
+cdef int _trace(PyObject* obj, PyFrameObject* frame, int what, PyObject* arg) noexcept:
+    # The trace function is there for PyTrace_EXCEPTION only (3.11's profile hook never sees
+    # the exception): line events are turned off in every frame it is called for.
+    cdef ThreadRecorder r
+    if what == PyTrace_CALL:
+        ptr_no_line_events(frame)
+    elif what == PyTrace_EXCEPTION:
+        r = <ThreadRecorder>obj
+        if r.active and not r.in_hook:
+            r.in_hook = True
+            try:
+                r._on_exception_raised(<object>arg)
+            except BaseException:
+                r.active = False
+                r.failed = True
+            r.in_hook = False
+    return 0
+
+
 cdef class ThreadRecorder:
     """Records one thread's calls into self-contained batches of TracePackets."""
 
@@ -230,6 +273,7 @@ cdef class ThreadRecorder:
     cdef public bint flush_soon
     cdef Py_ssize_t own_depth
     cdef uint32_t exception_iid
+    cdef bint typed_exceptions
     cdef public bint active
     cdef public bint failed
     cdef public bint c_calls
@@ -284,6 +328,13 @@ cdef class ThreadRecorder:
         """
         self.own_depth = own_frames
         PyEval_SetProfile(_hook, <PyObject*>self)
+        # Exception types need a trace function; a debugger's or coverage's is left alone.
+        self.typed_exceptions = (
+            self.exception_iid != 0 and self.engine.options.exception_types
+            and not ptr_thread_traced()
+        )
+        if self.typed_exceptions:
+            PyEval_SetTrace(_trace, <PyObject*>self)
 
     # ---- batches ----------------------------------------------------------------------------
 
@@ -532,12 +583,22 @@ cdef class ThreadRecorder:
         self._push(_ctable[slot].iid)
         return 0
 
+    cdef int _on_exception_raised(self, tuple info) except -1:
+        # One instant per exception, in the frame that raised it: as it reaches the callers,
+        # each adds itself to the traceback (a bare `raise` in a handler adds one too).
+        cdef object tb = info[2]
+        if self.depth == 0 or (tb is not None and tb.tb_next is not None):
+            return 0
+        if self.stack[self.depth - 1].state == EMITTED:
+            self._emit(INSTANT, self.engine.intern_exception(info[0]), ptr_now_ns())
+        return 0
+
     cdef int _on_exception(self) except -1:
-        # 3.11 hands the hook no exception object; one instant marks where an exception
-        # started unwinding (the frames it then leaves are the same propagation).
+        # Without the trace function, one instant marks where an exception started
+        # unwinding (the frames it then leaves are the same propagation).
         if not self.unwinding:
             self.unwinding = True
-            if self.exception_iid and self.depth > 0:
+            if self.exception_iid and not self.typed_exceptions and self.depth > 0:
                 if self.stack[self.depth - 1].state == EMITTED:
                     self._emit(INSTANT, self.exception_iid, ptr_now_ns())
         return 0
@@ -582,7 +643,30 @@ def uninstall_all_threads():
     cdef void* ts = PyInterpreterState_ThreadHead(PyInterpreterState_Get())
     while ts != NULL:
         _PyEval_SetProfile(ts, NULL, NULL)
+        if ptr_tracing_with(ts, _trace):
+            _PyEval_SetTrace(ts, NULL, NULL)
         ts = PyThreadState_Next(ts)
+
+
+def split_packets(bytes batch):
+    """The packets of a batch (framed as a Trace), each without its `Trace.packet` framing."""
+    cdef const unsigned char* p = <const unsigned char*><char*>batch
+    cdef Py_ssize_t pos = 0, end = len(batch), size
+    cdef int shift
+    cdef list packets = []
+    while pos < end:
+        pos += 1  # the Trace.packet tag
+        size = 0
+        shift = 0
+        while p[pos] >= 0x80:
+            size |= <Py_ssize_t>(p[pos] & 0x7F) << shift
+            shift += 7
+            pos += 1
+        size |= <Py_ssize_t>p[pos] << shift
+        pos += 1
+        packets.append(batch[pos:pos + size])
+        pos += size
+    return packets
 
 
 def now_ns():

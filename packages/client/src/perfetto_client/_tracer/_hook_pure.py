@@ -10,9 +10,10 @@ from __future__ import annotations
 import sys
 import time
 import types
+from collections.abc import Callable
 from typing import Any
 
-from protozero import SHORT_VARINTS, encode_varint
+from protozero import SHORT_VARINTS, encode_varint, read_varint
 
 COMPILED = False
 
@@ -22,7 +23,10 @@ INSTANT = 3
 _NOT_RECORDED, _PENDING, _EMITTED = 0, 1, 2
 OWN = 0xFFFFFFFF  # the iid of the tracer's own code
 
-_codes: dict[types.CodeType, int] = {}
+# By id(): hashing a code object hashes its contents. The codes are kept alive in
+# _interned_codes so that their ids are not reused.
+_codes: dict[int, int] = {}
+_interned_codes: list[types.CodeType] = []
 _c_functions: dict[Any, int] = {}
 _CLOCK = time.CLOCK_BOOTTIME
 
@@ -35,12 +39,35 @@ def now_ns() -> int:
 def new_generation() -> None:
     """Forgets every cached per-code and per-C-function decision (a new recording starts)."""
     _codes.clear()
+    _interned_codes.clear()
     _c_functions.clear()
 
 
 def uninstall_all_threads() -> None:
     """Stops the hook of this thread; other threads' recorders are deactivated by the engine."""
     sys.setprofile(None)
+
+
+def split_packets(batch: bytes) -> list[bytes]:
+    """The packets of a batch (framed as a Trace), each without its `Trace.packet` framing."""
+    view = memoryview(batch)
+    packets = []
+    pos, end = 0, len(batch)
+    while pos < end:
+        if batch[pos + 1] < 0x80:
+            size, pos = batch[pos + 1], pos + 2
+        else:
+            size, pos = read_varint(view, pos + 1, end)
+        packets.append(batch[pos : pos + size])
+        pos += size
+    return packets
+
+
+def _heads(tail: bytes) -> tuple[bytes, bytes, bytes]:
+    # The start of a packet whose timestamp delta is a 1, 2 or 3 byte varint, then `tail`.
+    return tuple(  # type: ignore[return-value]
+        b"\x0a" + _varint(1 + size + len(tail)) + b"\x40" for size in (1, 2, 3)
+    )
 
 
 def _varint(value: int) -> bytes:
@@ -75,12 +102,18 @@ class ThreadRecorder:
         self.events = 0
         self.buf = bytearray()
         self.stack: list[list[int]] = []  # [ts, iid, state]
+        # The fast hook (no --max-depth, no --min-duration) keeps only iids (0: not
+        # recorded), and writes a packet by copying pieces made once per name.
+        self.fast = not max_depth and not min_duration_ns
+        self.fast_stack: list[int] = []
+        self.fast_seen: dict[int, tuple[bytes, bytes, bytes, bytes]] = {}
+        self.limit = batch_size
         self.first_pending = 0
         self.seen: dict[int, int] = {}
         self.batch_no = 0
         self.last_ts = 0
         self.in_hook = False
-        self.flush_soon = False
+        self._flush_soon = False
         self.own_depth = 0
         self.recorded_depth = 0
         self._start_batch(now_ns())
@@ -94,13 +127,24 @@ class ThreadRecorder:
         # Unless called from a profile hook (which is not traced), this method's own return
         # is the first event the new hook sees.
         self.own_depth = own_frames + (0 if from_profile_hook else 1)
-        sys.setprofile(self._profile)
+        sys.setprofile(self._fast_profile() if self.fast else self._profile)
+
+    @property
+    def flush_soon(self) -> bool:
+        """Set by the engine: hand the batch over at the next event (a snapshot is taken)."""
+        return self._flush_soon
+
+    @flush_soon.setter
+    def flush_soon(self, value: bool) -> None:
+        self._flush_soon = value
+        self.limit = 0 if value else self.batch_size
 
     def _code_iid(self, frame: types.FrameType) -> int:
         code = frame.f_code
-        iid = _codes.get(code)
+        iid = _codes.get(id(code))
         if iid is None:
-            iid = _codes[code] = self.engine.intern_code(code, frame)
+            iid = _codes[id(code)] = self.engine.intern_code(code, frame)
+            _interned_codes.append(code)
         return iid
 
     def _profile(self, frame: types.FrameType, event: str, arg: Any) -> None:
@@ -140,16 +184,131 @@ class ThreadRecorder:
                     if known is None:
                         known = _c_functions[key] = self.engine.intern_c_function(arg)
                     self._push(known)
-        except BaseException:
+        except Exception:
             self.active = False
             self.failed = True
+        except BaseException:
+            # A signal handler that ran inside the hook raised (KeyboardInterrupt, SIGTERM,
+            # --duration): the program gets it as it would untraced. Python then removes
+            # this thread's hook, so nothing more is recorded on it.
+            self.active = False
+            self.in_hook = False
+            raise
         self.in_hook = False
+
+    def _pieces(self, iid: int) -> tuple[bytes, bytes, bytes, bytes]:
+        # A SLICE_BEGIN of `iid` is head (by the size of the timestamp delta) + delta + tail.
+        event = b"\x48" + SHORT_VARINTS[SLICE_BEGIN] + b"\x50" + _varint(iid)
+        if self.locations[iid]:
+            event += b"\x90\x02" + _varint(iid)
+        tail = b"\x5a" + SHORT_VARINTS[len(event)] + event + self.seq
+        return (*_heads(tail), tail)
+
+    def _fast_profile(self) -> Callable[[types.FrameType, str, Any], None]:
+        """The profile hook without --max-depth and --min-duration (what `_profile` does)."""
+        rec = self
+        codes_get = _codes.get
+        id_of = id
+        c_functions = _c_functions
+        stack = self.fast_stack
+        push = stack.append
+        pop = stack.pop
+        clock = time.clock_gettime_ns
+        boottime = _CLOCK
+        short = SHORT_VARINTS
+        seen = self.fast_seen
+        buf = self.buf
+        end_tail = b"\x5a\x02\x48" + SHORT_VARINTS[SLICE_END] + self.seq
+        end_pieces = (*_heads(end_tail), end_tail)
+        encode = encode_varint
+        module_type = types.ModuleType
+        own = OWN
+
+        def profile(frame: types.FrameType, event: str, arg: Any) -> None:
+            if not rec.active:
+                return
+            rec.in_hook = True
+            try:
+                # What to write: a SLICE_BEGIN of `begin_iid`, a SLICE_END, or nothing.
+                kind = begin_iid = 0
+                if event == "call":
+                    iid = codes_get(id_of(frame.f_code))
+                    if iid is None:
+                        iid = rec._code_iid(frame)
+                    if iid == own:
+                        rec.own_depth += 1
+                    elif not rec.own_depth:
+                        push(iid)
+                        if iid:
+                            kind, begin_iid = SLICE_BEGIN, iid
+                elif event == "return":
+                    iid = codes_get(id_of(frame.f_code))
+                    if iid is None:
+                        iid = rec._code_iid(frame)
+                    if iid == own:
+                        if rec.own_depth:
+                            rec.own_depth -= 1
+                    elif stack and not rec.own_depth and pop():
+                        kind = SLICE_END
+                elif rec.c_calls and not rec.own_depth:
+                    if event != "c_call":
+                        if stack and pop():
+                            kind = SLICE_END
+                    else:
+                        caller = codes_get(id_of(frame.f_code))
+                        if caller is None:
+                            caller = rec._code_iid(frame)
+                        if not caller:
+                            push(0)  # builtins called by code that is not recorded
+                        elif caller != own:
+                            owner = arg.__self__
+                            key = (
+                                arg
+                                if owner is None or type(owner) is module_type
+                                else (type(owner), arg.__name__)
+                            )
+                            iid = c_functions.get(key)
+                            if iid is None:
+                                iid = c_functions[key] = rec.engine.intern_c_function(arg)
+                            push(iid)
+                            if iid:
+                                kind, begin_iid = SLICE_BEGIN, iid
+                if kind:
+                    ts = clock(boottime)
+                    delta = ts - rec.last_ts
+                    pieces = seen.get(begin_iid) if kind == SLICE_BEGIN else end_pieces
+                    if pieces is None or delta >= 1 << 21 or len(buf) >= rec.limit:
+                        # First use of the name in this batch, a long pause, or a full batch.
+                        if kind == SLICE_BEGIN:
+                            rec._emit(SLICE_BEGIN, begin_iid, ts)
+                            seen[begin_iid] = rec._pieces(begin_iid)
+                        else:
+                            rec._emit(SLICE_END, 0, ts)
+                    else:
+                        rec.last_ts = ts
+                        varint = short[delta] if delta < 16384 else encode(delta)
+                        buf.extend(pieces[len(varint) - 1])
+                        buf.extend(varint)
+                        buf.extend(pieces[3])
+                        rec.events += 1
+            except Exception:
+                rec.active = False
+                rec.failed = True
+            except BaseException:
+                rec.active = False  # a signal handler raised: see _profile
+                rec.in_hook = False
+                raise
+            rec.in_hook = False
+
+        return profile
 
     # ---- batches ----------------------------------------------------------------------------
 
     def _start_batch(self, ts: int) -> None:
         self.batch_no += 1
-        self.buf = bytearray(self.engine.prologue(self, ts))
+        self.fast_seen.clear()
+        self.buf.clear()
+        self.buf += self.engine.prologue(self, ts)
         self.last_ts = ts
 
     def flush(self, final: bool = False) -> None:
@@ -159,6 +318,9 @@ class ThreadRecorder:
             self.active = False
             while self.stack:
                 self._pop(now)
+            while self.fast_stack:
+                if self.fast_stack.pop():
+                    self._emit(SLICE_END, 0, now)
         self.engine.write_batch(self, bytes(self.buf))
         if not final:
             self._start_batch(now)
@@ -168,7 +330,8 @@ class ThreadRecorder:
         self.active = False
         self.recorded_depth = 0
         self.stack.clear()
-        self.buf = bytearray()
+        self.fast_stack.clear()
+        self.buf.clear()
 
     def _emit(self, kind: int, iid: int, ts: int) -> None:
         if len(self.buf) >= self.batch_size or self.flush_soon:
@@ -242,7 +405,14 @@ class ThreadRecorder:
     def call(self, frame: types.FrameType) -> None:
         """Records the call of `frame` (its first event reached another hook)."""
         iid = self._code_iid(frame)
-        if iid != OWN:
+        if iid == OWN:
+            self.own_depth += 1
+        elif self.fast:
+            self.fast_stack.append(iid)
+            if iid:
+                self._emit(SLICE_BEGIN, iid, now_ns())
+                self.fast_seen[iid] = self._pieces(iid)
+        else:
             self._push(iid)
 
     def begin(self, iid: int) -> bool:

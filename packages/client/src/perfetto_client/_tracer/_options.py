@@ -13,9 +13,14 @@ class TraceOptions:
 
     `include`/`exclude` are globs matched against a function's module name (a pattern also
     matches the module's submodules) and its file path. `max_depth` 0 means unlimited;
-    `min_duration_ns` drops shorter slices before they are written; `ring_mb` > 0 keeps only
-    the last that many megabytes (flight recorder). `client_events` also records the
-    program's own track events (perfetto_client API) once it initializes tracing.
+    `min_duration_ns` drops shorter slices before they are written; `exception_types` names
+    each exception's type where it is raised (compiled hook, a trace function: slower);
+    `ring_mb` > 0 keeps only the last that many megabytes (flight recorder); with a ring,
+    each of the program's `Tracing.activate_triggers` naming one of `snapshot_triggers`
+    writes a snapshot (as upstream's CLONE_SNAPSHOT trigger mode: the recording goes on).
+    `client_events` also records the program's own track events (perfetto_client API) once
+    it initializes tracing. `system` sends the calls to the system's `traced` instead of
+    `output` (see `_system_sink.py`).
     """
 
     output: str = DEFAULT_OUTPUT
@@ -26,7 +31,10 @@ class TraceOptions:
     c_calls: bool = True
     gc: bool = True
     exceptions: bool = True
+    exception_types: bool = False
     ring_mb: float = 0.0
+    snapshot_triggers: tuple[str, ...] = ()
     follow_children: bool = False
+    system: bool = False
     client_events: bool = True
     pure: bool = False

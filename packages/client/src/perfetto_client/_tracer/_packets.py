@@ -21,7 +21,13 @@ SEQ_INCREMENTAL_STATE_CLEARED = 1
 
 
 def sequence_field(sequence_id: int) -> bytes:
-    """The encoded `trusted_packet_sequence_id` field the hook appends to every packet."""
+    """The encoded `trusted_packet_sequence_id` field the hook appends to every packet.
+
+    Sequence id 0 writes none (a producer of `traced` must not: the service numbers the
+    sequences of its TraceWriters itself).
+    """
+    if not sequence_id:
+        return b""
     return encode_tag(TracePacket.FIELD_TRUSTED_PACKET_SEQUENCE_ID, 0) + encode_varint(sequence_id)
 
 
@@ -32,10 +38,11 @@ def thread_uuid(tid: int) -> int:
 
 
 def process_descriptor(pid: int, name: str, cmdline: list[str], sequence_id: int) -> bytes:
-    """The process track's descriptor, framed as a Trace."""
+    """The process track's descriptor, framed as a Trace (sequence id 0: none written)."""
     hb = HeapBuffered(Trace)
     packet = hb.msg.add_packet()
-    packet.set_trusted_packet_sequence_id(sequence_id)
+    if sequence_id:
+        packet.set_trusted_packet_sequence_id(sequence_id)
     track = packet.begin_track_descriptor()
     track.set_uuid(process_uuid())
     process = track.begin_process()
@@ -49,10 +56,11 @@ def process_descriptor(pid: int, name: str, cmdline: list[str], sequence_id: int
 def batch_prologue(
     pid: int, tid: int, thread_name: str, sequence_id: int, timestamp_ns: int
 ) -> bytes:
-    """The two packets that open a batch (framed as a Trace)."""
+    """The two packets that open a batch (framed as a Trace; sequence id 0: none written)."""
     hb = HeapBuffered(Trace)
     packet = hb.msg.add_packet()
-    packet.set_trusted_packet_sequence_id(sequence_id)
+    if sequence_id:
+        packet.set_trusted_packet_sequence_id(sequence_id)
     packet.set_sequence_flags(SEQ_INCREMENTAL_STATE_CLEARED)
     defaults = packet.begin_trace_packet_defaults()
     defaults.set_timestamp_clock_id(INCREMENTAL_CLOCK)
@@ -66,7 +74,8 @@ def batch_prologue(
     clock.set_timestamp(timestamp_ns)
     clock.set_is_incremental(True)
     packet = hb.msg.add_packet()
-    packet.set_trusted_packet_sequence_id(sequence_id)
+    if sequence_id:
+        packet.set_trusted_packet_sequence_id(sequence_id)
     track = packet.begin_track_descriptor()
     track.set_uuid(thread_uuid(tid))
     track.set_parent_uuid(process_uuid())

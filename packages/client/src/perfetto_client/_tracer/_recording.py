@@ -15,9 +15,11 @@ from typing import Any
 from perfetto_client._errors import TracingError
 from perfetto_client._tracer import _children, _packets
 from perfetto_client._tracer._client_events import ClientEvents
-from perfetto_client._tracer._engine import Engine, current
+from perfetto_client._tracer._engine import Engine, current, hook_module
 from perfetto_client._tracer._options import DEFAULT_OUTPUT, TraceOptions
-from perfetto_client._tracer._sink import FileSink, SinkStats
+from perfetto_client._tracer._sink import FileSink, Sink, SinkStats
+from perfetto_client._tracer._system_sink import SystemSink
+from perfetto_client._tracer._triggers import SnapshotTriggers
 
 
 @dataclasses.dataclass
@@ -31,6 +33,7 @@ class Summary:
     lost_reason: str
     span_ns: int
     processes: int
+    system: bool = False
 
     def lines(self) -> list[str]:
         """The summary as `perfetto-trace` prints it."""
@@ -38,6 +41,11 @@ class Summary:
         if not self.events_lost and self.lost_reason:
             lost = f"0 lost; {self.lost_reason}"
         procs = f" from {self.processes} processes" if self.processes > 1 else ""
+        if self.system:
+            return [
+                f"perfetto-trace: sent {self.events_written:,} events ({_size(self.size)}) to "
+                f"{self.path}, {lost}, spanning {self.span_ns / 1e9:.3f} s"
+            ]
         return [
             f"perfetto-trace: wrote {self.path} ({_size(self.size)}): "
             f"{self.events_written:,} events{procs}, {lost}, spanning {self.span_ns / 1e9:.3f} s",
@@ -69,6 +77,8 @@ class Recording:
         self.summary: Summary | None = None
         self._children: _children.Children | None = None
         self._client: ClientEvents | None = None
+        self._triggers: SnapshotTriggers | None = None
+        self._snapshots = 0
 
     @property
     def active(self) -> bool:
@@ -83,23 +93,38 @@ class Recording:
             raise TracingError("a recording is already running in this process")
         header = _packets.process_descriptor(os.getpid(), process_name(sys.argv), list(sys.argv), 0)
         ring = int(self.options.ring_mb * (1 << 20))
-        try:
-            sink = FileSink(self.options.output, header, ring)
-        except OSError as exc:
-            raise TracingError(
-                f"can't write {self.options.output!r}: {exc.strerror or exc}"
-            ) from None
+        sink: Sink
+        if self.options.system:
+            if ring or self.options.follow_children:
+                raise TracingError("--system does not go with --ring or --follow-children")
+            sink = SystemSink(header, hook_module(self.options.pure).split_packets)
+            if not sink.connected:
+                print(
+                    f"perfetto-trace: no tracing service at {sink.socket}: "
+                    "the program runs, nothing is recorded",
+                    file=sys.stderr,
+                )
+        else:
+            try:
+                sink = FileSink(self.options.output, header, ring)
+            except OSError as exc:
+                raise TracingError(
+                    f"can't write {self.options.output!r}: {exc.strerror or exc}"
+                ) from None
         if self.options.follow_children:
             self._children = _children.Children(self.options)
             self._children.enable()
         self.engine = Engine(self.options, sink)
         self.engine.start()
-        if self.options.client_events:
+        if self.options.client_events and not self.options.system:
             out_dir = os.path.dirname(os.path.abspath(self.options.output))
             fd, part = tempfile.mkstemp(".pftrace", ".perfetto-trace-client-", out_dir)
             os.close(fd)
             self._client = ClientEvents(part, self.engine)
             self._client.enable()
+        if self.options.snapshot_triggers and ring:
+            self._triggers = SnapshotTriggers(self.options.snapshot_triggers, self._on_trigger)
+            self._triggers.enable()
 
     def stop(self) -> Summary:
         """Stops recording and finishes the trace file."""
@@ -107,6 +132,9 @@ class Recording:
         if engine is None:
             raise TracingError("this recording is not running")
         self.engine = None
+        if self._triggers is not None:
+            self._triggers.disable()
+            self._triggers = None
         client_part = self._client.finish() if self._client is not None else None
         stats: SinkStats = engine.stop()
         if self._client is not None:
@@ -122,12 +150,13 @@ class Recording:
             processes += extra
         self.summary = Summary(
             stats.path,
-            os.path.getsize(stats.path),
+            stats.bytes_written if self.options.system else os.path.getsize(stats.path),
             stats.events_written,
             stats.events_lost,
             stats.lost_reason,
             max(0, engine.stopped_ns - engine.started_ns),
             processes,
+            self.options.system,
         )
         return self.summary
 
@@ -149,11 +178,24 @@ class Recording:
             ):
                 thread.join()
 
-    def snapshot(self, path: str) -> int:
-        """Writes what the flight recorder holds now to `path`; returns its size."""
+    def snapshot(self) -> tuple[str, int]:
+        """Writes what the flight recorder holds now to the next `NAME.snapshot-N.pftrace`.
+
+        Returns the snapshot's path and size; the recording goes on.
+        """
         if self.engine is None:
             raise TracingError("this recording is not running")
-        return self.engine.snapshot(path)
+        self._snapshots += 1
+        root, ext = os.path.splitext(self.options.output)
+        path = f"{root}.snapshot-{self._snapshots}{ext or '.pftrace'}"
+        return path, self.engine.snapshot(path)
+
+    def _on_trigger(self, name: str) -> None:
+        path, size = self.snapshot()
+        print(
+            f"perfetto-trace: trigger {name!r}: snapshot written to {path} ({size} bytes)",
+            file=sys.stderr,
+        )
 
 
 class record(contextlib.ContextDecorator):  # noqa: N801 (used like a function)
@@ -161,7 +203,8 @@ class record(contextlib.ContextDecorator):  # noqa: N801 (used like a function)
 
     `with perfetto_client.record("out.pftrace"):` or `@perfetto_client.record("out.pftrace")`;
     the keyword arguments are `TraceOptions` fields (`include`, `exclude`, `max_depth`,
-    `min_duration_ns`, `c_calls`, `gc`, `exceptions`, `ring_mb`, `follow_children`).
+    `min_duration_ns`, `c_calls`, `gc`, `exceptions`, `exception_types`, `ring_mb`,
+    `snapshot_triggers`, `follow_children`).
     After the block, `.summary` says what was written.
     """
 

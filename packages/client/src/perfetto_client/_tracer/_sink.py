@@ -10,6 +10,7 @@ import collections
 import dataclasses
 import os
 import threading
+from typing import Protocol
 
 
 @dataclasses.dataclass
@@ -21,6 +22,25 @@ class SinkStats:
     events_written: int = 0
     events_lost: int = 0
     lost_reason: str = ""
+
+
+class Sink(Protocol):
+    """Where an engine's batches go: `FileSink`, or `_system_sink.SystemSink` (--system)."""
+
+    stats: SinkStats
+
+    @property
+    def ring(self) -> bool:
+        """True when only the newest batches are kept."""
+
+    def write(self, data: bytes, events: int) -> None:
+        """Takes one batch holding `events` events."""
+
+    def dump(self, path: str) -> int:
+        """Writes a snapshot to `path`; returns its size."""
+
+    def close(self) -> SinkStats:
+        """Finishes: what was written and lost."""
 
 
 class FileSink:
