@@ -1,0 +1,5 @@
+import cython
+
+
+@cython.locals(value="unsigned long long", low="unsigned long long", shift=int, limit=Py_ssize_t, b="unsigned char")
+cpdef tuple read_varint(const unsigned char[::1] buf, Py_ssize_t pos, Py_ssize_t end)
