@@ -13,6 +13,7 @@ set for it. See docs/native.md.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import subprocess
 import sys
@@ -28,10 +29,23 @@ def native_packages() -> list[Path]:
     return [d for d in dirs if any((d / "src").rglob("*.pxd")) or any((d / "src").rglob("*.pyx"))]
 
 
+def include_path(package: Path) -> list[Path]:
+    """Where `package`'s build finds `.pxd` files: its `src/` and the packages it cimports."""
+    spec = importlib.util.spec_from_file_location(f"_build_{package.name}", package / "build.py")
+    assert spec is not None
+    assert spec.loader is not None
+    build_script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build_script)
+    path: list[Path] = build_script.include_path(package / "src")
+    return path
+
+
 def stale_modules(package: Path) -> list[Path]:
-    """The modules of `package` whose compiled form is missing or older than its sources."""
+    """The modules of `package` whose compiled form is missing or older than its sources
+    (its `.py`, the `.pxd` files of its own and of the packages it cimports, `build.py`)."""
     declarations = sorted((package / "src").rglob("*.pxd"))
-    shared = max(p.stat().st_mtime for p in [package / "build.py", *declarations])
+    cimported = [p for d in include_path(package) for p in sorted(d.rglob("*.pxd"))]
+    shared = max(p.stat().st_mtime for p in [package / "build.py", *cimported])
     modules = [pxd.with_suffix(".py") for pxd in declarations]  # .pxd alone: C declarations
     modules += (package / "src").rglob("*.pyx")
     stale = []

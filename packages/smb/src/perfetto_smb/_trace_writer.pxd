@@ -1,5 +1,7 @@
 import cython
 
+from protozero._proto_utils cimport write_redundant_varint
+
 
 cdef class TraceWriter:
     cdef object __weakref__
