@@ -12,6 +12,7 @@ date). The build must succeed: PERFETTO_PY_EXPECT_COMPILED=1 is set for it. See 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import subprocess
 import sys
@@ -27,10 +28,23 @@ def native_packages() -> list[Path]:
     return [d for d in dirs if any((d / "src").rglob("*.pxd"))]
 
 
+def include_path(package: Path) -> list[Path]:
+    """Where `package`'s build finds `.pxd` files: its `src/` and the packages it cimports."""
+    spec = importlib.util.spec_from_file_location(f"_build_{package.name}", package / "build.py")
+    assert spec is not None
+    assert spec.loader is not None
+    build_script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build_script)
+    path: list[Path] = build_script.include_path(package / "src")
+    return path
+
+
 def stale_modules(package: Path) -> list[Path]:
-    """The modules of `package` whose compiled form is missing or older than its sources."""
+    """The modules of `package` whose compiled form is missing or older than its sources
+    (its `.py`, the `.pxd` files of its own and of the packages it cimports, `build.py`)."""
     declarations = sorted((package / "src").rglob("*.pxd"))
-    shared = max(p.stat().st_mtime for p in [package / "build.py", *declarations])
+    cimported = [p for d in include_path(package) for p in sorted(d.rglob("*.pxd"))]
+    shared = max(p.stat().st_mtime for p in [package / "build.py", *cimported])
     stale = []
     for pxd in declarations:
         source = pxd.with_suffix(".py")

@@ -24,6 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DIST_PREFIX = "perfetto-"
+CIMPORTED = "perfetto-protozero"
+"""The package whose .pxd files other packages' compiled modules cimport at build time."""
 
 
 def package_dirs(tree: Path) -> list[Path]:
@@ -44,18 +46,14 @@ def build(tree: Path, out: Path) -> list[Path]:
     environment, and each package builds there (one environment instead of two per package).
     """
     out.mkdir(parents=True, exist_ok=True)
-    packages = package_dirs(tree)
-    requires = sorted(
-        {
-            requirement
-            for path in packages
-            for requirement in tomllib.loads((path / "pyproject.toml").read_text())["build-system"][
-                "requires"
-            ]
-        }
-    )
+    projects = {
+        path: tomllib.loads((path / "pyproject.toml").read_text()) for path in package_dirs(tree)
+    }
+    requires = {r for project in projects.values() for r in project["build-system"]["requires"]}
+    # protozero first, installed here from its wheel: other packages' builds cimport its .pxd.
+    packages = sorted(projects, key=lambda p: projects[p]["project"]["name"] != CIMPORTED)
     pip = [sys.executable, "-m", "pip", "install", "-q"]
-    subprocess.run([*pip, *requires], check=True)
+    subprocess.run([*pip, *sorted(requires)], check=True)
     for path in packages:
         print(f"dists: building {path.relative_to(tree)}", flush=True)
         result = subprocess.run(
@@ -67,6 +65,9 @@ def build(tree: Path, out: Path) -> list[Path]:
         if result.returncode != 0:
             sys.stderr.write(result.stdout + result.stderr)
             raise SystemExit(f"dists: building {path.relative_to(tree)} failed")
+        if projects[path]["project"]["name"] == CIMPORTED:
+            wheel = max(out.glob("perfetto_protozero-*.whl"), key=lambda w: w.stat().st_mtime)
+            subprocess.run([*pip, "--no-deps", "--force-reinstall", str(wheel)], check=True)
     return sorted(out.glob("*.whl"))
 
 

@@ -10,7 +10,9 @@ Every package with compiled modules carries an identical copy of this file.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 import shutil
 import sys
 import sysconfig
@@ -28,6 +30,8 @@ DIRECTIVES = {
     "warn.unreachable": False,  # the pure-Python branches after `if cython.compiled: return`
 }
 EXPECT_COMPILED = "PERFETTO_PY_EXPECT_COMPILED"
+_PXD_CIMPORT = re.compile(r"^\s*(?:from\s+(\w+)[\w.]*\s+cimport|cimport\s+(\w+))", re.M)
+_PY_CIMPORT = re.compile(r"\bcython\.cimports\.(\w+)")
 
 
 def compiled_sources(source: Path = SOURCE) -> list[Path]:
@@ -40,6 +44,29 @@ def compiled_sources(source: Path = SOURCE) -> list[Path]:
 def module_name(path: Path, source: Path = SOURCE) -> str:
     """The dotted import name of a module under `source`."""
     return ".".join(path.relative_to(source).with_suffix("").parts)
+
+
+def include_path(source: Path = SOURCE) -> list[Path]:
+    """Where Cython finds the `.pxd` files this package's modules cimport.
+
+    `source` itself, then, for each other package they cimport from (`from protozero._message
+    cimport Message` in a `.pxd`, `cython.cimports.protozero...` in a `.py`), the directory
+    that holds that package as installed, if it ships `.pxd` files: its wheel, its develop
+    install, or the build environment's copy that `[build-system] requires` names.
+    """
+    own = {p.name for p in source.iterdir() if p.is_dir()}
+    cimported: set[str] = set()
+    for pxd in source.rglob("*.pxd"):
+        cimported.update(a or b for a, b in _PXD_CIMPORT.findall(pxd.read_text()))
+    for module in compiled_sources(source):
+        cimported.update(_PY_CIMPORT.findall(module.read_text()))
+    path = [source]
+    for name in sorted(cimported - own):
+        spec = importlib.util.find_spec(name)  # locates the package without importing it
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            if any(Path(location).rglob("*.pxd")) and Path(location).parent not in path:
+                path.append(Path(location).parent)
+    return path
 
 
 def _have_compiler() -> bool:
@@ -80,7 +107,7 @@ def build() -> int:
             extensions,
             build_dir=str(build_dir / "c"),
             compiler_directives=DIRECTIVES,
-            include_path=[str(SOURCE)],
+            include_path=[str(p) for p in include_path()],
             quiet=True,
             force=True,
         )

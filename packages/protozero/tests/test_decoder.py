@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from protozero import Field, PackedRepeated, ProtoDecoder, encode_varint
+from protozero import Field, PackedRepeated, ProtoDecoder, encode_varint, read_varint
 
 
 def _touch_everything(decoder: ProtoDecoder, depth: int = 0) -> int:
@@ -181,3 +181,17 @@ def test_field_repr_names_id_and_value() -> None:
     fields: list[Field] = list(ProtoDecoder(b"\x08\x05\x12\x01a"))
     assert repr(fields[0]) == "Field(id=1, type=0, value=5)"
     assert repr(fields[1]) == "Field(id=2, type=2, size=1)"
+
+
+@given(st.integers(min_value=0, max_value=2**64 - 1), st.binary(max_size=4))
+def test_read_varint_reads_what_encode_varint_wrote(value: int, tail: bytes) -> None:
+    data = encode_varint(value) + tail
+    assert read_varint(data, 0, len(data)) == (value, len(encode_varint(value)))
+
+
+@pytest.mark.parametrize("end", [3, 100, 2**40])
+def test_read_varint_never_reads_past_the_buffer(end: int) -> None:
+    # A varint whose last byte would lie beyond the buffer is malformed whatever `end` says.
+    assert read_varint(b"\x80\x80\x80", 0, end) == (0, -1)
+    assert read_varint(b"\x80\x80\x80", -2, end) == (0, -1)
+    assert read_varint(b"\x96\x01", 0, end) == (150, 2)

@@ -39,6 +39,7 @@ from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.trace.trace_packet_pb2 import TracePacket
 from perfetto_service import ConsumerIPCClient, ProducerIPCClient, TracePacketSlices
+from protozero import encode_varint
 
 PRODUCERS = 4
 DATA_SOURCE = "bench.ds"
@@ -234,7 +235,7 @@ class Reader:
         for packet in packets:
             size = sum(map(len, packet))
             total += size
-            parts.append(b"\x0a" + _varint(size))
+            parts.append(b"\x0a" + encode_varint(size))
             parts.extend(packet)
         self.bytes += total
         self.packets += len(packets)
@@ -254,15 +255,6 @@ class Reader:
 
     def on_observable_events(self, events: ObservableEvents) -> None:
         """Not used."""
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _config(buffer_kb: int) -> TraceConfig:

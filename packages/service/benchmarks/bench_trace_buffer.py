@@ -30,36 +30,37 @@ from perfetto_service.core._trace_buffer import (
     TraceBuffer,
 )
 from perfetto_service.core._trusted_fields import TrustedFieldsWriter
+from protozero import encode_varint
 
 CHUNK_PAYLOAD = 4088 - 8  # a Div1 chunk of a 4 KiB page, minus its header
 RUNS = 7
 WRITERS = 8
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _track_event_packet(rng: random.Random, timestamp: int) -> bytes:
     """A 20-60 byte TracePacket shaped like an SDK track event."""
     name_iid = rng.randrange(1, 300)
-    event = b"\x48" + _varint(rng.choice((1, 2, 3))) + b"\x50" + _varint(name_iid)
-    event += b"\x58" + _varint(rng.randrange(1 << 20, 1 << 40))
+    event = b"\x48" + encode_varint(rng.choice((1, 2, 3))) + b"\x50" + encode_varint(name_iid)
+    event += b"\x58" + encode_varint(rng.randrange(1 << 20, 1 << 40))
     extra = rng.randrange(0, 34)
     if extra:
-        event += b"\xba\x01" + _varint(extra) + bytes(rng.randrange(256) for _ in range(extra))
-    return b"\x40" + _varint(timestamp) + b"\x5a" + _varint(len(event)) + event + b"\x68\x02"
+        event += (
+            b"\xba\x01" + encode_varint(extra) + bytes(rng.randrange(256) for _ in range(extra))
+        )
+    return (
+        b"\x40"
+        + encode_varint(timestamp)
+        + b"\x5a"
+        + encode_varint(len(event))
+        + event
+        + b"\x68\x02"
+    )
 
 
 def _bundle_packet(rng: random.Random, timestamp: int) -> bytes:
     """A 300-1500 byte TracePacket, like an ftrace event bundle."""
     body = bytes(rng.randrange(256) for _ in range(rng.randrange(300, 1500)))
-    return b"\x40" + _varint(timestamp) + b"\x0a" + _varint(len(body)) + body
+    return b"\x40" + encode_varint(timestamp) + b"\x0a" + encode_varint(len(body)) + body
 
 
 Chunk = tuple[PacketSequenceProperties, int, int, bytes]

@@ -34,6 +34,7 @@ from perfetto_service.core._consumer_endpoint import ConsumerEndpointImpl
 from perfetto_service.core._producer_endpoint import ProducerEndpointImpl
 from perfetto_service.core._read_slicer import read_buffers_replies
 from perfetto_smb import SharedMemoryArbiter, TraceWriter
+from protozero import encode_varint
 
 RUNS = 7
 PRODUCERS = 4
@@ -144,27 +145,28 @@ class _Consumer:
         pass
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _track_event_packets(count: int, seed: int) -> list[bytes]:
     """20-60 byte TracePackets shaped like SDK track events."""
     rng = random.Random(seed)
     packets = []
     for i in range(count):
-        event = b"\x48" + _varint(rng.choice((1, 2, 3))) + b"\x50" + _varint(rng.randrange(1, 300))
-        event += b"\x58" + _varint(rng.randrange(1 << 20, 1 << 40))
+        event = (
+            b"\x48"
+            + encode_varint(rng.choice((1, 2, 3)))
+            + b"\x50"
+            + encode_varint(rng.randrange(1, 300))
+        )
+        event += b"\x58" + encode_varint(rng.randrange(1 << 20, 1 << 40))
         extra = rng.randrange(0, 34)
         if extra:
-            event += b"\xba\x01" + _varint(extra) + rng.randbytes(extra)
+            event += b"\xba\x01" + encode_varint(extra) + rng.randbytes(extra)
         packets.append(
-            b"\x40" + _varint(1000 + i) + b"\x5a" + _varint(len(event)) + event + b"\x68\x02"
+            b"\x40"
+            + encode_varint(1000 + i)
+            + b"\x5a"
+            + encode_varint(len(event))
+            + event
+            + b"\x68\x02"
         )
     return packets
 

@@ -4,6 +4,16 @@ Modules compiled with Cython read `cython.compiled`; when they run as plain Pyth
 Cython installed they import this module under that name instead.
 """
 
-from typing import Final
+from collections.abc import Callable
+from typing import Final, TypeVar
+
+F = TypeVar("F", bound=Callable[..., object])
 
 compiled: Final = False
+Py_ssize_t: Final = int
+
+
+def locals(**types: object) -> Callable[[F], F]:
+    """Cython's `@cython.locals` (C types of a function's locals): does nothing here."""
+    del types
+    return lambda function: function

@@ -6,9 +6,6 @@ from protozero._scattered_stream_writer cimport ScatteredStreamWriter
 @cython.locals(p=Py_ssize_t)
 cdef Py_ssize_t _store_tag(ScatteredStreamWriter w, Py_ssize_t p, unsigned long long tag) noexcept
 
-@cython.locals(p=Py_ssize_t)
-cdef Py_ssize_t _store_varint(ScatteredStreamWriter w, Py_ssize_t p, unsigned long long value) noexcept
-
 
 cdef class Message:
     cdef public ScatteredStreamWriter stream_writer

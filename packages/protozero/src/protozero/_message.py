@@ -26,6 +26,10 @@ from protozero._proto_utils import (
 from protozero._scattered_stream_writer import ScatteredStreamWriter
 
 if cython.compiled:
+    from cython.cimports.protozero._proto_utils import store_varint
+else:
+    from protozero._proto_utils import store_varint
+if cython.compiled:
     from cython.cimports.cpython.bytes import PyBytes_AS_STRING
     from cython.cimports.cpython.long import PyLong_AsUnsignedLongLongMask
     from cython.cimports.cpython.unicode import PyUnicode_AsUTF8AndSize
@@ -101,16 +105,6 @@ def _store_tag(w: ScatteredStreamWriter, p: int, tag: int) -> int:
         tag >>= 8
         p += 1
     w._view[p] = tag
-    return p + 1
-
-
-def _store_varint(w: ScatteredStreamWriter, p: int, value: int) -> int:
-    """Stores a varint at `p` in `w`'s range; returns the position after it (compiled only)."""
-    while value > 0x7F:
-        w._view[p] = (value & 0x7F) | 0x80
-        value >>= 7
-        p += 1
-    w._view[p] = value
     return p + 1
 
 
@@ -264,7 +258,7 @@ class Message:
         p = w.write_ptr
         if cython.compiled and p + 15 <= w.end:
             v = PyLong_AsUnsignedLongLongMask(value)
-            w.write_ptr = _store_varint(w, _store_tag(w, p, tag), v)
+            w.write_ptr = store_varint(w._view, _store_tag(w, p, tag), v)
             return
         if p + 15 <= w.end:
             buf = w.buffer
@@ -369,7 +363,7 @@ class Message:
         n = len(data)
         p = w.write_ptr
         if cython.compiled and type(data) is bytes and n < 0x4000 and p + 7 + n <= w.end:
-            p = _store_varint(w, _store_tag(w, p, tag), n)
+            p = store_varint(w._view, _store_tag(w, p, tag), n)
             if n:
                 memcpy(cython.address(w._view[p]), PyBytes_AS_STRING(data), n)
             w.write_ptr = p + n
@@ -399,7 +393,7 @@ class Message:
             n = 0
             data = PyUnicode_AsUTF8AndSize(value, cython.address(n))
             if n < 0x4000 and p + 7 + n <= w.end:
-                p = _store_varint(w, _store_tag(w, p, tag), n)
+                p = store_varint(w._view, _store_tag(w, p, tag), n)
                 if n:
                     memcpy(cython.address(w._view[p]), data, n)
                 w.write_ptr = p + n

@@ -5,6 +5,9 @@ Each package with compiled modules calls `select_build()` at the top of its `__i
 `report()` at the end:
 
 - PERFETTO_PY_PURE=1 loads the `.py` modules even where compiled ones exist;
+- a package whose `.pxd` files cimport another package that runs pure (e.g. protozero installed
+  without a C compiler) loads its `.py` modules too: its compiled modules need the other
+  package's compiled ones;
 - under `python -X dev` or PERFETTO_PY_NATIVE_NOTICE=1, a package whose compiled modules did
   not load says so once, on stderr;
 - `expectation_error()` tells tests whether the build that loaded is the one
@@ -20,6 +23,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,6 +57,11 @@ class _PureFinder(importlib.abc.MetaPathFinder):
 
 _finder = _PureFinder()
 _reported: set[str] = set()
+_pure_because: dict[str, str] = {}
+"""Why a package runs pure although PERFETTO_PY_PURE=1 was not asked for."""
+
+_CIMPORT = re.compile(r"^\s*(?:from\s+(\w+)[\w.]*\s+cimport|cimport\s+(\w+))", re.M)
+"""A `.pxd` line that cimports from a package (the same rule as `build.py`'s include path)."""
 
 
 def pure_requested() -> bool:
@@ -61,11 +70,33 @@ def pure_requested() -> bool:
 
 
 def select_build(package: str) -> None:
-    """Makes `package`'s submodules load as pure Python if PERFETTO_PY_PURE=1 asks for it."""
-    if pure_requested():
-        _finder.packages.add(package)
-        if _finder not in sys.meta_path:
-            sys.meta_path.insert(0, _finder)
+    """Makes `package`'s submodules load as pure Python if they cannot or must not run compiled.
+
+    That is when PERFETTO_PY_PURE=1 asks for it, or when `package` cimports from another
+    package whose compiled modules did not load.
+    """
+    if not pure_requested():
+        pure_dependencies = [dep for dep in cimported_packages(package) if _runs_pure(dep)]
+        if not pure_dependencies:
+            return
+        _pure_because[package] = f"it cimports {', '.join(pure_dependencies)}, which runs pure"
+    _finder.packages.add(package)
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
+
+
+def cimported_packages(package: str) -> list[str]:
+    """The other packages whose `.pxd` declarations `package`'s `.pxd` files cimport."""
+    root = Path(importlib.import_module(package).__file__ or "").parent
+    names: set[str] = set()
+    for pxd in root.rglob("*.pxd"):
+        names.update(a or b for a, b in _CIMPORT.findall(pxd.read_text()))
+    top = package.partition(".")[0]
+    return sorted(n for n in names if n != top and importlib.util.find_spec(n) is not None)
+
+
+def _runs_pure(package: str) -> bool:
+    return not all(compiled_modules(package).values())
 
 
 def compiled_modules(package: str) -> dict[str, bool]:
@@ -88,7 +119,9 @@ def report(package: str) -> None:
     _reported.add(package)
     pure = [name for name, loaded in compiled_modules(package).items() if not loaded]
     if pure:
-        why = f"{PURE_ENV}=1" if pure_requested() else "no compiled modules were built"
+        why = _pure_because.get(package) or (
+            f"{PURE_ENV}=1" if pure_requested() else "no compiled modules were built"
+        )
         print(
             f"{package}: running as pure Python ({why}): {', '.join(pure)}",
             file=sys.stderr,

@@ -50,15 +50,41 @@ def make_tag(field_id: int, wire_type: int) -> int:
     return (field_id << 3) | wire_type
 
 
+def store_varint(view: WritableBuffer, p: int, value: int) -> int:
+    """Stores the shortest varint encoding of `value` (0 <= value < 2**64) at `view[p]`.
+
+    Returns the position after it. The caller makes sure 10 bytes fit. Compiled modules of any
+    package cimport it (with a typed memoryview); it is the one varint encoder.
+    """
+    while value > 0x7F:
+        view[p] = (value & 0x7F) | 0x80
+        value >>= 7
+        p += 1
+    view[p] = value
+    return p + 1
+
+
+def store_redundant_varint(view: WritableBuffer, p: int, value: int, size: int) -> int:
+    """Stores `value` as a varint padded to exactly `size` bytes at `view[p]`, unchecked.
+
+    Returns the position after it. `value` must fit (see `write_redundant_varint`).
+    """
+    last = p + size - 1
+    while p < last:
+        view[p] = (value & 0x7F) | 0x80
+        value >>= 7
+        p += 1
+    view[p] = value & 0x7F
+    return p + 1
+
+
 def encode_varint(value: int) -> bytes:
     """The shortest varint encoding of `value` (negative values as 64-bit two's complement)."""
     value &= UINT64_MASK
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    if value < 0x4000:
+        return SHORT_VARINTS[value]
+    out = bytearray(10)
+    return bytes(out[: store_varint(out, 0, value)])
 
 
 def encode_tag(field_id: int, wire_type: int) -> bytes:
@@ -84,11 +110,6 @@ def write_redundant_varint(
     Every byte but the last has its continuation bit set, so readers see one varint of `size`
     bytes whatever the value (e.g. 7 in 4 bytes is `87 80 80 00`).
     """
-    if not 0 <= value < 1 << (7 * size):
+    if value < 0 or not 0 < size <= 9 or value >> (7 * size):
         raise ProtozeroError(f"{value} does not fit a {size}-byte redundant varint")
-    last = offset + size - 1
-    while offset < last:
-        buf[offset] = (value & 0x7F) | 0x80
-        value >>= 7
-        offset += 1
-    buf[last] = value
+    store_redundant_varint(buf, offset, value, size)

@@ -1,5 +1,7 @@
 import cython
 
+from protozero._proto_utils cimport write_redundant_varint
+
 cdef Py_ssize_t MAX_PACKETS_PER_CHUNK
 cdef Py_ssize_t _HEADER_SIZE
 cdef Py_ssize_t _MIN_ROOM_FOR_NEW_PACKET

@@ -15,7 +15,10 @@ except ImportError:  # installed without Cython: runs as pure Python
     from protozero import _cython_shim as cython
 
 from perfetto_protos.trace.trace_packet_pbzero import TracePacket
-from protozero import ScatteredStreamWriter, WritableBuffer, write_redundant_varint
+from protozero import ScatteredStreamWriter, WritableBuffer
+
+if not cython.compiled:  # compiled, _trace_writer.pxd cimports it from protozero
+    from protozero._proto_utils import write_redundant_varint
 
 from perfetto_smb._abi import PACKET_HEADER_SIZE, PACKET_SIZE_DROP_PACKET, Chunk, ChunkFlags
 from perfetto_smb._errors import SmbError
@@ -51,15 +54,20 @@ _ONE_BYTE_SIZE_LIMIT = 127
 """Like upstream, a whole packet gets a 1-byte size only below 127 bytes (127 keeps 4)."""
 
 
+def _fragment_header(size: int) -> bytes:
+    """A packet's fragment header (upstream's framing: one byte below 127, else a 4-byte
+    redundant varint)."""
+    if size < _ONE_BYTE_SIZE_LIMIT:
+        return bytes((size,))
+    header = bytearray(PACKET_HEADER_SIZE)
+    write_redundant_varint(header, 0, size, PACKET_HEADER_SIZE)
+    return bytes(header)
+
+
 @functools.cache
 def _size_tables() -> tuple[list[bytes], list[int]]:
-    """For each packet size a chunk can hold: its fragment header (upstream's framing: one byte
-    below 127, else a 4-byte redundant varint) and its framed size."""
-    headers = [bytes((size,)) for size in range(_ONE_BYTE_SIZE_LIMIT)]
-    header = bytearray(PACKET_HEADER_SIZE)
-    for size in range(_ONE_BYTE_SIZE_LIMIT, 1 << 16):
-        write_redundant_varint(header, 0, size, PACKET_HEADER_SIZE)
-        headers.append(bytes(header))
+    """For each packet size a chunk can hold: its fragment header and its framed size."""
+    headers = [_fragment_header(size) for size in range(1 << 16)]
     return headers, [size + len(header) for size, header in enumerate(headers)]
 
 

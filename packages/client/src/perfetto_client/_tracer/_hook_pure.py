@@ -43,10 +43,6 @@ def uninstall_all_threads() -> None:
     sys.setprofile(None)
 
 
-def _varint(value: int) -> bytes:
-    return SHORT_VARINTS[value] if value < 16384 else encode_varint(value)
-
-
 class ThreadRecorder:
     """Records one thread's calls into self-contained batches of TracePackets."""
 
@@ -178,16 +174,16 @@ class ThreadRecorder:
         event = b"\x48" + SHORT_VARINTS[kind]
         interned = b""
         if iid:
-            event += b"\x50" + _varint(iid)
+            event += b"\x50" + encode_varint(iid)
             if kind == SLICE_BEGIN and self.locations[iid]:
-                event += b"\x90\x02" + _varint(iid)
+                event += b"\x90\x02" + encode_varint(iid)
             if self.seen.get(iid) != self.batch_no:
                 self.seen[iid] = self.batch_no
                 blob = self.blobs[iid]
-                interned = b"\x62" + _varint(len(blob)) + blob
+                interned = b"\x62" + encode_varint(len(blob)) + blob
         body = (
             b"\x40"
-            + _varint(ts - self.last_ts)
+            + encode_varint(ts - self.last_ts)
             + b"\x5a"
             + SHORT_VARINTS[len(event)]
             + event
@@ -195,7 +191,7 @@ class ThreadRecorder:
             + self.seq
         )
         self.last_ts = ts
-        self.buf += b"\x0a" + _varint(len(body)) + body
+        self.buf += b"\x0a" + encode_varint(len(body)) + body
         self.events += 1
 
     # ---- the stack --------------------------------------------------------------------------

@@ -16,7 +16,9 @@ from collections.abc import Iterable, Sequence
 from itertools import accumulate, chain, repeat
 from operator import add
 
-from perfetto_service.core._field_encoding import nested_length, varint
+from protozero import encode_varint
+
+from perfetto_service.core._field_encoding import nested_length
 
 IPC_BUFFER_SIZE = 131072
 """Largest IPC frame, length prefix included (kIPCBufferSize)."""
@@ -37,7 +39,7 @@ Slice = bytes | bytearray | memoryview
 
 def _slice_prefix(size: int) -> bytes:
     """What precedes the data of a `size`-byte slice in a reply: the Slice key and length."""
-    size_varint = varint(size)
+    size_varint = encode_varint(size)
     return _SLICES_TAG + nested_length(1 + len(size_varint) + size + 2) + _DATA_TAG + size_varint
 
 
@@ -126,7 +128,7 @@ def packet_preamble(packet_size: int) -> bytes:
     """The bytes preceding a packet of `packet_size` bytes in a trace file."""
     if packet_size < len(PACKET_PREAMBLES):
         return PACKET_PREAMBLES[packet_size]
-    return _TRACE_PACKET_TAG + varint(packet_size)
+    return _TRACE_PACKET_TAG + encode_varint(packet_size)
 
 
 def trace_file_bytes(packets: Iterable[Sequence[Slice]]) -> bytes:

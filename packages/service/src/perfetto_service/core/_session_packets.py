@@ -5,14 +5,16 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 
-from perfetto_service.core._field_encoding import bytes_field, nested_field, varint, varint_field
+from protozero import encode_varint
+
+from perfetto_service.core._field_encoding import bytes_field, nested_field, varint_field
 from perfetto_service.core._service_packets import ServicePacketWriter
 from perfetto_service.core._session import TriggerInfo
 
 _TIMESTAMP = 8
 _TRIGGER = 46
 _SERVICE_EVENT = 69
-_COMPRESSED_PACKETS_TAG = varint((50 << 3) | 2)
+_COMPRESSED_PACKETS_TAG = encode_varint((50 << 3) | 2)
 _DEFLATE_LEVEL = 6
 
 
@@ -57,4 +59,4 @@ def data_sources_event_packet(
 def compressed_packets_packet(trace: bytes) -> bytes:
     """The packet holding `trace` (framed packets) deflated, in compressed_packets."""
     compressed = zlib.compress(trace, _DEFLATE_LEVEL)
-    return _COMPRESSED_PACKETS_TAG + varint(len(compressed)) + compressed
+    return _COMPRESSED_PACKETS_TAG + encode_varint(len(compressed)) + compressed

@@ -8,7 +8,9 @@ validator already refused packets that write them.
 
 from __future__ import annotations
 
-from perfetto_service.core._field_encoding import varint, varint_field
+from protozero import encode_varint
+
+from perfetto_service.core._field_encoding import varint_field
 from perfetto_service.core._trace_buffer import PacketSequenceProperties
 
 SERVICE_PACKET_SEQUENCE_ID = 1
@@ -18,8 +20,8 @@ _TRUSTED_UID = 3
 _TRUSTED_PACKET_SEQUENCE_ID = 10
 _TRUSTED_PID = 79
 _MACHINE_ID = 98
-_PREVIOUS_PACKET_DROPPED_TAG = varint((42 << 3) | 0)
-_DROPPED_ONE = _PREVIOUS_PACKET_DROPPED_TAG + varint(1)
+_PREVIOUS_PACKET_DROPPED_TAG = encode_varint((42 << 3) | 0)
+_DROPPED_ONE = _PREVIOUS_PACKET_DROPPED_TAG + encode_varint(1)
 
 
 def _int32(value: int) -> int:
@@ -58,7 +60,7 @@ class TrustedFieldsWriter:
             return prefix
         if previous_packet_dropped == 1:
             return prefix + _DROPPED_ONE
-        return prefix + _PREVIOUS_PACKET_DROPPED_TAG + varint(previous_packet_dropped)
+        return prefix + _PREVIOUS_PACKET_DROPPED_TAG + encode_varint(previous_packet_dropped)
 
     def _encode_prefix(self, sequence: PacketSequenceProperties) -> bytes:
         parts = [
