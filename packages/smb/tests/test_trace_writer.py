@@ -529,6 +529,16 @@ def _write_all(
         elif mode == "write_packet":
             for data in packets:
                 writer.write_packet(data)
+        elif mode == "mixed":  # every way in and out of write_packet's fast path
+            for i, data in enumerate(packets):
+                if i % 4 == 1:
+                    writer.new_trace_packet().append_raw(data)
+                elif i % 4 == 2:
+                    writer.write_packets([data])
+                elif i % 4 == 3:
+                    writer.write_packet(bytearray(data))
+                else:
+                    writer.write_packet(data)
         else:
             half = len(packets) // 2
             writer.write_packets(packets[:half])
@@ -552,6 +562,7 @@ def test_fast_paths_write_the_same_bytes_as_messages(sizes: list[int], layout: P
     reference = _write_all("message", packets, layout)
     assert _write_all("write_packet", packets, layout) == reference
     assert _write_all("write_packets", packets, layout) == reference
+    assert _write_all("mixed", packets, layout) == reference
 
 
 def test_batches_of_tiny_packets_respect_the_1022_limit() -> None:

@@ -2,6 +2,11 @@ import cython
 
 from protozero._proto_utils cimport write_redundant_varint
 
+cdef Py_ssize_t MAX_PACKETS_PER_CHUNK
+cdef Py_ssize_t _HEADER_SIZE
+cdef Py_ssize_t _MIN_ROOM_FOR_NEW_PACKET
+cdef Py_ssize_t _ONE_BYTE_SIZE_LIMIT
+
 
 cdef class TraceWriter:
     cdef object __weakref__
@@ -10,6 +15,7 @@ cdef class TraceWriter:
     cdef public object target_buffer
     cdef public object policy
     cdef object _smb
+    cdef unsigned char[::1] _view
     cdef unsigned short[::1] _halves
     cdef Py_ssize_t _count_index
     cdef object _garbage
@@ -29,11 +35,18 @@ cdef class TraceWriter:
     cdef bint _first_packet_on_sequence
     cdef bint _closed
     cdef bint _packet_open
+    cdef bint _fast
+    cdef Py_ssize_t _ptr
+    cdef Py_ssize_t _end
     cdef public Py_ssize_t drop_count
 
     @cython.locals(stream=object)
     cdef Py_ssize_t _fast_path_room(self) except? -2
+    # Stable API for compiled callers (cimport perfetto_smb._trace_writer): one call writes
+    # one whole packet; see the package README.
     @cython.locals(size=Py_ssize_t, room=Py_ssize_t, room_after=Py_ssize_t, p=Py_ssize_t, end=Py_ssize_t)
     cpdef write_packet(self, object data)
+    cdef bint _enter_fast_path(self) except -1
+    cdef int _leave_fast_path(self) except -1
     @cython.locals(index=Py_ssize_t, value=Py_ssize_t, halves="unsigned short[::1]")
     cpdef _account_packets(self, Py_ssize_t count, Py_ssize_t room_after)

@@ -28,6 +28,10 @@ from perfetto_smb._policy import BufferExhaustedPolicy
 if TYPE_CHECKING:
     from perfetto_smb._arbiter import SharedMemoryArbiter
 
+if cython.compiled:
+    from cython.cimports.cpython.bytes import PyBytes_AS_STRING
+    from cython.cimports.libc.string import memcpy
+
 
 MAX_PACKETS_PER_CHUNK = 1022
 """A writer starts a new chunk after this many packets (one below the 10-bit maximum, so the
@@ -44,6 +48,7 @@ _LAST_CONTINUES = int(ChunkFlags.LAST_PACKET_CONTINUES_ON_NEXT_CHUNK)
 _NEEDS_PATCHING = int(ChunkFlags.CHUNK_NEEDS_PATCHING)
 _BLOCK = 4096
 """write_packets() frames this many packets at a time."""
+_HEADER_SIZE = PACKET_HEADER_SIZE
 _MIN_ROOM_FOR_NEW_PACKET = PACKET_HEADER_SIZE + 8
 _ONE_BYTE_SIZE_LIMIT = 127
 """Like upstream, a whole packet gets a 1-byte size only below 127 bytes (127 keeps 4)."""
@@ -89,6 +94,8 @@ class TraceWriter:
         self.target_buffer = target_buffer
         self.policy = policy
         self._smb: WritableBuffer = arbiter.abi.view
+        self._view: WritableBuffer = self._smb
+        """The same bytes as `_smb` (compiled: a typed memoryview for native stores)."""
         self._halves = arbiter.abi.halves
         self._count_index = 0
         """Index in `_halves` of the current chunk's packets field."""
@@ -113,6 +120,11 @@ class TraceWriter:
         self._count_inflated = False
         self._first_packet_on_sequence = True
         self._closed = False
+        self._fast = False
+        """Whether `write_packet()` owns the write position: `_ptr` and `_end` are current
+        and the stream's `write_ptr` is not (`_leave_fast_path()` puts it back)."""
+        self._ptr = 0
+        self._end = 0
         self.drop_count = 0
         """How many times the writer started dropping packets."""
 
@@ -123,6 +135,7 @@ class TraceWriter:
 
     def new_trace_packet(self) -> TracePacket:
         """Finishes the previous packet and starts a new one, returned as a root message."""
+        self._leave_fast_path()
         packet = self._packet
         if not packet.is_finalized or self._size_field >= 0:
             self.finish_trace_packet()
@@ -187,7 +200,33 @@ class TraceWriter:
         return stream.end - stream.write_ptr
 
     def write_packet(self, data: bytes | bytearray | memoryview) -> None:
-        """Writes one whole packet whose fields are already encoded in `data`."""
+        """Writes one whole packet whose fields are already encoded in `data`.
+
+        Compiled, a `bytes` packet below 127 bytes that fits in the current chunk costs one
+        native copy and no Python object (the fast path other compiled modules call).
+        """
+        if type(data) is bytes and (self._fast or self._enter_fast_path()):
+            p = self._ptr
+            size = len(data)
+            room = self._end - p
+            if (
+                size < _ONE_BYTE_SIZE_LIMIT
+                and room >= _MIN_ROOM_FOR_NEW_PACKET
+                and room >= size + _HEADER_SIZE
+                and not self._reached_max_packets_per_chunk
+            ):
+                self._view[p] = size
+                p += 1
+                if cython.compiled:
+                    if size:
+                        memcpy(cython.address(self._view[p]), PyBytes_AS_STRING(data), size)
+                else:
+                    self._view[p : p + size] = data
+                p += size
+                self._ptr = p
+                self._account_packets(1, self._end - p)
+                return
+        self._leave_fast_path()
         if type(data) is bytes and self._fast_path_room() >= 0:
             room_after = self._stream.write_size_prefixed(data, _MIN_ROOM_FOR_NEW_PACKET)
             if room_after >= 0:
@@ -215,12 +254,29 @@ class TraceWriter:
         stream.write_ptr = end
         self._account_packets(1, stream.end - end)
 
+    def _enter_fast_path(self) -> bool:
+        """Takes over the write position if the next packet may skip the general path."""
+        if self._fast_path_room() < 0:
+            return False
+        stream = self._stream
+        self._ptr = stream.write_ptr
+        self._end = stream.end
+        self._fast = True
+        return True
+
+    def _leave_fast_path(self) -> None:
+        """Gives the write position back to the stream (before anything else uses it)."""
+        if self._fast:
+            self._fast = False
+            self._stream.write_ptr = self._ptr
+
     def write_packets(self, packets: Sequence[bytes | bytearray]) -> None:
         """Writes whole packets whose fields are already encoded, in order.
 
         The chunks get the same headers and fragments as with `write_packet()` on each; runs
         of packets that fit in the current chunk are framed and copied in one go.
         """
+        self._leave_fast_path()
         headers, framed_sizes = _size_tables()
         for start in range(0, len(packets), _BLOCK):
             block = packets[start : start + _BLOCK]
@@ -290,6 +346,7 @@ class TraceWriter:
         The chunk's packet count is bumped ahead of time so that a service scraping the
         chunk sees the finished packet; the next packet reuses that count.
         """
+        self._leave_fast_path()
         packet = self._packet
         if not packet.is_finalized:
             packet.finalize()
@@ -324,6 +381,7 @@ class TraceWriter:
 
         `callback` goes to the arbiter's commit callback with the request.
         """
+        self._leave_fast_path()
         self.finish_trace_packet()
         if self._chunk is not None:
             self._return_completed_chunk()
@@ -332,6 +390,7 @@ class TraceWriter:
 
     def close(self) -> None:
         """Flushes and gives the writer id back; the writer cannot be used afterwards."""
+        self._leave_fast_path()
         if self._closed:
             return
         if self._chunk is not None or not self._packet.is_finalized:
@@ -341,12 +400,15 @@ class TraceWriter:
 
     def detach_buffer(self) -> None:
         """Stops pointing into the SMB (its mapping is going away); nothing is written after."""
+        self._fast = False
+        self._view = _EMPTY
         self._stream.reset(_EMPTY, 0, 0)
         self._halves = _NO_HALVES
         self._chunk = None
         self._closed = True
 
     def _return_completed_chunk(self) -> None:
+        self._leave_fast_path()
         chunk = self._chunk
         if chunk is None:
             return
@@ -364,6 +426,7 @@ class TraceWriter:
 
     def get_new_buffer(self) -> tuple[WritableBuffer, int, int]:
         """The next range to write into (the stream writer's delegate interface)."""
+        self._leave_fast_path()
         if self._fragmenting_packet and self._drop_packets:
             self._retry_new_chunk_after_packet = True
             return self._garbage_range()
