@@ -288,3 +288,44 @@ def test_decorated_functions_keep_their_signatures_and_behaviour(record: Recorde
         )
         == 2
     )
+
+
+def test_a_renamed_thread_is_described_again_with_its_new_name(record: Recorder) -> None:
+    started = threading.Event()
+    renamed = threading.Event()
+
+    def work() -> None:
+        pc.instant(CAT, "before")
+        threading.current_thread().name = "renamed by itself"
+        pc.instant(CAT, "after renaming itself")
+        started.set()
+        renamed.wait(10)
+        pc.instant(CAT, "after renamed by main")
+
+    def body() -> None:
+        thread = threading.Thread(target=work, name="original")
+        thread.start()
+        started.wait(10)
+        thread.name = "renamed by main"
+        renamed.set()
+        thread.join()
+        assert thread.native_id is not None
+        worker_tid.append(thread.native_id)
+
+    worker_tid: list[int] = []
+    trace = record(body)
+    events = iter(trace.events)
+    name_at_event: dict[str, str] = {}
+    current = ""
+    for packet in trace.trace.packet:
+        desc = packet.track_descriptor
+        if packet.HasField("track_descriptor") and desc.thread.tid == worker_tid[0]:
+            current = desc.thread.thread_name
+        if packet.HasField("track_event"):
+            name_at_event[next(events).name] = current
+    assert name_at_event == {
+        "before": "original",
+        "after renaming itself": "renamed by itself",
+        "after renamed by main": "renamed by main",
+    }
+    assert trace.thread_names()[worker_tid[0]] == "renamed by main"

@@ -70,6 +70,7 @@ class Tracing:
         log line; the connection comes up, and comes back, whenever the service does).
         """
         from perfetto_client._backends import InProcessBackend, SystemBackend
+        from perfetto_client._track_event import watch_thread_names
         from perfetto_client._track_event_source import TrackEventKind
         from perfetto_client._track_event_writer import load_encoders
 
@@ -89,6 +90,7 @@ class Tracing:
                     else functools.partial(time.clock_gettime_ns, time.CLOCK_BOOTTIME)
                 )
                 registry.on_new_category.append(_categories_changed)
+                watch_thread_names()
             if Backend.IN_PROCESS in backends and _state.in_process is None:
                 _state.in_process = InProcessBackend(
                     _state.all_kinds, shmem_size_hint_kb=_state.shmem_size_hint_kb

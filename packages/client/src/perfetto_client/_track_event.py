@@ -222,9 +222,11 @@ class ThreadState:
         name = threading.current_thread().name
         if name != self.track.name:
             self.track = ThreadTrack.current()
+            descriptor = self.track.descriptor().SerializeToString()
             for writer in self.writers.values():
-                if writer is not None:
-                    writer.clear_incremental_state()
+                if writer is not None and not writer.cleared:
+                    writer.thread_name = name
+                    writer.write_raw(descriptor)  # re-described, as upstream's SDK
 
     def writers_for_mask(self, mask: int) -> tuple[TrackEventWriter, ...]:
         """The writers of the instances in `mask` (creating them), cached by mask."""
@@ -279,6 +281,23 @@ def thread_writers(mask: int) -> tuple[TrackEventWriter, ...]:
     if writers is None:
         writers = state.writers_for_mask(mask)
     return writers
+
+
+def watch_thread_names() -> None:
+    """Makes renaming a Python thread (`thread.name = ...`) re-describe its track: each
+    thread re-reads its name before its next event."""
+    current: Any = vars(threading.Thread)["name"]
+    if not isinstance(current, property) or getattr(current.fset, "_perfetto_watch", False):
+        return
+    set_name = current.fset
+    assert set_name is not None
+
+    def renamed(thread: threading.Thread, name: str) -> None:
+        set_name(thread, name)
+        registry.threads_renamed()
+
+    renamed._perfetto_watch = True  # type: ignore[attr-defined]
+    setattr(threading.Thread, "name", property(current.fget, renamed, doc=current.__doc__))  # noqa: B010
 
 
 def forget_threads_after_fork() -> None:
