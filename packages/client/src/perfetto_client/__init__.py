@@ -34,6 +34,7 @@ from perfetto_client._tracks import (
 
 if TYPE_CHECKING:
     from perfetto_protos.config.trace_config_pb2 import TraceConfig
+    from perfetto_smb import BufferExhaustedPolicy
 
     from perfetto_client._data_source import DataSource, FlushArgs, StopArgs, TraceContext
     from perfetto_client._session import TracingSession
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     __version__: str
 
 _LAZY = {
+    "BufferExhaustedPolicy": "perfetto_smb",
     "TraceConfig": "perfetto_protos.config.trace_config_pb2",
     "DataSource": "perfetto_client._data_source",
     "FlushArgs": "perfetto_client._data_source",
@@ -71,6 +73,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "GLOBAL",
     "Backend",
+    "BufferExhaustedPolicy",
     "Category",
     "CounterTrack",
     "CounterUnit",
