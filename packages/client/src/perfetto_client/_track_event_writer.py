@@ -6,7 +6,8 @@ tail. Interned ids (event names, categories, debug annotation names) are global 
 for the life of the process; a sequence only tracks which ones it has already emitted since
 its incremental state was last cleared, and re-emits them lazily after a clear.
 
-The module is written to be compiled with Cython's pure-Python mode and runs as is.
+The module is compiled with Cython's pure-Python mode (`_track_event_writer.pxd`) and runs as
+is where it was not built.
 """
 
 from __future__ import annotations
