@@ -58,20 +58,23 @@ def typecheck(session: nox.Session, package: str) -> None:
 def tests(session: nox.Session, package: str) -> None:
     """pytest for one package (`repo` = the repository-wide checks in tests/).
 
-    A package with compiled modules runs twice: compiled (built in place first; the run fails
-    if they did not load), then pure Python (PERFETTO_PY_PURE=1). See docs/native.md.
+    A package with pure-mode compiled modules (`.pxd`) runs twice: compiled (built in place
+    first; the run fails if they did not load), then pure Python (PERFETTO_PY_PURE=1). See
+    docs/native.md.
     """
     path = ROOT / "tests" if package == "repo" else PACKAGE_DIRS[package] / "tests"
-    if package != "repo" and _has_compiled_modules(package):
+    if package != "repo" and _has_compiled_modules(package, "*.pxd"):
         session.run("python", "tools/build_native.py")
         session.run("pytest", str(path), *session.posargs, env={EXPECT_COMPILED: "1"})
         session.run("pytest", str(path), *session.posargs, env={PURE: "1"})
-    else:
+    else:  # `.pyx` modules have no pure form: their package's tests run once, built in place
+        if package != "repo" and _has_compiled_modules(package, "*.pyx"):
+            session.run("python", "tools/build_native.py")
         session.run("pytest", str(path), *session.posargs)
 
 
-def _has_compiled_modules(package: str) -> bool:
-    return any((PACKAGE_DIRS[package] / "src").rglob("*.pxd"))
+def _has_compiled_modules(package: str, pattern: str) -> bool:
+    return any((PACKAGE_DIRS[package] / "src").rglob(pattern))
 
 
 @nox.session(python=False)

@@ -3,10 +3,11 @@
 
     python3 tools/build_native.py [--force]
 
-Each package with compiled modules (a `.pxd` beside the `.py`) has a `build.py`, identical in
-every package, that the build backend also runs on `pip install`. This runs it for the packages
-whose `.so` files are missing or older than their `.py`/`.pxd` (a no-op when all are up to
-date). The build must succeed: PERFETTO_PY_EXPECT_COMPILED=1 is set for it. See docs/native.md.
+Each package with compiled modules (a `.pxd` beside the `.py`, or a `.pyx`) has a `build.py`,
+identical in every package, that the build backend also runs on `pip install`. This runs it
+for the packages whose `.so` files are missing or older than their `.py`/`.pxd`/`.pyx` (a
+no-op when all are up to date). The build must succeed: PERFETTO_PY_EXPECT_COMPILED=1 is
+set for it. See docs/native.md.
 """
 
 from __future__ import annotations
@@ -24,17 +25,18 @@ CANONICAL_BUILD = ROOT / "packages" / "protozero" / "build.py"
 def native_packages() -> list[Path]:
     """The package directories that have compiled modules."""
     dirs = sorted(p.parent for p in ROOT.glob("packages/*/build.py"))
-    return [d for d in dirs if any((d / "src").rglob("*.pxd"))]
+    return [d for d in dirs if any((d / "src").rglob("*.pxd")) or any((d / "src").rglob("*.pyx"))]
 
 
 def stale_modules(package: Path) -> list[Path]:
     """The modules of `package` whose compiled form is missing or older than its sources."""
     declarations = sorted((package / "src").rglob("*.pxd"))
     shared = max(p.stat().st_mtime for p in [package / "build.py", *declarations])
+    modules = [pxd.with_suffix(".py") for pxd in declarations]  # .pxd alone: C declarations
+    modules += (package / "src").rglob("*.pyx")
     stale = []
-    for pxd in declarations:
-        source = pxd.with_suffix(".py")
-        if not source.is_file():  # declarations only (e.g. C helpers), cimported by modules
+    for source in sorted(modules):
+        if not source.is_file():
             continue
         built = list(source.parent.glob(f"{source.stem}.*.so"))
         newest_input = max(shared, source.stat().st_mtime)

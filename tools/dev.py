@@ -93,29 +93,6 @@ def run(cmd: list[str]) -> int:
     return subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode
 
 
-TRACER_HOOK = ROOT / "packages/client/src/perfetto_client/_tracer/_hook.pyx"
-
-
-def build_tracer_hook() -> None:
-    """Compiles perfetto-trace's profile hook in place (the pure hook runs if this fails)."""
-    built = list(TRACER_HOOK.parent.glob("_hook.*.so"))
-    if built and all(b.stat().st_mtime >= TRACER_HOOK.stat().st_mtime for b in built):
-        return
-    print("dev: compiling perfetto-trace's profile hook", flush=True)
-    cythonize = _bin(ROOT / ".venv", "cythonize")
-    result = subprocess.run(
-        [str(cythonize), "-i", "-q", TRACER_HOOK.name],
-        cwd=TRACER_HOOK.parent,
-        env=_env(),
-        check=False,
-        capture_output=True,
-        text=True,
-    )
-    TRACER_HOOK.with_suffix(".c").unlink(missing_ok=True)
-    if result.returncode != 0:
-        print("dev: could not compile it; the pure-Python hook will run", flush=True)
-
-
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in {"-h", "--help"}:
         print(__doc__)
@@ -124,10 +101,6 @@ def main(argv: list[str]) -> int:
     ensure_environment()
     if command == "test":
         built = run(["python", "tools/build_native.py"])
-        if built != 0:
-            return built
-        build_tracer_hook()
-        built = run(["python", "packages/heapprofd/build_ext.py"])
         if built != 0:
             return built
         status = run(["nox", "-s", *TEST_SESSIONS, *rest])
@@ -143,7 +116,9 @@ def main(argv: list[str]) -> int:
     if command == "run":
         return run(rest)
     if command == "trace":
-        build_tracer_hook()
+        built = run(["python", "tools/build_native.py"])
+        if built != 0:
+            return built
         return run(["python", "-m", "perfetto_client._tracer", "run", *rest])
     print(f"dev: unknown command {command!r}; see `python3 tools/dev.py --help`", file=sys.stderr)
     return 2

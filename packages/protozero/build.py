@@ -1,9 +1,10 @@
-"""Compiles this package's modules that have a `.pxd` beside them with Cython, in place.
+"""Compiles this package's modules with Cython, in place: `.py` with a `.pxd` beside it, `.pyx`.
 
 The build backend runs it when the package is installed from source (poetry-core's build
 script hook); `tools/build_native.py` runs it for development. Without Cython, setuptools or a C
-compiler it builds nothing and the package installs and runs as pure Python. With
-PERFETTO_PY_EXPECT_COMPILED=1 any of those, or a failed compilation, is an error instead.
+compiler it builds nothing and the package installs and runs as pure Python (a `.pyx` module,
+having no pure form, is then missing). With PERFETTO_PY_EXPECT_COMPILED=1 any of those, or a
+failed compilation, is an error instead.
 
 Every package with compiled modules carries an identical copy of this file.
 """
@@ -28,13 +29,22 @@ DIRECTIVES = {
     "warn.unreachable": False,  # the pure-Python branches after `if cython.compiled: return`
 }
 EXPECT_COMPILED = "PERFETTO_PY_EXPECT_COMPILED"
+# `.pyx` modules store integers through cast pointers into byte buffers.
+CFLAGS = ["-O2", "-g0", "-fno-strict-aliasing"]
 
 
 def compiled_sources(source: Path = SOURCE) -> list[Path]:
-    """The `.py` modules to compile: those with a `.pxd` beside them."""
+    """The modules to compile: `.py` modules with a `.pxd` beside them, and `.pyx` modules."""
     return sorted(
-        p.with_suffix(".py") for p in source.rglob("*.pxd") if p.with_suffix(".py").is_file()
+        [p.with_suffix(".py") for p in source.rglob("*.pxd") if p.with_suffix(".py").is_file()]
+        + cython_sources(source)
     )
+
+
+def cython_sources(source: Path = SOURCE) -> list[Path]:
+    """The `.pyx` modules: Cython source with no pure form, each setting its own directives in
+    its `# cython:` header (which take precedence over DIRECTIVES)."""
+    return sorted(source.rglob("*.pyx"))
 
 
 def module_name(path: Path, source: Path = SOURCE) -> str:
@@ -51,7 +61,7 @@ def _skip(reason: str) -> int:
     if os.environ.get(EXPECT_COMPILED) == "1":
         print(f"build.py: {reason}, and {EXPECT_COMPILED}=1", file=sys.stderr)
         return 1
-    print(f"build.py: {reason}: {HERE.name} installs as pure Python", file=sys.stderr)
+    print(f"build.py: {reason}: {HERE.name} installs without compiled modules", file=sys.stderr)
     return 0
 
 
@@ -71,7 +81,7 @@ def build() -> int:
     if not _have_compiler():
         return _skip("no C compiler found")
     extensions = [
-        Extension(module_name(p), [str(p.relative_to(HERE))], extra_compile_args=["-O2", "-g0"])
+        Extension(module_name(p), [str(p.relative_to(HERE))], extra_compile_args=CFLAGS)
         for p in sources
     ]
     build_dir = HERE / "build" / "native"

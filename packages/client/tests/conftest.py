@@ -13,8 +13,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from perfetto_client import Backend, Tracing
 from trace_model import TraceModel
+from tracer_support import build_in_place
 
 Recorder = Callable[..., TraceModel]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    build_in_place()
 
 
 def record_in_process(body: Callable[[], Any], config: Any = None) -> TraceModel:

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from tracer_support import (
     Slice,
-    compiled_hook_available,
     decode,
+    hook_builds,
     program_stderr,
     run_plain,
     run_traced,
 )
 
-HOOKS = ["pure"] + (["compiled"] if compiled_hook_available() else [])
+HOOKS = hook_builds()
 
 FIB = """
 import sys

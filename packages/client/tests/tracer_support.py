@@ -16,34 +16,31 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from perfetto_protos.upstream import parse_upstream_trace
 
 SLICE_BEGIN, SLICE_END, INSTANT = 1, 2, 3
 SEQ_INCREMENTAL_STATE_CLEARED = 1
 ROOT = Path(__file__).resolve().parents[3]
-_HOOK = ROOT / "packages/client/src/perfetto_client/_tracer/_hook.pyx"
+BUILD_NATIVE = ROOT / "tools" / "build_native.py"
+NOT_BUILT = "perfetto-trace's compiled hook is not built (in a checkout: tools/build_native.py)"
 
 
-def compiled_hook_available() -> bool:
-    """Builds the compiled hook in place if it is missing or stale (as `dev.py trace` does).
+def build_in_place() -> None:
+    """In a checkout, builds the stale compiled modules in place (tools/build_native.py)."""
+    if BUILD_NATIVE.is_file() and not os.environ.get("PERFETTO_PY_PURE"):
+        subprocess.run([sys.executable, str(BUILD_NATIVE)], check=True)
 
-    False when it cannot be built or `PERFETTO_PY_PURE=1` asks for the pure build only.
-    """
-    if os.environ.get("PERFETTO_PY_PURE"):
-        return False
-    if not _HOOK.is_file():  # tests run against an installed package: use what it ships
-        return importlib.util.find_spec("perfetto_client._tracer._hook") is not None
-    built = list(_HOOK.parent.glob("_hook.*.so"))
-    if not built or any(b.stat().st_mtime < _HOOK.stat().st_mtime for b in built):
-        cythonize = Path(sys.executable).parent / "cythonize"
-        subprocess.run(
-            [str(cythonize), "-i", "-q", _HOOK.name],
-            cwd=_HOOK.parent,
-            capture_output=True,
-            check=False,
-        )
-        _HOOK.with_suffix(".c").unlink(missing_ok=True)
-    return bool(list(_HOOK.parent.glob("_hook.*.so")))
+
+def hook_builds() -> list[str]:
+    """The hook builds to test: the pure one, and the compiled one unless PERFETTO_PY_PURE=1."""
+    return ["pure"] if os.environ.get("PERFETTO_PY_PURE") else ["pure", "compiled"]
+
+
+def require_compiled_hook() -> None:
+    """Fails the test in one line when the compiled hook is not importable."""
+    if importlib.util.find_spec("perfetto_client._tracer._hook") is None:
+        pytest.fail(NOT_BUILT, pytrace=False)
 
 
 @dataclasses.dataclass
@@ -189,7 +186,12 @@ def run_traced(
     timeout: float = 120,
     env: dict[str, str] | None = None,
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
-    """Writes `program` to a file and runs it under `perfetto-trace run`."""
+    """Writes `program` to a file and runs it under `perfetto-trace run`.
+
+    Unless `pure` (or PERFETTO_PY_PURE=1), the compiled hook must be there: it is what runs.
+    """
+    if not pure and not os.environ.get("PERFETTO_PY_PURE"):
+        require_compiled_hook()
     script = tmp_path / "prog.py"
     script.write_text(program)
     out = tmp_path / "out.pftrace"

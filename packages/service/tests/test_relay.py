@@ -8,7 +8,9 @@ machine so that a reader can put both machines on the central service's timeline
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -16,6 +18,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -195,3 +198,129 @@ def test_traced_records_a_relay_s_clock_exchanges_and_system_info_as_sent(
     assert [
         (p.system_info.tracing_service_version, p.system_info.utsname.sysname) for p in infos
     ] == [("a relay", "RemoteOS")]
+
+
+def test_background_relay_with_socket_permissions_relays_producers(directory: str) -> None:
+    tcp = f"127.0.0.1:{_free_tcp_port()}"
+    listen = f"{directory}/relay.sock"
+    env = dict(os.environ)
+    env["PERFETTO_PRODUCER_SOCK_NAME"] = listen
+    env["PERFETTO_RELAY_SOCK_NAME"] = tcp
+    group = str(os.getgid())
+    with Traced(directory, extra_producer_sockets=[tcp]) as traced:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "perfetto_service.traced.relay",
+                "--background",
+                "--set-socket-permissions",
+                f"{group}:0660",
+                "--machine-id-hint",
+                "machine-bg",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        pid = int(result.stdout.strip())  # returns once the socket is there: no waiting
+        producers = []
+        consumer = None
+        try:
+            assert stat.S_IMODE(os.stat(listen).st_mode) == 0o660
+            assert os.stat(listen).st_gid == os.getgid()
+            producers = start_producers(listen, ["producer.bg"], COUNT)
+            consumer = ConsumerSession(traced.consumer_socket)
+            consumer.client.enable_tracing(make_config(trace_all_machines=True))
+            producers[0].wait_line("WROTE", timeout=TIMEOUT)
+            consumer.client.disable_tracing()
+            consumer.wait_disabled()
+            trace = consumer.read_trace()
+        finally:
+            if consumer is not None:
+                consumer.close()
+            for producer in producers:
+                producer.close()
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + TIMEOUT
+            while _running(pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
+    assert not _running(pid)  # the daemon stopped on SIGTERM
+    relayed = [p for p in trace.packet if p.HasField("for_testing")]
+    assert len(relayed) == COUNT
+    assert {p.machine_id for p in relayed} == {machine_id_for("machine-bg")}
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` (not our child: the daemon is reparented) is alive and not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("value", ["0660", "grp:", "nosuchgroup-xyz:0660", "0:9z", "0:0660:0:0660"])
+def test_bad_socket_permissions_get_one_line(directory: str, value: str) -> None:
+    env = dict(os.environ)
+    env["PERFETTO_PRODUCER_SOCK_NAME"] = f"{directory}/relay.sock"
+    env["PERFETTO_RELAY_SOCK_NAME"] = "127.0.0.1:1"
+    result = subprocess.run(
+        [sys.executable, "-m", "perfetto_service.traced.relay", "--set-socket-permissions", value],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("traced_relay: --set-socket-permissions")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not os.path.exists(f"{directory}/relay.sock")
+
+
+def test_machine_name_filter_picks_machines_by_name_host_included(
+    directory: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Upstream's rule: a data source's machine_name_filter names the machines whose producers
+    it starts (the central one by its own name, or "host"), whatever trace_all_machines says."""
+    monkeypatch.setenv("PERFETTO_MACHINE_NAME", "central-box")
+    tcp = f"127.0.0.1:{_free_tcp_port()}"
+    with Traced(directory, extra_producer_sockets=[tcp]) as traced:
+        relays = {
+            machine: Relay(f"{directory}/{machine}.sock", tcp, machine)
+            for machine in ("machine-a", "machine-b")
+        }
+        producers: dict[str, Any] = {}
+        consumer = None
+        try:
+            for relay in relays.values():
+                assert relay.synced.wait(TIMEOUT), relay.lines
+            for machine in relays:
+                (producers[machine],) = start_producers(
+                    f"{directory}/{machine}.sock", [f"producer.{machine}"], COUNT
+                )
+            (producers["local"],) = start_producers(
+                traced.producer_socket, ["producer.local"], COUNT
+            )
+            config = make_config()
+            config.data_sources[0].machine_name_filter.extend(["machine-b", "central-box"])
+            consumer = ConsumerSession(traced.consumer_socket)
+            consumer.client.enable_tracing(config)
+            for machine in ("machine-b", "local"):
+                producers[machine].wait_line("WROTE", timeout=TIMEOUT)
+            consumer.client.disable_tracing()
+            consumer.wait_disabled()
+            trace = consumer.read_trace()
+        finally:
+            if consumer is not None:
+                consumer.close()
+            for producer in producers.values():
+                producer.close()
+            for relay in relays.values():
+                relay.close()
+    counts = Counter(p.for_testing.str.split("/")[0] for p in fortesting_packets(trace))
+    assert counts == {"producer.machine-b": COUNT, "producer.local": COUNT}

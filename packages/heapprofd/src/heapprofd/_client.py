@@ -31,7 +31,7 @@ DEFAULT_HEAP = "python"
 
 NOT_COMPILED = (
     "heapprofd's client is compiled code and is not built here "
-    "(build it with: python packages/heapprofd/build_ext.py)"
+    "(install perfetto-heapprofd where a C compiler is available)"
 )
 
 _lock = threading.RLock()

@@ -76,6 +76,7 @@ class ClientIdentity:
     uid: int
     pid: int = -1
     machine_id: int = 0
+    machine_name: str = ""  # a remote producer's machine, as its relay names it
 
 
 class Producer(Protocol):

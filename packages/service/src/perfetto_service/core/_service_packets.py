@@ -216,6 +216,11 @@ class SystemInfo:
     system_ram_bytes: int | None = None
 
 
+def machine_name() -> str:
+    """This machine's name: PERFETTO_MACHINE_NAME, else the kernel's sysname (as upstream)."""
+    return os.environ.get("PERFETTO_MACHINE_NAME") or os.uname().sysname
+
+
 def collect_system_info(tracing_service_version: str) -> SystemInfo:
     """Reads this machine's SystemInfo the way upstream's service does."""
     uname = os.uname()

@@ -47,6 +47,7 @@ from perfetto_service.core._service_packets import (
     boot_time_ns,
     capture_clock_snapshot,
     collect_system_info,
+    machine_name,
 )
 from perfetto_service.core._session import (
     ClockSnapshot,
@@ -664,8 +665,9 @@ class TracingService:
         if self._lockdown_mode and endpoint.uid != self.uid:
             return None
         is_host = endpoint.identity.machine_id == 0
-        if cfg_data_source.machine_name_filter:
-            if not (is_host and "host" in cfg_data_source.machine_name_filter):
+        if names := cfg_data_source.machine_name_filter:  # by name; "host" is always the host
+            name = machine_name() if is_host else endpoint.identity.machine_name
+            if name not in names and not (is_host and "host" in names):
                 return None
         elif not session.config.trace_all_machines and not is_host:
             return None

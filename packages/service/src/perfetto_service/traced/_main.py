@@ -259,12 +259,12 @@ def _notify_ready() -> None:
         print(f"traced: cannot notify {NOTIFY_FD_ENV}={value}: {exc}", file=sys.stderr)
 
 
-def _error(message: str) -> int:
-    print(f"traced: {message}", file=sys.stderr)
+def _error(message: str, prog: str = "traced") -> int:
+    print(f"{prog}: {message}", file=sys.stderr)
     return 1
 
 
-def _daemonize() -> int | None:
+def _daemonize(prog: str = "traced") -> int | None:
     """Forks; the parent waits for the child's start status and returns the exit code.
 
     Returns None in the child (which carries on as the daemon), after detaching it.
@@ -280,7 +280,7 @@ def _daemonize() -> int | None:
             return 0
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
-        return _error(message or "the daemon exited while starting")
+        return _error(message or "the daemon exited while starting", prog)
     os.close(read_end)
     os.setsid()
     os.environ[_STATUS_FD_ENV] = str(write_end)

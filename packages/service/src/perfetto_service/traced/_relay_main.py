@@ -27,14 +27,42 @@ from perfetto_service.ipc.relay._relay_service import (
     machine_name,
     system_info_message,
 )
+from perfetto_service.traced._main import (
+    _daemonize,
+    _filesystem_paths,
+    _gid,
+    _mode,
+    _Parser,
+    _report_status,
+)
 
 __all__ = ["RELAY_SOCKET_ENV", "relay_main"]
 
 RELAY_SOCKET_ENV = "PERFETTO_RELAY_SOCK_NAME"
 
 
+def _permissions(text: str) -> tuple[int, int]:
+    """`--set-socket-permissions GROUP:MODE`: the gid and octal mode of the listening socket."""
+    parts = text.split(":")
+    if len(parts) != 2 or not all(parts):
+        raise ServiceError(f"--set-socket-permissions wants <group>:<mode>, got {text!r}")
+    return _gid(parts[0]), _mode(parts[1])
+
+
+def _apply_permissions(listen: Sequence[str], permissions: tuple[int, int]) -> None:
+    gid, mode = permissions
+    for path in _filesystem_paths(listen):  # only a UNIX socket has a file to chmod
+        try:
+            os.chown(path, -1, gid)
+            os.chmod(path, mode)
+        except OSError as exc:
+            raise ServiceError(
+                f"cannot set the permissions of {path}: {exc.strerror or exc}"
+            ) from None
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="traced_relay",
         description="Relays this machine's producers to a remote tracing service "
         f"(the producer socket named by {RELAY_SOCKET_ENV}, e.g. 192.168.0.1:20001).",
@@ -44,15 +72,32 @@ def _parser() -> argparse.ArgumentParser:
         help="what the remote service derives this machine's id from "
         "(default: the kernel's boot id)",
     )
+    parser.add_argument(
+        "--background",
+        action="store_true",
+        help="start, print the daemon's pid and return once its socket accepts connections",
+    )
+    parser.add_argument(
+        "--set-socket-permissions",
+        metavar="GROUP:MODE",
+        help="group and octal mode of the listening socket, e.g. traced-producer:0660",
+    )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     return parser
 
 
-async def _run(remote: str, hint: str) -> None:
+async def _run(remote: str, hint: str, permissions: tuple[int, int] | None) -> None:
     name = machine_name()
     relay = RelayService(remote, hint=hint, name=name)
     listen = producer_socket_names()
     await relay.start(listen)
+    try:
+        if permissions is not None:
+            _apply_permissions(listen, permissions)
+    except ServiceError:
+        await relay.close()
+        raise
+    _report_status("ok")
     synced = False
 
     def on_synced() -> None:
@@ -96,8 +141,20 @@ def relay_main(argv: Sequence[str] | None = None) -> int:
         return 1
     hint = args.machine_id_hint if args.machine_id_hint is not None else machine_id_hint()
     try:
-        asyncio.run(_run(remote, hint))
-    except (ServiceError, WireError) as exc:
+        permissions = (
+            _permissions(args.set_socket_permissions) if args.set_socket_permissions else None
+        )
+    except ServiceError as exc:
         print(f"traced_relay: {exc}", file=sys.stderr)
+        return 1
+    if args.background:
+        status = _daemonize("traced_relay")
+        if status is not None:
+            return status
+    try:
+        asyncio.run(_run(remote, hint, permissions))
+    except (ServiceError, WireError) as exc:
+        if not _report_status(str(exc)):
+            print(f"traced_relay: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -33,7 +33,11 @@ from perfetto_wire import (
 )
 
 from perfetto_service._errors import ServiceError
-from perfetto_service.core._service_packets import capture_clock_snapshot, collect_system_info
+from perfetto_service.core._service_packets import (
+    capture_clock_snapshot,
+    collect_system_info,
+    machine_name,
+)
 
 __all__ = [
     "CLOCK_SYNC_INTERVAL_S",
@@ -60,11 +64,6 @@ def machine_id_hint() -> str:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return ""
-
-
-def machine_name() -> str:
-    """This machine's name: PERFETTO_MACHINE_NAME, else the kernel's sysname (as upstream)."""
-    return os.environ.get("PERFETTO_MACHINE_NAME") or os.uname().sysname
 
 
 def system_info_message(tracing_service_version: str) -> SystemInfoProto:

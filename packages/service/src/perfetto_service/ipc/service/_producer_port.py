@@ -260,7 +260,7 @@ class ProducerPort:
         producer = RemoteProducer(client, shmem_emulation=self.shmem_emulation)
         producer.drop_connection = lambda: self._drop(client.client_id)
         producer.provided_shm = shm
-        identity = ClientIdentity(client.uid, client.pid, client.machine_id)
+        identity = ClientIdentity(client.uid, client.pid, client.machine_id, client.machine_name)
         try:
             endpoint = self._service.connect_producer(
                 producer,
