@@ -6,7 +6,14 @@ Importing it is cheap: the tracing service, shared memory and protobuf modules l
 
 from __future__ import annotations
 
+import os as _os
+import sys as _sys
 from typing import TYPE_CHECKING, Any
+
+if _os.environ.get("PERFETTO_PY_PURE") == "1":  # importing protozero costs: only when asked
+    from protozero import _native
+
+    _native.select_build(__name__)
 
 from perfetto_client._api import (
     Flow,
@@ -69,6 +76,11 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
+
+if _sys.flags.dev_mode or _os.environ.get("PERFETTO_PY_NATIVE_NOTICE") == "1":
+    from protozero import _native
+
+    _native.report(__name__)
 
 __all__ = [
     "GLOBAL",
