@@ -1,11 +1,17 @@
 """heapprofd's costs, measured against references in the same run (CPU-time medians).
 
 1. Client overhead: an allocation-heavy workload unprofiled, profiled by heapprofd at
-   4096-byte sampling, and tracked by memray (every allocation), each in its own process.
+   4096-byte sampling, and tracked by memray (every allocation), each in its own process;
+   the floor is the same workload under allocator hooks that only pass calls through
+   (`passthrough_hook.pyx`, built here): what any PyMem_SetAllocator hook costs.
 2. Daemon CPU per 1M sampled records (Malloc + Free), at a small interval with
    block_client so that no record is lost.
 
+3. With --callgrind, the same workloads' instruction counts under callgrind (the workload's
+   alone: a run of N rounds minus a run of none), which a loaded machine does not disturb.
+
     python packages/heapprofd/benchmarks/bench_heapprofd.py [--repeat N] [--rounds N]
+        [--callgrind ROUNDS]
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 from pathlib import Path
@@ -36,6 +43,33 @@ def _build() -> None:
     build_native = HERE.parents[2] / "tools" / "build_native.py"
     if build_native.is_file():
         subprocess.run([sys.executable, str(build_native)], check=True)
+
+
+def _build_passthrough(directory: str) -> None:
+    """Builds the pass-through hooks into `directory` (module `passthrough_hook`)."""
+    c_file = os.path.join(directory, "passthrough_hook.c")
+    subprocess.run(
+        [sys.executable, "-m", "cython", "-3", str(HERE / "passthrough_hook.pyx"), "-o", c_file],
+        check=True,
+    )
+    target = os.path.join(
+        directory, "passthrough_hook" + str(sysconfig.get_config_var("EXT_SUFFIX"))
+    )
+    cc = sysconfig.get_config_var("CC") or "gcc"
+    include = sysconfig.get_paths()["include"]
+    subprocess.run(
+        [*cc.split(), "-O2", "-fPIC", "-shared", f"-I{include}", c_file, "-o", target], check=True
+    )
+
+
+def _passthrough_argv(directory: str, rounds: int) -> list[str]:
+    """The workload under the pass-through hooks."""
+    code = (
+        f"import sys; sys.path.insert(0, {directory!r}); import passthrough_hook, runpy; "
+        f"passthrough_hook.install(); sys.argv = ['w', '{rounds}']; "
+        f"runpy.run_path({WORKLOAD!r}, run_name='__main__')"
+    )
+    return [sys.executable, "-c", code]
 
 
 def _start(argv: list[str], env: dict[str, str], notify_env: str) -> subprocess.Popen[bytes]:
@@ -84,11 +118,13 @@ class Stack:
         self.traced = _start(traced_command(), self.env, "TRACED_NOTIFY_FD")
         self.daemon = _start([sys.executable, "-m", "heapprofd"], self.env, "HEAPPROFD_NOTIFY_FD")
 
-    def profiled(self, rounds: int, **options: Any) -> tuple[float, bytes]:
+    def profiled(
+        self, rounds: int, prefix: tuple[str, ...] = (), **options: Any
+    ) -> tuple[float, bytes]:
         """Runs the workload under a session; returns its CPU time and the trace."""
-        env = {**self.env, "HEAPPROFD_WAIT_S": "30"}
+        env = {**self.env, "HEAPPROFD_WAIT_S": "120"}
         target = subprocess.Popen(
-            [sys.executable, "-m", "heapprofd", "run", "--", WORKLOAD, str(rounds)],
+            [*prefix, sys.executable, "-m", "heapprofd", "run", "--", WORKLOAD, str(rounds)],
             env=env,
             stdout=subprocess.PIPE,
             text=True,
@@ -97,7 +133,10 @@ class Stack:
         result: list[str] = []
         reader = threading.Thread(target=lambda: result.append(target.communicate()[0]))
         reader.start()
-        recorder.start(trace_config(target.pid, options.pop("interval", 4096), **options))
+        config = trace_config(target.pid, options.pop("interval", 4096), **options)
+        # under valgrind the target seems to handle every signal: let it connect at its start
+        config.data_sources[0].config.heapprofd_config.no_running = bool(prefix)
+        recorder.start(config)
         reader.join(TIMEOUT)
         trace = recorder.stop()
         recorder.close()
@@ -120,48 +159,83 @@ def _records(trace: bytes) -> tuple[int, bool]:
     return records, overran
 
 
+def _memray_argv(out: str, rounds: int) -> list[str]:
+    return [sys.executable, "-m", "memray", "run", "-f", "-q", "-o", out, WORKLOAD, str(rounds)]
+
+
+def _instructions(out: str) -> int:
+    """The total of a callgrind output file."""
+    for line in Path(out).read_text().splitlines():
+        if line.startswith(("summary:", "totals:")):
+            return int(line.split()[1])
+    raise SystemExit(f"no totals in {out}")
+
+
+def _callgrind(stack: Stack, directory: str, rounds: int) -> None:
+    """Instruction counts of the workload alone, per configuration."""
+    out = os.path.join(directory, "callgrind.out")
+    prefix = ("valgrind", "--tool=callgrind", f"--callgrind-out-file={out}")
+    env = dict(os.environ)
+    configs: dict[str, Any] = {
+        "unprofiled": lambda n: [sys.executable, WORKLOAD, str(n)],
+        "pass-through hooks (floor)": lambda n: _passthrough_argv(directory, n),
+        "heapprofd @4096": None,
+        "memray (all allocations)": lambda n: _memray_argv(f"{directory}/m.bin", n),
+    }
+    counts: dict[str, int] = {}
+    for name, argv in configs.items():
+        counts[name] = 0
+        for n, sign in ((rounds, 1), (0, -1)):
+            if argv is None:
+                stack.profiled(n, prefix)
+            else:
+                subprocess.run(
+                    [*prefix, *argv(n)], env=env, check=True, capture_output=True, timeout=1800
+                )
+            counts[name] += sign * _instructions(out)
+    base = counts["unprofiled"]
+    print(f"callgrind, instructions of the workload ({rounds} rounds):")
+    for name, value in counts.items():
+        ratio = value / base
+        print(f"  {name:26} {value:14,d}   {ratio:5.3f}x (overhead {100 * (ratio - 1):+.1f}%)")
+    overhead = counts["heapprofd @4096"] / base - 1
+    memray_overhead = counts["memray (all allocations)"] / base - 1
+    print(f"  heapprofd overhead / memray overhead = {overhead / memray_overhead:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=200_000)
+    parser.add_argument("--callgrind", type=int, metavar="ROUNDS", default=0)
     args = parser.parse_args()
     _build()
     env = dict(os.environ)
     rounds = str(args.rounds)
     with tempfile.TemporaryDirectory() as directory:
+        _build_passthrough(directory)
         stack = Stack(directory)
         try:
-            plain, hooked, profiled, memray = [], [], [], []
+            if args.callgrind:
+                _callgrind(stack, directory, args.callgrind)
+                return
+            plain, hooked, floor, profiled, memray = [], [], [], [], []
             samples: list[int] = []
             for _ in range(args.repeat):
                 plain.append(_workload_cpu([sys.executable, WORKLOAD, rounds], env))
                 hooked.append(_workload_cpu(_loaded_argv(args.rounds), env))
+                floor.append(_workload_cpu(_passthrough_argv(directory, args.rounds), env))
                 cpu, trace = stack.profiled(args.rounds)
                 profiled.append(cpu)
                 samples.append(_records(trace)[0])
                 out = os.path.join(directory, "memray.bin")
-                memray.append(
-                    _workload_cpu(
-                        [
-                            sys.executable,
-                            "-m",
-                            "memray",
-                            "run",
-                            "-f",
-                            "-q",
-                            "-o",
-                            out,
-                            WORKLOAD,
-                            rounds,
-                        ],
-                        env,
-                    )
-                )
+                memray.append(_workload_cpu(_memray_argv(out, args.rounds), env))
             base = statistics.median(plain)
             print(f"workload ({args.rounds} rounds), CPU medians of {args.repeat} runs:")
             print(f"  unprofiled                 {base:8.3f} s   1.00x")
             for name, runs in (
                 ("client loaded, idle", hooked),
+                ("pass-through hooks (floor)", floor),
                 ("heapprofd @4096", profiled),
                 ("memray (all allocations)", memray),
             ):

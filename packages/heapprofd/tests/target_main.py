@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 from heapprofd import _client, _native, client
@@ -13,6 +14,16 @@ pool = client.Heap("pool")
 
 def keep_10mb() -> None:
     kept.extend(bytearray(1000) for _ in range(10240))
+
+
+def thread_keep_10mb() -> None:
+    kept.extend(bytearray(1000) for _ in range(10240))
+
+
+def keep_in_thread() -> None:
+    worker = threading.Thread(target=thread_keep_10mb)
+    worker.start()
+    worker.join()
 
 
 def free_everything() -> None:
@@ -60,6 +71,9 @@ def main() -> None:
             print("CONNECTED", flush=True)
         elif command == "keep":
             keep_10mb()
+            print("KEPT", flush=True)
+        elif command == "thread":
+            keep_in_thread()
             print("KEPT", flush=True)
         elif command == "free":
             free_everything()

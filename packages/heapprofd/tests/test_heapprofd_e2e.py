@@ -52,6 +52,74 @@ def test_runtime_target_keeps_and_frees_with_the_right_callstacks(stack: Stack) 
     assert [f[0] for f in stacks[0]].index("main") < [f[0] for f in stacks[0]].index("keep_10mb")
 
 
+def test_allocations_of_another_thread_are_sampled_with_its_stack(stack: Stack) -> None:
+    target = Target(stack.env)
+
+    def during() -> None:
+        assert target.command("wait", "PROFILING") == "PROFILING"
+        target.command("thread", "KEPT")
+
+    try:
+        trace = record(stack, config_for([target.pid]), during)
+    finally:
+        target.close()
+    (dump,) = iter_processes(heap_dumps(trace), target.pid)
+    kept = dump.totals("thread_keep_10mb")
+    assert 0.85 * KEPT_BYTES < kept["allocated"] - kept.get("freed", 0) < 1.2 * KEPT_BYTES
+    # the worker thread's stack: the thread machinery, no frame of the main thread's loop
+    stacks = [s for s, _ in dump.samples if any(f[0] == "thread_keep_10mb" for f in s)]
+    assert all(not any(f[0] == "main" for f in s) for s in stacks)
+    assert any(f[0] == "Thread.run" for f in stacks[0])
+
+
+def test_a_process_profiled_by_another_session_is_rejected(stack: Stack) -> None:
+    target = Target(stack.env)
+    second: list[bytes] = []
+
+    def during() -> None:
+        assert target.command("wait", "PROFILING") == "PROFILING"
+        second.append(record(stack, config_for([target.pid]), lambda: None))
+        target.command("keep", "KEPT")
+
+    try:
+        first = record(stack, config_for([target.pid]), during)
+    finally:
+        target.close()
+    (rejected,) = iter_processes(heap_dumps(second[0]), target.pid)
+    assert rejected.flags["rejected_concurrent"]
+    assert not rejected.samples
+    (profiled,) = iter_processes(heap_dumps(first), target.pid)
+    assert not profiled.flags["rejected_concurrent"]
+    assert profiled.totals("keep_10mb")["allocated"] > 0.85 * KEPT_BYTES
+
+
+def test_heaps_are_chosen_by_name_or_excluded(stack: Stack) -> None:
+    target = Target(stack.env)
+    only_pool = config_for([target.pid])
+    only_pool.data_sources[0].config.heapprofd_config.heaps.append("pool")
+    all_but_pool = config_for([target.pid], all_heaps=True)
+    all_but_pool.data_sources[0].config.heapprofd_config.exclude_heaps.append("pool")
+    traces = []
+    try:
+        for config in (only_pool, all_but_pool):
+
+            def during() -> None:
+                target.command("wait", "PROFILING")
+                target.command("pool", "POOLED")
+                target.command("keep", "KEPT")
+
+            traces.append(record(stack, config, during))
+            wait_for(lambda: target.command("state", "STATE") == "STATE False")
+    finally:
+        target.close()
+    pooled = {d.heap_name: d for d in iter_processes(heap_dumps(traces[0]), target.pid)}
+    assert set(pooled) == {"pool"}
+    assert pooled["pool"].totals("pool_allocate")["alloc_count"] == 1000
+    rest = {d.heap_name: d for d in iter_processes(heap_dumps(traces[1]), target.pid)}
+    assert set(rest) == {"python"}
+    assert rest["python"].totals("keep_10mb")["allocated"] > 0.85 * KEPT_BYTES
+
+
 def test_startup_target_is_matched_by_its_script_name(stack: Stack) -> None:
     config = config_for([])
     config.data_sources[0].config.heapprofd_config.process_cmdline.append("target_main.py")
@@ -76,6 +144,28 @@ def test_startup_target_is_matched_by_its_script_name(stack: Stack) -> None:
     assert 0.85 * expected < churn["allocated"] < 1.2 * expected
     # everything churn allocated was freed, and each sampled free matched its allocation
     assert churn["freed"] >= 0.97 * churn["allocated"]
+
+
+def test_no_startup_leaves_a_starting_program_alone(stack: Stack) -> None:
+    config = config_for([])
+    heap = config.data_sources[0].config.heapprofd_config
+    heap.process_cmdline.append("target_main.py")
+    heap.no_startup = True
+    holder: list[Target] = []
+
+    def during() -> None:
+        target = Target(stack.env, startup=True)
+        holder.append(target)
+        # the program connected at its start (before READY) and was turned away
+        assert target.command("state", "STATE") == "STATE False"
+        target.command("churn", "CHURNED")
+
+    try:
+        trace = record(stack, config, during)
+    finally:
+        for target in holder:
+            target.close()
+    assert not list(iter_processes(heap_dumps(trace), holder[0].pid))
 
 
 def test_killed_target_is_dumped_as_disconnected(stack: Stack) -> None:

@@ -261,9 +261,212 @@ cdef extern from *:
         return PyCode_Addr2Line((PyCodeObject *)code, lasti * (int)sizeof(_Py_CODEUNIT));
     }
 
-    static __thread int hp_in_hook = 0;
-    static int hp_get_in_hook(void) { return hp_in_hook; }
-    static void hp_set_in_hook(int v) { hp_in_hook = v; }
+    /* ---- the Python heap's allocator hooks ----
+       An allocation that is not sampled costs a thread-local byte countdown and a tail call
+       into the original allocator; a free costs a look at the count of sampled addresses (and,
+       when some are live, one byte of a counting filter). Everything else is the slow path. */
+    #define HP_LIKELY(x) __builtin_expect(!!(x), 1)
+    #define HP_UNLIKELY(x) __builtin_expect(!!(x), 0)
+    #define HP_PYMALLOC_SMALL 512u
+
+    typedef struct {
+        int64_t to_next;  /* bytes left until this thread's next sample */
+        uint64_t epoch;   /* the hp_epoch that to_next was drawn for */
+        uint64_t rng;
+        int nested;       /* inside a mem/object allocation that may reach the raw allocator */
+        int in_hook;      /* inside the sampled path */
+    } hp_tls_t;
+    static __thread hp_tls_t hp_tls __attribute__((tls_model("initial-exec")));
+
+    typedef struct { uint64_t *keys; uint64_t cap; uint64_t count; uint8_t *filter; } hp_set_t;
+    static hp_set_t hp_py_sampled;            /* live sampled addresses of the Python heap */
+    static uint64_t hp_interval = 0;          /* the Python heap's interval; 0: not sampling */
+    static uint64_t hp_large = UINT64_MAX;    /* sizes of at least this take the slow path */
+    /* pymalloc's sizes that may take the fast path: 1 to min(512, interval - 1) */
+    static uint64_t hp_py_fast_max = HP_PYMALLOC_SMALL;
+    static uint64_t hp_epoch = 1;             /* changes with the interval: countdowns redraw */
+
+    typedef struct { PyMemAllocatorEx orig; int raw; } hp_domain_t;
+    static hp_domain_t hp_domains[3];
+    static void (*hp_on_sample)(int raw, void *p, uint64_t size, uint64_t sample);
+    static void (*hp_on_free)(int raw, void *p);
+
+    static int hp_get_in_hook(void) { return hp_tls.in_hook; }
+    static void hp_set_in_hook(int v) { hp_tls.in_hook = v; }
+
+    static inline uint64_t hp_filter_slot(uint64_t k) { return ((k >> 4) ^ (k >> 20)) & 0xffff; }
+
+    static void hp_set_python_interval(uint64_t interval) {
+        hp_interval = interval;
+        hp_large = interval ? interval : UINT64_MAX;
+        hp_py_fast_max = interval && interval - 1 < HP_PYMALLOC_SMALL ? interval - 1
+                                                                      : HP_PYMALLOC_SMALL;
+        hp_epoch++;
+    }
+
+    static int64_t hp_draw(hp_tls_t *t, uint64_t interval) {
+        if (t->rng == 0) t->rng = 0x9E3779B97F4A7C15ull ^ ((uint64_t)(uintptr_t)t << 16);
+        t->rng ^= t->rng << 13;
+        t->rng ^= t->rng >> 7;
+        t->rng ^= t->rng << 17;
+        double u = ((t->rng >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+        return (int64_t)(-log(u) * (double)interval) + 1;
+    }
+
+    /* Upstream's sampler on this thread's countdown: 0 when not sampled, else the bytes
+       the sample stands for. */
+    static uint64_t hp_sample(hp_tls_t *t, uint64_t size) {
+        uint64_t interval = hp_interval, n = 0;
+        if (t->epoch != hp_epoch) {
+            t->epoch = hp_epoch;
+            t->to_next = interval ? hp_draw(t, interval) : INT64_MAX;
+        }
+        if (interval == 0) { t->to_next = INT64_MAX; return 0; }
+        if (size >= interval) return size;
+        t->to_next -= (int64_t)size;
+        while (t->to_next <= 0) { t->to_next += hp_draw(t, interval); n++; }
+        return n * interval;
+    }
+
+    /* 1 (the countdown taken) when an allocation of `size`, known to be less than the
+       interval, is not sampled. */
+    static inline int hp_skip_small(hp_tls_t *t, uint64_t size) {
+        int64_t left = t->to_next - (int64_t)size;
+        if (HP_LIKELY(t->epoch == hp_epoch && left > 0)) {
+            t->to_next = left;
+            return 1;
+        }
+        return 0;
+    }
+
+    static inline int hp_skip(hp_tls_t *t, uint64_t size) {
+        return HP_LIKELY(size < hp_large) && hp_skip_small(t, size);
+    }
+
+    static inline int hp_maybe_sampled(void *p) {
+        return HP_UNLIKELY(hp_py_sampled.count != 0)
+            && hp_py_sampled.filter[hp_filter_slot((uint64_t)(uintptr_t)p)] && p != NULL;
+    }
+
+    static void hp_after_alloc(hp_domain_t *d, hp_tls_t *t, void *p, uint64_t size) {
+        uint64_t sample = hp_sample(t, size);
+        if (sample && !t->in_hook) hp_on_sample(d->raw, p, size, sample);
+    }
+
+    static inline uint64_t hp_calloc_size(size_t nelem, size_t elsize) {
+        size_t size;
+        return __builtin_mul_overflow(nelem, elsize, &size) ? UINT64_MAX : (uint64_t)size;
+    }
+
+    /* Each hook is a fast path ending in a tail call to the original allocator; the rest
+       is in separate functions so that the fast path needs no stack frame. */
+    #define HP_SLOW __attribute__((noinline, cold))
+
+    static HP_SLOW void *hp_malloc_slow(hp_domain_t *d, size_t size) {
+        hp_tls_t *t = &hp_tls;
+        void *p;
+        if (d->raw) {
+            p = d->orig.malloc(d->orig.ctx, size);
+        } else {
+            t->nested++;
+            p = d->orig.malloc(d->orig.ctx, size);
+            t->nested--;
+        }
+        if (p) hp_after_alloc(d, t, p, size);
+        return p;
+    }
+
+    static HP_SLOW void *hp_calloc_slow(hp_domain_t *d, size_t nelem, size_t elsize) {
+        hp_tls_t *t = &hp_tls;
+        void *p;
+        if (d->raw) {
+            p = d->orig.calloc(d->orig.ctx, nelem, elsize);
+        } else {
+            t->nested++;
+            p = d->orig.calloc(d->orig.ctx, nelem, elsize);
+            t->nested--;
+        }
+        if (p) hp_after_alloc(d, t, p, hp_calloc_size(nelem, elsize));
+        return p;
+    }
+
+    static HP_SLOW void *hp_realloc_slow(hp_domain_t *d, void *ptr, size_t size) {
+        hp_tls_t *t = &hp_tls;
+        void *p;
+        if (d->raw) {
+            p = d->orig.realloc(d->orig.ctx, ptr, size);
+        } else {
+            t->nested++;
+            p = d->orig.realloc(d->orig.ctx, ptr, size);
+            t->nested--;
+        }
+        if (p) {
+            if (hp_maybe_sampled(ptr)) hp_on_free(d->raw, ptr);
+            hp_after_alloc(d, t, p, size);
+        }
+        return p;
+    }
+
+    static HP_SLOW void hp_free_slow(hp_domain_t *d, void *ptr) {
+        hp_on_free(d->raw, ptr);
+        d->orig.free(d->orig.ctx, ptr);
+    }
+
+    /* The raw domain: a call made by pymalloc on behalf of a mem/object allocation
+       (nested) was counted there. */
+    static void *hp_raw_malloc(void *ctx, size_t size) {
+        hp_domain_t *d = (hp_domain_t *)ctx;
+        hp_tls_t *t = &hp_tls;
+        if (HP_LIKELY(t->nested || hp_skip(t, size))) return d->orig.malloc(d->orig.ctx, size);
+        return hp_malloc_slow(d, size);
+    }
+
+    static void *hp_raw_calloc(void *ctx, size_t nelem, size_t elsize) {
+        hp_domain_t *d = (hp_domain_t *)ctx;
+        hp_tls_t *t = &hp_tls;
+        if (HP_LIKELY(t->nested || hp_skip(t, hp_calloc_size(nelem, elsize))))
+            return d->orig.calloc(d->orig.ctx, nelem, elsize);
+        return hp_calloc_slow(d, nelem, elsize);
+    }
+
+    static void *hp_raw_realloc(void *ctx, void *ptr, size_t size) {
+        hp_domain_t *d = (hp_domain_t *)ctx;
+        hp_tls_t *t = &hp_tls;
+        if (HP_LIKELY(t->nested || (!hp_maybe_sampled(ptr) && hp_skip(t, size))))
+            return d->orig.realloc(d->orig.ctx, ptr, size);
+        return hp_realloc_slow(d, ptr, size);
+    }
+
+    /* The mem and object domains (pymalloc): blocks of up to 512 bytes never reach the raw
+       allocator; larger ones (and every realloc) are marked nested while they run. */
+    static void *hp_py_malloc(void *ctx, size_t size) {
+        hp_domain_t *d = (hp_domain_t *)ctx;
+        if (HP_LIKELY(size - 1 < hp_py_fast_max && hp_skip_small(&hp_tls, size)))
+            return d->orig.malloc(d->orig.ctx, size);
+        return hp_malloc_slow(d, size);
+    }
+
+    static void *hp_py_calloc(void *ctx, size_t nelem, size_t elsize) {
+        hp_domain_t *d = (hp_domain_t *)ctx;
+        uint64_t size = hp_calloc_size(nelem, elsize);
+        if (HP_LIKELY(size - 1 < hp_py_fast_max && hp_skip_small(&hp_tls, size)))
+            return d->orig.calloc(d->orig.ctx, nelem, elsize);
+        return hp_calloc_slow(d, nelem, elsize);
+    }
+
+    static void *hp_py_realloc(void *ctx, void *ptr, size_t size) {
+        return hp_realloc_slow((hp_domain_t *)ctx, ptr, size);
+    }
+
+    /* Frees: the free of a sampled address is reported before the block can be reused. */
+    static void hp_hook_free(void *ctx, void *ptr) {
+        hp_domain_t *d = (hp_domain_t *)ctx;
+        if (hp_maybe_sampled(ptr)) {
+            hp_free_slow(d, ptr);
+            return;
+        }
+        d->orig.free(d->orig.ctx, ptr);
+    }
     """
     ctypedef struct hp_meta_t:
         uint8_t spinlock_locked
@@ -336,6 +539,29 @@ cdef extern from "Python.h":
     int PyGILState_Check() nogil
     const char *PyUnicode_AsUTF8AndSize(object o, Py_ssize_t *size) except NULL
 
+cdef extern from *:
+    ctypedef struct hp_set_t:
+        uint64_t *keys
+        uint64_t cap
+        uint64_t count
+        uint8_t *filter  # counts of members per 16-bit address hash: 0 means surely absent
+    ctypedef struct hp_domain_t:
+        PyMemAllocatorEx orig
+        int raw
+    hp_set_t hp_py_sampled
+    hp_domain_t hp_domains[3]
+    void (*hp_on_sample)(int raw, void *p, uint64_t size, uint64_t sample) noexcept
+    void (*hp_on_free)(int raw, void *p) noexcept
+    uint64_t hp_filter_slot(uint64_t k) nogil
+    void hp_set_python_interval(uint64_t interval) nogil
+    void *hp_raw_malloc(void *ctx, size_t size) noexcept
+    void *hp_raw_calloc(void *ctx, size_t nelem, size_t elsize) noexcept
+    void *hp_raw_realloc(void *ctx, void *ptr, size_t size) noexcept
+    void *hp_py_malloc(void *ctx, size_t size) noexcept
+    void *hp_py_calloc(void *ctx, size_t nelem, size_t elsize) noexcept
+    void *hp_py_realloc(void *ctx, void *ptr, size_t size) noexcept
+    void hp_hook_free(void *ctx, void *ptr) noexcept
+
 cdef extern from "unistd.h":
     int usleep(unsigned int usec) nogil
     int close(int fd) nogil
@@ -352,7 +578,6 @@ cdef enum:
     PYTHON_FRAME_SIZE = 24
     HEAP_NAME_SZ = 64
     MAX_FRAMES = 128
-    PYMALLOC_SMALL = 512
     MAX_HEAPS = 64
     RESEND_BACKOFF_US = 100
 
@@ -515,12 +740,6 @@ cdef class SharedRingBuffer:
 
 # ---- the client's sampler and hooks ----
 
-cdef struct addr_set_t:
-    uint64_t *keys
-    uint64_t cap
-    uint64_t count
-    uint8_t *filter  # counts of members per 16-bit address hash: 0 means surely absent
-
 cdef struct frame_entry_t:
     PyObject *code
     int lasti
@@ -532,14 +751,10 @@ cdef struct heap_t:
     int64_t to_next
     uint32_t heap_id
     bint enabled
-    addr_set_t sampled
+    hp_set_t *sampled  # the Python heap's is hp_py_sampled, which the hooks read
+    hp_set_t own
     uint64_t sequence
 
-cdef struct domain_t:
-    PyMemAllocatorEx orig
-    bint raw
-
-cdef domain_t _domains[3]
 cdef uint64_t _malloc_header[42]  # record type + AllocMetadata; registers stay zero
 cdef bint _hooks_installed = False
 cdef bint _active = False
@@ -570,7 +785,7 @@ cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
     x ^= x >> 33
     return x
 
-cdef bint _set_grow(addr_set_t *s) noexcept nogil:
+cdef bint _set_grow(hp_set_t *s) noexcept nogil:
     cdef uint64_t new_cap = s.cap * 2 if s.cap else 1024
     cdef uint64_t *keys = <uint64_t *>_raw_alloc(new_cap * 8)
     cdef uint64_t i, k, j
@@ -590,10 +805,7 @@ cdef bint _set_grow(addr_set_t *s) noexcept nogil:
     s.cap = new_cap
     return True
 
-cdef inline uint64_t _filter_slot(uint64_t k) noexcept nogil:
-    return ((k >> 4) ^ (k >> 20)) & 0xffff
-
-cdef void _set_add(addr_set_t *s, uint64_t k) noexcept nogil:
+cdef void _set_add(hp_set_t *s, uint64_t k) noexcept nogil:
     cdef uint64_t j
     if (s.count + 1) * 4 > s.cap:
         if not _set_grow(s):
@@ -609,14 +821,14 @@ cdef void _set_add(addr_set_t *s, uint64_t k) noexcept nogil:
         j = (j + 1) & (s.cap - 1)
     s.keys[j] = k
     s.count += 1
-    j = _filter_slot(k)
+    j = hp_filter_slot(k)
     if s.filter[j] < 255:
         s.filter[j] += 1
 
-cdef bint _set_remove(addr_set_t *s, uint64_t k) noexcept nogil:
+cdef bint _set_remove(hp_set_t *s, uint64_t k) noexcept nogil:
     """Removes `k` (backward-shift deletion); True when it was present."""
     cdef uint64_t mask, j, i, home
-    cdef uint64_t slot = _filter_slot(k)
+    cdef uint64_t slot = hp_filter_slot(k)
     if s.count == 0 or s.filter[slot] == 0:
         return False
     mask = s.cap - 1
@@ -643,7 +855,10 @@ cdef bint _set_remove(addr_set_t *s, uint64_t k) noexcept nogil:
         s.keys[i] = s.keys[j]
         i = j
 
-cdef void _set_clear(addr_set_t *s) noexcept nogil:
+cdef void _set_clear(hp_set_t *s) noexcept nogil:
+    # the count first: a raw-domain free on a thread without the GIL reads the filter only
+    # when the count is not zero
+    s.count = 0
     if s.keys != NULL:
         _raw_free(s.keys)
     if s.filter != NULL:
@@ -651,7 +866,6 @@ cdef void _set_clear(addr_set_t *s) noexcept nogil:
     s.filter = NULL
     s.keys = NULL
     s.cap = 0
-    s.count = 0
 
 cdef inline double _uniform() noexcept nogil:
     global _rng
@@ -679,6 +893,7 @@ cdef inline uint64_t _sample_size(heap_t *h, uint64_t size) noexcept nogil:
 cdef void _deactivate() noexcept nogil:
     global _active
     _active = False
+    hp_set_python_interval(0)
 
 cdef int64_t _send(const void *a, uint64_t la, const void *b, uint64_t lb,
                    const void *c, uint64_t lc) noexcept nogil:
@@ -798,7 +1013,7 @@ cdef void _record_malloc(heap_t *h, uint64_t addr, uint64_t size, uint64_t sampl
     free_bytes = _send(header, 8 + ALLOC_METADATA_SIZE, ids, <uint64_t>n * 8, NULL, 0)
     if free_bytes < 0:
         return
-    _set_add(&h.sampled, addr)
+    _set_add(h.sampled, addr)
     _sampled_total += 1
     if <uint64_t>free_bytes < _ring.size // 2:
         _wake()
@@ -815,105 +1030,27 @@ cdef void _record_free(heap_t *h, uint64_t addr) noexcept nogil:
     if free_bytes >= 0 and <uint64_t>free_bytes < _ring.size // 2:
         _wake()
 
-# The hooks below are C callbacks: the mem and object domains always run them with the GIL
-# held; the raw domain may not, so it checks before touching anything shared.
+# The slow paths of the C hooks: the mem and object domains always call them with the GIL
+# held; the raw domain may not, so they check before touching anything shared.
 
-cdef inline void _on_alloc(domain_t *d, void *p, size_t size) noexcept:
-    cdef heap_t *h = &_heaps[0]
-    cdef uint64_t sample
-    if not h.enabled:
-        return
-    if d.raw and not PyGILState_Check():
-        return
-    sample = _sample_size(h, size)
-    if sample == 0 or hp_get_in_hook():
+cdef void _on_sample(int raw, void *p, uint64_t size, uint64_t sample) noexcept:
+    if not _active or (raw and not PyGILState_Check()) or hp_get_in_hook():
         return
     hp_set_in_hook(1)
-    _record_malloc(h, <uint64_t>p, size, sample)
+    _record_malloc(&_heaps[0], <uint64_t>p, size, sample)
     hp_set_in_hook(0)
 
-cdef inline void _on_free(domain_t *d, void *p) noexcept:
+cdef void _on_free(int raw, void *p) noexcept:
     # a Free record is plain C work: it may be written even from inside a sampled Malloc
-    cdef heap_t *h = &_heaps[0]
-    if d.raw and not PyGILState_Check():
+    if raw and not PyGILState_Check():
         return
-    if _set_remove(&h.sampled, <uint64_t>p) and _active:
-        _record_free(h, <uint64_t>p)
-
-cdef int _nested = 0
-# Set (under the GIL) while the mem/object allocators run: pymalloc hands large blocks to the
-# raw allocator, whose hook must then not count the same block a second time.
-
-
-cdef void *_hook_malloc(void *ctx, size_t size) noexcept:
-    global _nested
-    cdef domain_t *d = <domain_t *>ctx
-    cdef void *p
-    if d.raw:
-        p = d.orig.malloc(d.orig.ctx, size)
-        if _active and p != NULL and not _nested:
-            _on_alloc(d, p, size)
-        return p
-    if size <= PYMALLOC_SMALL and size:
-        p = d.orig.malloc(d.orig.ctx, size)  # pymalloc serves it without the raw allocator
-    else:
-        _nested += 1
-        p = d.orig.malloc(d.orig.ctx, size)
-        _nested -= 1
-    if _active and p != NULL:
-        _on_alloc(d, p, size)
-    return p
-
-cdef void *_hook_calloc(void *ctx, size_t nelem, size_t elsize) noexcept:
-    global _nested
-    cdef domain_t *d = <domain_t *>ctx
-    cdef void *p
-    if d.raw:
-        p = d.orig.calloc(d.orig.ctx, nelem, elsize)
-        if _active and p != NULL and not _nested:
-            _on_alloc(d, p, nelem * elsize)
-        return p
-    _nested += 1
-    p = d.orig.calloc(d.orig.ctx, nelem, elsize)
-    _nested -= 1
-    if _active and p != NULL:
-        _on_alloc(d, p, nelem * elsize)
-    return p
-
-cdef void *_hook_realloc(void *ctx, void *ptr, size_t size) noexcept:
-    global _nested
-    cdef domain_t *d = <domain_t *>ctx
-    cdef void *p
-    if d.raw:
-        p = d.orig.realloc(d.orig.ctx, ptr, size)
-        if _active and p != NULL and not _nested:
-            if ptr != NULL:
-                _on_free(d, ptr)
-            _on_alloc(d, p, size)
-        return p
-    _nested += 1
-    p = d.orig.realloc(d.orig.ctx, ptr, size)
-    _nested -= 1
-    if _active and p != NULL:
-        if ptr != NULL:
-            _on_free(d, ptr)
-        _on_alloc(d, p, size)
-    return p
-
-cdef void _hook_free(void *ctx, void *ptr) noexcept:
-    global _nested
-    cdef domain_t *d = <domain_t *>ctx
-    cdef addr_set_t *sampled = &_heaps[0].sampled
-    # no nesting mark: when pymalloc hands a free to the raw allocator, the address has
-    # already left the sampled set
-    if sampled.count and sampled.filter[_filter_slot(<uint64_t>ptr)] and ptr != NULL:
-        _on_free(d, ptr)
-    d.orig.free(d.orig.ctx, ptr)
+    if _set_remove(&hp_py_sampled, <uint64_t>p) and _active:
+        _record_free(&_heaps[0], <uint64_t>p)
 
 
 def install_hooks() -> None:
     """Wraps the raw, mem and object allocators."""
-    global _hooks_installed
+    global _hooks_installed, hp_on_sample, hp_on_free
     cdef PyMemAllocatorEx hook
     cdef int i
     cdef PyMemAllocatorDomain doms[3]
@@ -922,15 +1059,17 @@ def install_hooks() -> None:
     doms[0] = PYMEM_DOMAIN_RAW
     doms[1] = PYMEM_DOMAIN_MEM
     doms[2] = PYMEM_DOMAIN_OBJ
+    hp_on_sample = _on_sample
+    hp_on_free = _on_free
     for i in range(3):
-        PyMem_GetAllocator(doms[i], &_domains[i].orig)
-        _domains[i].raw = i == 0
+        PyMem_GetAllocator(doms[i], &hp_domains[i].orig)
+        hp_domains[i].raw = i == 0
     for i in range(3):
-        hook.ctx = &_domains[i]
-        hook.malloc = _hook_malloc
-        hook.calloc = _hook_calloc
-        hook.realloc = _hook_realloc
-        hook.free = _hook_free
+        hook.ctx = &hp_domains[i]
+        hook.malloc = hp_raw_malloc if i == 0 else hp_py_malloc
+        hook.calloc = hp_raw_calloc if i == 0 else hp_py_calloc
+        hook.realloc = hp_raw_realloc if i == 0 else hp_py_realloc
+        hook.free = hp_hook_free
         PyMem_SetAllocator(doms[i], &hook)
     _hooks_installed = True
 
@@ -941,9 +1080,9 @@ def uninstall_hooks() -> None:
     if not _hooks_installed:
         return
     _deactivate()
-    PyMem_SetAllocator(PYMEM_DOMAIN_RAW, &_domains[0].orig)
-    PyMem_SetAllocator(PYMEM_DOMAIN_MEM, &_domains[1].orig)
-    PyMem_SetAllocator(PYMEM_DOMAIN_OBJ, &_domains[2].orig)
+    PyMem_SetAllocator(PYMEM_DOMAIN_RAW, &hp_domains[0].orig)
+    PyMem_SetAllocator(PYMEM_DOMAIN_MEM, &hp_domains[1].orig)
+    PyMem_SetAllocator(PYMEM_DOMAIN_OBJ, &hp_domains[2].orig)
     _hooks_installed = False
 
 
@@ -954,6 +1093,10 @@ def register_heap() -> int:
         raise ValueError(f"at most {MAX_HEAPS} heaps per process")
     memset(&_heaps[_num_heaps], 0, sizeof(heap_t))
     _heaps[_num_heaps].heap_id = _num_heaps + 1
+    if _num_heaps == 0:
+        _heaps[0].sampled = &hp_py_sampled
+    else:
+        _heaps[_num_heaps].sampled = &_heaps[_num_heaps].own
     _num_heaps += 1
     return _num_heaps - 1
 
@@ -967,7 +1110,7 @@ def activate(SharedRingBuffer ring, int sock, intervals: list, bint block_client
     cdef uint64_t interval
     _active = False
     for i in range(_num_heaps):
-        _set_clear(&_heaps[i].sampled)
+        _set_clear(_heaps[i].sampled)
         interval = intervals[i] if i < len(intervals) else 0
         _heaps[i].interval = interval
         _heaps[i].enabled = interval > 0
@@ -992,6 +1135,7 @@ def activate(SharedRingBuffer ring, int sock, intervals: list, bint block_client
     else:
         _max_tries = max(1, block_client_timeout_us // RESEND_BACKOFF_US)
     _active = True
+    hp_set_python_interval(_heaps[0].interval)
 
 
 def deactivate() -> None:
@@ -1038,14 +1182,14 @@ def report_allocation(int heap, uint64_t addr, uint64_t size) -> bool:
 def report_free(int heap, uint64_t addr) -> bool:
     """Reports the free of a custom heap's sampled allocation; True when it was sent."""
     cdef heap_t *h = &_heaps[heap]
-    if not _active or not _set_remove(&h.sampled, addr):
+    if not _active or not _set_remove(h.sampled, addr):
         return False
     _record_free(h, addr)
     return True
 
 
 def client_stats() -> dict:
-    return {"sampled": _sampled_total, "frames": _frames_count, "tracked": _heaps[0].sampled.count}
+    return {"sampled": _sampled_total, "frames": _frames_count, "tracked": hp_py_sampled.count}
 
 
 def set_heap_interval(int heap, uint64_t interval) -> None:
@@ -1056,6 +1200,8 @@ def set_heap_interval(int heap, uint64_t interval) -> None:
     if interval:
         h.rate = 1.0 / interval
         h.to_next = _next_interval(h)
+    if heap == 0 and _active:
+        hp_set_python_interval(interval)
 
 
 def read_events(SharedRingBuffer ring, int max_records, dict callstacks) -> tuple:

@@ -247,6 +247,10 @@ class HeapprofdProducer:
             if pid == own or not instance.targets(pid) or not has_profiling_handler(pid):
                 continue
             if any(pid in other.unwinders for other in self._instances.values()):
+                # upstream's rule: a process profiled by another session is rejected
+                instance.processes.setdefault(
+                    pid, ProcessState(pid, False, self._connection_id())
+                ).rejected_concurrent = True
                 continue
             try:
                 os.kill(pid, PROFILING_SIGNAL)
