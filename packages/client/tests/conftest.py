@@ -20,6 +20,11 @@ Recorder = Callable[..., TraceModel]
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     build_in_place()
+    from protozero import _native
+
+    error = _native.expectation_error("perfetto_client")
+    if error is not None:
+        pytest.exit(f"perfetto_client: {error}", returncode=1)
 
 
 def record_in_process(body: Callable[[], Any], config: Any = None) -> TraceModel:

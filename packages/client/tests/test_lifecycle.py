@@ -139,6 +139,32 @@ def test_async_slices_survive_awaits_on_their_task_tracks(record: Recorder) -> N
     assert slices["decorated coroutine"].end is not None
 
 
+def test_flows_link_awaited_tasks_to_the_slice_that_awaited_them(record: Recorder) -> None:
+    async def fetch(label: str, delay: float) -> None:
+        with pc.trace_event(CAT, label):
+            await asyncio.sleep(delay)
+
+    @pc.trace(CAT, "gather both")
+    async def main() -> None:
+        await asyncio.gather(fetch("a", 0.002), fetch("b", 0.001))
+        with pc.trace_event(CAT, "await one"):
+            await asyncio.create_task(fetch("c", 0.001))
+        fetch_inline = fetch("same task", 0.001)
+        await fetch_inline  # no other task: no flow
+        pc.instant(CAT, "after")
+
+    trace = record(lambda: asyncio.run(main()))
+    links = sorted((a.name, b.name) for a, b in trace.flow_links())
+    assert links == [("a", "gather both"), ("b", "gather both"), ("c", "await one")]
+    for source, target in trace.flow_links():
+        assert source.track != target.track
+        assert trace.track_name(source.track).startswith("task ")
+        assert source.end is not None
+        assert target.end is not None
+        assert source.end <= target.end
+    assert not {"same task", "after"} & {s.name for s in trace.slices() if s.flows}
+
+
 def test_a_forked_child_starts_clean_and_can_trace_on_its_own(tmp_path: Any) -> None:
     child_trace = tmp_path / "child.pftrace"
 

@@ -288,3 +288,114 @@ def test_decorated_functions_keep_their_signatures_and_behaviour(record: Recorde
         )
         == 2
     )
+
+
+def test_a_renamed_thread_is_described_again_with_its_new_name(record: Recorder) -> None:
+    started = threading.Event()
+    renamed = threading.Event()
+
+    def work() -> None:
+        pc.instant(CAT, "before")
+        threading.current_thread().name = "renamed by itself"
+        pc.instant(CAT, "after renaming itself")
+        started.set()
+        renamed.wait(10)
+        pc.instant(CAT, "after renamed by main")
+
+    def body() -> None:
+        thread = threading.Thread(target=work, name="original")
+        thread.start()
+        started.wait(10)
+        thread.name = "renamed by main"
+        renamed.set()
+        thread.join()
+        assert thread.native_id is not None
+        worker_tid.append(thread.native_id)
+
+    worker_tid: list[int] = []
+    trace = record(body)
+    events = iter(trace.events)
+    name_at_event: dict[str, str] = {}
+    current = ""
+    for packet in trace.trace.packet:
+        desc = packet.track_descriptor
+        if packet.HasField("track_descriptor") and desc.thread.tid == worker_tid[0]:
+            current = desc.thread.thread_name
+        if packet.HasField("track_event"):
+            name_at_event[next(events).name] = current
+    assert name_at_event == {
+        "before": "original",
+        "after renaming itself": "renamed by itself",
+        "after renamed by main": "renamed by main",
+    }
+    assert trace.thread_names()[worker_tid[0]] == "renamed by main"
+
+
+def test_thread_time_sampling_adds_the_thread_cpu_time_to_thread_track_events(
+    record: Recorder,
+) -> None:
+    import time
+
+    @pc.trace(CAT, "busy")
+    def busy() -> int:
+        total = 0
+        for i in range(300_000):
+            total += i
+        return total
+
+    marks: list[int] = []
+
+    def body() -> None:
+        marks.append(time.thread_time_ns())
+        busy()
+        with pc.trace_event(CAT, "sleeping"):
+            time.sleep(0.01)
+        pc.instant(CAT, "on a named track", track=pc.NamedTrack("elsewhere"))
+        pc.counter(CAT, "a counter", 1)
+        marks.append(time.thread_time_ns())
+
+    config = {
+        "data_sources": [
+            {
+                "config": {
+                    "name": "track_event",
+                    "track_event_config": {"enable_thread_time_sampling": True},
+                }
+            }
+        ]
+    }
+    trace = record(body, config)
+    defaults = [p for p in trace.trace.packet if p.HasField("trace_packet_defaults")]
+    assert len(defaults) == 1
+    counter_uuids = list(
+        defaults[0].trace_packet_defaults.track_event_defaults.extra_counter_track_uuids
+    )
+    assert len(counter_uuids) == 1
+    counter_track = trace.tracks[counter_uuids[0]]
+    assert counter_track.counter.type == 1  # COUNTER_THREAD_TIME_NS
+    assert counter_track.counter.is_incremental
+    thread_track = trace.tracks[counter_track.parent_uuid]
+    assert thread_track.thread.tid == threading.get_native_id()
+
+    thread_time = 0
+    samples: list[tuple[str, str, int]] = []
+    events = iter(trace.events)
+    for packet in trace.trace.packet:
+        if packet.HasField("track_event"):
+            event = next(events)
+            values = list(packet.track_event.extra_counter_values)
+            if event.track == thread_track.uuid:
+                assert len(values) == 1
+                thread_time += values[0]  # an incremental counter: the values are deltas
+                samples.append((event.kind, event.name, thread_time))
+            else:
+                assert values == []
+    assert [(kind, name) for kind, name, _ in samples] == [
+        ("B", "busy"),
+        ("E", ""),
+        ("B", "sleeping"),
+        ("E", ""),
+    ]
+    times = [t for _, _, t in samples]
+    assert marks[0] <= times[0] <= times[1] <= times[2] <= times[3] <= marks[1]
+    assert times[1] - times[0] > times[3] - times[2]  # busy used more CPU than sleeping

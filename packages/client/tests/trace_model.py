@@ -47,6 +47,9 @@ class Slice:
     end: int | None
     args: dict[str, Any]
     categories: list[str]
+    flows: list[int] = field(default_factory=list)
+    """Flow ids on the slice's begin or end event (the trace processor links both)."""
+    terminating_flows: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -164,6 +167,8 @@ class TraceModel:
         """Every slice, nested per track with begin/end matched like the trace processor."""
         out: list[Slice] = []
         stacks: dict[int, list[Slice]] = defaultdict(list)
+        self.flow_occurrences: list[tuple[Slice, Event]] = []
+        """(slice, event) for each event with flow ids, in time order."""
         for event in sorted(self.events, key=lambda e: e.ts):
             stack = stacks[event.track]
             if event.kind == "B":
@@ -179,20 +184,43 @@ class TraceModel:
                 stack.append(item)
                 out.append(item)
             elif event.kind == "E" and stack:
-                stack.pop().end = event.ts
+                item = stack.pop()
+                item.end = event.ts
             elif event.kind == "I":
-                out.append(
-                    Slice(
-                        event.track,
-                        event.name,
-                        len(stack),
-                        event.ts,
-                        event.ts,
-                        event.args,
-                        event.categories,
-                    )
+                item = Slice(
+                    event.track,
+                    event.name,
+                    len(stack),
+                    event.ts,
+                    event.ts,
+                    event.args,
+                    event.categories,
                 )
+                out.append(item)
+            else:
+                continue
+            item.flows += event.flows
+            item.terminating_flows += event.terminating_flows
+            if event.flows or event.terminating_flows:
+                self.flow_occurrences.append((item, event))
         return out
+
+    def flow_links(self) -> list[tuple[Slice, Slice]]:
+        """(from, to) slice pairs the flows link, as the trace processor's v2 flows: each
+        occurrence of an id links the slice of its previous occurrence to this one, and a
+        terminating id ends the flow."""
+        self.slices()
+        last: dict[int, Slice] = {}
+        links: list[tuple[Slice, Slice]] = []
+        for item, event in self.flow_occurrences:
+            ids = [(f, False) for f in event.flows] + [(f, True) for f in event.terminating_flows]
+            for flow_id, terminating in ids:
+                previous = last.pop(flow_id, None)
+                if previous is not None:
+                    links.append((previous, item))
+                if not terminating:
+                    last[flow_id] = item
+        return links
 
     def thread_names(self) -> dict[int, str]:
         """tid -> thread name, from thread track descriptors."""

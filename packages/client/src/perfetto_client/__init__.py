@@ -6,7 +6,14 @@ Importing it is cheap: the tracing service, shared memory and protobuf modules l
 
 from __future__ import annotations
 
+import os as _os
+import sys as _sys
 from typing import TYPE_CHECKING, Any
+
+if _os.environ.get("PERFETTO_PY_PURE") == "1":  # importing protozero costs: only when asked
+    from protozero import _native
+
+    _native.select_build(__name__)
 
 from perfetto_client._api import (
     Flow,
@@ -34,6 +41,7 @@ from perfetto_client._tracks import (
 
 if TYPE_CHECKING:
     from perfetto_protos.config.trace_config_pb2 import TraceConfig
+    from perfetto_smb import BufferExhaustedPolicy
 
     from perfetto_client._data_source import DataSource, FlushArgs, StopArgs, TraceContext
     from perfetto_client._session import TracingSession
@@ -42,6 +50,7 @@ if TYPE_CHECKING:
     __version__: str
 
 _LAZY = {
+    "BufferExhaustedPolicy": "perfetto_smb",
     "TraceConfig": "perfetto_protos.config.trace_config_pb2",
     "DataSource": "perfetto_client._data_source",
     "FlushArgs": "perfetto_client._data_source",
@@ -68,9 +77,15 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+if _sys.flags.dev_mode or _os.environ.get("PERFETTO_PY_NATIVE_NOTICE") == "1":
+    from protozero import _native
+
+    _native.report(__name__)
+
 __all__ = [
     "GLOBAL",
     "Backend",
+    "BufferExhaustedPolicy",
     "Category",
     "CounterTrack",
     "CounterUnit",

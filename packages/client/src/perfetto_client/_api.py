@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import sys
 import weakref
 from collections.abc import Callable, Coroutine, Iterable
@@ -112,11 +113,95 @@ def _flow_ids(flow: FlowArg) -> tuple[int, ...]:
     return tuple(f.id for f in flow)
 
 
-_task_tracks: weakref.WeakKeyDictionary[Any, NamedTrack] = weakref.WeakKeyDictionary()
 _CO_COROUTINE = 0x80
+_AWAIT_FLOW_BASE = 0x5A5A << 48
+"""Flow ids between asyncio tasks: a range of their own in the process's flow id space."""
 
 
-def _task_track() -> Track | None:
+class _TaskTrack(NamedTrack):
+    """The track of one asyncio task.
+
+    It counts the task's open slices. When the last one ends, each task awaiting this one
+    (directly or through `asyncio.gather`) gets a flow from that slice to the slice it was
+    awaiting in (its innermost open slice, when that ends), or to its next event.
+    """
+
+    def __init__(self, task: Any) -> None:
+        super().__init__(f"task {task.get_name()}", id(task))
+        self.task = weakref.ref(task)
+        self.open_slices = 0
+        self.arriving: dict[int, list[int]] = {}
+        """Flow ids this task terminates, by the depth of the slice they end in (0: the
+        next event)."""
+
+    def event_fields(self, event_type: int) -> bytes:
+        """The track field of an event of `event_type` on this track, with its flows."""
+        out = self.uuid_field()
+        depth = self.open_slices
+        if event_type == TYPE_SLICE_END and depth > 0:
+            arriving = self.arriving.pop(depth, None)
+            self.open_slices = depth - 1
+            if depth == 1:
+                task = self.task()
+                if task is not None:
+                    out += _flows_to_awaiters(task)
+        else:
+            arriving = self.arriving.pop(0, None) if self.arriving else None
+            if event_type == TYPE_SLICE_BEGIN:
+                self.open_slices = depth + 1
+        if arriving:
+            out += flow_fields((), tuple(arriving))
+        return out
+
+    def await_flow(self, flow_id: int) -> None:
+        """Makes the slice this task is awaiting in (or its next event) end flow `flow_id`."""
+        self.arriving.setdefault(self.open_slices, []).append(flow_id)
+
+
+_task_tracks: weakref.WeakKeyDictionary[Any, _TaskTrack] = weakref.WeakKeyDictionary()
+_await_flows = itertools.count(1)
+
+
+def _awaiting_tasks(task: Any) -> list[Any]:
+    """The tasks waiting for `task`: awaiting it, or awaiting an `asyncio.gather` of it."""
+    asyncio = sys.modules["asyncio"]
+    out = []
+    for callback, _context in task._callbacks or ():
+        owner = getattr(callback, "__self__", None)  # a task's wakeup
+        if isinstance(owner, asyncio.Task):
+            out.append(owner)
+            continue
+        code = getattr(callback, "__code__", None)
+        if code is None or "outer" not in code.co_freevars:
+            continue
+        outer = callback.__closure__[code.co_freevars.index("outer")].cell_contents
+        if isinstance(outer, asyncio.Future):
+            for outer_callback, _ in outer._callbacks or ():
+                owner = getattr(outer_callback, "__self__", None)
+                if isinstance(owner, asyncio.Task):
+                    out.append(owner)
+    return out
+
+
+def _flows_to_awaiters(task: Any) -> bytes:
+    """Flow ids starting at `task`'s last slice, one per awaiting task (which terminates it
+    on its next event)."""
+    ids = []
+    for awaiter in _awaiting_tasks(task):
+        flow_id = (_AWAIT_FLOW_BASE | next(_await_flows)) ^ process_uuid()
+        _track_of_task(awaiter).await_flow(flow_id)
+        ids.append(flow_id)
+    return flow_fields(tuple(ids), ()) if ids else b""
+
+
+def _track_of_task(task: Any) -> _TaskTrack:
+    track = _task_tracks.get(task)
+    if track is None:
+        track = _task_tracks[task] = _TaskTrack(task)
+    return track
+
+
+def _task_track() -> _TaskTrack | None:
     """The track of the running asyncio task, if any (async slices survive awaits on it)."""
     asyncio = sys.modules.get("asyncio")
     if asyncio is None:  # never imported: no loop can be running
@@ -127,15 +212,19 @@ def _task_track() -> Track | None:
     task = asyncio.current_task(loop)
     if task is None:
         return None
-    track = _task_tracks.get(task)
-    if track is None:
-        track = NamedTrack(f"task {task.get_name()}", id(task))
-        _task_tracks[task] = track
-    return track
+    return _track_of_task(task)
+
+
+def _track_fields(track: Track, event_type: int) -> bytes:
+    """TrackEvent fields putting an event of `event_type` on `track`."""
+    if type(track) is _TaskTrack:
+        return track.event_fields(event_type)
+    return track.uuid_field()
 
 
 def _extra_fields(
     track: Track | None,
+    event_type: int,
     args: dict[str, object],
     *,
     flow: FlowArg,
@@ -147,7 +236,7 @@ def _extra_fields(
     out = b""
     iids: list[int] = []
     if track is not None:
-        out += track.uuid_field()
+        out += _track_fields(track, event_type)
     if args:
         encoded, iids = encode_annotations(args)
         out += encoded
@@ -224,6 +313,7 @@ def _event(  # noqa: PLR0917 - positional: a call with ten keywords costs more t
         return
     extra, iids = _extra_fields(
         track,
+        event_type,
         args,
         flow=flow,
         terminating_flow=terminating_flow,
@@ -231,6 +321,35 @@ def _event(  # noqa: PLR0917 - positional: a call with ten keywords costs more t
         proto=proto,
     )
     _emit(writers, key, event_type, ts, track, extra, iids)
+
+
+def _record(  # noqa: PLR0917 - positional: a call with ten keywords costs more than the event
+    event_type: int,
+    category: str | Category,
+    name: str,
+    track: Track | None,
+    timestamp: int | None,
+    flow: FlowArg,
+    terminating_flow: FlowArg,
+    correlation_id: int | str | None,
+    proto: Callable[[TrackEvent], None] | None,
+    args: dict[str, object],
+) -> None:
+    """Writes one event if `category` is enabled (what begin, end and instant share)."""
+    cat = category if type(category) is Category else _category(category)
+    if cat.enabled:
+        _event(
+            cat,
+            name,
+            event_type,
+            track,
+            timestamp,
+            flow,
+            terminating_flow,
+            correlation_id,
+            proto,
+            args,
+        )
 
 
 def begin(
@@ -253,20 +372,18 @@ def begin(
     """
     if not name:
         raise TracingError("a slice needs a name")
-    cat = category if type(category) is Category else _category(category)
-    if cat.enabled:
-        _event(
-            cat,
-            name,
-            TYPE_SLICE_BEGIN,
-            track,
-            timestamp,
-            flow,
-            terminating_flow,
-            correlation_id,
-            proto,
-            args,
-        )
+    _record(
+        TYPE_SLICE_BEGIN,
+        category,
+        name,
+        track,
+        timestamp,
+        flow,
+        terminating_flow,
+        correlation_id,
+        proto,
+        args,
+    )
 
 
 def end(
@@ -280,20 +397,9 @@ def end(
     **args: object,
 ) -> None:
     """Ends the innermost open slice of the thread's track (or of `track`)."""
-    cat = category if type(category) is Category else _category(category)
-    if cat.enabled:
-        _event(
-            cat,
-            "",
-            TYPE_SLICE_END,
-            track,
-            timestamp,
-            flow,
-            terminating_flow,
-            None,
-            None,
-            args,
-        )
+    _record(
+        TYPE_SLICE_END, category, "", track, timestamp, flow, terminating_flow, None, None, args
+    )
 
 
 def instant(
@@ -312,20 +418,18 @@ def instant(
     """Records an instant event `name` on the thread's track (or `track`)."""
     if not name:
         raise TracingError("an instant event needs a name")
-    cat = category if type(category) is Category else _category(category)
-    if cat.enabled:
-        _event(
-            cat,
-            name,
-            TYPE_INSTANT,
-            track,
-            timestamp,
-            flow,
-            terminating_flow,
-            correlation_id,
-            proto,
-            args,
-        )
+    _record(
+        TYPE_INSTANT,
+        category,
+        name,
+        track,
+        timestamp,
+        flow,
+        terminating_flow,
+        correlation_id,
+        proto,
+        args,
+    )
 
 
 _counter_tracks: dict[str, CounterTrack] = {}
@@ -400,7 +504,7 @@ class _Slice:
             for writer in self._writers:
                 writer.slice_end(ts)
         else:
-            extra = track.uuid_field()
+            extra = _track_fields(track, TYPE_SLICE_END)
             for writer in self._writers:
                 writer.event(0, TYPE_SLICE_END, ts, extra, b"")
 
@@ -453,6 +557,7 @@ def trace_event(
         return _Slice(cat, key, None, b"", [])
     extra, iids = _extra_fields(
         track,
+        TYPE_SLICE_BEGIN,
         args,
         flow=flow,
         terminating_flow=terminating_flow,
@@ -498,24 +603,7 @@ def _decorate(cat: Category, name: str | None, fn: Callable[P, R]) -> Callable[P
     if code is not None and code.co_flags & _CO_COROUTINE:
         return _decorate_coroutine(cat, key, fn)  # type: ignore[arg-type, return-value]
 
-    traced = _exact_wrapper(fn, cat, key)
-    if traced is None:
-
-        def traced(*args: P.args, **kwargs: P.kwargs) -> R:
-            if not cat.enabled:
-                return fn(*args, **kwargs)
-            writers = thread_writers(cat.mask)
-            ts = _now()
-            for writer in writers:
-                writer.slice_begin(key, ts)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                ts = _now()
-                for writer in writers:
-                    writer.slice_end(ts)
-
-    return functools.update_wrapper(traced, fn)
+    return functools.update_wrapper(_wrapper(fn, cat, key), fn)
 
 
 _CO_VARARGS = 0x04
@@ -542,9 +630,27 @@ def _perfetto_make(_perfetto_fn, _perfetto_cat, _perfetto_key, {defaults}):
 """
 
 
-def _exact_wrapper(fn: Callable[P, R], cat: Category, key: int) -> Callable[P, R] | None:
-    """A wrapper with `fn`'s own parameters (a call without *args/**kwargs packing costs
-    about a third), or None when `fn` is not a plain Python function."""
+def _wrapper(fn: Callable[P, R], cat: Category, key: int) -> Callable[P, R]:
+    """The traced wrapper of `fn`, with `fn`'s own parameters when it is a plain Python
+    function (a call without *args/**kwargs packing costs about a third)."""
+    params, args, default_values = _signature(fn) or ("*args, **kwargs", "*args, **kwargs", [])
+    source = _WRAPPER.format(
+        defaults=", ".join(f"_perfetto_d{i}" for i in range(len(default_values))),
+        params=params,
+        args=args,
+    )
+    factory = _factories.get(source)
+    if factory is None:
+        namespace: dict[str, Any] = {}
+        exec(compile(source, "<perfetto_client.trace>", "exec"), globals(), namespace)
+        factory = _factories[source] = namespace["_perfetto_make"]
+    traced: Callable[P, R] = factory(fn, cat, key, *default_values)
+    return traced
+
+
+def _signature(fn: Callable[..., Any]) -> tuple[str, str, list[object]] | None:
+    """(parameters, call arguments, default values) repeating `fn`'s signature, or None
+    when `fn` is not a plain Python function."""
     code = getattr(fn, "__code__", None)
     if code is None or not isinstance(getattr(fn, "__defaults__", ()), tuple | None):
         return None
@@ -585,18 +691,7 @@ def _exact_wrapper(fn: Callable[P, R], cat: Category, key: int) -> Callable[P, R
     if code.co_flags & _CO_VARKEYWORDS:
         params.append(f"**{names[index]}")
         args.append(f"**{names[index]}")
-    source = _WRAPPER.format(
-        defaults=", ".join(f"_perfetto_d{i}" for i in range(len(default_values))),
-        params=", ".join(params),
-        args=", ".join(args),
-    )
-    factory = _factories.get(source)
-    if factory is None:
-        namespace: dict[str, Any] = {}
-        exec(compile(source, "<perfetto_client.trace>", "exec"), globals(), namespace)
-        factory = _factories[source] = namespace["_perfetto_make"]
-    traced: Callable[P, R] = factory(fn, cat, key, *default_values)
-    return traced
+    return ", ".join(params), ", ".join(args), default_values
 
 
 def _decorate_coroutine(
@@ -615,14 +710,14 @@ def _decorate_coroutine(
             TYPE_SLICE_BEGIN,
             ts,
             track,
-            b"" if track is None else track.uuid_field(),
+            b"" if track is None else _track_fields(track, TYPE_SLICE_BEGIN),
             [],
         )
         try:
             return await fn(*args, **kwargs)
         finally:
             ts = _now()
-            extra = b"" if track is None else track.uuid_field()
+            extra = b"" if track is None else _track_fields(track, TYPE_SLICE_END)
             for writer in writers:
                 writer.event(0, TYPE_SLICE_END, ts, extra, b"")
 

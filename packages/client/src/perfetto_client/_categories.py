@@ -220,6 +220,11 @@ class CategoryRegistry:
                 self.generation += 1
                 self._update_all()
 
+    def threads_renamed(self) -> None:
+        """A Python thread changed its name: every thread re-reads its own."""
+        with self._lock:
+            self.generation += 1
+
     def stop_all(self) -> None:
         """Forgets every instance (after fork: the child records nothing of the parent's)."""
         with self._lock:

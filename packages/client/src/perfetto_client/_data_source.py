@@ -13,7 +13,7 @@ from perfetto_protos.trace.trace_packet_pbzero import TracePacket
 from perfetto_smb import BufferExhaustedPolicy, TraceWriter
 
 from perfetto_client._errors import TracingError
-from perfetto_client._producer import TracingProducer
+from perfetto_client._producer import TracingProducer, exhausted_policy
 
 __all__ = ["DataSource", "FlushArgs", "StopArgs", "TraceContext"]
 
@@ -196,6 +196,8 @@ class DataSource:
 
     name: ClassVar[str] = ""
     buffer_exhausted_policy: ClassVar[BufferExhaustedPolicy] = BufferExhaustedPolicy.DROP
+    buffer_exhausted_policy_configurable: ClassVar[bool] = False
+    """Whether a session's `DataSourceConfig.buffer_exhausted_policy` overrides the class's."""
     IncrementalState: ClassVar[type] = dict
     ThreadState: ClassVar[type] = dict
 
@@ -268,9 +270,12 @@ class DataSource:
                 if len(slots) > len(active):
                     for gone in [i for i in slots if i.stopped]:
                         slots.pop(gone).writer.close()
+                policy = cls.buffer_exhausted_policy
+                if cls.buffer_exhausted_policy_configurable:
+                    policy = exhausted_policy(instance.config, policy)
                 try:
                     writer = instance.producer.create_trace_writer(
-                        instance.config.target_buffer, cls.buffer_exhausted_policy
+                        instance.config.target_buffer, policy
                     )
                 except Exception:
                     continue

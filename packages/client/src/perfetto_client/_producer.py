@@ -11,9 +11,32 @@ from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_service import ProducerEndpoint
 from perfetto_smb import BufferExhaustedPolicy, SharedMemoryArbiter, TraceWriter
 
-__all__ = ["DataSourceInstanceHandle", "DataSourceKind", "ProducerHost", "TracingProducer"]
+__all__ = [
+    "DataSourceInstanceHandle",
+    "DataSourceKind",
+    "ProducerHost",
+    "TracingProducer",
+    "exhausted_policy",
+]
 
 _log = logging.getLogger("perfetto_client")
+
+_CONFIG_POLICIES = {
+    DataSourceConfig.BUFFER_EXHAUSTED_DROP: BufferExhaustedPolicy.DROP,
+    DataSourceConfig.BUFFER_EXHAUSTED_STALL_THEN_ABORT: BufferExhaustedPolicy.STALL,
+    DataSourceConfig.BUFFER_EXHAUSTED_STALL_THEN_DROP: BufferExhaustedPolicy.STALL_THEN_DROP,
+}
+
+
+def exhausted_policy(
+    config: DataSourceConfig, default: BufferExhaustedPolicy
+) -> BufferExhaustedPolicy:
+    """The policy of an instance whose policy the session may choose: the config's
+    `buffer_exhausted_policy`, or `default` (the registration's) when it is unspecified.
+
+    STALL_THEN_ABORT stalls, then raises (perfetto_smb's STALL) instead of aborting.
+    """
+    return _CONFIG_POLICIES.get(config.buffer_exhausted_policy, default)
 
 
 class DataSourceInstanceHandle(Protocol):

@@ -18,6 +18,8 @@ from perfetto_client._tracks import reset_process_uuid
 
 if TYPE_CHECKING:
     # The backends pull in the service and protobuf: imported when tracing is initialized.
+    from perfetto_smb import BufferExhaustedPolicy
+
     from perfetto_client._backends import InProcessBackend, SystemBackend
     from perfetto_client._producer import DataSourceKind
     from perfetto_client._session import TracingSession
@@ -62,14 +64,22 @@ class Tracing:
         *,
         shmem_size_hint_kb: int = 0,
         use_monotonic_clock: bool = False,
+        track_event_buffer_exhausted_policy: BufferExhaustedPolicy | None = None,
     ) -> None:
         """Starts the given backends (calling it again adds backends; options stay the first).
+
+        `track_event_buffer_exhausted_policy` (a perfetto_smb.BufferExhaustedPolicy, DROP by
+        default) is what track events do when the shared memory buffer is full, unless a
+        session's data source config sets `buffer_exhausted_policy`.
 
         IN_PROCESS runs the tracing service inside this process; SYSTEM connects to `traced`
         through PERFETTO_PRODUCER_SOCK_NAME or the default socket (a missing service is one
         log line; the connection comes up, and comes back, whenever the service does).
         """
+        from perfetto_smb import BufferExhaustedPolicy
+
         from perfetto_client._backends import InProcessBackend, SystemBackend
+        from perfetto_client._track_event import watch_thread_names
         from perfetto_client._track_event_source import TrackEventKind
         from perfetto_client._track_event_writer import load_encoders
 
@@ -80,7 +90,10 @@ class Tracing:
                 _state.shmem_size_hint_kb = shmem_size_hint_kb
                 _state.use_monotonic_clock = use_monotonic_clock
                 _state.track_event = TrackEventKind(
-                    use_monotonic_clock=use_monotonic_clock, adopts_startup=True
+                    use_monotonic_clock=use_monotonic_clock,
+                    adopts_startup=True,
+                    buffer_exhausted_policy=track_event_buffer_exhausted_policy
+                    or BufferExhaustedPolicy.DROP,
                 )
                 _state.kinds.insert(0, _state.track_event)
                 _api.set_trace_clock(
@@ -89,6 +102,7 @@ class Tracing:
                     else functools.partial(time.clock_gettime_ns, time.CLOCK_BOOTTIME)
                 )
                 registry.on_new_category.append(_categories_changed)
+                watch_thread_names()
             if Backend.IN_PROCESS in backends and _state.in_process is None:
                 _state.in_process = InProcessBackend(
                     _state.all_kinds, shmem_size_hint_kb=_state.shmem_size_hint_kb

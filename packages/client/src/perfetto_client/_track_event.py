@@ -11,7 +11,11 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from perfetto_client._categories import registry
-from perfetto_client._track_event_writer import TrackEventWriter, clock_snapshot_packet
+from perfetto_client._track_event_writer import (
+    ThreadTimeWriter,
+    TrackEventWriter,
+    clock_snapshot_packet,
+)
 from perfetto_client._tracks import ProcessTrack, ThreadTrack
 
 
@@ -88,14 +92,32 @@ class TrackEventInstance:
             trace_writer = self._create_trace_writer()
         except Exception:
             return None
-        writer = TrackEventWriter(
-            trace_writer.write_packet,
-            clock=self.clock,
-            clock_id=self.clock_id,
-            thread_track_uuid=thread.uuid,
-            reset_packets=_reset_packets,
-            close=trace_writer.close,
-        )
+        return self._writer(thread, trace_writer.write_packet, trace_writer.close)
+
+    def _writer(
+        self, thread: ThreadTrack, write_packet: Callable[[bytes], None], close: Callable[[], None]
+    ) -> TrackEventWriter:
+        """A sequence of `thread` for this instance, writing with `write_packet`."""
+        writer: TrackEventWriter
+        if self.config.enable_thread_time_sampling:
+            writer = ThreadTimeWriter(
+                write_packet,
+                clock=self.clock,
+                clock_id=self.clock_id,
+                thread_track_uuid=thread.uuid,
+                reset_packets=_reset_packets_with_thread_time,
+                close=close,
+                subsampling_ns=self.config.thread_time_subsampling_ns,
+            )
+        else:
+            writer = TrackEventWriter(
+                write_packet,
+                clock=self.clock,
+                clock_id=self.clock_id,
+                thread_track_uuid=thread.uuid,
+                reset_packets=_reset_packets,
+                close=close,
+            )
         writer.thread_name = thread.name
         self.writers.add(writer)
         return writer
@@ -147,16 +169,7 @@ class StartupInstance(TrackEventInstance):
     def new_writer(self, thread: ThreadTrack) -> TrackEventWriter | None:
         """A writer whose packets are kept in memory."""
         sink = _MemorySink(self)
-        writer = TrackEventWriter(
-            sink.write_packet,
-            clock=self.clock,
-            clock_id=self.clock_id,
-            thread_track_uuid=thread.uuid,
-            reset_packets=_reset_packets,
-            close=sink.close,
-        )
-        writer.thread_name = thread.name
-        self.writers.add(writer)
+        writer = self._writer(thread, sink.write_packet, sink.close)
         self._sinks[writer] = sink
         return writer
 
@@ -177,16 +190,34 @@ def _boottime_clock() -> Callable[[], int]:
 
 def _reset_packets(writer: TrackEventWriter, ts: int) -> list[bytes]:
     """What a sequence writes when its incremental state starts over (upstream's order)."""
+    return _incremental_state_packets(writer, ts, thread_time=False)
+
+
+def _reset_packets_with_thread_time(writer: TrackEventWriter, ts: int) -> list[bytes]:
+    """The same, for a sequence that samples thread time (with its counter track)."""
+    return _incremental_state_packets(writer, ts, thread_time=True)
+
+
+def _incremental_state_packets(
+    writer: TrackEventWriter, ts: int, *, thread_time: bool
+) -> list[bytes]:
     thread = ThreadTrack.current()
     writer.thread_name = thread.name
     process = ProcessTrack.current()
     writer.seen_tracks.add(thread.uuid)
     writer.seen_tracks.add(process.uuid)
-    return [
-        clock_snapshot_packet(ts, writer.clock_id, writer.thread_track_uuid),
+    counter = thread.time_counter() if thread_time else None
+    packets = [
+        clock_snapshot_packet(
+            ts, writer.clock_id, writer.thread_track_uuid, counter.uuid if counter else 0
+        ),
         thread.descriptor().SerializeToString(),
         process.descriptor().SerializeToString(),
     ]
+    if counter is not None:
+        writer.seen_tracks.add(counter.uuid)
+        packets.append(counter.descriptor().SerializeToString())
+    return packets
 
 
 class ThreadState:
@@ -222,9 +253,11 @@ class ThreadState:
         name = threading.current_thread().name
         if name != self.track.name:
             self.track = ThreadTrack.current()
+            descriptor = self.track.descriptor().SerializeToString()
             for writer in self.writers.values():
-                if writer is not None:
-                    writer.clear_incremental_state()
+                if writer is not None and not writer.cleared:
+                    writer.thread_name = name
+                    writer.write_raw(descriptor)  # re-described, as upstream's SDK
 
     def writers_for_mask(self, mask: int) -> tuple[TrackEventWriter, ...]:
         """The writers of the instances in `mask` (creating them), cached by mask."""
@@ -279,6 +312,23 @@ def thread_writers(mask: int) -> tuple[TrackEventWriter, ...]:
     if writers is None:
         writers = state.writers_for_mask(mask)
     return writers
+
+
+def watch_thread_names() -> None:
+    """Makes renaming a Python thread (`thread.name = ...`) re-describe its track: each
+    thread re-reads its name before its next event."""
+    current: Any = vars(threading.Thread)["name"]
+    if not isinstance(current, property) or getattr(current.fset, "_perfetto_watch", False):
+        return
+    set_name = current.fset
+    assert set_name is not None
+
+    def renamed(thread: threading.Thread, name: str) -> None:
+        set_name(thread, name)
+        registry.threads_renamed()
+
+    renamed._perfetto_watch = True  # type: ignore[attr-defined]
+    setattr(threading.Thread, "name", property(current.fget, renamed, doc=current.__doc__))  # noqa: B010
 
 
 def forget_threads_after_fork() -> None:

@@ -12,7 +12,7 @@ from perfetto_smb import BufferExhaustedPolicy, TraceWriter
 
 from perfetto_client._categories import registry
 from perfetto_client._console import CONSOLE_INTERCEPTOR, ConsoleSink
-from perfetto_client._producer import TracingProducer
+from perfetto_client._producer import TracingProducer, exhausted_policy
 from perfetto_client._track_event import (
     TRACK_EVENT_DATA_SOURCE,
     StartupInstance,
@@ -61,8 +61,16 @@ class TrackEventKind:
 
     name = TRACK_EVENT_DATA_SOURCE
 
-    def __init__(self, *, use_monotonic_clock: bool = False, adopts_startup: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        use_monotonic_clock: bool = False,
+        adopts_startup: bool = False,
+        buffer_exhausted_policy: BufferExhaustedPolicy = BufferExhaustedPolicy.DROP,
+    ) -> None:
         self.use_monotonic_clock = use_monotonic_clock
+        self.buffer_exhausted_policy = buffer_exhausted_policy
+        """The policy of instances whose config leaves `buffer_exhausted_policy` unspecified."""
         self.adopts_startup = adopts_startup
         self.startup: StartupInstance | None = None
         """The running startup instance the next session adopts (SYSTEM backend only)."""
@@ -104,9 +112,10 @@ class TrackEventKind:
     ) -> _TrackEventHandle:
         """A new instance writing into the session buffer of `config`."""
         target_buffer = config.target_buffer
+        policy = exhausted_policy(config, self.buffer_exhausted_policy)
 
         def create() -> TraceWriter | ConsoleSink:
-            return producer.create_trace_writer(target_buffer, BufferExhaustedPolicy.DROP)
+            return producer.create_trace_writer(target_buffer, policy)
 
         if config.interceptor_config.name == CONSOLE_INTERCEPTOR:
             start = time.monotonic_ns() if self.use_monotonic_clock else boottime_ns()

@@ -6,7 +6,8 @@ tail. Interned ids (event names, categories, debug annotation names) are global 
 for the life of the process; a sequence only tracks which ones it has already emitted since
 its incremental state was last cleared, and re-emits them lazily after a clear.
 
-The module is written to be compiled with Cython's pure-Python mode and runs as is.
+The module is compiled with Cython's pure-Python mode (`_track_event_writer.pxd`) and runs as
+is where it was not built.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable
 __all__ = [
     "CLOCK_ID_INCREMENTAL",
     "EventKeys",
+    "ThreadTimeWriter",
     "TrackEventWriter",
     "event_keys",
     "intern_debug_annotation_name",
@@ -52,6 +54,7 @@ _COUNTER_VALUE = b"\xf0\x01"  # TrackEvent.counter_value (30, varint)
 _DOUBLE_COUNTER_VALUE = b"\xe1\x02"  # TrackEvent.double_counter_value (44, fixed64)
 _FLOW_ID = b"\xf9\x02"  # TrackEvent.flow_ids (47, fixed64)
 _TERMINATING_FLOW_ID = b"\x81\x03"  # TrackEvent.terminating_flow_ids (48, fixed64)
+_EXTRA_COUNTER_VALUE = b"\x60"  # TrackEvent.extra_counter_values (12, varint)
 _END_EVENT = _TYPE + bytes((TYPE_SLICE_END,))
 _TYPE_FIELDS = tuple(_TYPE + bytes((t,)) for t in range(8))
 _END_TAIL = _TRACK_EVENT + bytes((len(_END_EVENT),)) + _END_EVENT + _NEEDS_STATE
@@ -421,15 +424,95 @@ class TrackEventWriter:
             self._close()
 
 
+class ThreadTimeWriter(TrackEventWriter):
+    """A sequence whose events on the thread's track carry the thread's CPU time.
+
+    As upstream's SDK with `enable_thread_time_sampling`: each such event adds one
+    `extra_counter_values` entry, the CPU time (ns) since the previous sample, for the
+    incremental thread-time counter track that the sequence's TrackEventDefaults name in
+    `extra_counter_track_uuids`. With `subsampling_ns`, events closer than that to the last
+    sample carry 0.
+    """
+
+    def __init__(
+        self,
+        write_packet: Callable[[bytes], None],
+        *,
+        clock: Callable[[], int],
+        clock_id: int,
+        thread_track_uuid: int,
+        reset_packets: Callable[[TrackEventWriter, int], list[bytes]],
+        close: Callable[[], None],
+        subsampling_ns: int = 0,
+    ) -> None:
+        super().__init__(
+            write_packet,
+            clock=clock,
+            clock_id=clock_id,
+            thread_track_uuid=thread_track_uuid,
+            reset_packets=reset_packets,
+            close=close,
+        )
+        self.subsampling_ns = subsampling_ns
+        self.last_thread_time = 0
+        self.last_sample_ts = 0
+
+    def _reset(self, ts: int) -> None:
+        self.last_thread_time = 0
+        self.last_sample_ts = 0
+        super()._reset(ts)
+
+    def _sample(self, ts: int) -> bytes:
+        """The extra_counter_values field of an event at `ts` on the thread's track."""
+        if (
+            self.subsampling_ns
+            and self.last_sample_ts
+            and ts < self.last_sample_ts + self.subsampling_ns
+        ):
+            return _EXTRA_COUNTER_VALUE + b"\x00"
+        now = time.thread_time_ns()
+        delta = now - self.last_thread_time
+        self.last_thread_time = now
+        self.last_sample_ts = ts
+        return _EXTRA_COUNTER_VALUE + varint(delta)
+
+    def slice_begin(self, key: int, ts: int) -> None:
+        """Begins a slice on the thread's track, with a thread time sample."""
+        self.event(key, TYPE_SLICE_BEGIN, ts, b"", b"")
+
+    def slice_end(self, ts: int) -> None:
+        """Ends the innermost slice on the thread's track, with a thread time sample."""
+        self.event(0, TYPE_SLICE_END, ts, b"", b"")
+
+    def event(
+        self,
+        key: int,
+        event_type: int,
+        ts: int,
+        extra_fields: bytes,
+        interned: bytes,
+    ) -> None:
+        """Writes one event; one on the thread's track (`extra_fields` naming no track)
+        carries a thread time sample."""
+        if self.cleared:
+            self._reset(ts)
+        if not extra_fields.startswith(_TRACK_UUID):
+            extra_fields = self._sample(ts) + extra_fields
+        super().event(key, event_type, ts, extra_fields, interned)
+
+
 def _drop(_packet: bytes) -> None:
     """The writer of a closed sequence."""
 
 
-def clock_snapshot_packet(ts: int, clock_id: int, track_uuid: int) -> bytes:
+def clock_snapshot_packet(
+    ts: int, clock_id: int, track_uuid: int, extra_counter_track_uuid: int = 0
+) -> bytes:
     """The packet that opens a sequence's incremental state at `ts` (on clock `clock_id`).
 
-    It clears the incremental state, sets TracePacketDefaults (the sequence-scoped clock and
-    the thread's track) and ties the sequence clock to `clock_id` with a ClockSnapshot.
+    It clears the incremental state, sets TracePacketDefaults (the sequence-scoped clock,
+    the thread's track and the thread time counter track, if any) and ties the sequence
+    clock to `clock_id` with a ClockSnapshot.
     """
     from perfetto_protos.trace.trace_packet_pb2 import TracePacket
 
@@ -441,6 +524,8 @@ def clock_snapshot_packet(ts: int, clock_id: int, track_uuid: int) -> bytes:
     defaults = packet.trace_packet_defaults
     defaults.timestamp_clock_id = CLOCK_ID_INCREMENTAL
     defaults.track_event_defaults.track_uuid = track_uuid
+    if extra_counter_track_uuid:
+        defaults.track_event_defaults.extra_counter_track_uuids.append(extra_counter_track_uuid)
     snapshot = packet.clock_snapshot
     snapshot.clocks.add(clock_id=clock_id, timestamp=ts)
     snapshot.clocks.add(

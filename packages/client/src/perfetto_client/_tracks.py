@@ -16,6 +16,7 @@ __all__ = [
     "CounterUnit",
     "NamedTrack",
     "ProcessTrack",
+    "ThreadTimeTrack",
     "ThreadTrack",
     "Track",
     "process_uuid",
@@ -166,6 +167,10 @@ class ThreadTrack(Track):
         """The track of the calling thread (named after `threading.current_thread()`)."""
         return cls(threading.get_native_id(), threading.current_thread().name)
 
+    def time_counter(self) -> CounterTrack:
+        """The thread's CPU time counter track (upstream's "thread_time", incremental ns)."""
+        return ThreadTimeTrack(self)
+
     def descriptor(self) -> TracePacket:
         """The TracePacket with this thread's ThreadDescriptor."""
         packet = super().descriptor()
@@ -244,4 +249,17 @@ class CounterTrack(Track):
             counter.unit_multiplier = self.unit_multiplier
         if self.is_incremental:
             counter.is_incremental = True
+        return packet
+
+
+class ThreadTimeTrack(CounterTrack):
+    """A thread's CPU time in ns (CounterDescriptor type COUNTER_THREAD_TIME_NS), as deltas."""
+
+    def __init__(self, thread: ThreadTrack) -> None:
+        super().__init__("thread_time", is_incremental=True, parent=thread)
+
+    def descriptor(self) -> TracePacket:
+        """The TracePacket describing the thread time counter track."""
+        packet = super().descriptor()
+        packet.track_descriptor.counter.type = 1  # type: ignore[assignment]  # COUNTER_THREAD_TIME_NS
         return packet

@@ -1,0 +1,45 @@
+import cython
+
+
+cpdef bytes varint(object value)
+
+cdef bytes _field_bytes(bytes tag, bytes data)
+
+
+cdef class TrackEventWriter:
+    cdef object __weakref__
+    cdef object _write
+    cdef public object now
+    cdef public object clock_id
+    cdef public object thread_track_uuid
+    cdef object _reset_packets
+    cdef object _close
+    cdef public long long last_ts
+    cdef public bint cleared
+    cdef public bint closed
+    cdef dict _begin_tails
+    cdef dict _heads
+    cdef set _emitted_names
+    cdef set _emitted_categories
+    cdef set _emitted_annotation_names
+    cdef public set seen_tracks
+    cdef public object thread_name
+
+    cpdef clear_incremental_state(self)
+    cpdef _reset(self, long long ts)
+    cpdef bytes interned_for(self, Py_ssize_t category_iid, Py_ssize_t name_iid, list annotation_iids=*)
+    @cython.locals(delta="long long")
+    cdef bytes _timestamp(self, long long ts)
+    cdef tuple _event_head(self, Py_ssize_t key, int event_type)
+    @cython.locals(tail=bytes, delta="long long")
+    cpdef slice_begin(self, Py_ssize_t key, long long ts)
+    cdef bytes _new_begin_tail(self, Py_ssize_t key, long long ts)
+    @cython.locals(delta="long long")
+    cpdef slice_end(self, long long ts)
+    @cython.locals(head_key=Py_ssize_t, fields=bytes, size=Py_ssize_t, delta="long long", packet=bytes)
+    cpdef event(self, Py_ssize_t key, int event_type, long long ts, bytes extra_fields, bytes interned)
+    cpdef ensure_state(self, long long ts)
+    cpdef ensure_track(self, object uuid, object descriptor, long long ts)
+    cpdef write_raw(self, bytes fields)
+    cpdef rebind(self, object write_packet, object close)
+    cpdef close(self)

@@ -1,0 +1,83 @@
+"""The compiled TrackEventWriter writes the same bytes as its pure-Python source."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from perfetto_client import _track_event_writer as loaded
+
+
+def _pure_module() -> ModuleType:
+    path = Path(loaded.__file__ or "").with_name("_track_event_writer.py")
+    spec = importlib.util.spec_from_file_location("_track_event_writer_pure", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _write_sequence(
+    module: Any, monkeypatch: pytest.MonkeyPatch, *, thread_time: bool
+) -> list[bytes]:
+    module.load_encoders()
+    packets: list[bytes] = []
+    keys = module.EventKeys()
+    monkeypatch.setattr(module, "event_keys", keys)  # the same fresh table in both modules
+    monkeypatch.setattr(module, "time", _FixedThreadTime())
+    monkeypatch.setattr(module, "_annotation_names", {})
+    monkeypatch.setattr(module, "_annotation_name_list", [""])
+
+    def reset(writer: Any, ts: int) -> list[bytes]:
+        return [b"reset" + str(ts).encode()]
+
+    cls = module.ThreadTimeWriter if thread_time else module.TrackEventWriter
+    writer = cls(
+        packets.append,
+        clock=lambda: 0,
+        clock_id=6,
+        thread_track_uuid=7,
+        reset_packets=reset,
+        close=lambda: None,
+    )
+    first = keys.key("cat", "first")
+    second = keys.key("cat", "second", dynamic_category=True)
+    writer.slice_begin(first, 1_000)
+    writer.slice_begin(second, 1_005)
+    writer.slice_end(1_006)
+    writer.slice_end(900)  # before the last timestamp: written absolute
+    writer.slice_begin(first, 1_000_000_000)  # a delta above 2**14
+    annotation = module.intern_debug_annotation_name("arg")
+    interned = writer.interned_for(0, 0, [annotation])
+    writer.event(first, 3, 1_000_000_100, b"\x58\x09" + b"\x22\x02\x08\x01", interned)
+    writer.event(0, 4, 1_000_000_200, b"\x58\x09" + module.counter_value_field(2.5), b"")
+    writer.clear_incremental_state()
+    writer.slice_end(1_000_000_300)
+    return packets
+
+
+class _FixedThreadTime:
+    """Stands for the `time` module: thread CPU time advancing 1000 ns per reading."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def thread_time_ns(self) -> int:
+        self.now += 1000
+        return self.now
+
+
+@pytest.mark.parametrize("thread_time", [False, True])
+def test_compiled_and_pure_writers_write_the_same_bytes(
+    thread_time: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if (loaded.__file__ or "").endswith(".py"):
+        pytest.skip("the writer runs as pure Python here: nothing compiled to compare")
+    compiled_packets = _write_sequence(loaded, monkeypatch, thread_time=thread_time)
+    pure_packets = _write_sequence(_pure_module(), monkeypatch, thread_time=thread_time)
+    assert compiled_packets == pure_packets
+    assert len(compiled_packets) >= 8
