@@ -71,10 +71,6 @@ def tests(session: nox.Session, package: str) -> None:
         if package != "repo" and _has_compiled_modules(package, "*.pyx"):
             session.run("python", "tools/build_native.py")
         session.run("pytest", str(path), *session.posargs)
-        if package == "client":
-            # perfetto-trace's hook (`_hook.pyx`, built by the tests): its tests again with
-            # the pure-Python hook.
-            session.run("pytest", str(path), "-k", "tracer", *session.posargs, env={PURE: "1"})
 
 
 def _has_compiled_modules(package: str, pattern: str) -> bool:
