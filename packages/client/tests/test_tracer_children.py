@@ -121,3 +121,31 @@ if __name__ == "__main__":
         or "a child did not finish its trace" in proc.stderr
     ), proc.stderr
     assert "child" not in decode(out).all_names()
+
+
+SIGTERMED = """
+import os, signal, time
+def busy():
+    return sum(range(3))
+children = []
+for delay in range(12):
+    pid = os.fork()
+    if pid == 0:
+        while True:
+            busy()
+    time.sleep(0.0005 * delay)
+    os.kill(pid, signal.SIGTERM)
+    children.append(pid)
+print(sorted(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children)[0])
+"""
+
+
+def test_children_terminated_at_any_point_complete_their_parts(tmp_path: Path) -> None:
+    # SIGTERM lands anywhere: at fork, in the program, in the middle of writing a batch.
+    proc, out = run_traced(tmp_path, SIGTERMED, options=("--follow-children",), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "-15\n"
+    trace = decode(out)
+    assert "did not finish" not in proc.stderr
+    assert f"from {len(trace.processes)} processes" in proc.stderr
+    assert len(trace.processes) == 13

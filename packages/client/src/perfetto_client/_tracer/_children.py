@@ -18,6 +18,8 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
+import types
 from typing import Any
 
 from perfetto_client._tracer import _engine
@@ -25,6 +27,7 @@ from perfetto_client._tracer._options import TraceOptions
 from perfetto_client._tracer._sink import SinkStats
 
 ENV = "PERFETTO_TRACE_CHILDREN"
+_SIGTERM_RETRY_S = 0.01
 _SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_site")
 
 
@@ -63,22 +66,22 @@ class Children:
         count = 0
         names = sorted(os.listdir(self.parts))
         started = {n[: -len(".started")] for n in names if n.endswith(".started")}
-        silent = started - {n[: -len(".pftrace")] for n in names if n.endswith(".pftrace")}
+        parts = [n[: -len(".pftrace")] for n in names if n.endswith(".pftrace")]
+        written = [p for p in parts if os.path.getsize(os.path.join(self.parts, p + ".pftrace"))]
+        silent = (started | set(parts)) - set(written)
         if silent:
-            # Started by multiprocessing but ended (a Pool terminates workers still starting
-            # up) before its sitecustomize began recording: it wrote nothing.
+            # Started, but ended (a Pool terminates workers still starting up) before its
+            # recording wrote anything.
             stats.lost_reason = (
                 f"{len(silent)} child process{'es' if len(silent) > 1 else ''} "
                 "ended before recording started in it"
             )
         with open(stats.path, "ab") as out:
-            for name in names:
-                if not name.endswith(".pftrace"):
-                    continue
-                with open(os.path.join(self.parts, name), "rb") as part:
-                    shutil.copyfileobj(part, out)
+            for part in written:
+                with open(os.path.join(self.parts, part + ".pftrace"), "rb") as data:
+                    shutil.copyfileobj(data, out)
                 count += 1
-                info = _read_json(os.path.join(self.parts, name[: -len(".pftrace")] + ".json"))
+                info = _read_json(os.path.join(self.parts, part + ".json"))
                 stats.events_written += int(info.get("events", 0))
                 stats.events_lost += int(info.get("lost", 0))
                 if info.get("reason") and not stats.lost_reason:
@@ -123,6 +126,15 @@ def _read_json(path: str) -> dict[str, Any]:
 
 
 def _start_child(parts: str, options: TraceOptions) -> None:
+    # SIGTERM waits until the part is open and the handler that completes it is in place.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        _start_child_recording(parts, options)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def _start_child_recording(parts: str, options: TraceOptions) -> None:
     # Imported here: _recording imports this module.
     from perfetto_client._tracer._recording import Recording
 
@@ -161,9 +173,18 @@ def _start_child(parts: str, options: TraceOptions) -> None:
             finish()
         real_exit(code)
 
-    def on_sigterm(signum: int, frame: Any) -> None:
+    def on_sigterm(signum: int, frame: types.FrameType | None) -> None:
         if state["finishing"] and not state["done"]:
             state["terminate"] = True
+            return
+        engine = recording.engine
+        if engine is not None and _engine.in_tracer_code(frame):
+            # The signal interrupted the recorder itself (a batch half written, the sink's
+            # lock held): finishing here would deadlock or tear the part. Ask again shortly.
+            with engine.threads_not_recorded():
+                timer = threading.Timer(_SIGTERM_RETRY_S, os.kill, (pid, signum))
+                timer.daemon = True
+                timer.start()
             return
         finish()
         _die_by_sigterm()

@@ -6,6 +6,7 @@ import contextlib
 import fnmatch
 import gc
 import os
+import signal
 import sys
 import threading
 import types
@@ -370,14 +371,46 @@ def _own_frames_running() -> int:
     return count + 1  # Engine.start itself
 
 
+def in_tracer_code(frame: types.FrameType | None) -> bool:
+    """True when `frame`, or a caller of it below the program's own frames, is the tracer's."""
+    while frame is not None:
+        code = frame.f_code
+        if code in TRANSPARENT:
+            return False
+        if code.co_filename.startswith(_OWN_DIR):
+            return True
+        frame = frame.f_back
+    return False
+
+
+_fork_mask = threading.local()
+
+
+def _before_fork() -> None:
+    # SIGTERM waits while the child replaces the parent's handlers and starts its recording:
+    # delivered in between, the parent's handler would swallow it.
+    if _state.current is not None:
+        _fork_mask.saved = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
+def _restore_mask_after_fork() -> None:
+    saved = getattr(_fork_mask, "saved", None)
+    if saved is not None:
+        _fork_mask.saved = None
+        signal.pthread_sigmask(signal.SIG_SETMASK, saved)
+
+
 def _after_fork_in_child() -> None:
-    for cleanup in _state.fork_cleanups:
-        cleanup()
-    engine = _state.current
-    if engine is not None:
-        engine.forget_after_fork()
-    if _state.child_restart is not None:
-        _state.child_restart()
+    try:
+        for cleanup in _state.fork_cleanups:
+            cleanup()
+        engine = _state.current
+        if engine is not None:
+            engine.forget_after_fork()
+        if _state.child_restart is not None:
+            _state.child_restart()
+    finally:
+        _restore_mask_after_fork()
 
 
 def on_fork_in_child(cleanup: Callable[[], None]) -> None:
@@ -390,4 +423,8 @@ def set_child_restart(callback: Callable[[], None] | None) -> None:
     _state.child_restart = callback
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_restore_mask_after_fork,
+    after_in_child=_after_fork_in_child,
+)
