@@ -154,9 +154,12 @@ def _check_trace(trace: Any) -> None:
 def test_traced_records_a_relay_s_clock_exchanges_and_system_info_as_sent(
     directory: str,
 ) -> None:
-    """The RelayPort as upstream's traced_relay drives it, with a clock 1000 s behind."""
+    """The RelayPort as upstream's traced_relay drives it, with a clock 1000 s ahead.
+
+    Ahead, not behind: a machine booted less than 1000 s ago has no BOOTTIME to go back to.
+    """
     tcp = f"127.0.0.1:{_free_tcp_port()}"
-    behind_ns = 1000 * 10**9
+    ahead_ns = 1000 * 10**9
     sent: list[int] = []
     with Traced(directory, extra_producer_sockets=[tcp]) as traced:
         client = Client(tcp)
@@ -171,7 +174,7 @@ def test_traced_records_a_relay_s_clock_exchanges_and_system_info_as_sent(
             request = relay_pb.InitRelayRequest(system_info=info)
             client.invoke(proxy, "InitRelay", request).result(TIMEOUT)
             for phase in (relay_pb.SyncClockRequest.PING, relay_pb.SyncClockRequest.UPDATE):
-                sent.append(time.clock_gettime_ns(time.CLOCK_BOOTTIME) - behind_ns)
+                sent.append(time.clock_gettime_ns(time.CLOCK_BOOTTIME) + ahead_ns)
                 clock_request = relay_pb.SyncClockRequest(phase=phase)
                 clock_request.clocks.add(clock_id=BOOTTIME, timestamp=sent[-1])
                 client.invoke(proxy, "SyncClock", clock_request).result(TIMEOUT)
@@ -193,7 +196,7 @@ def test_traced_records_a_relay_s_clock_exchanges_and_system_info_as_sent(
         host = {c.clock_id: c.timestamp for c in exchange.host_clocks.clocks}
         # A reader maps the relay's BOOTTIME onto the service's by this offset.
         offset = host[BOOTTIME] - exchange.client_clocks.clocks[0].timestamp
-        assert behind_ns <= offset < behind_ns + int(TIMEOUT * 10**9)
+        assert -ahead_ns <= offset < -ahead_ns + int(TIMEOUT * 10**9)
     infos = [p for p in trace.packet if p.HasField("system_info") and p.machine_id == machine_id]
     assert [
         (p.system_info.tracing_service_version, p.system_info.utsname.sysname) for p in infos
