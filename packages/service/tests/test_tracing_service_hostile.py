@@ -19,7 +19,8 @@ from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
 from perfetto_protos.common.trace_stats_pb2 import TraceStats
 from perfetto_protos.upstream import upstream_message_class
-from perfetto_smb import PageLayout, SharedMemoryABI, pack_chunk_header
+from perfetto_smb import PageLayout, SharedMemoryABI
+from perfetto_smb._abi import pack_chunk_header
 from tracing_service_harness import (
     FakeConsumer,
     FakeProducer,
