@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 from perfetto_client import Backend, Tracing
+from perfetto_client._tracer._engine import hook_module
+from protozero import encode_varint
 from test_system_backend import Traced
-from tracer_support import HOOKS, decode, run_traced
+from tracer_support import HOOKS, decode, require_compiled_hook, run_traced
 
 PROGRAM = """
 import threading
@@ -33,6 +35,15 @@ def traced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Traced]:
     daemon.start()
     yield daemon
     daemon.kill()
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_batches_split_into_packets_of_any_size(hook: str) -> None:
+    if hook == "compiled":
+        require_compiled_hook()
+    packets = [b"\x08\x01", bytes(range(256)) * 2, b""]  # sizes of 1, 2 and 1 bytes
+    batch = b"".join(b"\x0a" + encode_varint(len(packet)) + packet for packet in packets)
+    assert hook_module(pure=hook == "pure").split_packets(batch) == packets
 
 
 @pytest.mark.parametrize("hook", HOOKS)

@@ -7,21 +7,12 @@ from typing import Any
 from heapprofd._bookkeeping import HeapTracker, ProcessState
 from heapprofd._dump import DumpState
 from perfetto_protos.upstream import parse_upstream_trace
+from protozero import encode_varint
 
 
 def _trace(packets: list[bytes]) -> Any:
-    framed = b"".join(b"\x0a" + _varint(len(p)) + p for p in packets)
+    framed = b"".join(b"\x0a" + encode_varint(len(p)) + p for p in packets)
     return parse_upstream_trace(framed)
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
 
 
 def _process(callstacks: int) -> ProcessState:

@@ -13,14 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from protozero import (
-    SHORT_VARINTS,
-    VARINT_PAIRS,
     HeapBuffered,
     Message,
     ProtozeroError,
     ScatteredStreamWriter,
     encode_varint,
 )
+from protozero._proto_utils import SHORT_VARINTS, VARINT_PAIRS
 from protozero.codegen import DescriptorError, generate, main, parse_descriptor_set
 from protozero.codegen._descriptors import (
     TYPE_GROUP,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import struct
 import time
 from collections.abc import Callable
 
@@ -30,7 +29,7 @@ from perfetto_service.core._trace_buffer import (
     TraceBuffer,
 )
 from perfetto_service.core._trusted_fields import TrustedFieldsWriter
-from protozero import encode_varint
+from protozero import encode_varint, write_redundant_varint
 
 CHUNK_PAYLOAD = 4088 - 8  # a Div1 chunk of a 4 KiB page, minus its header
 RUNS = 7
@@ -84,15 +83,9 @@ def _make_chunks(
             packet = make_packet(rng, timestamp)
             if len(payload) + 4 + len(packet) > CHUNK_PAYLOAD:
                 break
-            size = len(packet)
-            payload += struct.pack(
-                "4B",
-                (size & 0x7F) | 0x80,
-                ((size >> 7) & 0x7F) | 0x80,
-                ((size >> 14) & 0x7F) | 0x80,
-                size >> 21,
-            )
-            payload += packet
+            header = bytearray(4)
+            write_redundant_varint(header, 0, len(packet))
+            payload += header + packet
             count += 1
         payload += bytes(CHUNK_PAYLOAD - len(payload))
         props = PacketSequenceProperties(1 + writer // 2, 1000, 4000 + writer, 1 + writer % 2)

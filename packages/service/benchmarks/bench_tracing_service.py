@@ -34,7 +34,7 @@ from perfetto_service.core._consumer_endpoint import ConsumerEndpointImpl
 from perfetto_service.core._producer_endpoint import ProducerEndpointImpl
 from perfetto_service.core._read_slicer import read_buffers_replies
 from perfetto_smb import SharedMemoryArbiter, TraceWriter
-from protozero import encode_varint
+from protozero import encode_varint, write_redundant_varint
 
 RUNS = 7
 PRODUCERS = 4
@@ -239,14 +239,8 @@ def _chunks(packets: list[bytes]) -> list[tuple[bytes, int]]:
     payload = bytearray()
     count = 0
     for packet in packets:
-        fragment = bytes(
-            (
-                (len(packet) & 0x7F) | 0x80,
-                ((len(packet) >> 7) & 0x7F) | 0x80,
-                ((len(packet) >> 14) & 0x7F) | 0x80,
-                len(packet) >> 21,
-            )
-        )
+        fragment = bytearray(4)
+        write_redundant_varint(fragment, 0, len(packet))
         if len(payload) + 4 + len(packet) > _CHUNK_PAYLOAD:
             chunks.append((bytes(payload) + bytes(_CHUNK_PAYLOAD - len(payload)), count))
             payload = bytearray()

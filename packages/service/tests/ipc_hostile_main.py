@@ -17,6 +17,7 @@ from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_protos.trace.trace_packet_pb2 import TracePacket
 from perfetto_service import ProducerIPCClient
 from perfetto_smb import ChunkFlags, PageLayout, SharedMemoryABI
+from protozero import write_redundant_varint
 
 
 def _say(line: str) -> None:
@@ -25,14 +26,9 @@ def _say(line: str) -> None:
 
 
 def _fragment_header(size: int) -> bytes:
-    return bytes(
-        [
-            (size & 0x7F) | 0x80,
-            ((size >> 7) & 0x7F) | 0x80,
-            ((size >> 14) & 0x7F) | 0x80,
-            (size >> 21) & 0x7F,
-        ]
-    )
+    out = bytearray(4)
+    write_redundant_varint(out, 0, size)
+    return bytes(out)
 
 
 def _packet(text: str, **extra: int) -> bytes:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from perfetto_service.core._trace_buffer import PacketSequenceProperties, TraceBuffer
 from perfetto_smb import ChunkFlags
+from protozero import write_redundant_varint
 
 FIRST = int(ChunkFlags.FIRST_PACKET_CONTINUES_FROM_PREV_CHUNK)
 LAST = int(ChunkFlags.LAST_PACKET_CONTINUES_ON_NEXT_CHUNK)
@@ -14,14 +15,9 @@ PATCH = int(ChunkFlags.CHUNK_NEEDS_PATCHING)
 
 def redundant4(size: int) -> bytes:
     """A 4-byte redundant varint, as TraceWriter writes fragment sizes."""
-    return bytes(
-        (
-            (size & 0x7F) | 0x80,
-            ((size >> 7) & 0x7F) | 0x80,
-            ((size >> 14) & 0x7F) | 0x80,
-            (size >> 21) & 0x7F,
-        )
-    )
+    out = bytearray(4)
+    write_redundant_varint(out, 0, size)
+    return bytes(out)
 
 
 def fragment(data: bytes) -> bytes:

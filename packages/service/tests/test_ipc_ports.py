@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 
@@ -26,7 +28,7 @@ from perfetto_service import ConsumerIPCClient, ProducerIPCClient, ServiceError
 from perfetto_service.core._read_slicer import IPC_BUFFER_SIZE
 from perfetto_service.ipc.service._consumer_port import split_service_state
 from perfetto_smb import SharedMemory, SharedMemoryABI, SharedMemoryReader
-from perfetto_wire import Client, Reply, RequestRejectedError
+from perfetto_wire import Client, Reply, RequestRejectedError, WireError
 
 
 @pytest.fixture
@@ -207,6 +209,34 @@ def test_refused_producer_is_disconnected(host: HostThread, sockets: tuple[str, 
         assert "on_connect" not in producer.names()
     finally:
         client.close()
+
+
+def _ipc_threads() -> int:
+    names = ("perfetto-consumer", "perfetto-producer")
+    return sum(thread.name in names for thread in threading.enumerate())
+
+
+def test_construction_neither_starts_a_thread_nor_connects(sockets: tuple[str, str]) -> None:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(sockets[1])
+    listener.listen(2)
+    listener.settimeout(0.3)
+    before = _ipc_threads()
+    consumer = ConsumerIPCClient(sockets[1], RecordingConsumer())
+    producer = ProducerIPCClient(sockets[1], RecordingProducer(), "p")
+    try:
+        assert _ipc_threads() <= before
+        with pytest.raises(TimeoutError):
+            listener.accept()
+        consumer.connect()
+        listener.settimeout(10)
+        listener.accept()[0].close()
+    finally:
+        consumer.close()
+        producer.close()
+        listener.close()
+    with pytest.raises(WireError, match="empty socket name"):
+        ConsumerIPCClient("", RecordingConsumer())
 
 
 def test_missing_service_reports_disconnect(sockets: tuple[str, str]) -> None:

@@ -225,6 +225,27 @@ def test_consumer_calls_are_upstreams_frames(socket_path: str) -> None:
     assert sorted(frames[10:]) == sorted(expected[10:])  # Attach's follow-up may come earlier
 
 
+def test_large_nested_messages_get_upstreams_four_byte_sizes(socket_path: str) -> None:
+    # Upstream's client serializes the request and the frame with its protozero-based
+    # generated classes: a nested message's size is reserved as 4 bytes and shrunk to one
+    # byte only when the message has at most 127 bytes; above that it stays a 4-byte varint
+    # padded with continuation bits (153 is 99 81 80 00).
+    host = RecordingHost(socket_path, CONSUMER_METHODS, {"EnableTracing"})
+    consumer = ConsumerIPCClient(socket_path, SilentConsumer())
+    config = TraceConfig()
+    config.buffers.add(size_kb=1024)
+    config.data_sources.add().config.name = "n" * 150
+
+    frames = record(host, consumer, lambda: consumer.enable_tracing(config), 2)
+    name = "0a9601" + "6e" * 150  # DataSourceConfig.name: a string, minimal length
+    data_source = "0a 99818000".replace(" ", "") + name  # DataSource {config: 153 bytes}
+    trace_config = "0a0308800812 9e818000".replace(" ", "") + data_source  # 158-byte source
+    args = "0a a8818000".replace(" ", "") + trace_config  # EnableTracing {168-byte config}
+    member = "0801 1001 1aad01".replace(" ", "") + args + "2000"  # InvokeMethod, 182 bytes
+    payload = bytes.fromhex("1002 2a b6818000".replace(" ", "") + member)
+    assert frames == [bind("ConsumerPort"), struct.pack("<I", len(payload)) + payload]
+
+
 def test_producer_calls_are_upstreams_frames(socket_path: str) -> None:
     host = RecordingHost(socket_path, PRODUCER_METHODS, {"GetAsyncCommand"})
     producer = ProducerIPCClient(

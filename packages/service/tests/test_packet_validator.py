@@ -15,19 +15,11 @@ from perfetto_service.core._packet_validator import (
     validate_packet_bytes,
     validate_packet_span,
 )
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+from protozero import encode_varint
 
 
 def _key(field: int, wire_type: int) -> bytes:
-    return _varint((field << 3) | wire_type)
+    return encode_varint((field << 3) | wire_type)
 
 
 def test_a_typical_producer_packet_is_valid() -> None:
@@ -88,13 +80,13 @@ def test_ten_byte_varints_and_redundant_lengths_are_accepted() -> None:
 
 
 _field = st.one_of(
-    st.tuples(st.integers(1, 2000), st.just(0), st.integers(0, (1 << 64) - 1).map(_varint)),
+    st.tuples(st.integers(1, 2000), st.just(0), st.integers(0, (1 << 64) - 1).map(encode_varint)),
     st.tuples(st.integers(1, 2000), st.just(1), st.binary(min_size=8, max_size=8)),
     st.tuples(st.integers(1, 2000), st.just(5), st.binary(min_size=4, max_size=4)),
     st.tuples(
         st.integers(1, 2000),
         st.just(2),
-        st.binary(max_size=40).map(lambda b: _varint(len(b)) + b),
+        st.binary(max_size=40).map(lambda b: encode_varint(len(b)) + b),
     ),
 )
 

@@ -11,7 +11,8 @@ from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescript
 from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_service import ServiceError
-from perfetto_smb import SharedMemory, pack_chunk_header
+from perfetto_smb import SharedMemory
+from perfetto_smb._abi import pack_chunk_header
 from tracing_service_harness import (
     FakeConsumer,
     FakeProducer,

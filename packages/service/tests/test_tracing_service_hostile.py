@@ -19,7 +19,9 @@ from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
 from perfetto_protos.common.trace_stats_pb2 import TraceStats
 from perfetto_protos.upstream import upstream_message_class
-from perfetto_smb import PageLayout, SharedMemoryABI, pack_chunk_header
+from perfetto_smb import PageLayout, SharedMemoryABI
+from perfetto_smb._abi import pack_chunk_header
+from protozero import read_varint
 from tracing_service_harness import (
     FakeConsumer,
     FakeProducer,
@@ -137,15 +139,8 @@ def _parse_packets(data: bytes) -> Iterator[Any]:
     pos = 0
     while pos < len(data):
         assert data[pos] == 0x0A
-        pos += 1
-        length = shift = 0
-        while True:
-            byte = data[pos]
-            pos += 1
-            length |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                break
+        length, pos = read_varint(data, pos + 1, len(data))
+        assert pos > 0
         packet = _TracePacket()
         body = data[pos : pos + length]
         pos += length

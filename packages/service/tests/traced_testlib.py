@@ -17,6 +17,7 @@ from ipc_fakes import RecordingConsumer, wait_for
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.upstream import parse_upstream_trace
 from perfetto_service import ConsumerIPCClient
+from protozero import encode_varint
 
 PRODUCER_MAIN = str(Path(__file__).with_name("ipc_producer_main.py"))
 TIMEOUT = 60.0  # a limit, not a duration: generous for a loaded 2-core machine
@@ -202,20 +203,8 @@ def packets_as_trace(packets: Sequence[bytes]) -> bytes:
     """Packets framed as a Trace file."""
     out = bytearray()
     for packet in packets:
-        out += b"\x0a" + _varint(len(packet)) + packet
+        out += b"\x0a" + encode_varint(len(packet)) + packet
     return bytes(out)
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 
 def fortesting_packets(trace: Any) -> list[Any]:

@@ -32,6 +32,7 @@ from perfetto_service import (
 from perfetto_service.core._consumer_endpoint import ConsumerEndpointImpl
 from perfetto_service.core._producer_endpoint import ProducerEndpointImpl
 from perfetto_smb import SharedMemoryArbiter, TraceWriter
+from protozero import encode_varint
 
 T = TypeVar("T")
 
@@ -87,19 +88,10 @@ def wait_until(predicate: Callable[[], bool], timeout: float = TIMEOUT) -> None:
 def make_packet(text: str, **fields: int) -> bytes:
     """An encoded TracePacket body: for_testing.str = `text` (plus varint fields by number)."""
     payload = text.encode()
-    body = b"\x0a" + _varint(len(payload)) + payload
-    out = bytearray(_varint((900 << 3) | 2) + _varint(len(body)) + body)
+    body = b"\x0a" + encode_varint(len(payload)) + payload
+    out = bytearray(encode_varint((900 << 3) | 2) + encode_varint(len(body)) + body)
     for number, value in ((int(k[1:]), v) for k, v in fields.items()):
-        out += _varint(number << 3) + _varint(value)
-    return bytes(out)
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
+        out += encode_varint(number << 3) + encode_varint(value)
     return bytes(out)
 
 

@@ -25,7 +25,8 @@ from collections.abc import Callable
 
 from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_smb import BufferExhaustedPolicy, SharedMemory, SharedMemoryArbiter, TraceWriter
-from protozero import SHORT_VARINTS, _native
+from protozero import _native
+from protozero._proto_utils import SHORT_VARINTS
 
 SMB_SIZE = 16 * 1024 * 1024
 _TS = b"\x40"  # TracePacket.timestamp

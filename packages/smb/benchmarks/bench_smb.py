@@ -20,13 +20,13 @@ from collections.abc import Callable
 from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_smb import (
     BufferExhaustedPolicy,
-    Patch,
     SharedMemory,
     SharedMemoryABI,
     SharedMemoryArbiter,
     SharedMemoryReader,
     TraceWriter,
 )
+from perfetto_smb._patch_list import Patch
 
 ITERATIONS = 100_000
 RUNS = 7

@@ -19,8 +19,8 @@ from perfetto_smb import (
     SharedMemoryABI,
     SharedMemoryArbiter,
     SharedMemoryReader,
-    chunk_size_for_layout,
 )
+from perfetto_smb._abi import chunk_size_for_layout
 from smb_testlib import (
     Reassembler,
     canonical_packet,

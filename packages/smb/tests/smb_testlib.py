@@ -13,7 +13,7 @@ from perfetto_smb import (
     apply_patch,
     parse_chunk_payload,
 )
-from protozero import WIRE_TYPE_LENGTH_DELIMITED, HeapBuffered, Message, ProtoDecoder
+from protozero import WIRE_TYPE_LENGTH_DELIMITED, HeapBuffered, Message, ProtoDecoder, read_varint
 
 # Fields the TraceWriter itself may put first in a packet.
 PREVIOUS_PACKET_DROPPED_PREFIX = bytes([0xD0, 0x02, 0x81, 0x02])  # f42 = 257
@@ -72,19 +72,6 @@ def canonical_packet(data: bytes) -> list[tuple[int, object]]:
     return fields(data, frozenset((3,)))
 
 
-def read_varint(data: bytes, offset: int) -> tuple[int, int]:
-    """(value, next offset) of the varint at `offset`."""
-    value = 0
-    shift = 0
-    while True:
-        byte = data[offset]
-        value |= (byte & 0x7F) << shift
-        offset += 1
-        if not byte & 0x80:
-            return value, offset
-        shift += 7
-
-
 @dataclass
 class ReceivedPacket:
     """A reassembled packet with the TraceWriter's own leading fields taken off."""
@@ -109,9 +96,11 @@ def split_packet(data: bytes) -> ReceivedPacket:
         else:
             break
     assert data[0] == 0x08, data[:8].hex()
-    stream, offset = read_varint(data, 1)
+    stream, offset = read_varint(data, 1, len(data))
+    assert offset > 0
     assert data[offset] == 0x10
-    seq, _ = read_varint(data, offset + 1)
+    seq, end = read_varint(data, offset + 1, len(data))
+    assert end > 0
     return ReceivedPacket(stream, seq, data, dropped, first)
 
 

@@ -5,13 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from perfetto_smb import (
-    ChunkFlags,
-    ChunkState,
-    PageLayout,
-    SharedMemory,
-    SharedMemoryABI,
-    SmbError,
+from perfetto_smb import ChunkFlags, ChunkState, PageLayout, SharedMemory, SharedMemoryABI, SmbError
+from perfetto_smb._abi import (
     chunk_size_for_layout,
     chunk_state_from_bitmap,
     pack_chunk_header,

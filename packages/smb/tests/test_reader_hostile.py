@@ -13,10 +13,10 @@ from perfetto_smb import (
     SharedMemoryABI,
     SharedMemoryReader,
     apply_patch,
-    pack_chunk_header,
     parse_chunk_payload,
-    read_fragment_size,
 )
+from perfetto_smb._abi import pack_chunk_header
+from perfetto_smb._fragments import read_fragment_size
 
 PAGE = 4096
 PAGES = 4

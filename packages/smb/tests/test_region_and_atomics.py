@@ -17,8 +17,8 @@ from perfetto_smb import (
     SharedMemoryABI,
     SmbError,
     ensure_valid_shm_sizes,
-    is_valid_page_size,
 )
+from perfetto_smb._region import is_valid_page_size
 
 INCREMENTS = 3000
 

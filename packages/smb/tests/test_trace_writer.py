@@ -18,7 +18,6 @@ from perfetto_smb import (
     MAX_WRITER_ID,
     BufferExhaustedPolicy,
     PageLayout,
-    Patch,
     SharedMemory,
     SharedMemoryABI,
     SharedMemoryArbiter,
@@ -26,8 +25,9 @@ from perfetto_smb import (
     SmbError,
     TraceWriter,
     parse_chunk_payload,
-    read_fragment_size,
 )
+from perfetto_smb._fragments import read_fragment_size
+from perfetto_smb._patch_list import Patch
 from smb_testlib import (
     FIRST_PACKET_ON_SEQUENCE_PREFIX,
     PREVIOUS_PACKET_DROPPED_PREFIX,

@@ -8,11 +8,17 @@ from collections.abc import Callable
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_protos.ipc import producer_port_pb2 as pp
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
 from perfetto_wire import FrameDecoder, FrameTooLargeError, encode_frame
-from perfetto_wire._call_frames import encode_invoke, invoke_reply_header
-from perfetto_wire._framing import IPC_BUFFER_SIZE, MAX_PAYLOAD_SIZE
+from perfetto_wire._call_frames import (
+    decode_invoke,
+    decode_invoke_reply,
+    encode_invoke,
+    invoke_reply_header,
+)
+from perfetto_wire._framing import IPC_BUFFER_SIZE, MAX_PAYLOAD_SIZE, serialize
 
 # BindService("ProducerPort") with request_id 1, as upstream's client sends it first
 # (ClientImpl::BindService: IPCFrame{request_id, msg_bind_service{service_name}}).
@@ -23,6 +29,22 @@ GOLDEN_BIND_REPLY = bytes.fromhex("12000000 1001 220e 0801 1001 1a08 0801 1204 5
 GOLDEN_INVOKE = bytes.fromhex("0c000000 1002 2a08 0801 100b 1a00 2000")
 # request_id 3, success, has_more, reply = GetAsyncCommandResponse{start_data_source{id 1}}.
 GOLDEN_STREAMED = bytes.fromhex("0e000000 1003 320a 0801 1001 1a04 0a02 0801")
+
+# Upstream serializes every IPC message with its generated classes, which write through
+# protozero: the size of a nested message is reserved as 4 bytes and, once the message is
+# complete, shrunk to 1 byte if the message has at most 127 bytes (and lies in the same 4 KiB
+# heap slice as its size); otherwise it stays 4 bytes, a varint whose first three bytes carry
+# the continuation bit. So a frame's member above 127 bytes has a 4-byte size.
+LARGE_ARGS = b"a" * 200
+# request_id 2, InvokeMethod (209 bytes: d1 81 80 00) {service 1, method 4, args, drop_reply}.
+GOLDEN_LARGE_INVOKE = (
+    bytes.fromhex("d8000000 1002 2a d1818000 0801 1004 1a c801")
+    + LARGE_ARGS
+    + bytes.fromhex("2001")
+)
+LARGE_REPLY = b"b" * 150
+# request_id 3, InvokeMethodReply (157 bytes: 9d 81 80 00) {success, has_more false, reply}.
+GOLDEN_LARGE_REPLY = bytes.fromhex("a4000000 1003 32 9d818000 0801 1000 1a 9601") + LARGE_REPLY
 
 
 def bind_frame() -> IPCFrame:
@@ -61,11 +83,32 @@ def streamed_frame() -> IPCFrame:
     return frame
 
 
+def large_invoke_frame() -> IPCFrame:
+    frame = IPCFrame(request_id=2)
+    invoke = frame.msg_invoke_method
+    invoke.service_id = 1
+    invoke.method_id = 4
+    invoke.args_proto = LARGE_ARGS
+    invoke.drop_reply = True
+    return frame
+
+
+def large_reply_frame() -> IPCFrame:
+    frame = IPCFrame(request_id=3)
+    reply = frame.msg_invoke_method_reply
+    reply.success = True
+    reply.has_more = False
+    reply.reply_proto = LARGE_REPLY
+    return frame
+
+
 GOLDEN = [
     (GOLDEN_BIND, bind_frame),
     (GOLDEN_BIND_REPLY, bind_reply_frame),
     (GOLDEN_INVOKE, invoke_frame),
     (GOLDEN_STREAMED, streamed_frame),
+    (GOLDEN_LARGE_INVOKE, large_invoke_frame),
+    (GOLDEN_LARGE_REPLY, large_reply_frame),
 ]
 
 
@@ -77,6 +120,37 @@ def test_encode_matches_golden_bytes(golden: bytes, make: Callable[[], IPCFrame]
 @pytest.mark.parametrize(("golden", "make"), GOLDEN)
 def test_decode_golden_bytes(golden: bytes, make: Callable[[], IPCFrame]) -> None:
     assert FrameDecoder().feed(golden) == [make()]
+
+
+def test_hand_written_frames_give_large_members_a_four_byte_size() -> None:
+    assert encode_invoke(2, 1, 4, LARGE_ARGS, True) == GOLDEN_LARGE_INVOKE
+    assert invoke_reply_header(3, False, len(LARGE_REPLY)) + LARGE_REPLY == GOLDEN_LARGE_REPLY
+
+
+def test_hand_decoders_accept_four_byte_member_sizes() -> None:
+    invoke = decode_invoke(GOLDEN_LARGE_INVOKE, 4, len(GOLDEN_LARGE_INVOKE))
+    assert invoke is not None
+    assert invoke[:3] == (2, 1, 4)
+    assert bytes(invoke[3]) == LARGE_ARGS
+    assert invoke[4]
+    reply = decode_invoke_reply(GOLDEN_LARGE_REPLY, 4, len(GOLDEN_LARGE_REPLY))
+    assert reply is not None
+    assert reply[:3] == (3, True, False)
+    assert bytes(reply[3]) == LARGE_REPLY
+
+
+def test_nested_message_crossing_the_first_heap_slice_keeps_four_bytes() -> None:
+    # 42 entries of 100 bytes (data: 22 62 + 98 bytes). While entry k is written its size
+    # takes 4 bytes, so its payload ends at 102 * k + 105: entries 0-39 end within the first
+    # 4096-byte slice and shrink to a 1-byte size; entry 40 (written from 4080) runs into the
+    # second slice and keeps 4 bytes; entry 41 lies in the second slice and shrinks again.
+    request = CommitDataRequest()
+    for _ in range(42):
+        request.chunks_to_move.add(data=bytes(98))
+    entry = bytes.fromhex("2262") + bytes(98)
+    expected = (b"\x0a\x64" + entry) * 40 + b"\x0a\xe4\x80\x80\x00" + entry + b"\x0a\x64" + entry
+    assert serialize(request) == expected
+    assert CommitDataRequest.FromString(expected) == request
 
 
 def test_streamed_reply_carries_the_command() -> None:

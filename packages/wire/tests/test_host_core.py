@@ -224,6 +224,39 @@ def test_streamed_and_deferred_replies(host: Host, handlers: Handlers) -> None:
         call.resolve(pp.GetAsyncCommandResponse())
 
 
+def test_replies_give_large_nested_messages_upstreams_four_byte_sizes(
+    host: Host, handlers: Handlers
+) -> None:
+    # Upstream's host serializes replies with its protozero-based generated classes: a nested
+    # message above 127 bytes keeps the 4 bytes reserved for its size (153 is 99 81 80 00).
+    connection, transport = connect(host)
+    connection.receive_data(invoke(method_id("GetAsyncCommand"), pp.GetAsyncCommandRequest()))
+    command = pp.GetAsyncCommandResponse()
+    command.start_data_source.new_instance_id = 1
+    command.start_data_source.config.name = "n" * 150
+    handlers.deferred[0].resolve(command)
+    config = bytes.fromhex("0a9601") + b"n" * 150  # DataSourceConfig {name}: 153 bytes
+    start = bytes.fromhex("0801 12 99818000") + config  # StartDataSource: 160 bytes
+    reply = bytes.fromhex("0a a0818000") + start  # GetAsyncCommandResponse: 165 bytes
+    member = bytes.fromhex("0801 1000 1a a501") + reply  # InvokeMethodReply: 172 bytes
+    assert transport.raw[-1] == bytes.fromhex("b3000000 1002 32 ac818000") + member
+
+
+def test_serialized_replies_go_out_as_given(host: Host, handlers: Handlers) -> None:
+    connection, transport = connect(host)
+    connection.receive_data(invoke(method_id("GetAsyncCommand"), pp.GetAsyncCommandRequest()))
+    call = handlers.deferred[0]
+    call.resolve_serialized(b"\x0a\x02\x08\x01", has_more=True)
+    call.resolve_serialized(b"")
+    assert transport.raw[-2:] == [
+        bytes.fromhex("0e000000 1002 320a 0801 1001 1a04 0a020801"),
+        bytes.fromhex("0a000000 1002 3206 0801 1000 1a00"),
+    ]
+    assert call.done
+    with pytest.raises(WireError, match="already been answered"):
+        call.resolve_serialized(b"")
+
+
 def test_reply_of_the_wrong_type_is_refused(host: Host, handlers: Handlers) -> None:
     connection, transport = connect(host)
     connection.receive_data(invoke(method_id("GetAsyncCommand"), pp.GetAsyncCommandRequest()))

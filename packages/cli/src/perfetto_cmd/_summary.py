@@ -497,15 +497,10 @@ def _packets(file: Any, summary: TraceSummary) -> Iterator[tuple[memoryview, int
                 if size < 0x80:
                     pos += 2
                 else:
-                    low = buf[pos + 2]
-                    if low < 0x80:
-                        size = (size & 0x7F) | low << 7
-                        pos += 3
-                    else:
-                        size, pos = read_varint(buf, pos + 1, end)
-                        if pos < 0:
-                            pos = start
-                            break
+                    size, pos = read_varint(buf, pos + 1, end)
+                    if pos < 0:
+                        pos = start
+                        break
                 if pos + size > end:
                     pos = start
                     break

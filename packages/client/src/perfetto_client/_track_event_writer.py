@@ -83,11 +83,11 @@ encode_varint: Callable[[int], bytes] = _encode_varint_unloaded
 def load_encoders() -> None:
     """Binds protozero's varint encoders (before any event is encoded)."""
     global SHORT_VARINTS, VARINT_PAIRS, encode_varint  # noqa: PLW0603 - deferred import
-    import protozero
+    from protozero import _proto_utils
 
-    SHORT_VARINTS = protozero.SHORT_VARINTS
-    VARINT_PAIRS = protozero.VARINT_PAIRS
-    encode_varint = protozero.encode_varint
+    SHORT_VARINTS = _proto_utils.SHORT_VARINTS
+    VARINT_PAIRS = _proto_utils.VARINT_PAIRS
+    encode_varint = _proto_utils.encode_varint
 
 
 def varint(value: int) -> bytes:

@@ -8,13 +8,9 @@ _native.select_build(__name__)
 
 from protozero._decoder import Field, PackedRepeated, ProtoDecoder, read_varint
 from protozero._errors import ProtozeroError
-from protozero._heap_buffered import HeapBuffered, ScatteredHeapBuffer
-from protozero._message import COMPILED, SUSPENDED_WRITER, Message, tag_bytes, tag_word
+from protozero._heap_buffered import HeapBuffered
+from protozero._message import COMPILED, Message, tag_word
 from protozero._proto_utils import (
-    MAX_MESSAGE_LENGTH,
-    MESSAGE_LENGTH_FIELD_SIZE,
-    SHORT_VARINTS,
-    VARINT_PAIRS,
     WIRE_TYPE_FIXED32,
     WIRE_TYPE_FIXED64,
     WIRE_TYPE_LENGTH_DELIMITED,
@@ -22,10 +18,7 @@ from protozero._proto_utils import (
     WritableBuffer,
     encode_tag,
     encode_varint,
-    make_tag,
     write_redundant_varint,
-    zigzag_decode,
-    zigzag_encode,
 )
 from protozero._scattered_stream_writer import ScatteredStreamWriter, ScatteredStreamWriterDelegate
 
@@ -35,11 +28,6 @@ _native.report(__name__)
 
 __all__ = [
     "COMPILED",
-    "MAX_MESSAGE_LENGTH",
-    "MESSAGE_LENGTH_FIELD_SIZE",
-    "SHORT_VARINTS",
-    "SUSPENDED_WRITER",
-    "VARINT_PAIRS",
     "WIRE_TYPE_FIXED32",
     "WIRE_TYPE_FIXED64",
     "WIRE_TYPE_LENGTH_DELIMITED",
@@ -50,18 +38,13 @@ __all__ = [
     "PackedRepeated",
     "ProtoDecoder",
     "ProtozeroError",
-    "ScatteredHeapBuffer",
     "ScatteredStreamWriter",
     "ScatteredStreamWriterDelegate",
     "WritableBuffer",
     "__version__",
     "encode_tag",
     "encode_varint",
-    "make_tag",
     "read_varint",
-    "tag_bytes",
     "tag_word",
     "write_redundant_varint",
-    "zigzag_decode",
-    "zigzag_encode",
 ]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from protozero import read_varint
+
 from perfetto_smb._abi import PACKET_HEADER_SIZE, PACKET_SIZE_DROP_PACKET, ChunkFlags
 
 PATCH_SIZE = 4
@@ -35,16 +37,11 @@ def read_fragment_size(payload: bytes | bytearray | memoryview, offset: int) -> 
     Returns (size, offset of the fragment's data); size -1 when the varint is truncated or
     longer than 4 bytes.
     """
-    size = 0
-    end = len(payload)
-    for i in range(PACKET_HEADER_SIZE):
-        if offset + i >= end:
-            return -1, end
-        byte = payload[offset + i]
-        size |= (byte & 0x7F) << (7 * i)
-        if not byte & 0x80:
-            return size, offset + i + 1
-    return -1, offset + PACKET_HEADER_SIZE
+    limit = min(len(payload), offset + PACKET_HEADER_SIZE)
+    size, data_begin = read_varint(payload, offset, limit)
+    if data_begin < 0:
+        return -1, limit
+    return size, data_begin
 
 
 def parse_chunk_payload(

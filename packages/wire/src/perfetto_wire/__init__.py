@@ -1,9 +1,10 @@
 """Perfetto's IPC protocol over UNIX and TCP sockets.
 
-Layers, bottom up: framing (`FrameDecoder`, `encode_frame`); the sans-I/O protocol cores
-(`Host`/`HostConnection` and `ClientConnection`), which turn bytes into handler calls and
-callbacks and never touch a socket; and thin socket adapters: `HostServer` (asyncio),
-`AsyncClient` (asyncio) and `Client` (a background thread, for code without asyncio).
+Layers, bottom up: framing (`FrameDecoder`, `encode_frame`, and `serialize`, which gives a
+message the bytes upstream's peers give it); the sans-I/O protocol cores (`Host`/`HostConnection`
+and `ClientConnection`), which turn bytes into handler calls and callbacks and never touch a
+socket; and thin socket adapters: `HostServer` (asyncio), `AsyncClient` (asyncio) and `Client`
+(a background thread, for code without asyncio).
 
 Each name loads its module on first use.
 """
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     )
     from perfetto_wire._descriptors import ServiceDescriptor
     from perfetto_wire._errors import WireError
-    from perfetto_wire._framing import FrameDecoder, FrameTooLargeError, encode_frame
+    from perfetto_wire._framing import FrameDecoder, FrameTooLargeError, encode_frame, serialize
     from perfetto_wire._host import ClientInfo, Deferred, Host
     from perfetto_wire._server import HostServer
     from perfetto_wire._sockets import ListenError, parse_address, remove_stale_socket
@@ -53,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     "RequestRejectedError": "perfetto_wire._client",
     "ServiceDescriptor": "perfetto_wire._descriptors",
     "ServiceProxy": "perfetto_wire._client",
+    "serialize": "perfetto_wire._framing",
     "ServiceUnavailableError": "perfetto_wire._async_client",
     "WireError": "perfetto_wire._errors",
 }
@@ -80,6 +82,7 @@ __all__ = [
     "encode_frame",
     "parse_address",
     "remove_stale_socket",
+    "serialize",
 ]
 
 if not TYPE_CHECKING:

@@ -3,14 +3,23 @@
 An InvokeMethod goes one way and an InvokeMethodReply comes back for every call. Writing and
 reading their few fields directly costs a fraction of building and parsing an `IPCFrame`, and
 a reply's payload is handed on as a slice of the received buffer instead of being copied out
-of a parsed frame. The encoders produce exactly protobuf's bytes. The decoders accept the
-layout every known peer writes (request_id, then the one member, fields in any order) and
-answer None for anything else, so the caller falls back to protobuf and its semantics.
+of a parsed frame. The encoders produce exactly the bytes of upstream's clients and hosts. The
+decoders accept the layout every known peer writes (request_id, then the one member, fields in
+any order, the member's size in any varint form) and answer None for anything else, so the
+caller falls back to protobuf and its semantics.
 """
 
 from __future__ import annotations
 
-from perfetto_wire._framing import HEADER_SIZE, MAX_PAYLOAD_SIZE, Buffer, FrameTooLargeError
+from protozero import encode_varint, read_varint, write_redundant_varint
+
+from perfetto_wire._framing import (
+    HEADER_SIZE,
+    MAX_ONE_BYTE_NESTED_SIZE,
+    MAX_PAYLOAD_SIZE,
+    Buffer,
+    FrameTooLargeError,
+)
 
 __all__ = [
     "decode_invoke",
@@ -19,10 +28,7 @@ __all__ = [
     "invoke_reply_header",
 ]
 
-_ONE_BYTE_VARINTS = [bytes((value,)) for value in range(0x80)]
 _UINT32_MAX = 0xFFFFFFFF
-_UINT64_MAX = 0xFFFFFFFFFFFFFFFF
-_MAX_VARINT_SHIFT = 63  # the tenth byte of a varint holds bit 63
 
 # IPCFrame: request_id = 2 (varint); members msg_invoke_method = 5, msg_invoke_method_reply = 6.
 _TAG_REQUEST_ID = 0x10
@@ -36,19 +42,13 @@ _TAG_BYTES_3 = 0x1A
 _TAG_FIELD_4 = 0x20
 
 
-def _varint(value: int) -> bytes:
-    if value < 0x80:
-        return _ONE_BYTE_VARINTS[value]
-    if value < 0x4000:
-        return bytes(((value & 0x7F) | 0x80, value >> 7))
-    if value < 0x200000:
-        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+def _member_size(size: int) -> bytes:
+    """The size field upstream gives the frame's member: 1 byte up to 127, else 4 bytes."""
+    if size <= MAX_ONE_BYTE_NESTED_SIZE:
+        return encode_varint(size)
+    field = bytearray(4)
+    write_redundant_varint(field, 0, size)
+    return bytes(field)
 
 
 def _frame_header(payload_size: int) -> bytes:
@@ -68,17 +68,15 @@ def encode_invoke(
         tail = b"\x20\x01" if drop_reply else b"\x20\x00"
         if request_id < 0x80:
             return bytes((12 + args_length, 0, 0, 0, 0x10, request_id, *member)) + args_proto + tail
-        request = _varint(request_id)
+        request = encode_varint(request_id)
         head = bytes((11 + len(request) + args_length, 0, 0, 0, 0x10))
         return head + request + bytes(member) + args_proto + tail
-    small = _ONE_BYTE_VARINTS
-    request = small[request_id] if request_id < 0x80 else _varint(request_id)
-    service = small[service_id] if service_id < 0x80 else _varint(service_id)
-    method = small[method_id] if method_id < 0x80 else _varint(method_id)
-    args_length = len(args_proto)
-    args_size = small[args_length] if args_length < 0x80 else _varint(args_length)
+    request = encode_varint(request_id)
+    service = encode_varint(service_id)
+    method = encode_varint(method_id)
+    args_size = encode_varint(args_length)
     member_size = 5 + len(service) + len(method) + len(args_size) + args_length
-    member_varint = small[member_size] if member_size < 0x80 else _varint(member_size)
+    member_varint = _member_size(member_size)
     return b"".join(
         (
             _frame_header(2 + len(request) + len(member_varint) + member_size),
@@ -109,14 +107,13 @@ def invoke_reply_header(request_id: int, has_more: bool, reply_size: int) -> byt
         member = (0x32, 6 + reply_size, 0x08, 0x01, 0x10, 1 if has_more else 0, 0x1A, reply_size)
         if request_id < 0x80:
             return bytes((10 + reply_size, 0, 0, 0, 0x10, request_id, *member))
-        request = _varint(request_id)
+        request = encode_varint(request_id)
         head = bytes((9 + len(request) + reply_size, 0, 0, 0, 0x10))
         return head + request + bytes(member)
-    small = _ONE_BYTE_VARINTS
-    request = small[request_id] if request_id < 0x80 else _varint(request_id)
-    reply_varint = small[reply_size] if reply_size < 0x80 else _varint(reply_size)
+    request = encode_varint(request_id)
+    reply_varint = encode_varint(reply_size)
     member_size = 5 + len(reply_varint) + reply_size
-    member_varint = small[member_size] if member_size < 0x80 else _varint(member_size)
+    member_varint = _member_size(member_size)
     return b"".join(
         (
             _frame_header(2 + len(request) + len(member_varint) + member_size),
@@ -130,20 +127,6 @@ def invoke_reply_header(request_id: int, has_more: bool, reply_size: int) -> byt
     )
 
 
-def _slow_varint(data: Buffer, pos: int, end: int) -> tuple[int, int]:
-    """The varint at `pos` as (value, next position); next position -1 if malformed."""
-    value = 0
-    shift = 0
-    while pos < end and shift <= _MAX_VARINT_SHIFT:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-    return 0, -1
-
-
 def _member_start(data: Buffer, start: int, end: int, tag: int) -> tuple[int, int]:
     """(request_id, first byte of the member) of a frame laid out as request_id + member `tag`.
 
@@ -152,17 +135,9 @@ def _member_start(data: Buffer, start: int, end: int, tag: int) -> tuple[int, in
     pos = start
     request_id = 0
     if pos < end and data[pos] == _TAG_REQUEST_ID:
-        pos += 1
-        if pos < end and data[pos] < 0x80:
-            request_id = data[pos]
-            pos += 1
-        elif pos + 1 < end and data[pos + 1] < 0x80:
-            request_id = (data[pos] & 0x7F) | (data[pos + 1] << 7)
-            pos += 2
-        else:
-            request_id, pos = _slow_varint(data, pos, end)
-            if pos < 0 or request_id > _UINT64_MAX:
-                return 0, -1
+        request_id, pos = read_varint(data, pos + 1, end)
+        if pos < 0:
+            return 0, -1
     if pos >= end or data[pos] != tag:
         return 0, -1
     pos += 1
@@ -170,7 +145,7 @@ def _member_start(data: Buffer, start: int, end: int, tag: int) -> tuple[int, in
         size = data[pos]
         pos += 1
     else:
-        size, pos = _slow_varint(data, pos, end)
+        size, pos = read_varint(data, pos, end)
         if pos < 0:
             return 0, -1
     if pos + size != end:
@@ -196,7 +171,7 @@ def decode_invoke(data: Buffer, start: int, end: int) -> tuple[int, int, int, Bu
         if value < 0x80:
             pos += 2
         else:
-            value, pos = _slow_varint(data, pos + 1, end)
+            value, pos = read_varint(data, pos + 1, end)
             if pos < 0:
                 return None
         if tag == _TAG_BYTES_3:
@@ -208,7 +183,7 @@ def decode_invoke(data: Buffer, start: int, end: int) -> tuple[int, int, int, Bu
             service_id = value
         elif tag == _TAG_FIELD_2 and value <= _UINT32_MAX:
             method_id = value
-        elif tag == _TAG_FIELD_4 and value <= _UINT64_MAX:
+        elif tag == _TAG_FIELD_4:
             drop_reply = value != 0
         else:
             return None
@@ -236,8 +211,8 @@ def decode_invoke_reply(
         if value < 0x80:
             pos += 2
         else:
-            value, pos = _slow_varint(data, pos + 1, end)
-            if pos < 0 or value > _UINT64_MAX:
+            value, pos = read_varint(data, pos + 1, end)
+            if pos < 0:
                 return None
         if tag == _TAG_BYTES_3:
             if pos + value > end:

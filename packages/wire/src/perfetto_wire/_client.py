@@ -14,7 +14,7 @@ from perfetto_wire._call_frames import decode_invoke_reply, encode_invoke
 from perfetto_wire._descriptors import MethodDescriptor, ServiceDescriptor
 from perfetto_wire._endpoint import FrameEndpoint, Transport, close_fd
 from perfetto_wire._errors import WireError
-from perfetto_wire._framing import Buffer, encode_frame
+from perfetto_wire._framing import Buffer, encode_frame, serialize
 
 __all__ = [
     "BindCallback",
@@ -195,7 +195,7 @@ class ClientConnection(FrameEndpoint):
         self._last_request_id += 1
         request_id = self._last_request_id
         data = encode_invoke(
-            request_id, service.service_id, remote_id, request.SerializeToString(), callback is None
+            request_id, service.service_id, remote_id, serialize(request), callback is None
         )
         if callback is not None:
             self._pending[request_id] = _PendingInvoke(method, callback)

@@ -2,24 +2,38 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import struct
 from typing import cast
 
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError
+from google.protobuf.message import Message as ProtobufMessage
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
+from protozero import (
+    WIRE_TYPE_FIXED32,
+    WIRE_TYPE_FIXED64,
+    WIRE_TYPE_LENGTH_DELIMITED,
+    WIRE_TYPE_VARINT,
+    HeapBuffered,
+    Message,
+    read_varint,
+)
 
 from perfetto_wire._errors import WireError
 
 __all__ = [
     "HEADER_SIZE",
     "IPC_BUFFER_SIZE",
+    "MAX_ONE_BYTE_NESTED_SIZE",
     "MAX_PAYLOAD_SIZE",
     "FrameDecoder",
     "FrameTooLargeError",
     "encode_frame",
     "encode_payload",
     "parse_frame",
+    "serialize",
 ]
 
 _log = logging.getLogger("perfetto_wire")
@@ -32,6 +46,16 @@ HEADER_SIZE = 4
 
 MAX_PAYLOAD_SIZE = IPC_BUFFER_SIZE - HEADER_SIZE
 """The largest serialized IPCFrame a peer may announce."""
+
+MAX_ONE_BYTE_NESTED_SIZE = 127
+"""The largest nested message upstream gives a 1-byte size; larger ones get 4 bytes."""
+
+SERIALIZER_SLICE_SIZE = 4096
+"""Upstream's generated classes serialize into heap slices of this many bytes."""
+
+# A nested message above MAX_ONE_BYTE_NESTED_SIZE takes a tag, a 2-byte minimal size and
+# 128 bytes: shorter serializations have none, and end far before the first slice does.
+_SHORTEST_REENCODED = 1 + 2 + MAX_ONE_BYTE_NESTED_SIZE + 1
 
 Buffer = bytes | bytearray | memoryview
 
@@ -57,7 +81,83 @@ def encode_payload(payload: bytes) -> bytes:
 
 def encode_frame(frame: IPCFrame) -> bytes:
     """Serializes `frame` with its length prefix, ready to be written to a socket."""
-    return encode_payload(frame.SerializeToString())
+    return encode_payload(serialize(frame))
+
+
+def serialize(message: ProtobufMessage) -> bytes:
+    """`message` serialized byte for byte as upstream's generated classes serialize it.
+
+    Fields come in protobuf's order with protobuf's encodings; the size of each nested message
+    is protozero's: one byte when the message has at most `MAX_ONE_BYTE_NESTED_SIZE` bytes and
+    lies within one `SERIALIZER_SLICE_SIZE` slice of the output, else a 4-byte redundant varint.
+    """
+    data = message.SerializeToString()
+    if len(data) < _SHORTEST_REENCODED:
+        return data
+    nested = _message_fields(message.DESCRIPTOR)
+    if not nested:
+        return data
+    out = HeapBuffered(Message, SERIALIZER_SLICE_SIZE, SERIALIZER_SLICE_SIZE)
+    if not _write_fields(memoryview(data), 0, len(data), nested, out.msg):
+        return data
+    return out.serialize()
+
+
+@functools.cache
+def _message_fields(descriptor: Descriptor) -> dict[int, Descriptor]:
+    """Field number -> message type, for the message-typed fields of `descriptor`."""
+    return {
+        field.number: field.message_type
+        for field in descriptor.fields
+        if field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type is not None
+    }
+
+
+def _write_fields(
+    data: memoryview, pos: int, end: int, nested: dict[int, Descriptor], out: Message
+) -> bool:
+    """Copies the fields in `data[pos:end]` into `out`, the `nested` ones as nested messages.
+
+    False if the fields are malformed.
+    """
+    copied = pos
+    while pos < end:
+        field_start = pos
+        tag, pos = read_varint(data, pos, end)
+        if pos < 0:
+            return False
+        wire_type = tag & 7
+        if wire_type == WIRE_TYPE_VARINT:
+            _, pos = read_varint(data, pos, end)
+            if pos < 0:
+                return False
+        elif wire_type == WIRE_TYPE_FIXED64:
+            pos += 8
+        elif wire_type == WIRE_TYPE_FIXED32:
+            pos += 4
+        elif wire_type == WIRE_TYPE_LENGTH_DELIMITED:
+            size, pos = read_varint(data, pos, end)
+            if pos < 0 or pos + size > end:
+                return False
+            message_type = nested.get(tag >> 3)
+            if message_type is not None:
+                if field_start > copied:
+                    out.append_raw(data[copied:field_start])
+                child = out.begin_nested_message(tag >> 3, Message)
+                inner = _message_fields(message_type)
+                if not inner:
+                    child.append_raw(data[pos : pos + size])
+                elif not _write_fields(data, pos, pos + size, inner, child):
+                    return False
+                copied = pos + size
+            pos += size
+        else:
+            return False
+    if pos != end:
+        return False
+    if end > copied:
+        out.append_raw(data[copied:end])
+    return True
 
 
 class FrameDecoder:

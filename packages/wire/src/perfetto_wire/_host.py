@@ -15,7 +15,7 @@ from perfetto_wire._call_frames import decode_invoke, invoke_reply_header
 from perfetto_wire._descriptors import MethodDescriptor, ServiceDescriptor
 from perfetto_wire._endpoint import FrameEndpoint, Transport, close_fd
 from perfetto_wire._errors import WireError
-from perfetto_wire._framing import Buffer, FrameTooLargeError, encode_frame
+from perfetto_wire._framing import Buffer, FrameTooLargeError, encode_frame, serialize
 
 __all__ = [
     "ClientInfo",
@@ -99,12 +99,24 @@ class Deferred:
                 f"{self.method.name} replies with {self.method.reply_type.__name__}, "
                 f"got {type(reply).__name__}"
             )
+        self._send(reply, has_more, fd)
+
+    def resolve_serialized(
+        self, reply_proto: bytes, *, has_more: bool = False, fd: int | None = None
+    ) -> None:
+        """Like `resolve`, with the reply already serialized (as upstream would serialize it)."""
+        if self._done:
+            raise WireError(f"{self.method.name}: the call has already been answered")
+        self._send(reply_proto, has_more, fd)
+
+    def _send(self, reply: Message | bytes, has_more: bool, fd: int | None) -> None:
         if not has_more:
             self._done = True
         if not self.wants_reply:
             return
+        reply_proto = reply if isinstance(reply, bytes) else serialize(reply)
         try:
-            self._connection.send_reply(self.request_id, reply.SerializeToString(), has_more, fd)
+            self._connection.send_reply(self.request_id, reply_proto, has_more, fd)
         except FrameTooLargeError:
             self._done = True
             self._connection.send_rejection(self.request_id)

@@ -9,10 +9,10 @@ from collections.abc import Iterable
 from enum import IntEnum
 
 from protozero import COMPILED as _COMPILED
-from protozero import SHORT_VARINTS as _VARINTS
-from protozero import SUSPENDED_WRITER as _SUSPENDED
-from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
+from protozero._message import SUSPENDED_WRITER as _SUSPENDED
+from protozero._proto_utils import SHORT_VARINTS as _VARINTS
+from protozero._proto_utils import VARINT_PAIRS as _PAIRS
 
 
 class TraceStats(Message):

@@ -8,10 +8,10 @@ from __future__ import annotations
 from enum import IntEnum
 
 from protozero import COMPILED as _COMPILED
-from protozero import SHORT_VARINTS as _VARINTS
-from protozero import SUSPENDED_WRITER as _SUSPENDED
-from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
+from protozero._message import SUSPENDED_WRITER as _SUSPENDED
+from protozero._proto_utils import SHORT_VARINTS as _VARINTS
+from protozero._proto_utils import VARINT_PAIRS as _PAIRS
 
 from perfetto_protos.common import data_source_descriptor_pbzero as _data_source_descriptor_pbzero
 from perfetto_protos.config import data_source_config_pbzero as _data_source_config_pbzero

@@ -15,6 +15,8 @@ from libc.stdint cimport uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memmove, memset
 
+from protozero import read_varint
+
 cdef extern from *:
     """
     #include <time.h>
@@ -153,6 +155,8 @@ cdef int _cgrow() except -1:
     return 0
 
 
+# The hook writes through raw pointers into its malloc'd batch, with no Python object to hand
+# protozero's encoders (which store into typed memoryviews); the pure hook uses protozero's.
 cdef inline unsigned char* _varint(unsigned char* p, uint64_t v) noexcept nogil:
     while v >= 0x80:
         p[0] = <unsigned char>(v | 0x80)
@@ -652,18 +656,13 @@ def split_packets(bytes batch):
     """The packets of a batch (framed as a Trace), each without its `Trace.packet` framing."""
     cdef const unsigned char* p = <const unsigned char*><char*>batch
     cdef Py_ssize_t pos = 0, end = len(batch), size
-    cdef int shift
     cdef list packets = []
     while pos < end:
-        pos += 1  # the Trace.packet tag
-        size = 0
-        shift = 0
-        while p[pos] >= 0x80:
-            size |= <Py_ssize_t>(p[pos] & 0x7F) << shift
-            shift += 7
-            pos += 1
-        size |= <Py_ssize_t>p[pos] << shift
-        pos += 1
+        if p[pos + 1] < 0x80:  # after the Trace.packet tag, a 1-byte size
+            size = p[pos + 1]
+            pos += 2
+        else:
+            size, pos = read_varint(batch, pos + 1, end)
         packets.append(batch[pos:pos + size])
         pos += size
     return packets

@@ -13,7 +13,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from protozero import SHORT_VARINTS, encode_varint, read_varint
+from protozero import encode_varint, read_varint
+from protozero._proto_utils import SHORT_VARINTS
 
 COMPILED = False
 

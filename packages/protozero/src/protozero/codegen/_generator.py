@@ -43,6 +43,10 @@ from protozero.codegen._descriptors import (
 LINE_LENGTH = 100
 INDENT = "    "
 
+# The private modules generated code takes its internals from.
+_MESSAGE = "protozero._message"
+_PROTO_UTILS = "protozero._proto_utils"
+
 # proto type -> (put_* suffix, wire type, Python type of one value)
 _SCALARS: dict[int, tuple[str, int, str]] = {
     TYPE_INT32: ("varint", WIRE_TYPE_VARINT, "int"),
@@ -385,14 +389,14 @@ class _FileRenderer:
         protozero_imports = []
         if self._uses_varint_tables or self._uses_begin:
             protozero_imports.append("from protozero import COMPILED as _COMPILED")
-        if self._uses_varint_tables:
-            protozero_imports.append("from protozero import SHORT_VARINTS as _VARINTS")
-        if self._uses_begin:
-            protozero_imports.append("from protozero import SUSPENDED_WRITER as _SUSPENDED")
-        if self._uses_varint_fast_path:
-            protozero_imports.append("from protozero import VARINT_PAIRS as _PAIRS")
         if self._desc.messages:
             protozero_imports.append("from protozero import Message")
+        if self._uses_begin:
+            protozero_imports.append(f"from {_MESSAGE} import SUSPENDED_WRITER as _SUSPENDED")
+        if self._uses_varint_tables:
+            protozero_imports.append(f"from {_PROTO_UTILS} import SHORT_VARINTS as _VARINTS")
+        if self._uses_varint_fast_path:
+            protozero_imports.append(f"from {_PROTO_UTILS} import VARINT_PAIRS as _PAIRS")
         sections.append(protozero_imports)
         sections.append(self._import_lines())
         for section in sections:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 
+from protozero import read_varint
+
 from perfetto_service._errors import ServiceError
 
 DEFAULT_WRITE_PERIOD_MS = 5000
@@ -81,16 +83,8 @@ def _whole_packets_below(trace: bytes, room: int) -> int:
     pos = 0
     end = len(trace)
     while pos < end:
-        cursor = pos + 1
-        length = shift = 0
-        while True:
-            byte = trace[cursor]
-            cursor += 1
-            length |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                break
-        if cursor + length >= room:
+        length, cursor = read_varint(trace, pos + 1, end)
+        if cursor < 0 or cursor + length >= room:
             return pos
         pos = cursor + length
     return pos

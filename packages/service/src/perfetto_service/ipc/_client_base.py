@@ -15,6 +15,7 @@ from perfetto_wire import (
     ReplyCallback,
     ServiceProxy,
     WireError,
+    parse_address,
 )
 
 __all__ = ["PortClient"]
@@ -27,9 +28,10 @@ PortTask = Callable[[ServiceProxy], None]
 class PortClient:
     """A connection to one service port, owned by a background IPC thread.
 
-    Nothing is bound until `connect()`. Calls made before the port is ready (bound, and for
-    producers initialized) wait in a queue and go out in order once it is; calls made after the
-    connection is gone are dropped. `on_ready` and `on_lost` run on the IPC thread.
+    Construction does nothing else: the IPC thread starts, connects and binds the port in
+    `connect()`. Calls made before the port is ready (bound, and for producers initialized)
+    wait in a queue and go out in order once it is; calls made after the connection is gone
+    are dropped. `on_ready` and `on_lost` run on the IPC thread.
     """
 
     def __init__(
@@ -40,31 +42,49 @@ class PortClient:
         retry: bool,
         thread_name: str,
     ) -> None:
+        parse_address(socket_name)  # a malformed name fails here, not in connect()
+        self._socket_name = socket_name
         self._service_name = service_name
+        self._retry = retry
+        self._thread_name = thread_name
         self._proxy: ServiceProxy | None = None
         self._ready = False
         self._queue: list[tuple[PortTask, Callable[[], None] | None]] = []
         self._lost = False
         self._done_event = threading.Event()
-        self._connect_requested = False
-        self._client = Client(
-            socket_name, retry=retry, on_disconnect=self._lose, thread_name=thread_name
-        )
+        self._lock = threading.Lock()
+        self._client: Client | None = None
+        self._closed = False
+        self._unposted: list[Callable[[], object]] = []
 
     def connect(self) -> None:
-        """Starts talking to the service: binds the port (then, for producers, initializes).
+        """Starts the IPC thread, connects and binds the port (then, for producers, initializes).
 
         Separate from construction so that callbacks, which run on the IPC thread, never
-        see an application that has not stored this object yet.
+        see an application that has not stored this object yet. Does nothing once closed.
         """
-        if not self._connect_requested:
-            self._connect_requested = True
-            self.post(self._bind)
+        with self._lock:
+            if self._client is not None or self._closed:
+                return
+            client = Client(
+                self._socket_name,
+                retry=self._retry,
+                on_disconnect=self._lose,
+                thread_name=self._thread_name,
+            )
+            self._client = client
+            for task in self._unposted:  # under the lock: before any task posted from now on
+                client.post(task)
+            self._unposted = []
+            client.post(self._bind)
 
     @property
     def client(self) -> Client:
-        """The wire client (its loop runs on the IPC thread)."""
-        return self._client
+        """The wire client (its loop runs on the IPC thread); only after `connect()`."""
+        client = self._client
+        if client is None:
+            raise WireError("the port client is not connected yet")
+        return client
 
     @property
     def connected(self) -> bool:
@@ -82,7 +102,8 @@ class PortClient:
 
     def connection_gone(self) -> bool:
         """Whether the connection is closed or lost (already true while its calls are failed)."""
-        connection = self._client.async_client.connection
+        client = self._client
+        connection = None if client is None else client.async_client.connection
         return self._lost or connection is None or connection.closed
 
     def wait_connected(self, timeout: float | None = None) -> bool:
@@ -91,9 +112,17 @@ class PortClient:
         return self.connected
 
     def post(self, task: Callable[[], object]) -> bool:
-        """Runs `task` on the IPC thread; False (and dropped) once the client is closed."""
+        """Runs `task` on the IPC thread (once connected); False (and dropped) once closed."""
+        with self._lock:
+            client = self._client
+            if client is None:
+                if self._closed:
+                    _log.debug("dropping a task posted after close")
+                    return False
+                self._unposted.append(task)
+                return True
         try:
-            self._client.post(task)
+            client.post(task)
         except WireError:
             _log.debug("dropping a task posted after close")
             return False
@@ -118,7 +147,7 @@ class PortClient:
 
         def send(proxy: ServiceProxy) -> None:
             try:
-                self._client.async_client.invoke(proxy, method, request, on_reply, fd=own_fd)
+                self.client.async_client.invoke(proxy, method, request, on_reply, fd=own_fd)
             except MethodNotAvailableError:
                 _log.info("the tracing service does not offer %s (an older version)", method)
                 if on_reply is not None:
@@ -140,14 +169,19 @@ class PortClient:
 
     def close(self) -> None:
         """Closes the connection and stops the IPC thread."""
-        self._client.close()
+        with self._lock:
+            self._closed = True
+            client = self._client
+            self._unposted = []
+        if client is not None:
+            client.close()
         self._done_event.set()
 
     # On the IPC thread.
 
     def _bind(self) -> None:
         try:
-            self._client.async_client.bind(self._service_name, self._on_bound)
+            self.client.async_client.bind(self._service_name, self._on_bound)
         except WireError as exc:
             _log.debug("cannot bind %s: %s", self._service_name, exc)
             self._lose()
@@ -185,8 +219,7 @@ class PortClient:
             self._queue.append((task, drop))
 
     def _lose(self) -> None:
-        if self._lost or not self._connect_requested:
-            # Before connect() nobody hears of it: binding will fail then, and report it.
+        if self._lost:
             return
         self._lost = True
         queue, self._queue = self._queue, []

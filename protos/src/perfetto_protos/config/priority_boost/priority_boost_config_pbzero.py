@@ -8,9 +8,9 @@ from __future__ import annotations
 from enum import IntEnum
 
 from protozero import COMPILED as _COMPILED
-from protozero import SHORT_VARINTS as _VARINTS
-from protozero import VARINT_PAIRS as _PAIRS
 from protozero import Message
+from protozero._proto_utils import SHORT_VARINTS as _VARINTS
+from protozero._proto_utils import VARINT_PAIRS as _PAIRS
 
 
 class PriorityBoostConfig(Message):

@@ -20,7 +20,7 @@ from perfetto_protos.common.tracing_service_capabilities_pb2 import TracingServi
 from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.ipc import consumer_port_pb2 as pb
-from perfetto_wire import ClientInfo, Deferred, Host, ServiceDescriptor, WireError
+from perfetto_wire import ClientInfo, Deferred, Host, ServiceDescriptor, WireError, serialize
 
 from perfetto_service._interfaces import (
     Consumer,
@@ -46,7 +46,6 @@ QUERY_SERVICE_STATE_CHUNK_SIZE = IPC_BUFFER_SIZE - 128
 
 _READ_REPLY_BUDGET = IPC_BUFFER_SIZE - 64
 """Largest serialized ReadBuffersResponse sent, leaving room for the frame around it."""
-_parse_read_reply = pb.ReadBuffersResponse.FromString
 
 SAVE_FOR_BUGREPORT_UNSUPPORTED = "SaveTraceForBugreport is not supported by this service"
 
@@ -75,11 +74,11 @@ def split_service_state(state: TracingServiceState) -> list[bytes]:
     head.CopyFrom(state)
     del head.data_sources[:]
     pieces: list[bytes] = []
-    current = head.SerializeToString()
+    current = serialize(head)
     for data_source in state.data_sources:
         one = TracingServiceState()
         one.data_sources.add().CopyFrom(data_source)
-        encoded = one.SerializeToString()
+        encoded = serialize(one)
         if len(current) + len(encoded) < QUERY_SERVICE_STATE_CHUNK_SIZE:
             current += encoded
         else:
@@ -132,7 +131,7 @@ class RemoteConsumer:
         pending = self._pending_reply
         for reply in read_buffers_replies(packets):
             if pending and len(pending) + len(reply) > _READ_REPLY_BUDGET:
-                if not _send(deferred, _parse_read_reply(bytes(pending)), has_more=True):
+                if not _send_serialized(deferred, bytes(pending), has_more=True):
                     self._abandon_read()
                     return
                 pending = bytearray()
@@ -142,7 +141,7 @@ class RemoteConsumer:
             return
         self._pending_reply = bytearray()
         self.read_buffers = None
-        _send(deferred, _parse_read_reply(bytes(pending)))
+        _send_serialized(deferred, bytes(pending))
 
     def start_read(self, deferred: Deferred) -> None:
         """Adopts a ReadBuffers call (a previous one still streaming is failed)."""
@@ -186,6 +185,16 @@ def _send(deferred: Deferred, reply: Message, *, has_more: bool = False) -> bool
     """Sends one reply; False if it could not go out (the call is then failed)."""
     try:
         deferred.resolve(reply, has_more=has_more)
+    except WireError as exc:
+        _log.warning("cannot answer %s: %s", deferred.method.name, exc)
+        return False
+    return True
+
+
+def _send_serialized(deferred: Deferred, reply: bytes, *, has_more: bool = False) -> bool:
+    """Sends one reply serialized by the service; False if it could not go out."""
+    try:
+        deferred.resolve_serialized(reply, has_more=has_more)
     except WireError as exc:
         _log.warning("cannot answer %s: %s", deferred.method.name, exc)
         return False
