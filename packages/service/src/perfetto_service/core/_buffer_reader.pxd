@@ -6,3 +6,8 @@ import cython
     view="unsigned char[::1]", source="const unsigned char[::1]",
 )
 cdef Py_ssize_t _append_framed(bytearray out, object data, list valid, bytes first, bytes rest) except -1
+@cython.locals(
+    total=Py_ssize_t, suffix=bytes, source="const unsigned char[::1]", i=Py_ssize_t,
+    start=Py_ssize_t, end=Py_ssize_t, packet=bytes,
+)
+cdef Py_ssize_t _append_copies(list packets, object data, list valid, bytes first, bytes rest) except -1

@@ -21,7 +21,7 @@ from perfetto_service.core._trusted_fields import TrustedFieldsWriter
 
 if cython.compiled:
     from cython.cimports.cpython.bytearray import PyByteArray_Resize
-    from cython.cimports.cpython.bytes import PyBytes_AS_STRING
+    from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
     from cython.cimports.libc.string import memcpy
     from cython.cimports.protozero._proto_utils import store_varint
 
@@ -71,6 +71,40 @@ def _packet_suffixes(
     return suffix, suffix
 
 
+def _append_copies(
+    packets: list[PacketSlices],
+    data: bytearray | bytes,
+    valid: list[int],
+    first: bytes,
+    rest: bytes,
+) -> int:
+    """Appends (copy of the packet, suffix) to `packets` for the packets at `valid` in `data`.
+
+    The first packet gets the suffix `first`, the others `rest`. `valid` holds spans inside
+    `data` (as `valid_packet_spans` returns them). Returns the sum of the packets' sizes,
+    suffixes included.
+    """
+    total = 0
+    suffix = first
+    source = data
+    view = memoryview(data)
+    for i in range(0, len(valid), 2):
+        start = valid[i]
+        end = valid[i + 1]
+        total += end - start + len(suffix)
+        # A copy rather than a view: as cheap for small packets, and unlike views, not
+        # tracked by the garbage collector (thousands of views make it run often).
+        if cython.compiled:
+            packet = PyBytes_FromStringAndSize(
+                cython.cast(cython.p_char, cython.address(source[start])), end - start
+            )
+        else:
+            packet = bytes(view[start:end])
+        packets.append((packet, suffix))
+        suffix = rest
+    return total
+
+
 def read_producer_packets(
     buffer: TraceBuffer, trusted_fields: TrustedFieldsWriter, threshold: int
 ) -> DrainResult:
@@ -83,7 +117,6 @@ def read_producer_packets(
     buffer.begin_read()
     read_spans = buffer.read_next_packet_spans
     packets: list[PacketSlices] = []
-    append = packets.append
     total = 0
     invalid = 0
     while total < threshold:
@@ -95,17 +128,8 @@ def read_producer_packets(
         invalid += (len(offsets) - len(valid)) >> 1
         if not valid:
             continue
-        suffix_for_run = _packet_suffixes(trusted_fields, spans, valid)
-        view = memoryview(data)
-        suffix = suffix_for_run[0]
-        for i in range(0, len(valid), 2):
-            start = valid[i]
-            end = valid[i + 1]
-            total += end - start + len(suffix)
-            # A copy rather than a view: as cheap for small packets, and unlike views, not
-            # tracked by the garbage collector (thousands of views make it run often).
-            append((bytes(view[start:end]), suffix))
-            suffix = suffix_for_run[1]
+        first, rest = _packet_suffixes(trusted_fields, spans, valid)
+        total += _append_copies(packets, data, valid, first, rest)
     return DrainResult(packets, total, invalid, True)
 
 
