@@ -9,6 +9,7 @@ payload raises out of this module: bad input is dropped and counted in `BufferSt
 from __future__ import annotations
 
 import bisect
+import copy
 import enum
 import struct
 from collections.abc import Sequence
@@ -434,6 +435,37 @@ class TraceBuffer:
         """Whether any chunk was ever copied into this buffer."""
         return self._has_data
 
+    def clone(self) -> TraceBuffer:
+        """A copy (contents, chunk index, sequences, stats) that reads on its own."""
+        clone = TraceBuffer(self._size, self._policy)
+        clone._data[:] = self._data
+        clone._wptr = self._wptr
+        clone._discard_writes = self._discard_writes
+        clone._has_data = self._has_data
+        clone._read_pos = self._read_pos
+        clone._read_chunk_id = self._read_chunk_id
+        # One deep copy, so that the read cursor and the sequences keep pointing at each other.
+        (
+            clone._index,
+            clone._sequences,
+            clone._stats,
+            clone._writer_stats,
+            clone._read_order,
+            clone._read_seq,
+            clone._read_meta,
+        ) = copy.deepcopy(
+            (
+                self._index,
+                self._sequences,
+                self._stats,
+                self._writer_stats,
+                self._read_order,
+                self._read_seq,
+                self._read_meta,
+            )
+        )
+        return clone
+
     # Writing ---------------------------------------------------------------------------
 
     def copy_chunk_untrusted(
@@ -470,6 +502,34 @@ class TraceBuffer:
         ):
             stats.abi_violations += 1
             return
+        self._store_chunk(
+            sequence,
+            producer_id,
+            writer_id,
+            chunk_id,
+            num_fragments,
+            chunk_flags,
+            payload,
+            size,
+            record_size,
+            chunk_complete,
+        )
+
+    def _store_chunk(  # noqa: PLR0917 - private, a checked chunk's fields
+        self,
+        sequence: PacketSequenceProperties,
+        producer_id: int,
+        writer_id: int,
+        chunk_id: int,
+        num_fragments: int,
+        chunk_flags: int,
+        payload: BytesLike,
+        size: int,
+        record_size: int,
+        chunk_complete: bool,
+    ) -> None:
+        """`copy_chunk_untrusted` for a chunk whose ids, counts and size were checked."""
+        stats = self._stats
         self._has_data = True
         if self._read_order:
             self._end_read_pass()
@@ -482,9 +542,7 @@ class TraceBuffer:
         key = (producer_id, writer_id, chunk_id)
         existing = self._index.get(key)
         if existing is not None:
-            self._recommit(
-                existing, key, num_fragments, chunk_flags, payload, complete=chunk_complete
-            )
+            self._recommit(existing, key, num_fragments, chunk_flags, payload, chunk_complete)
             return
         if self._discard_writes:
             self._discard_write()
@@ -550,14 +608,13 @@ class TraceBuffer:
         if padding:
             self._add_padding_record(padding)
 
-    def _recommit(
+    def _recommit(  # noqa: PLR0917 - private, a chunk's fields
         self,
         meta: _ChunkMeta,
         key: tuple[int, int, int],
         num_fragments: int,
         chunk_flags: int,
         payload: BytesLike,
-        *,
         complete: bool,
     ) -> None:
         stats = self._stats
