@@ -32,11 +32,7 @@ _CLONE_STARTED = 10  # TracingServiceEvent.clone_started
 
 def clone_buffer(buffer: TraceBuffer) -> TraceBuffer:
     """A copy of `buffer` (contents, chunk index, sequences, stats) that reads on its own."""
-    state = {name: value for name, value in vars(buffer).items() if name != "_view"}
-    clone = TraceBuffer.__new__(TraceBuffer)
-    vars(clone).update(copy.deepcopy(state))
-    vars(clone)["_view"] = memoryview(vars(clone)["_data"])
-    return clone
+    return buffer.clone()
 
 
 def _find_source(

@@ -11,6 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+try:
+    import cython
+except ImportError:  # installed without Cython: runs as pure Python
+    from protozero import _cython_shim as cython
+
+if not cython.compiled:  # compiled, _packet_validator.pxd cimports it from protozero
+    from protozero._decoder import read_varint
+
 SERVICE_RESERVED_FIELDS: frozenset[int] = frozenset(
     {3, 10, 33, 35, 36, 50, 69, 79, 98, 124, 125, 133}
 )
@@ -47,21 +55,6 @@ def _tag_action(tag: int) -> int:
 _ONE_BYTE_TAGS: tuple[int, ...] = tuple(_tag_action(tag) for tag in range(0x80))
 
 
-def _varint(data: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    """Decodes the varint at `pos`: (value, position after it). IndexError if truncated."""
-    value = 0
-    shift = 0
-    while True:
-        if shift >= 7 * _MAX_VARINT_BYTES:
-            raise IndexError("varint longer than 10 bytes")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-
-
 def validate_packet(slices: Sequence[bytes | bytearray | memoryview]) -> bool:
     """Whether the packet made of `slices` may be emitted (see the module docstring)."""
     return validate_packet_bytes(slices[0] if len(slices) == 1 else b"".join(slices))
@@ -77,68 +70,68 @@ def validate_packet_span(data: bytes | bytearray | memoryview, pos: int, end: in
     return len(valid_packet_spans(data, [pos, end])) == 2
 
 
+def _read_varint(buf: bytes | bytearray | memoryview, pos: int, end: int) -> tuple[int, int]:
+    """The varint at buf[pos:end]: (value, position after it), position -1 if malformed.
+
+    A varint whose value does not fit in 64 bits is malformed: as a tag or a length it
+    could only be refused.
+    """
+    value, following = read_varint(buf, pos, end)
+    if following - pos == _MAX_VARINT_BYTES and buf[following - 1] > 1:
+        return 0, -1
+    return value, following
+
+
 def valid_packet_spans(data: bytes | bytearray | memoryview, offsets: list[int]) -> list[int]:
     """The spans of the valid packets among those at `offsets` in `data`, in one pass.
 
     Packet i is data[offsets[2 * i] : offsets[2 * i + 1]]. Returns the flattened
     (start, end) offsets of the packets `validate_packet` accepts: `offsets` itself when
-    it accepts all of them.
-
-    Varints are decoded without checking the packet's end at every byte: one that overruns
-    it leaves the position past the end, which fails the final check, and none is read
-    further than 10 bytes.
+    it accepts all of them. A span outside `data` is not a valid packet.
     """
+    buf = data
+    size = len(buf)
     one_byte_tags = _ONE_BYTE_TAGS
     valid: list[int] | None = None
     for index in range(0, len(offsets), 2):
         pos = offsets[index]
         end = offsets[index + 1]
-        try:
-            while pos < end:
-                tag = data[pos]
-                if tag < 0x80:
-                    action = one_byte_tags[tag]
+        if not 0 <= pos <= end <= size:
+            pos = end + 1
+        while pos < end:
+            if buf[pos] < 0x80:
+                action = one_byte_tags[buf[pos]]
+                pos += 1
+            else:
+                tag, pos = _read_varint(buf, pos, end)
+                if pos < 0:
+                    break
+                action = _tag_action(tag)
+            if action == _VARINT:
+                limit = min(pos + _MAX_VARINT_BYTES, end)
+                while pos < limit and buf[pos] >= 0x80:
                     pos += 1
-                else:
-                    tag, pos = _varint(data, pos)
-                    action = _tag_action(tag)
-                if action == _VARINT:
-                    if data[pos] < 0x80:
-                        pos += 1
-                    elif data[pos + 1] < 0x80:
-                        pos += 2
-                    else:
-                        limit = pos + _MAX_VARINT_BYTES - 1
-                        pos += 2
-                        while data[pos] >= 0x80:
-                            if pos >= limit:
-                                pos = -1
-                                break
-                            pos += 1
-                        else:
-                            pos += 1
-                            continue
-                        break
-                elif action == _LENGTH_DELIMITED:
-                    length = data[pos]
-                    if length < 0x80:
-                        pos += length + 1
-                    else:
-                        length, pos = _varint(data, pos)
-                        if length > MAX_MESSAGE_LENGTH:
-                            pos = -1
-                            break
-                        pos += length
-                elif action == _FIXED64:
-                    pos += 8
-                elif action == _FIXED32:
-                    pos += 4
-                else:
+                if pos >= limit:
+                    # Longer than 10 bytes, or running past the packet's end.
                     pos = -1
                     break
-        except IndexError:
-            # A varint runs past the end of the data (or past 10 bytes).
-            pos = -1
+                pos += 1
+            elif action == _LENGTH_DELIMITED:
+                if pos < end and buf[pos] < 0x80:
+                    pos += buf[pos] + 1
+                else:
+                    length, pos = _read_varint(buf, pos, end)
+                    if pos < 0 or length > MAX_MESSAGE_LENGTH:
+                        pos = -1
+                        break
+                    pos += length
+            elif action == _FIXED64:
+                pos += 8
+            elif action == _FIXED32:
+                pos += 4
+            else:
+                pos = -1
+                break
         if pos != end:
             if valid is None:
                 valid = offsets[:index]

@@ -9,6 +9,7 @@ payload raises out of this module: bad input is dropped and counted in `BufferSt
 from __future__ import annotations
 
 import bisect
+import copy
 import enum
 import struct
 from collections.abc import Sequence
@@ -18,6 +19,15 @@ from perfetto_protos.common import trace_stats_pb2
 from perfetto_smb import PACKET_SIZE_DROP_PACKET, PATCH_SIZE, ChunkFlags
 
 from perfetto_service._errors import ServiceError
+
+try:
+    import cython
+except ImportError:  # installed without Cython: runs as pure Python
+    from protozero import _cython_shim as cython
+
+if not cython.compiled:  # compiled, _trace_buffer.pxd cimports it from protozero
+    from protozero._decoder import read_varint
+
 from perfetto_service.core._field_encoding import varint_field
 
 RECORD_HEADER_SIZE = 16
@@ -295,21 +305,69 @@ def _byte_size(payload: BytesLike) -> int:
 
 
 def _fragment_header(data: bytearray, pos: int, end: int) -> tuple[int, int]:
-    """Decodes a fragment's size varint in data[pos:end] (at most 4 bytes).
+    """Decodes a fragment's size varint in data[pos:min(pos + 4, end)].
 
-    Returns (size, payload start); (0, pos) when the varint does not end before `end`.
+    Returns (size, payload start); (0, pos) when the varint does not end in that range.
     """
-    size = 0
-    shift = 0
-    cursor = pos
-    while cursor < end:
-        byte = data[cursor]
-        cursor += 1
-        size |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return size, cursor
-        shift += 7
-    return 0, pos
+    size, start = read_varint(data, pos, min(pos + 4, end))
+    if start < 0:
+        return 0, pos
+    return size, start
+
+
+def _scan_fragments(  # noqa: PLR0917 - private, the read cursor of one chunk
+    data: bytearray,
+    pos: int,
+    record_end: int,
+    reads: int,
+    whole_end: int,
+    max_bytes: int,
+    offsets: list[int],
+) -> tuple[int, int, int]:
+    """Walks the fragments of a chunk record from `pos`, appending non-empty ones to `offsets`.
+
+    Stops after fragment number `whole_end` (counting from `reads` read so far) or once the
+    fragments appended hold `max_bytes`. Returns (fragments read, position after them, -1),
+    or, at a fragment that overruns `record_end`, (fragments read before it, its position,
+    its declared size).
+    """
+    buf = data
+    gathered = 0
+    while reads < whole_end and gathered < max_bytes:
+        if pos + 4 <= record_end:
+            if cython.compiled:
+                word = buf[pos] | (buf[pos + 1] << 8) | (buf[pos + 2] << 16) | (buf[pos + 3] << 24)
+            else:
+                (word,) = _U32.unpack_from(data, pos)
+            size = word - 0x808080
+            if 0 <= size < 0x80:
+                # The 4-byte redundant varint of a fragment below 128 bytes.
+                start = pos + 4
+            elif word & 0x80808080 == 0x00808080:
+                # The 4-byte redundant varint every TraceWriter writes.
+                size = (
+                    (word & 0x7F)
+                    | ((word >> 1) & 0x3F80)
+                    | ((word >> 2) & 0x1FC000)
+                    | ((word >> 3) & 0xFE00000)
+                )
+                start = pos + 4
+            else:
+                size, start = _fragment_header(buf, pos, record_end)
+        elif pos < record_end:
+            size, start = _fragment_header(buf, pos, record_end)
+        else:
+            size, start = 0, pos
+        following = start + size
+        if following <= pos or following > record_end:
+            return reads, pos, size
+        reads += 1
+        pos = following
+        if size:
+            offsets.append(start)
+            offsets.append(following)
+            gathered += size
+    return reads, pos, -1
 
 
 def _before(chunk_id: int, other: int) -> bool:
@@ -377,6 +435,37 @@ class TraceBuffer:
         """Whether any chunk was ever copied into this buffer."""
         return self._has_data
 
+    def clone(self) -> TraceBuffer:
+        """A copy (contents, chunk index, sequences, stats) that reads on its own."""
+        clone = TraceBuffer(self._size, self._policy)
+        clone._data[:] = self._data
+        clone._wptr = self._wptr
+        clone._discard_writes = self._discard_writes
+        clone._has_data = self._has_data
+        clone._read_pos = self._read_pos
+        clone._read_chunk_id = self._read_chunk_id
+        # One deep copy, so that the read cursor and the sequences keep pointing at each other.
+        (
+            clone._index,
+            clone._sequences,
+            clone._stats,
+            clone._writer_stats,
+            clone._read_order,
+            clone._read_seq,
+            clone._read_meta,
+        ) = copy.deepcopy(
+            (
+                self._index,
+                self._sequences,
+                self._stats,
+                self._writer_stats,
+                self._read_order,
+                self._read_seq,
+                self._read_meta,
+            )
+        )
+        return clone
+
     # Writing ---------------------------------------------------------------------------
 
     def copy_chunk_untrusted(
@@ -413,6 +502,34 @@ class TraceBuffer:
         ):
             stats.abi_violations += 1
             return
+        self._store_chunk(
+            sequence,
+            producer_id,
+            writer_id,
+            chunk_id,
+            num_fragments,
+            chunk_flags,
+            payload,
+            size,
+            record_size,
+            chunk_complete,
+        )
+
+    def _store_chunk(  # noqa: PLR0917 - private, a checked chunk's fields
+        self,
+        sequence: PacketSequenceProperties,
+        producer_id: int,
+        writer_id: int,
+        chunk_id: int,
+        num_fragments: int,
+        chunk_flags: int,
+        payload: BytesLike,
+        size: int,
+        record_size: int,
+        chunk_complete: bool,
+    ) -> None:
+        """`copy_chunk_untrusted` for a chunk whose ids, counts and size were checked."""
+        stats = self._stats
         self._has_data = True
         if self._read_order:
             self._end_read_pass()
@@ -425,9 +542,7 @@ class TraceBuffer:
         key = (producer_id, writer_id, chunk_id)
         existing = self._index.get(key)
         if existing is not None:
-            self._recommit(
-                existing, key, num_fragments, chunk_flags, payload, complete=chunk_complete
-            )
+            self._recommit(existing, key, num_fragments, chunk_flags, payload, chunk_complete)
             return
         if self._discard_writes:
             self._discard_write()
@@ -493,14 +608,13 @@ class TraceBuffer:
         if padding:
             self._add_padding_record(padding)
 
-    def _recommit(
+    def _recommit(  # noqa: PLR0917 - private, a chunk's fields
         self,
         meta: _ChunkMeta,
         key: tuple[int, int, int],
         num_fragments: int,
         chunk_flags: int,
         payload: BytesLike,
-        *,
         complete: bool,
     ) -> None:
         stats = self._stats
@@ -803,51 +917,24 @@ class TraceBuffer:
         Returns the (start, end) offsets of the non-empty packets read, flattened, and
         whether a bad fragment made the chunk be given up.
         """
-        data = self._data
-        unpack_word = _U32.unpack_from
         payload_start = meta.record_offset + RECORD_HEADER_SIZE
-        record_end = meta.record_offset + meta.record_size
         whole_end = meta.num_fragments
         if meta.flags & _LAST_CONTINUES:
             whole_end -= 1
-        reads = meta.fragments_read
-        pos = payload_start + meta.cur_offset
         offsets: list[int] = []
-        append = offsets.append
-        gathered = 0
-        while reads < whole_end and gathered < max_bytes:
-            if pos + 4 <= record_end:
-                (word,) = unpack_word(data, pos)
-                size = word - 0x808080
-                if 0 <= size < 0x80:
-                    # The 4-byte redundant varint of a fragment below 128 bytes.
-                    start = pos + 4
-                elif word & 0x80808080 == 0x00808080:
-                    # The 4-byte redundant varint every TraceWriter writes.
-                    size = (
-                        (word & 0x7F)
-                        | ((word >> 1) & 0x3F80)
-                        | ((word >> 2) & 0x1FC000)
-                        | ((word >> 3) & 0xFE00000)
-                    )
-                    start = pos + 4
-                else:
-                    size, start = _fragment_header(data, pos, pos + 4)
-            elif pos < record_end:
-                size, start = _fragment_header(data, pos, record_end)
-            else:
-                size, start = 0, pos
-            following = start + size
-            if following <= pos or following > record_end:
-                meta.fragments_read = reads
-                self._fragment_error(meta, size)
-                return offsets, True
-            reads += 1
-            pos = following
-            if size:
-                append(start)
-                append(following)
-                gathered += size
+        reads, pos, bad_size = _scan_fragments(
+            self._data,
+            payload_start + meta.cur_offset,
+            meta.record_offset + meta.record_size,
+            meta.fragments_read,
+            whole_end,
+            min(max_bytes, meta.record_size),  # a record holds less than its size
+            offsets,
+        )
+        if bad_size >= 0:
+            meta.fragments_read = reads
+            self._fragment_error(meta, bad_size)
+            return offsets, True
         meta.fragments_read = reads
         meta.cur_offset = pos - payload_start
         if reads == meta.num_fragments and meta.complete:
@@ -954,7 +1041,7 @@ class TraceBuffer:
         payload_start = meta.record_offset + RECORD_HEADER_SIZE
         pos = payload_start + meta.cur_offset
         if pos < record_end:
-            size, start = _fragment_header(self._data, pos, min(pos + 4, record_end))
+            size, start = _fragment_header(self._data, pos, record_end)
         else:
             size, start = 0, pos
         following = start + size
