@@ -9,6 +9,7 @@ children leave that way) and on SIGTERM (how a Pool stops its workers).
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import contextlib
 import dataclasses
@@ -18,7 +19,7 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
+import time
 import types
 from typing import Any
 
@@ -177,14 +178,12 @@ def _start_child_recording(parts: str, options: TraceOptions) -> None:
         if state["finishing"] and not state["done"]:
             state["terminate"] = True
             return
-        engine = recording.engine
-        if engine is not None and _engine.in_tracer_code(frame):
+        if recording.engine is not None and _engine.in_tracer_code(frame):
             # The signal interrupted the recorder itself (a batch half written, the sink's
-            # lock held): finishing here would deadlock or tear the part. Ask again shortly.
-            with engine.threads_not_recorded():
-                timer = threading.Timer(_SIGTERM_RETRY_S, os.kill, (pid, signum))
-                timer.daemon = True
-                timer.start()
+            # lock held): finishing here would deadlock or tear the part. Ask again shortly,
+            # from a bare thread: starting a threading.Thread takes locks the interrupted
+            # code may hold.
+            _thread.start_new_thread(_resend_later, (pid, signum))
             return
         finish()
         _die_by_sigterm()
@@ -196,6 +195,11 @@ def _start_child_recording(parts: str, options: TraceOptions) -> None:
             signal.signal(signal.SIGTERM, on_sigterm)
     except ValueError:
         pass  # not the main thread
+
+
+def _resend_later(pid: int, signum: int) -> None:
+    time.sleep(_SIGTERM_RETRY_S)
+    os.kill(pid, signum)
 
 
 def _die_by_sigterm() -> None:
