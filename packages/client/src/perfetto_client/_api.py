@@ -12,14 +12,21 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 from perfetto_client._categories import Category, registry
 from perfetto_client._debug_annotations import encode_annotations
 from perfetto_client._errors import TracingError
-from perfetto_client._track_event import thread_writers
+from perfetto_client._track_event import (
+    event_enter,
+    now,
+    set_trace_clock,
+    slice_enter,
+    slice_exit,
+    thread_writers,
+    write_counter,
+    write_event,
+)
 from perfetto_client._track_event_writer import (
-    TYPE_COUNTER,
     TYPE_INSTANT,
     TYPE_SLICE_BEGIN,
     TYPE_SLICE_END,
     TrackEventWriter,
-    counter_value_field,
     flow_fields,
     varint,
 )
@@ -45,21 +52,6 @@ R = TypeVar("R")
 
 _CORRELATION_ID = b"\xa0\x03"  # TrackEvent.correlation_id (52)
 _CORRELATION_ID_STR = b"\xaa\x03"  # TrackEvent.correlation_id_str (53)
-
-
-def _boottime() -> Callable[[], int]:
-    import time
-
-    return functools.partial(time.clock_gettime_ns, time.CLOCK_BOOTTIME)
-
-
-_now: Callable[[], int] = _boottime()
-
-
-def set_trace_clock(clock: Callable[[], int]) -> None:
-    """Sets the clock event timestamps are read from (BOOTTIME unless initialized otherwise)."""
-    global _now  # noqa: PLW0603 - the hot paths read the clock as a module global
-    _now = clock
 
 
 def _category(category: str | Category) -> Category:
@@ -257,24 +249,6 @@ def _extra_fields(
     return out, iids
 
 
-def _emit(  # noqa: PLR0917 - the hot path passes its state positionally
-    writers: tuple[TrackEventWriter, ...],
-    key: int,
-    event_type: int,
-    ts: int,
-    track: Track | None,
-    extra: bytes,
-    iids: list[int],
-) -> None:
-    lineage = track.lineage() if track is not None else ()
-    for writer in writers:
-        writer.ensure_state(ts)
-        for item in lineage:
-            writer.ensure_track(item.uuid, item.descriptor_bytes, ts)
-        interned = writer.interned_for(0, 0, iids) if iids else b""
-        writer.event(key, event_type, ts, extra, interned)
-
-
 def _event(  # noqa: PLR0917 - positional: a call with ten keywords costs more than the event
     cat: Category,
     name: str,
@@ -291,7 +265,7 @@ def _event(  # noqa: PLR0917 - positional: a call with ten keywords costs more t
     writers = thread_writers(cat.mask)
     if not writers:
         return
-    ts = _now() if timestamp is None else timestamp
+    ts = now() if timestamp is None else timestamp
     if track is None:
         track = _task_track()
     key = cat.event_key(name) if name else 0
@@ -320,7 +294,7 @@ def _event(  # noqa: PLR0917 - positional: a call with ten keywords costs more t
         correlation_id=correlation_id,
         proto=proto,
     )
-    _emit(writers, key, event_type, ts, track, extra, iids)
+    write_event(writers, key, event_type, ts, track, extra, iids)
 
 
 def _record(  # noqa: PLR0917 - positional: a call with ten keywords costs more than the event
@@ -454,17 +428,7 @@ def counter(
         if found is None:
             found = _counter_tracks[track] = CounterTrack(track)
         track = found
-    writers = thread_writers(cat.mask)
-    ts = _now() if timestamp is None else timestamp
-    lineage = track.lineage()
-    extra = track.uuid_field() + counter_value_field(value)
-    for writer in writers:
-        if writer.cleared:
-            writer.ensure_state(ts)
-        for item in lineage:
-            if item.uuid not in writer.seen_tracks:
-                writer.ensure_track(item.uuid, item.descriptor_bytes, ts)
-        writer.event(0, TYPE_COUNTER, ts, extra, b"")
+    write_counter(cat, track, value, timestamp)
 
 
 class _Slice:
@@ -488,22 +452,20 @@ class _Slice:
         self._writers: tuple[TrackEventWriter, ...] = ()
 
     def __enter__(self) -> _Slice:
-        writers = self._writers = thread_writers(self._cat.mask)
-        ts = _now()
         if self._track is None and not self._extra:
-            for writer in writers:
-                writer.slice_begin(self._key, ts)
-        else:
-            _emit(writers, self._key, TYPE_SLICE_BEGIN, ts, self._track, self._extra, self._iids)
+            self._writers = slice_enter(self._cat, self._key)
+            return self
+        self._writers = event_enter(
+            self._cat, self._key, TYPE_SLICE_BEGIN, self._track, self._extra, self._iids
+        )
         return self
 
     def __exit__(self, *exc: object) -> None:
-        ts = _now()
         track = self._track
         if track is None:
-            for writer in self._writers:
-                writer.slice_end(ts)
+            slice_exit(self._writers)
         else:
+            ts = now()
             extra = _track_fields(track, TYPE_SLICE_END)
             for writer in self._writers:
                 writer.event(0, TYPE_SLICE_END, ts, extra, b"")
@@ -616,16 +578,11 @@ def _perfetto_make(_perfetto_fn, _perfetto_cat, _perfetto_key, {defaults}):
     def traced({params}):
         if not _perfetto_cat.enabled:
             return _perfetto_fn({args})
-        _perfetto_writers = thread_writers(_perfetto_cat.mask)
-        _perfetto_ts = _now()
-        for _perfetto_writer in _perfetto_writers:
-            _perfetto_writer.slice_begin(_perfetto_key, _perfetto_ts)
+        _perfetto_writers = slice_enter(_perfetto_cat, _perfetto_key)
         try:
             return _perfetto_fn({args})
         finally:
-            _perfetto_ts = _now()
-            for _perfetto_writer in _perfetto_writers:
-                _perfetto_writer.slice_end(_perfetto_ts)
+            slice_exit(_perfetto_writers)
     return traced
 """
 
@@ -703,8 +660,8 @@ def _decorate_coroutine(
             return await fn(*args, **kwargs)
         track = _task_track()
         writers = thread_writers(cat.mask)
-        ts = _now()
-        _emit(
+        ts = now()
+        write_event(
             writers,
             key,
             TYPE_SLICE_BEGIN,
@@ -716,7 +673,7 @@ def _decorate_coroutine(
         try:
             return await fn(*args, **kwargs)
         finally:
-            ts = _now()
+            ts = now()
             extra = b"" if track is None else _track_fields(track, TYPE_SLICE_END)
             for writer in writers:
                 writer.event(0, TYPE_SLICE_END, ts, extra, b"")

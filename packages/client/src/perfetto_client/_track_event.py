@@ -3,20 +3,34 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+try:
+    import cython
+except ImportError:  # installed without Cython: runs as pure Python
+    from protozero import _cython_shim as cython
 
 from perfetto_client._categories import registry
 from perfetto_client._track_event_writer import (
+    TYPE_COUNTER,
     ThreadTimeWriter,
     TrackEventWriter,
     clock_snapshot_packet,
+    counter_value_field,
 )
-from perfetto_client._tracks import ProcessTrack, ThreadTrack
+from perfetto_client._tracks import CounterTrack, ProcessTrack, ThreadTrack, Track
+
+if cython.compiled:
+    from cython.cimports.posix.time import clock_gettime, timespec
+
+if TYPE_CHECKING:
+    from perfetto_client._categories import Category
 
 
 class _TraceWriter(Protocol):
@@ -30,18 +44,55 @@ class _TraceWriter(Protocol):
 
 
 __all__ = [
+    "BOOTTIME_CLOCK",
     "TRACK_EVENT_DATA_SOURCE",
     "StartupInstance",
     "ThreadState",
     "TrackEventInstance",
+    "event_enter",
+    "now",
+    "set_trace_clock",
+    "slice_enter",
+    "slice_exit",
     "thread_state",
     "thread_writers",
+    "write_counter",
+    "write_event",
 ]
 
 TRACK_EVENT_DATA_SOURCE = "track_event"
 
 _CLOCK_BOOTTIME = 6
 _CLOCK_MONOTONIC = 3
+
+BOOTTIME_CLOCK: Callable[[], int] = functools.partial(time.clock_gettime_ns, time.CLOCK_BOOTTIME)
+"""CLOCK_BOOTTIME in ns: the default trace clock."""
+
+_clock: Callable[[], int] = BOOTTIME_CLOCK
+_posix_clock = time.CLOCK_BOOTTIME
+"""The POSIX clock id `_clock` reads (-1: another clock); compiled, `now` reads it directly."""
+
+
+def set_trace_clock(clock: Callable[[], int]) -> None:
+    """Sets the clock event timestamps are read from (BOOTTIME unless initialized otherwise)."""
+    global _clock, _posix_clock  # noqa: PLW0603 - the hot paths read the clock as a module global
+    _clock = clock
+    if clock is BOOTTIME_CLOCK:
+        _posix_clock = time.CLOCK_BOOTTIME
+    elif clock is time.monotonic_ns:
+        _posix_clock = time.CLOCK_MONOTONIC
+    else:
+        _posix_clock = -1
+
+
+def now() -> int:
+    """The trace clock's time (ns)."""
+    if cython.compiled and _posix_clock >= 0:
+        spec = cython.declare(timespec)
+        clock_gettime(_posix_clock, cython.address(spec))
+        ns: int = spec.tv_sec * 1_000_000_000 + spec.tv_nsec
+        return ns
+    return _clock()
 
 
 class TrackEventInstance:
@@ -66,7 +117,7 @@ class TrackEventInstance:
             self.clock: Callable[[], int] = time.monotonic_ns
         else:
             self.clock_id = _CLOCK_BOOTTIME
-            self.clock = _boottime_clock()
+            self.clock = BOOTTIME_CLOCK
         self.writers: weakref.WeakSet[TrackEventWriter] = weakref.WeakSet()
         self.stopped = False
         self.adopted_by: TrackEventInstance | None = None
@@ -180,12 +231,6 @@ class StartupInstance(TrackEventInstance):
             return []
         packets, sink.packets = sink.packets, []
         return packets
-
-
-def _boottime_clock() -> Callable[[], int]:
-    import functools
-
-    return functools.partial(time.clock_gettime_ns, time.CLOCK_BOOTTIME)
 
 
 def _reset_packets(writer: TrackEventWriter, ts: int) -> list[bytes]:
@@ -314,11 +359,79 @@ def thread_writers(mask: int) -> tuple[TrackEventWriter, ...]:
     return writers
 
 
+def slice_enter(cat: Category, key: int) -> tuple[TrackEventWriter, ...]:
+    """Begins a slice of event key `key` on the thread's track, in every session recording
+    `cat` (an enabled category); returns the writers `slice_exit` ends it in."""
+    writers = thread_writers(cat.mask)
+    ts = now()
+    for writer in writers:
+        writer.slice_begin(key, ts)
+    return writers
+
+
+def slice_exit(writers: tuple[TrackEventWriter, ...]) -> None:
+    """Ends the innermost slice on the thread's track in `writers` (from `slice_enter`)."""
+    ts = now()
+    for writer in writers:
+        writer.slice_end(ts)
+
+
+_name_setter: Any = None
+"""The `Thread.name` setter installed by `watch_thread_names`."""
+
+
+def write_event(  # noqa: PLR0917 - the hot paths pass their state positionally
+    writers: tuple[TrackEventWriter, ...],
+    key: int,
+    event_type: int,
+    ts: int,
+    track: Track | None,
+    extra: bytes,
+    iids: list[int],
+) -> None:
+    """Writes one event with encoded TrackEvent fields `extra` (annotation names `iids`) on
+    `track`, described first where a sequence has not described it yet."""
+    lineage = track.lineage() if track is not None else ()
+    for writer in writers:
+        if writer.cleared:
+            writer.ensure_state(ts)
+        for item in lineage:
+            if item.uuid not in writer.seen_tracks:
+                writer.ensure_track(item.uuid, item.descriptor_bytes, ts)
+        interned = writer.interned_for(0, 0, iids) if iids else b""
+        writer.event(key, event_type, ts, extra, interned)
+
+
+def event_enter(  # noqa: PLR0917 - the hot paths pass their state positionally
+    cat: Category,
+    key: int,
+    event_type: int,
+    track: Track | None,
+    extra: bytes,
+    iids: list[int],
+) -> tuple[TrackEventWriter, ...]:
+    """Writes one event now in every session recording `cat` (an enabled category); returns
+    the writers it went to."""
+    writers = thread_writers(cat.mask)
+    write_event(writers, key, event_type, now(), track, extra, iids)
+    return writers
+
+
+def write_counter(cat: Category, track: CounterTrack, value: float, timestamp: int | None) -> None:
+    """Adds a point to `track` in every session recording `cat` (an enabled category)."""
+    writers = thread_writers(cat.mask)
+    ts = now() if timestamp is None else timestamp
+    write_event(
+        writers, 0, TYPE_COUNTER, ts, track, track.uuid_field() + counter_value_field(value), []
+    )
+
+
 def watch_thread_names() -> None:
     """Makes renaming a Python thread (`thread.name = ...`) re-describe its track: each
     thread re-reads its name before its next event."""
+    global _name_setter  # noqa: PLW0603 - installed once per process
     current: Any = vars(threading.Thread)["name"]
-    if not isinstance(current, property) or getattr(current.fset, "_perfetto_watch", False):
+    if not isinstance(current, property) or current.fset is _name_setter:
         return
     set_name = current.fset
     assert set_name is not None
@@ -327,7 +440,7 @@ def watch_thread_names() -> None:
         set_name(thread, name)
         registry.threads_renamed()
 
-    renamed._perfetto_watch = True  # type: ignore[attr-defined]
+    _name_setter = renamed
     setattr(threading.Thread, "name", property(current.fget, renamed, doc=current.__doc__))  # noqa: B010
 
 

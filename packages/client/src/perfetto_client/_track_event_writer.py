@@ -379,20 +379,27 @@ class TrackEventWriter:
             else:
                 fields = _TYPE_FIELDS[event_type]
             self._heads[head_key] = fields
-        fields += extra_fields
-        size = len(fields)
+        size = len(fields) + len(extra_fields)
         delta = ts - self.last_ts
         if 0 <= delta < 16384:
             self.last_ts = ts
-            packet = _TS + SHORT_VARINTS[delta]
+            stamp = _TS + SHORT_VARINTS[delta]
         else:
-            packet = self._timestamp(ts)
+            stamp = self._timestamp(ts)
         if interned:
-            packet += _field_bytes(_INTERNED_DATA, interned)
-        if size < 16384:
-            self._write(packet + _TRACK_EVENT + SHORT_VARINTS[size] + fields + _NEEDS_STATE)
-        else:
-            self._write(packet + _field_bytes(_TRACK_EVENT, fields) + _NEEDS_STATE)
+            stamp += _field_bytes(_INTERNED_DATA, interned)
+        self._write(
+            b"".join(
+                (
+                    stamp,
+                    _TRACK_EVENT,
+                    SHORT_VARINTS[size] if size < 16384 else varint(size),
+                    fields,
+                    extra_fields,
+                    _NEEDS_STATE,
+                )
+            )
+        )
 
     def ensure_state(self, ts: int) -> None:
         """Re-emits the incremental state if it was cleared (before computing interned data)."""

@@ -1,0 +1,21 @@
+import cython
+
+from perfetto_client._track_event_writer cimport TrackEventWriter
+
+cdef object _clock
+cdef int _posix_clock
+
+@cython.locals(ns="long long")
+cpdef long long now() except? -1
+@cython.locals(writers=tuple)
+cpdef tuple thread_writers(object mask)
+@cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long")
+cpdef tuple slice_enter(object cat, Py_ssize_t key)
+@cython.locals(writer=TrackEventWriter, ts="long long")
+cpdef slice_exit(tuple writers)
+@cython.locals(writer=TrackEventWriter, lineage=tuple, interned=bytes)
+cpdef write_event(tuple writers, Py_ssize_t key, int event_type, long long ts, object track, bytes extra, list iids)
+@cython.locals(writers=tuple)
+cpdef tuple event_enter(object cat, Py_ssize_t key, int event_type, object track, bytes extra, list iids)
+@cython.locals(writers=tuple, ts="long long")
+cpdef write_counter(object cat, object track, object value, object timestamp)
