@@ -13,11 +13,12 @@ from perfetto_client._categories import Category, registry
 from perfetto_client._debug_annotations import encode_annotations
 from perfetto_client._errors import TracingError
 from perfetto_client._track_event import (
-    event_enter,
+    Slice,
     now,
     set_trace_clock,
     slice_enter,
     slice_exit,
+    thread_slice,
     thread_writers,
     write_counter,
     write_event,
@@ -26,7 +27,6 @@ from perfetto_client._track_event_writer import (
     TYPE_INSTANT,
     TYPE_SLICE_BEGIN,
     TYPE_SLICE_END,
-    TrackEventWriter,
     flow_fields,
     varint,
 )
@@ -207,13 +207,6 @@ def _task_track() -> _TaskTrack | None:
     return _track_of_task(task)
 
 
-def _track_fields(track: Track, event_type: int) -> bytes:
-    """TrackEvent fields putting an event of `event_type` on `track`."""
-    if type(track) is _TaskTrack:
-        return track.event_fields(event_type)
-    return track.uuid_field()
-
-
 def _extra_fields(
     track: Track | None,
     event_type: int,
@@ -228,7 +221,7 @@ def _extra_fields(
     out = b""
     iids: list[int] = []
     if track is not None:
-        out += _track_fields(track, event_type)
+        out += track.event_fields(event_type)
     if args:
         encoded, iids = encode_annotations(args)
         out += encoded
@@ -431,46 +424,6 @@ def counter(
     write_counter(cat, track, value, timestamp)
 
 
-class _Slice:
-    """What `trace_event` returns for an enabled category: a slice around the `with` body."""
-
-    __slots__ = ("_cat", "_extra", "_iids", "_key", "_track", "_writers")
-
-    def __init__(
-        self,
-        cat: Category,
-        key: int,
-        track: Track | None,
-        extra: bytes,
-        iids: list[int],
-    ) -> None:
-        self._cat = cat
-        self._key = key
-        self._track = track
-        self._extra = extra
-        self._iids = iids
-        self._writers: tuple[TrackEventWriter, ...] = ()
-
-    def __enter__(self) -> _Slice:
-        if self._track is None and not self._extra:
-            self._writers = slice_enter(self._cat, self._key)
-            return self
-        self._writers = event_enter(
-            self._cat, self._key, TYPE_SLICE_BEGIN, self._track, self._extra, self._iids
-        )
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        track = self._track
-        if track is None:
-            slice_exit(self._writers)
-        else:
-            ts = now()
-            extra = _track_fields(track, TYPE_SLICE_END)
-            for writer in self._writers:
-                writer.event(0, TYPE_SLICE_END, ts, extra, b"")
-
-
 class _NoSlice:
     """What `trace_event` returns for a disabled category."""
 
@@ -497,7 +450,7 @@ def trace_event(
     correlation_id: int | str | None = None,
     proto: Callable[[TrackEvent], None] | None = None,
     **args: object,
-) -> _Slice | _NoSlice:
+) -> Slice | _NoSlice:
     """A context manager recording a slice `name` around its body; keyword arguments are args.
 
     Inside an asyncio task the slice goes on the task's track, so it survives awaits.
@@ -507,16 +460,14 @@ def trace_event(
         return _NO_SLICE
     if track is None:
         track = _task_track()
-    key = cat.event_key(name)
     if (
         track is None
-        and not args
         and flow is None
         and terminating_flow is None
         and correlation_id is None
         and proto is None
     ):
-        return _Slice(cat, key, None, b"", [])
+        return thread_slice(cat, name, args)
     extra, iids = _extra_fields(
         track,
         TYPE_SLICE_BEGIN,
@@ -526,7 +477,7 @@ def trace_event(
         correlation_id=correlation_id,
         proto=proto,
     )
-    return _Slice(cat, key, track, extra, iids)
+    return Slice(cat, cat.event_key(name), track, extra, iids)
 
 
 @overload
@@ -585,6 +536,7 @@ def _perfetto_make(_perfetto_fn, _perfetto_cat, _perfetto_key, {defaults}):
             slice_exit(_perfetto_writers)
     return traced
 """
+_WRAPPER_GLOBALS = {"slice_enter": slice_enter, "slice_exit": slice_exit}
 
 
 def _wrapper(fn: Callable[P, R], cat: Category, key: int) -> Callable[P, R]:
@@ -599,7 +551,7 @@ def _wrapper(fn: Callable[P, R], cat: Category, key: int) -> Callable[P, R]:
     factory = _factories.get(source)
     if factory is None:
         namespace: dict[str, Any] = {}
-        exec(compile(source, "<perfetto_client.trace>", "exec"), globals(), namespace)
+        exec(compile(source, "<perfetto_client.trace>", "exec"), _WRAPPER_GLOBALS, namespace)
         factory = _factories[source] = namespace["_perfetto_make"]
     traced: Callable[P, R] = factory(fn, cat, key, *default_values)
     return traced
@@ -667,14 +619,14 @@ def _decorate_coroutine(
             TYPE_SLICE_BEGIN,
             ts,
             track,
-            b"" if track is None else _track_fields(track, TYPE_SLICE_BEGIN),
+            b"" if track is None else track.event_fields(TYPE_SLICE_BEGIN),
             [],
         )
         try:
             return await fn(*args, **kwargs)
         finally:
             ts = now()
-            extra = b"" if track is None else _track_fields(track, TYPE_SLICE_END)
+            extra = b"" if track is None else track.event_fields(TYPE_SLICE_END)
             for writer in writers:
                 writer.event(0, TYPE_SLICE_END, ts, extra, b"")
 

@@ -7,7 +7,15 @@ cdef int _posix_clock
 
 @cython.locals(ns="long long")
 cpdef long long now() except? -1
-@cython.locals(writers=tuple)
+cdef class ThreadState:
+    cdef public object pid
+    cdef public long long generation
+    cdef public dict writers
+    cdef public dict by_mask
+    cdef public object track
+
+
+@cython.locals(state=ThreadState, writers=tuple)
 cpdef tuple thread_writers(object mask)
 @cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long")
 cpdef tuple slice_enter(object cat, Py_ssize_t key)
@@ -19,3 +27,16 @@ cpdef write_event(tuple writers, Py_ssize_t key, int event_type, long long ts, o
 cpdef tuple event_enter(object cat, Py_ssize_t key, int event_type, object track, bytes extra, list iids)
 @cython.locals(writers=tuple, ts="long long")
 cpdef write_counter(object cat, object track, object value, object timestamp)
+
+
+cdef class Slice:
+    cdef object _cat
+    cdef Py_ssize_t _key
+    cdef object _track
+    cdef bytes _extra
+    cdef list _iids
+    cdef tuple _writers
+
+
+@cython.locals(key=object, extra=bytes, iids=list)
+cpdef Slice thread_slice(object cat, object name, dict args)

@@ -17,8 +17,11 @@ except ImportError:  # installed without Cython: runs as pure Python
     from protozero import _cython_shim as cython
 
 from perfetto_client._categories import registry
+from perfetto_client._debug_annotations import encode_annotations
 from perfetto_client._track_event_writer import (
     TYPE_COUNTER,
+    TYPE_SLICE_BEGIN,
+    TYPE_SLICE_END,
     ThreadTimeWriter,
     TrackEventWriter,
     clock_snapshot_packet,
@@ -46,6 +49,7 @@ class _TraceWriter(Protocol):
 __all__ = [
     "BOOTTIME_CLOCK",
     "TRACK_EVENT_DATA_SOURCE",
+    "Slice",
     "StartupInstance",
     "ThreadState",
     "TrackEventInstance",
@@ -54,6 +58,7 @@ __all__ = [
     "set_trace_clock",
     "slice_enter",
     "slice_exit",
+    "thread_slice",
     "thread_state",
     "thread_writers",
     "write_counter",
@@ -415,6 +420,57 @@ def event_enter(  # noqa: PLR0917 - the hot paths pass their state positionally
     writers = thread_writers(cat.mask)
     write_event(writers, key, event_type, now(), track, extra, iids)
     return writers
+
+
+class Slice:
+    """What `trace_event` returns for an enabled category: a slice around the `with` body."""
+
+    __slots__ = ("_cat", "_extra", "_iids", "_key", "_track", "_writers")
+
+    def __init__(
+        self,
+        cat: Category,
+        key: int,
+        track: Track | None,
+        extra: bytes,
+        iids: list[int],
+    ) -> None:
+        self._cat = cat
+        self._key = key
+        self._track = track
+        self._extra = extra
+        self._iids = iids
+        self._writers: tuple[TrackEventWriter, ...] = ()
+
+    def __enter__(self) -> Slice:
+        if self._track is None and not self._extra:
+            self._writers = slice_enter(self._cat, self._key)
+        else:
+            self._writers = event_enter(
+                self._cat, self._key, TYPE_SLICE_BEGIN, self._track, self._extra, self._iids
+            )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        track = self._track
+        if track is None:
+            slice_exit(self._writers)
+            return
+        ts = now()
+        extra = track.event_fields(TYPE_SLICE_END)
+        for writer in self._writers:
+            writer.event(0, TYPE_SLICE_END, ts, extra, b"")
+
+
+def thread_slice(cat: Category, name: str, args: dict[str, object]) -> Slice:
+    """The slice `name` of enabled category `cat` on the thread's track, with args `args`."""
+    key = cat.keys.get(name)
+    if key is None:
+        key = cat.event_key(name)
+    if not args:
+        return Slice(cat, key, None, b"", [])
+    extra, iids = encode_annotations(args)
+    return Slice(cat, key, None, extra, iids)
 
 
 def write_counter(cat: Category, track: CounterTrack, value: float, timestamp: int | None) -> None:

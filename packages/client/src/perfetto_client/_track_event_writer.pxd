@@ -1,14 +1,19 @@
 import cython
 
+from perfetto_smb._trace_writer cimport TraceWriter
+
 
 cpdef bytes varint(object value)
 
+@cython.locals(size_a=Py_ssize_t, size_b=Py_ssize_t, out=bytes, p="char *")
+cdef bytes _concat3(bytes a, bytes b, bytes c)
 cdef bytes _field_bytes(bytes tag, bytes data)
 
 
 cdef class TrackEventWriter:
     cdef object __weakref__
     cdef object _write
+    cdef TraceWriter _trace_writer
     cdef public object now
     cdef public object clock_id
     cdef public object thread_track_uuid
@@ -31,15 +36,16 @@ cdef class TrackEventWriter:
     @cython.locals(delta="long long")
     cdef bytes _timestamp(self, long long ts)
     cdef tuple _event_head(self, Py_ssize_t key, int event_type)
-    @cython.locals(tail=bytes, delta="long long")
+    @cython.locals(tail=bytes, delta="long long", packet=bytes)
     cpdef slice_begin(self, Py_ssize_t key, long long ts)
     cdef bytes _new_begin_tail(self, Py_ssize_t key, long long ts)
-    @cython.locals(delta="long long")
+    @cython.locals(delta="long long", packet=bytes)
     cpdef slice_end(self, long long ts)
-    @cython.locals(head_key=Py_ssize_t, fields=bytes, size=Py_ssize_t, delta="long long", stamp=bytes)
+    @cython.locals(head_key=Py_ssize_t, fields=bytes, size=Py_ssize_t, delta="long long", stamp=bytes, packet=bytes)
     cpdef event(self, Py_ssize_t key, int event_type, long long ts, bytes extra_fields, bytes interned)
     cpdef ensure_state(self, long long ts)
     cpdef ensure_track(self, object uuid, object descriptor, long long ts)
     cpdef write_raw(self, bytes fields)
+    cdef _bind(self, object write_packet, object close)
     cpdef rebind(self, object write_packet, object close)
     cpdef close(self)

@@ -17,6 +17,16 @@ import threading
 import time
 from collections.abc import Callable
 
+try:
+    import cython
+except ImportError:  # installed without Cython: runs as pure Python
+    from protozero import _cython_shim as cython
+
+if cython.compiled:
+    from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
+    from cython.cimports.libc.string import memcpy
+    from cython.cimports.perfetto_smb._trace_writer import TraceWriter
+
 __all__ = [
     "CLOCK_ID_INCREMENTAL",
     "EventKeys",
@@ -97,6 +107,20 @@ def varint(value: int) -> bytes:
     if value < 268435456:
         return VARINT_PAIRS[value & 0x3FFF] + SHORT_VARINTS[value >> 14]
     return encode_varint(value)
+
+
+def _concat3(a: bytes, b: bytes, c: bytes) -> bytes:
+    """`a + b + c`."""
+    if cython.compiled:
+        size_a = len(a)
+        size_b = len(b)
+        out: bytes = PyBytes_FromStringAndSize(cython.NULL, size_a + size_b + len(c))
+        p = PyBytes_AS_STRING(out)
+        memcpy(p, PyBytes_AS_STRING(a), size_a)
+        memcpy(p + size_a, PyBytes_AS_STRING(b), size_b)
+        memcpy(p + size_a + size_b, PyBytes_AS_STRING(c), len(c))
+        return out
+    return a + b + c
 
 
 def _field_bytes(tag: bytes, data: bytes) -> bytes:
@@ -222,13 +246,12 @@ class TrackEventWriter:
         reset_packets: Callable[[TrackEventWriter, int], list[bytes]],
         close: Callable[[], None],
     ) -> None:
-        self._write = write_packet
+        self._bind(write_packet, close)
         self.now = clock
         """Reads the session's trace clock (ns)."""
         self.clock_id = clock_id
         self.thread_track_uuid = thread_track_uuid
         self._reset_packets = reset_packets
-        self._close = close
         self.last_ts = 0
         self.cleared = True
         """True when the incremental state must be re-emitted before the next event."""
@@ -328,7 +351,11 @@ class TrackEventWriter:
         delta = ts - self.last_ts
         if 0 <= delta < 16384:
             self.last_ts = ts
-            self._write(_TS + SHORT_VARINTS[delta] + tail)
+            packet = _concat3(_TS, SHORT_VARINTS[delta], tail)
+            if cython.compiled and self._trace_writer is not None:
+                self._trace_writer.write_packet(packet)
+            else:
+                self._write(packet)
         else:
             self._write(self._timestamp(ts) + tail)
 
@@ -351,7 +378,11 @@ class TrackEventWriter:
         delta = ts - self.last_ts
         if 0 <= delta < 16384:
             self.last_ts = ts
-            self._write(_TS + SHORT_VARINTS[delta] + _END_TAIL)
+            packet = _concat3(_TS, SHORT_VARINTS[delta], _END_TAIL)
+            if cython.compiled and self._trace_writer is not None:
+                self._trace_writer.write_packet(packet)
+            else:
+                self._write(packet)
         else:
             self._write(self._timestamp(ts) + _END_TAIL)
 
@@ -388,18 +419,20 @@ class TrackEventWriter:
             stamp = self._timestamp(ts)
         if interned:
             stamp += _field_bytes(_INTERNED_DATA, interned)
-        self._write(
-            b"".join(
-                (
-                    stamp,
-                    _TRACK_EVENT,
-                    SHORT_VARINTS[size] if size < 16384 else varint(size),
-                    fields,
-                    extra_fields,
-                    _NEEDS_STATE,
-                )
+        packet = b"".join(
+            (
+                stamp,
+                _TRACK_EVENT,
+                SHORT_VARINTS[size] if size < 16384 else varint(size),
+                fields,
+                extra_fields,
+                _NEEDS_STATE,
             )
         )
+        if cython.compiled and self._trace_writer is not None:
+            self._trace_writer.write_packet(packet)
+        else:
+            self._write(packet)
 
     def ensure_state(self, ts: int) -> None:
         """Re-emits the incremental state if it was cleared (before computing interned data)."""
@@ -418,17 +451,25 @@ class TrackEventWriter:
         """Writes a packet made of already encoded TracePacket fields."""
         self._write(fields)
 
-    def rebind(self, write_packet: Callable[[bytes], None], close: Callable[[], None]) -> None:
-        """Continues the same sequence into another writer (startup tracing adoption)."""
+    def _bind(self, write_packet: Callable[[bytes], None], close: Callable[[], None]) -> None:
         self._write = write_packet
         self._close = close
+        if cython.compiled:
+            # A compiled TraceWriter's write_packet is called from C on the hot paths.
+            owner = getattr(write_packet, "__self__", None)
+            self._trace_writer = owner if type(owner) is TraceWriter else None
+
+    def rebind(self, write_packet: Callable[[bytes], None], close: Callable[[], None]) -> None:
+        """Continues the same sequence into another writer (startup tracing adoption)."""
+        self._bind(write_packet, close)
 
     def close(self) -> None:
         """Flushes and closes the underlying TraceWriter; later events are dropped."""
         if not self.closed:
             self.closed = True
-            self._write = _drop
-            self._close()
+            close = self._close
+            self._bind(_drop, _drop_close)
+            close()
 
 
 class ThreadTimeWriter(TrackEventWriter):
@@ -510,6 +551,10 @@ class ThreadTimeWriter(TrackEventWriter):
 
 def _drop(_packet: bytes) -> None:
     """The writer of a closed sequence."""
+
+
+def _drop_close() -> None:
+    """The close of a closed sequence."""
 
 
 def clock_snapshot_packet(
