@@ -107,7 +107,7 @@ _name_fields: dict[str, tuple[bytes, int, bytes]] = {}
 up to the one-byte varint of an int value below 128)."""
 
 
-def encode_annotations(args: Mapping[str, object]) -> tuple[bytes, list[int]]:
+def encode_annotations(args: dict[str, object]) -> tuple[bytes, list[int]]:
     """TrackEvent.debug_annotations fields for `args`, and the annotation name iids they use."""
     pieces: list[bytes] = []
     iids: list[int] = []

@@ -1,6 +1,6 @@
 import cython
 
-from perfetto_client._track_event_writer cimport TrackEventWriter
+from perfetto_client._track_event_writer cimport TrackEventWriter, counter_fields
 
 cdef object _clock
 cdef int _posix_clock
@@ -38,5 +38,5 @@ cdef class Slice:
     cdef tuple _writers
 
 
-@cython.locals(key=object, extra=bytes, iids=list)
+@cython.locals(key=object, out=Slice)
 cpdef Slice thread_slice(object cat, object name, dict args)

@@ -25,7 +25,7 @@ from perfetto_client._track_event_writer import (
     ThreadTimeWriter,
     TrackEventWriter,
     clock_snapshot_packet,
-    counter_value_field,
+    counter_fields,
 )
 from perfetto_client._tracks import CounterTrack, ProcessTrack, ThreadTrack, Track
 
@@ -451,7 +451,7 @@ class Slice:
             )
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
         track = self._track
         if track is None:
             slice_exit(self._writers)
@@ -467,19 +467,24 @@ def thread_slice(cat: Category, name: str, args: dict[str, object]) -> Slice:
     key = cat.keys.get(name)
     if key is None:
         key = cat.event_key(name)
-    if not args:
-        return Slice(cat, key, None, b"", [])
-    extra, iids = encode_annotations(args)
-    return Slice(cat, key, None, extra, iids)
+    out = Slice.__new__(Slice)
+    out._cat = cat
+    out._key = key
+    out._track = None
+    out._writers = ()
+    if args:
+        out._extra, out._iids = encode_annotations(args)
+    else:
+        out._extra = b""
+        out._iids = []
+    return out
 
 
 def write_counter(cat: Category, track: CounterTrack, value: float, timestamp: int | None) -> None:
     """Adds a point to `track` in every session recording `cat` (an enabled category)."""
     writers = thread_writers(cat.mask)
     ts = now() if timestamp is None else timestamp
-    write_event(
-        writers, 0, TYPE_COUNTER, ts, track, track.uuid_field() + counter_value_field(value), []
-    )
+    write_event(writers, 0, TYPE_COUNTER, ts, track, counter_fields(track.uuid_field(), value), [])
 
 
 def watch_thread_names() -> None:

@@ -8,6 +8,8 @@ cpdef bytes varint(object value)
 @cython.locals(size_a=Py_ssize_t, size_b=Py_ssize_t, out=bytes, p="char *")
 cdef bytes _concat3(bytes a, bytes b, bytes c)
 cdef bytes _field_bytes(bytes tag, bytes data)
+cpdef bytes counter_value_field(object value)
+cpdef bytes counter_fields(bytes track_field, object value)
 
 
 cdef class TrackEventWriter:

@@ -32,6 +32,7 @@ __all__ = [
     "EventKeys",
     "ThreadTimeWriter",
     "TrackEventWriter",
+    "counter_fields",
     "event_keys",
     "intern_debug_annotation_name",
     "load_encoders",
@@ -615,6 +616,13 @@ def counter_value_field(value: int | float) -> bytes:
             return _COUNTER_VALUE + SHORT_VARINTS[value]
         return _COUNTER_VALUE + varint(value & _U64)
     return _DOUBLE_COUNTER_VALUE + _pack_double(float(value))
+
+
+def counter_fields(track_field: bytes, value: int | float) -> bytes:
+    """`track_field` followed by the counter value field of `value`."""
+    if type(value) is int and 0 <= value < 16384:
+        return _concat3(track_field, _COUNTER_VALUE, SHORT_VARINTS[value])
+    return track_field + counter_value_field(value)
 
 
 def boottime_ns() -> int:
