@@ -23,9 +23,7 @@ cpdef tuple slice_enter(object cat, Py_ssize_t key)
 cpdef slice_exit(tuple writers)
 @cython.locals(writer=TrackEventWriter, lineage=tuple, interned=bytes)
 cpdef write_event(tuple writers, Py_ssize_t key, int event_type, long long ts, object track, bytes extra, list iids)
-@cython.locals(writers=tuple)
-cpdef tuple event_enter(object cat, Py_ssize_t key, int event_type, object track, bytes extra, list iids)
-@cython.locals(writers=tuple, ts="long long")
+@cython.locals(writers=tuple, ts="long long", extra=bytes, lineage=tuple, writer=TrackEventWriter)
 cpdef write_counter(object cat, object track, object value, object timestamp)
 
 

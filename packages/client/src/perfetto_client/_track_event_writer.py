@@ -352,11 +352,10 @@ class TrackEventWriter:
         delta = ts - self.last_ts
         if 0 <= delta < 16384:
             self.last_ts = ts
-            packet = _concat3(_TS, SHORT_VARINTS[delta], tail)
             if cython.compiled and self._trace_writer is not None:
-                self._trace_writer.write_packet(packet)
+                self._trace_writer.write_packet(_concat3(_TS, SHORT_VARINTS[delta], tail))
             else:
-                self._write(packet)
+                self._write(_TS + SHORT_VARINTS[delta] + tail)
         else:
             self._write(self._timestamp(ts) + tail)
 
@@ -379,11 +378,10 @@ class TrackEventWriter:
         delta = ts - self.last_ts
         if 0 <= delta < 16384:
             self.last_ts = ts
-            packet = _concat3(_TS, SHORT_VARINTS[delta], _END_TAIL)
             if cython.compiled and self._trace_writer is not None:
-                self._trace_writer.write_packet(packet)
+                self._trace_writer.write_packet(_concat3(_TS, SHORT_VARINTS[delta], _END_TAIL))
             else:
-                self._write(packet)
+                self._write(_TS + SHORT_VARINTS[delta] + _END_TAIL)
         else:
             self._write(self._timestamp(ts) + _END_TAIL)
 
