@@ -21,9 +21,9 @@ cpdef tuple thread_writers(object mask)
 cpdef tuple slice_enter(object cat, Py_ssize_t key)
 @cython.locals(writer=TrackEventWriter, ts="long long")
 cpdef slice_exit(tuple writers)
-@cython.locals(writer=TrackEventWriter, lineage=tuple, interned=bytes)
+@cython.locals(writer=TrackEventWriter, interned=bytes)
 cpdef write_event(tuple writers, Py_ssize_t key, int event_type, long long ts, object track, bytes extra, list iids)
-@cython.locals(writers=tuple, ts="long long", extra=bytes, lineage=tuple, writer=TrackEventWriter)
+@cython.locals(writers=tuple, ts="long long", extra=bytes, writer=TrackEventWriter)
 cpdef write_counter(object cat, object track, object value, object timestamp)
 
 
@@ -38,3 +38,4 @@ cdef class Slice:
 
 @cython.locals(key=object, out=Slice)
 cpdef Slice thread_slice(object cat, object name, dict args)
+cdef _describe(TrackEventWriter writer, object track, long long ts)

@@ -398,13 +398,11 @@ def write_event(  # noqa: PLR0917 - the hot paths pass their state positionally
 ) -> None:
     """Writes one event with encoded TrackEvent fields `extra` (annotation names `iids`) on
     `track`, described first where a sequence has not described it yet."""
-    lineage = track.lineage() if track is not None else ()
     for writer in writers:
         if writer.cleared:
             writer.ensure_state(ts)
-        for item in lineage:
-            if item.uuid not in writer.seen_tracks:
-                writer.ensure_track(item.uuid, item.descriptor_bytes, ts)
+        if track is not None and track.uuid not in writer.seen_tracks:
+            _describe(writer, track, ts)
         interned = writer.interned_for(0, 0, iids) if iids else b""
         writer.event(key, event_type, ts, extra, interned)
 
@@ -478,14 +476,20 @@ def write_counter(cat: Category, track: CounterTrack, value: float, timestamp: i
     writers = thread_writers(cat.mask)
     ts = (now() if cython.compiled else _clock()) if timestamp is None else timestamp
     extra = counter_fields(track.uuid_field(), value)
-    lineage = track.lineage()
+    uuid = track.uuid
     for writer in writers:
         if writer.cleared:
             writer.ensure_state(ts)
-        for item in lineage:
-            if item.uuid not in writer.seen_tracks:
-                writer.ensure_track(item.uuid, item.descriptor_bytes, ts)
+        if uuid not in writer.seen_tracks:  # else its ancestors were described before it
+            _describe(writer, track, ts)
         writer.event(0, TYPE_COUNTER, ts, extra, b"")
+
+
+def _describe(writer: TrackEventWriter, track: Track, ts: int) -> None:
+    """Emits the descriptors of `track` and its ancestors that `writer` has not emitted."""
+    for item in track.lineage():
+        if item.uuid not in writer.seen_tracks:
+            writer.ensure_track(item.uuid, item.descriptor_bytes, ts)
 
 
 def watch_thread_names() -> None:
