@@ -413,14 +413,16 @@ class TrackEventWriter:
         delta = ts - self.last_ts
         if 0 <= delta < 16384:
             self.last_ts = ts
-            stamp = _TS + SHORT_VARINTS[delta]
+            stamp = _TS
+            stamp_value = SHORT_VARINTS[delta]
         else:
             stamp = self._timestamp(ts)
-        if interned:
-            stamp += _field_bytes(_INTERNED_DATA, interned)
+            stamp_value = b""
         packet = b"".join(
             (
                 stamp,
+                stamp_value,
+                _field_bytes(_INTERNED_DATA, interned) if interned else b"",
                 _TRACK_EVENT,
                 SHORT_VARINTS[size] if size < 16384 else varint(size),
                 fields,
