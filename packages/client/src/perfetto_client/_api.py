@@ -9,18 +9,18 @@ import weakref
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from perfetto_client._categories import Category, registry
+from perfetto_client._categories import Category, category_of, registry
 from perfetto_client._debug_annotations import encode_annotations
 from perfetto_client._errors import TracingError
 from perfetto_client._track_event import (
     Slice,
+    counter,
     now,
     set_trace_clock,
     slice_enter,
     slice_exit,
     thread_slice,
     thread_writers,
-    write_counter,
     write_event,
 )
 from perfetto_client._track_event_writer import (
@@ -30,7 +30,7 @@ from perfetto_client._track_event_writer import (
     flow_fields,
     varint,
 )
-from perfetto_client._tracks import CounterTrack, NamedTrack, Track, process_uuid
+from perfetto_client._tracks import NamedTrack, Track, process_uuid
 
 if TYPE_CHECKING:
     from perfetto_protos.trace.track_event.track_event_pb2 import TrackEvent
@@ -52,14 +52,6 @@ R = TypeVar("R")
 
 _CORRELATION_ID = b"\xa0\x03"  # TrackEvent.correlation_id (52)
 _CORRELATION_ID_STR = b"\xaa\x03"  # TrackEvent.correlation_id_str (53)
-
-
-def _category(category: str | Category) -> Category:
-    if isinstance(category, Category):
-        return category
-    if not isinstance(category, str):
-        raise TracingError(f"a category is a str or a Category, not {type(category).__name__}")
-    return registry.static_category(category)
 
 
 def is_enabled(category: str | Category) -> bool:
@@ -303,7 +295,7 @@ def _record(  # noqa: PLR0917 - positional: a call with ten keywords costs more 
     args: dict[str, object],
 ) -> None:
     """Writes one event if `category` is enabled (what begin, end and instant share)."""
-    cat = category if type(category) is Category else _category(category)
+    cat = category if type(category) is Category else category_of(category)
     if cat.enabled:
         _event(
             cat,
@@ -399,31 +391,6 @@ def instant(
     )
 
 
-_counter_tracks: dict[str, CounterTrack] = {}
-
-
-def counter(
-    category: str | Category,
-    track: CounterTrack | str,
-    value: float,
-    *,
-    timestamp: int | None = None,
-) -> None:
-    """Adds a point to a counter track (a CounterTrack, or a name under the process track).
-
-    An int value is recorded as an int64 counter value, a float as a double.
-    """
-    cat = category if isinstance(category, Category) else _category(category)
-    if not cat.enabled:
-        return
-    if isinstance(track, str):
-        found = _counter_tracks.get(track)
-        if found is None:
-            found = _counter_tracks[track] = CounterTrack(track)
-        track = found
-    write_counter(cat, track, value, timestamp)
-
-
 class _NoSlice:
     """What `trace_event` returns for a disabled category."""
 
@@ -455,7 +422,7 @@ def trace_event(
 
     Inside an asyncio task the slice goes on the task's track, so it survives awaits.
     """
-    cat = category if isinstance(category, Category) else _category(category)
+    cat = category if isinstance(category, Category) else category_of(category)
     if not cat.enabled:
         return _NO_SLICE
     if track is None:
@@ -501,7 +468,7 @@ def trace(
     """
     if callable(category) and not isinstance(category, Category):
         return _decorate(registry.static_category("default"), None, category)
-    cat = _category(category)
+    cat = category_of(category)
 
     def decorator(fn: Callable[P, R]) -> Callable[P, R]:
         return _decorate(cat, name, fn)

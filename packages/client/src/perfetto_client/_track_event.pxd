@@ -23,8 +23,8 @@ cpdef tuple slice_enter(object cat, Py_ssize_t key)
 cpdef slice_exit(tuple writers)
 @cython.locals(writer=TrackEventWriter, interned=bytes)
 cpdef write_event(tuple writers, Py_ssize_t key, int event_type, long long ts, object track, bytes extra, list iids)
-@cython.locals(writers=tuple, ts="long long", extra=bytes, writer=TrackEventWriter)
-cpdef write_counter(object cat, object track, object value, object timestamp)
+cdef dict _counter_tracks
+
 
 
 cdef class Slice:

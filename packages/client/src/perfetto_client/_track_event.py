@@ -9,14 +9,14 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 try:
     import cython
 except ImportError:  # installed without Cython: runs as pure Python
     from protozero import _cython_shim as cython
 
-from perfetto_client._categories import registry
+from perfetto_client._categories import Category, category_of, registry
 from perfetto_client._debug_annotations import encode_annotations
 from perfetto_client._track_event_writer import (
     TYPE_COUNTER,
@@ -31,9 +31,6 @@ from perfetto_client._tracks import CounterTrack, ProcessTrack, ThreadTrack, Tra
 
 if cython.compiled:
     from cython.cimports.posix.time import clock_gettime, timespec
-
-if TYPE_CHECKING:
-    from perfetto_client._categories import Category
 
 
 class _TraceWriter(Protocol):
@@ -53,6 +50,7 @@ __all__ = [
     "StartupInstance",
     "ThreadState",
     "TrackEventInstance",
+    "counter",
     "now",
     "set_trace_clock",
     "slice_enter",
@@ -60,7 +58,6 @@ __all__ = [
     "thread_slice",
     "thread_state",
     "thread_writers",
-    "write_counter",
     "write_event",
 ]
 
@@ -471,8 +468,29 @@ def thread_slice(cat: Category, name: str, args: dict[str, object]) -> Slice:
     return out
 
 
-def write_counter(cat: Category, track: CounterTrack, value: float, timestamp: int | None) -> None:
-    """Adds a point to `track` in every session recording `cat` (an enabled category)."""
+_counter_tracks: dict[str, CounterTrack] = {}
+
+
+@cython.locals(writers=tuple, ts="long long", extra=bytes, writer=TrackEventWriter)  # type: ignore[untyped-decorator]
+def counter(
+    category: str | Category,
+    track: CounterTrack | str,
+    value: float,
+    *,
+    timestamp: int | None = None,
+) -> None:
+    """Adds a point to a counter track (a CounterTrack, or a name under the process track).
+
+    An int value is recorded as an int64 counter value, a float as a double.
+    """
+    cat = category if isinstance(category, Category) else category_of(category)
+    if not cat.enabled:
+        return
+    if isinstance(track, str):
+        found = _counter_tracks.get(track)
+        if found is None:
+            found = _counter_tracks[track] = CounterTrack(track)
+        track = found
     writers = thread_writers(cat.mask)
     ts = (now() if cython.compiled else _clock()) if timestamp is None else timestamp
     extra = counter_fields(track.uuid_field(), value)
