@@ -19,8 +19,8 @@ from perfetto_client._track_event import (
     set_trace_clock,
     slice_enter,
     slice_exit,
-    thread_slice,
     thread_writers,
+    trace_event,
     write_event,
 )
 from perfetto_client._track_event_writer import (
@@ -391,50 +391,21 @@ def instant(
     )
 
 
-class _NoSlice:
-    """What `trace_event` returns for a disabled category."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> _NoSlice:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NO_SLICE = _NoSlice()
-
-
-def trace_event(
-    category: str | Category,
+def custom_slice(  # noqa: PLR0917 - trace_event passes its arguments positionally
+    cat: Category,
     name: str,
-    /,
-    *,
-    track: Track | None = None,
-    flow: FlowArg = None,
-    terminating_flow: FlowArg = None,
-    correlation_id: int | str | None = None,
-    proto: Callable[[TrackEvent], None] | None = None,
-    **args: object,
-) -> Slice | _NoSlice:
-    """A context manager recording a slice `name` around its body; keyword arguments are args.
-
-    Inside an asyncio task the slice goes on the task's track, so it survives awaits.
-    """
-    cat = category if isinstance(category, Category) else category_of(category)
-    if not cat.enabled:
-        return _NO_SLICE
+    track: Track | None,
+    flow: FlowArg,
+    terminating_flow: FlowArg,
+    correlation_id: int | str | None,
+    proto: Callable[[TrackEvent], None] | None,
+    args: dict[str, object],
+) -> Slice:
+    """The slice `trace_event` returns for an enabled category when it goes on another track
+    than the thread's (an explicit one, or the running asyncio task's) or carries more than
+    args."""
     if track is None:
         track = _task_track()
-    if (
-        track is None
-        and flow is None
-        and terminating_flow is None
-        and correlation_id is None
-        and proto is None
-    ):
-        return thread_slice(cat, name, args)
     extra, iids = _extra_fields(
         track,
         TYPE_SLICE_BEGIN,

@@ -39,3 +39,5 @@ cdef class Slice:
 @cython.locals(key=object, out=Slice)
 cpdef Slice thread_slice(object cat, object name, dict args)
 cdef _describe(TrackEventWriter writer, object track, long long ts)
+cdef object _NO_SLICE
+cdef bint _in_running_loop() except -1

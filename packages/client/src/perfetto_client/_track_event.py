@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 try:
     import cython
@@ -32,6 +33,11 @@ from perfetto_client._tracks import CounterTrack, ProcessTrack, ThreadTrack, Tra
 if cython.compiled:
     from cython.cimports.posix.time import clock_gettime, timespec
 
+if TYPE_CHECKING:
+    from perfetto_protos.trace.track_event.track_event_pb2 import TrackEvent
+
+    from perfetto_client._api import FlowArg
+
 
 class _TraceWriter(Protocol):
     """What a TrackEventWriter needs of a perfetto_smb.TraceWriter."""
@@ -46,6 +52,7 @@ class _TraceWriter(Protocol):
 __all__ = [
     "BOOTTIME_CLOCK",
     "TRACK_EVENT_DATA_SOURCE",
+    "NoSlice",
     "Slice",
     "StartupInstance",
     "ThreadState",
@@ -58,6 +65,7 @@ __all__ = [
     "thread_slice",
     "thread_state",
     "thread_writers",
+    "trace_event",
     "write_event",
 ]
 
@@ -466,6 +474,60 @@ def thread_slice(cat: Category, name: str, args: dict[str, object]) -> Slice:
         out._extra = b""
         out._iids = []
     return out
+
+
+class NoSlice:
+    """What `trace_event` returns for a disabled category."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> NoSlice:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
+        return None
+
+
+_NO_SLICE = NoSlice()
+
+
+def trace_event(
+    category: str | Category,
+    name: str,
+    /,
+    *,
+    track: Track | None = None,
+    flow: FlowArg = None,
+    terminating_flow: FlowArg = None,
+    correlation_id: int | str | None = None,
+    proto: Callable[[TrackEvent], None] | None = None,
+    **args: object,
+) -> Slice | NoSlice:
+    """A context manager recording a slice `name` around its body; keyword arguments are args.
+
+    Inside an asyncio task the slice goes on the task's track, so it survives awaits.
+    """
+    cat = category if isinstance(category, Category) else category_of(category)
+    if not cat.enabled:
+        return _NO_SLICE
+    if (
+        track is None
+        and flow is None
+        and terminating_flow is None
+        and correlation_id is None
+        and proto is None
+        and not _in_running_loop()
+    ):
+        return thread_slice(cat, name, args)
+    from perfetto_client._api import custom_slice
+
+    return custom_slice(cat, name, track, flow, terminating_flow, correlation_id, proto, args)
+
+
+def _in_running_loop() -> bool:
+    """Whether an asyncio event loop runs on this thread (never, if asyncio is not imported)."""
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is not None and asyncio._get_running_loop() is not None
 
 
 _counter_tracks: dict[str, CounterTrack] = {}
