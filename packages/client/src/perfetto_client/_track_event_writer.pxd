@@ -1,7 +1,5 @@
 import cython
 
-from perfetto_smb._trace_writer cimport TraceWriter
-
 
 cpdef bytes varint(object value)
 
@@ -15,7 +13,6 @@ cpdef bytes counter_fields(bytes track_field, object value)
 cdef class TrackEventWriter:
     cdef object __weakref__
     cdef object _write
-    cdef TraceWriter _trace_writer
     cdef public object now
     cdef public object clock_id
     cdef public object thread_track_uuid
@@ -48,6 +45,5 @@ cdef class TrackEventWriter:
     cpdef ensure_state(self, long long ts)
     cpdef ensure_track(self, object uuid, object descriptor, long long ts)
     cpdef write_raw(self, bytes fields)
-    cdef _bind(self, object write_packet, object close)
     cpdef rebind(self, object write_packet, object close)
     cpdef close(self)

@@ -25,7 +25,6 @@ except ImportError:  # installed without Cython: runs as pure Python
 if cython.compiled:
     from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
     from cython.cimports.libc.string import memcpy
-    from cython.cimports.perfetto_smb._trace_writer import TraceWriter
 
 __all__ = [
     "CLOCK_ID_INCREMENTAL",
@@ -247,7 +246,8 @@ class TrackEventWriter:
         reset_packets: Callable[[TrackEventWriter, int], list[bytes]],
         close: Callable[[], None],
     ) -> None:
-        self._bind(write_packet, close)
+        self._write = write_packet
+        self._close = close
         self.now = clock
         """Reads the session's trace clock (ns)."""
         self.clock_id = clock_id
@@ -352,8 +352,8 @@ class TrackEventWriter:
         delta = ts - self.last_ts
         if 0 <= delta < 16384:
             self.last_ts = ts
-            if cython.compiled and self._trace_writer is not None:
-                self._trace_writer.write_packet(_concat3(_TS, SHORT_VARINTS[delta], tail))
+            if cython.compiled:
+                self._write(_concat3(_TS, SHORT_VARINTS[delta], tail))
             else:
                 self._write(_TS + SHORT_VARINTS[delta] + tail)
         else:
@@ -378,8 +378,8 @@ class TrackEventWriter:
         delta = ts - self.last_ts
         if 0 <= delta < 16384:
             self.last_ts = ts
-            if cython.compiled and self._trace_writer is not None:
-                self._trace_writer.write_packet(_concat3(_TS, SHORT_VARINTS[delta], _END_TAIL))
+            if cython.compiled:
+                self._write(_concat3(_TS, SHORT_VARINTS[delta], _END_TAIL))
             else:
                 self._write(_TS + SHORT_VARINTS[delta] + _END_TAIL)
         else:
@@ -430,10 +430,7 @@ class TrackEventWriter:
                 _NEEDS_STATE,
             )
         )
-        if cython.compiled and self._trace_writer is not None:
-            self._trace_writer.write_packet(packet)
-        else:
-            self._write(packet)
+        self._write(packet)
 
     def ensure_state(self, ts: int) -> None:
         """Re-emits the incremental state if it was cleared (before computing interned data)."""
@@ -452,25 +449,17 @@ class TrackEventWriter:
         """Writes a packet made of already encoded TracePacket fields."""
         self._write(fields)
 
-    def _bind(self, write_packet: Callable[[bytes], None], close: Callable[[], None]) -> None:
-        self._write = write_packet
-        self._close = close
-        if cython.compiled:
-            # A compiled TraceWriter's write_packet is called from C on the hot paths.
-            owner = getattr(write_packet, "__self__", None)
-            self._trace_writer = owner if type(owner) is TraceWriter else None
-
     def rebind(self, write_packet: Callable[[bytes], None], close: Callable[[], None]) -> None:
         """Continues the same sequence into another writer (startup tracing adoption)."""
-        self._bind(write_packet, close)
+        self._write = write_packet
+        self._close = close
 
     def close(self) -> None:
         """Flushes and closes the underlying TraceWriter; later events are dropped."""
         if not self.closed:
             self.closed = True
-            close = self._close
-            self._bind(_drop, _drop_close)
-            close()
+            self._write = _drop
+            self._close()
 
 
 class ThreadTimeWriter(TrackEventWriter):
@@ -552,10 +541,6 @@ class ThreadTimeWriter(TrackEventWriter):
 
 def _drop(_packet: bytes) -> None:
     """The writer of a closed sequence."""
-
-
-def _drop_close() -> None:
-    """The close of a closed sequence."""
 
 
 def clock_snapshot_packet(
