@@ -9,21 +9,28 @@ import weakref
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from perfetto_client._categories import Category, registry
+from perfetto_client._categories import Category, category_of, registry
 from perfetto_client._debug_annotations import encode_annotations
 from perfetto_client._errors import TracingError
-from perfetto_client._track_event import thread_writers
+from perfetto_client._track_event import (
+    Slice,
+    counter,
+    now,
+    set_trace_clock,
+    slice_enter,
+    slice_exit,
+    thread_writers,
+    trace_event,
+    write_event,
+)
 from perfetto_client._track_event_writer import (
-    TYPE_COUNTER,
     TYPE_INSTANT,
     TYPE_SLICE_BEGIN,
     TYPE_SLICE_END,
-    TrackEventWriter,
-    counter_value_field,
     flow_fields,
     varint,
 )
-from perfetto_client._tracks import CounterTrack, NamedTrack, Track, process_uuid
+from perfetto_client._tracks import NamedTrack, Track, process_uuid
 
 if TYPE_CHECKING:
     from perfetto_protos.trace.track_event.track_event_pb2 import TrackEvent
@@ -45,29 +52,6 @@ R = TypeVar("R")
 
 _CORRELATION_ID = b"\xa0\x03"  # TrackEvent.correlation_id (52)
 _CORRELATION_ID_STR = b"\xaa\x03"  # TrackEvent.correlation_id_str (53)
-
-
-def _boottime() -> Callable[[], int]:
-    import time
-
-    return functools.partial(time.clock_gettime_ns, time.CLOCK_BOOTTIME)
-
-
-_now: Callable[[], int] = _boottime()
-
-
-def set_trace_clock(clock: Callable[[], int]) -> None:
-    """Sets the clock event timestamps are read from (BOOTTIME unless initialized otherwise)."""
-    global _now  # noqa: PLW0603 - the hot paths read the clock as a module global
-    _now = clock
-
-
-def _category(category: str | Category) -> Category:
-    if isinstance(category, Category):
-        return category
-    if not isinstance(category, str):
-        raise TracingError(f"a category is a str or a Category, not {type(category).__name__}")
-    return registry.static_category(category)
 
 
 def is_enabled(category: str | Category) -> bool:
@@ -215,13 +199,6 @@ def _task_track() -> _TaskTrack | None:
     return _track_of_task(task)
 
 
-def _track_fields(track: Track, event_type: int) -> bytes:
-    """TrackEvent fields putting an event of `event_type` on `track`."""
-    if type(track) is _TaskTrack:
-        return track.event_fields(event_type)
-    return track.uuid_field()
-
-
 def _extra_fields(
     track: Track | None,
     event_type: int,
@@ -236,7 +213,7 @@ def _extra_fields(
     out = b""
     iids: list[int] = []
     if track is not None:
-        out += _track_fields(track, event_type)
+        out += track.event_fields(event_type)
     if args:
         encoded, iids = encode_annotations(args)
         out += encoded
@@ -257,24 +234,6 @@ def _extra_fields(
     return out, iids
 
 
-def _emit(  # noqa: PLR0917 - the hot path passes its state positionally
-    writers: tuple[TrackEventWriter, ...],
-    key: int,
-    event_type: int,
-    ts: int,
-    track: Track | None,
-    extra: bytes,
-    iids: list[int],
-) -> None:
-    lineage = track.lineage() if track is not None else ()
-    for writer in writers:
-        writer.ensure_state(ts)
-        for item in lineage:
-            writer.ensure_track(item.uuid, item.descriptor_bytes, ts)
-        interned = writer.interned_for(0, 0, iids) if iids else b""
-        writer.event(key, event_type, ts, extra, interned)
-
-
 def _event(  # noqa: PLR0917 - positional: a call with ten keywords costs more than the event
     cat: Category,
     name: str,
@@ -291,7 +250,7 @@ def _event(  # noqa: PLR0917 - positional: a call with ten keywords costs more t
     writers = thread_writers(cat.mask)
     if not writers:
         return
-    ts = _now() if timestamp is None else timestamp
+    ts = now() if timestamp is None else timestamp
     if track is None:
         track = _task_track()
     key = cat.event_key(name) if name else 0
@@ -320,7 +279,7 @@ def _event(  # noqa: PLR0917 - positional: a call with ten keywords costs more t
         correlation_id=correlation_id,
         proto=proto,
     )
-    _emit(writers, key, event_type, ts, track, extra, iids)
+    write_event(writers, key, event_type, ts, track, extra, iids)
 
 
 def _record(  # noqa: PLR0917 - positional: a call with ten keywords costs more than the event
@@ -336,7 +295,7 @@ def _record(  # noqa: PLR0917 - positional: a call with ten keywords costs more 
     args: dict[str, object],
 ) -> None:
     """Writes one event if `category` is enabled (what begin, end and instant share)."""
-    cat = category if type(category) is Category else _category(category)
+    cat = category if type(category) is Category else category_of(category)
     if cat.enabled:
         _event(
             cat,
@@ -432,129 +391,21 @@ def instant(
     )
 
 
-_counter_tracks: dict[str, CounterTrack] = {}
-
-
-def counter(
-    category: str | Category,
-    track: CounterTrack | str,
-    value: float,
-    *,
-    timestamp: int | None = None,
-) -> None:
-    """Adds a point to a counter track (a CounterTrack, or a name under the process track).
-
-    An int value is recorded as an int64 counter value, a float as a double.
-    """
-    cat = category if isinstance(category, Category) else _category(category)
-    if not cat.enabled:
-        return
-    if isinstance(track, str):
-        found = _counter_tracks.get(track)
-        if found is None:
-            found = _counter_tracks[track] = CounterTrack(track)
-        track = found
-    writers = thread_writers(cat.mask)
-    ts = _now() if timestamp is None else timestamp
-    lineage = track.lineage()
-    extra = track.uuid_field() + counter_value_field(value)
-    for writer in writers:
-        if writer.cleared:
-            writer.ensure_state(ts)
-        for item in lineage:
-            if item.uuid not in writer.seen_tracks:
-                writer.ensure_track(item.uuid, item.descriptor_bytes, ts)
-        writer.event(0, TYPE_COUNTER, ts, extra, b"")
-
-
-class _Slice:
-    """What `trace_event` returns for an enabled category: a slice around the `with` body."""
-
-    __slots__ = ("_cat", "_extra", "_iids", "_key", "_track", "_writers")
-
-    def __init__(
-        self,
-        cat: Category,
-        key: int,
-        track: Track | None,
-        extra: bytes,
-        iids: list[int],
-    ) -> None:
-        self._cat = cat
-        self._key = key
-        self._track = track
-        self._extra = extra
-        self._iids = iids
-        self._writers: tuple[TrackEventWriter, ...] = ()
-
-    def __enter__(self) -> _Slice:
-        writers = self._writers = thread_writers(self._cat.mask)
-        ts = _now()
-        if self._track is None and not self._extra:
-            for writer in writers:
-                writer.slice_begin(self._key, ts)
-        else:
-            _emit(writers, self._key, TYPE_SLICE_BEGIN, ts, self._track, self._extra, self._iids)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        ts = _now()
-        track = self._track
-        if track is None:
-            for writer in self._writers:
-                writer.slice_end(ts)
-        else:
-            extra = _track_fields(track, TYPE_SLICE_END)
-            for writer in self._writers:
-                writer.event(0, TYPE_SLICE_END, ts, extra, b"")
-
-
-class _NoSlice:
-    """What `trace_event` returns for a disabled category."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> _NoSlice:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NO_SLICE = _NoSlice()
-
-
-def trace_event(
-    category: str | Category,
+def custom_slice(  # noqa: PLR0917 - trace_event passes its arguments positionally
+    cat: Category,
     name: str,
-    /,
-    *,
-    track: Track | None = None,
-    flow: FlowArg = None,
-    terminating_flow: FlowArg = None,
-    correlation_id: int | str | None = None,
-    proto: Callable[[TrackEvent], None] | None = None,
-    **args: object,
-) -> _Slice | _NoSlice:
-    """A context manager recording a slice `name` around its body; keyword arguments are args.
-
-    Inside an asyncio task the slice goes on the task's track, so it survives awaits.
-    """
-    cat = category if isinstance(category, Category) else _category(category)
-    if not cat.enabled:
-        return _NO_SLICE
+    track: Track | None,
+    flow: FlowArg,
+    terminating_flow: FlowArg,
+    correlation_id: int | str | None,
+    proto: Callable[[TrackEvent], None] | None,
+    args: dict[str, object],
+) -> Slice:
+    """The slice `trace_event` returns for an enabled category when it goes on another track
+    than the thread's (an explicit one, or the running asyncio task's) or carries more than
+    args."""
     if track is None:
         track = _task_track()
-    key = cat.event_key(name)
-    if (
-        track is None
-        and not args
-        and flow is None
-        and terminating_flow is None
-        and correlation_id is None
-        and proto is None
-    ):
-        return _Slice(cat, key, None, b"", [])
     extra, iids = _extra_fields(
         track,
         TYPE_SLICE_BEGIN,
@@ -564,7 +415,7 @@ def trace_event(
         correlation_id=correlation_id,
         proto=proto,
     )
-    return _Slice(cat, key, track, extra, iids)
+    return Slice(cat, cat.event_key(name), track, extra, iids)
 
 
 @overload
@@ -588,7 +439,7 @@ def trace(
     """
     if callable(category) and not isinstance(category, Category):
         return _decorate(registry.static_category("default"), None, category)
-    cat = _category(category)
+    cat = category_of(category)
 
     def decorator(fn: Callable[P, R]) -> Callable[P, R]:
         return _decorate(cat, name, fn)
@@ -616,18 +467,14 @@ def _perfetto_make(_perfetto_fn, _perfetto_cat, _perfetto_key, {defaults}):
     def traced({params}):
         if not _perfetto_cat.enabled:
             return _perfetto_fn({args})
-        _perfetto_writers = thread_writers(_perfetto_cat.mask)
-        _perfetto_ts = _now()
-        for _perfetto_writer in _perfetto_writers:
-            _perfetto_writer.slice_begin(_perfetto_key, _perfetto_ts)
+        _perfetto_writers = slice_enter(_perfetto_cat, _perfetto_key)
         try:
             return _perfetto_fn({args})
         finally:
-            _perfetto_ts = _now()
-            for _perfetto_writer in _perfetto_writers:
-                _perfetto_writer.slice_end(_perfetto_ts)
+            slice_exit(_perfetto_writers)
     return traced
 """
+_WRAPPER_GLOBALS = {"slice_enter": slice_enter, "slice_exit": slice_exit}
 
 
 def _wrapper(fn: Callable[P, R], cat: Category, key: int) -> Callable[P, R]:
@@ -642,7 +489,7 @@ def _wrapper(fn: Callable[P, R], cat: Category, key: int) -> Callable[P, R]:
     factory = _factories.get(source)
     if factory is None:
         namespace: dict[str, Any] = {}
-        exec(compile(source, "<perfetto_client.trace>", "exec"), globals(), namespace)
+        exec(compile(source, "<perfetto_client.trace>", "exec"), _WRAPPER_GLOBALS, namespace)
         factory = _factories[source] = namespace["_perfetto_make"]
     traced: Callable[P, R] = factory(fn, cat, key, *default_values)
     return traced
@@ -703,21 +550,21 @@ def _decorate_coroutine(
             return await fn(*args, **kwargs)
         track = _task_track()
         writers = thread_writers(cat.mask)
-        ts = _now()
-        _emit(
+        ts = now()
+        write_event(
             writers,
             key,
             TYPE_SLICE_BEGIN,
             ts,
             track,
-            b"" if track is None else _track_fields(track, TYPE_SLICE_BEGIN),
+            b"" if track is None else track.event_fields(TYPE_SLICE_BEGIN),
             [],
         )
         try:
             return await fn(*args, **kwargs)
         finally:
-            ts = _now()
-            extra = b"" if track is None else _track_fields(track, TYPE_SLICE_END)
+            ts = now()
+            extra = b"" if track is None else track.event_fields(TYPE_SLICE_END)
             for writer in writers:
                 writer.event(0, TYPE_SLICE_END, ts, extra, b"")
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from perfetto_client._track_event import TrackEventInstance
 
-__all__ = ["Category", "CategoryRegistry", "category_enabled_by", "registry"]
+__all__ = ["Category", "CategoryRegistry", "category_enabled_by", "category_of", "registry"]
 
 _DEFAULT_DISABLED_TAGS = ("slow", "debug")
 
@@ -245,3 +245,12 @@ class CategoryRegistry:
 
 registry = CategoryRegistry()
 """The process-wide category registry."""
+
+
+def category_of(category: str | Category) -> Category:
+    """`category` itself, or the registered (else dynamic) category of that name."""
+    if isinstance(category, Category):
+        return category
+    if not isinstance(category, str):
+        raise TracingError(f"a category is a str or a Category, not {type(category).__name__}")
+    return registry.static_category(category)

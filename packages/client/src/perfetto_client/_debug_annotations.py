@@ -102,26 +102,34 @@ def _value(value: object, depth: int) -> bytes:
     return _str(repr(value))
 
 
-_name_fields: dict[str, tuple[bytes, int]] = {}
-"""Annotation name -> (encoded DebugAnnotation.name_iid field, iid)."""
+_name_fields: dict[str, tuple[bytes, int, bytes]] = {}
+"""Annotation name -> (encoded DebugAnnotation.name_iid field, iid, the encoded annotation
+up to the one-byte varint of an int value below 128)."""
 
 
-def encode_annotations(args: Mapping[str, object]) -> tuple[bytes, list[int]]:
+def encode_annotations(args: dict[str, object]) -> tuple[bytes, list[int]]:
     """TrackEvent.debug_annotations fields for `args`, and the annotation name iids they use."""
-    out = b""
+    pieces: list[bytes] = []
     iids: list[int] = []
     short = _encoders.SHORT_VARINTS
     for name, value in args.items():
         found = _name_fields.get(name)
         if found is None:
             iid = intern_debug_annotation_name(name)
-            found = _name_fields[name] = (_NAME_IID + varint(iid), iid)
-        prefix, iid = found
+            name_field = _NAME_IID + varint(iid)
+            found = _name_fields[name] = (
+                name_field,
+                iid,
+                _ANNOTATION + varint(len(name_field) + 2) + name_field + _INT,
+            )
+        prefix, iid, small_int_head = found
         iids.append(iid)
-        if type(value) is int and 0 <= value < 16384:
-            body = prefix + _INT + short[value]
-        else:
-            body = prefix + _value(value, 0)
+        if type(value) is int and 0 <= value < 128:
+            pieces.append(small_int_head)
+            pieces.append(short[value])
+            continue
+        body = prefix + _value(value, 0)
         size = len(body)
-        out += _ANNOTATION + (short[size] if size < 16384 else varint(size)) + body
-    return out, iids
+        pieces.append(_ANNOTATION + (short[size] if size < 16384 else varint(size)))
+        pieces.append(body)
+    return b"".join(pieces), iids

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import functools
 import os
 import threading
 import time
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from perfetto_client import _api
 from perfetto_client._categories import registry
 from perfetto_client._errors import TracingError
-from perfetto_client._track_event import forget_threads_after_fork
+from perfetto_client._track_event import BOOTTIME_CLOCK, forget_threads_after_fork
 from perfetto_client._tracks import reset_process_uuid
 
 if TYPE_CHECKING:
@@ -96,11 +95,7 @@ class Tracing:
                     or BufferExhaustedPolicy.DROP,
                 )
                 _state.kinds.insert(0, _state.track_event)
-                _api.set_trace_clock(
-                    time.monotonic_ns
-                    if use_monotonic_clock
-                    else functools.partial(time.clock_gettime_ns, time.CLOCK_BOOTTIME)
-                )
+                _api.set_trace_clock(time.monotonic_ns if use_monotonic_clock else BOOTTIME_CLOCK)
                 registry.on_new_category.append(_categories_changed)
                 watch_thread_names()
             if Backend.IN_PROCESS in backends and _state.in_process is None:

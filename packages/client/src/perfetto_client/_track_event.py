@@ -3,20 +3,40 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from perfetto_client._categories import registry
+try:
+    import cython
+except ImportError:  # installed without Cython: runs as pure Python
+    from protozero import _cython_shim as cython
+
+from perfetto_client._categories import Category, category_of, registry
+from perfetto_client._debug_annotations import encode_annotations
 from perfetto_client._track_event_writer import (
+    TYPE_COUNTER,
+    TYPE_SLICE_BEGIN,
+    TYPE_SLICE_END,
     ThreadTimeWriter,
     TrackEventWriter,
     clock_snapshot_packet,
+    counter_fields,
 )
-from perfetto_client._tracks import ProcessTrack, ThreadTrack
+from perfetto_client._tracks import CounterTrack, ProcessTrack, ThreadTrack, Track
+
+if cython.compiled:
+    from cython.cimports.posix.time import clock_gettime, timespec
+
+if TYPE_CHECKING:
+    from perfetto_protos.trace.track_event.track_event_pb2 import TrackEvent
+
+    from perfetto_client._api import FlowArg
 
 
 class _TraceWriter(Protocol):
@@ -30,18 +50,61 @@ class _TraceWriter(Protocol):
 
 
 __all__ = [
+    "BOOTTIME_CLOCK",
     "TRACK_EVENT_DATA_SOURCE",
+    "NoSlice",
+    "Slice",
     "StartupInstance",
     "ThreadState",
     "TrackEventInstance",
+    "counter",
+    "now",
+    "set_trace_clock",
+    "slice_enter",
+    "slice_exit",
+    "thread_slice",
     "thread_state",
     "thread_writers",
+    "trace_event",
+    "write_event",
 ]
 
 TRACK_EVENT_DATA_SOURCE = "track_event"
 
 _CLOCK_BOOTTIME = 6
 _CLOCK_MONOTONIC = 3
+
+BOOTTIME_CLOCK: Callable[[], int] = functools.partial(time.clock_gettime_ns, time.CLOCK_BOOTTIME)
+"""CLOCK_BOOTTIME in ns: the default trace clock."""
+
+_clock: Callable[[], int] = BOOTTIME_CLOCK
+_posix_clock = time.CLOCK_BOOTTIME
+"""The POSIX clock id `_clock` reads (-1: another clock); compiled, `now` reads it directly."""
+
+
+def set_trace_clock(clock: Callable[[], int]) -> None:
+    """Sets the clock event timestamps are read from (BOOTTIME unless initialized otherwise)."""
+    global _clock, _posix_clock  # noqa: PLW0603 - the hot paths read the clock as a module global
+    _clock = clock
+    if clock is BOOTTIME_CLOCK:
+        _posix_clock = time.CLOCK_BOOTTIME
+    elif clock is time.monotonic_ns:
+        _posix_clock = time.CLOCK_MONOTONIC
+    else:
+        _posix_clock = -1
+
+
+def now() -> int:
+    """The trace clock's time (ns).
+
+    The hot paths of the pure build call `_clock` itself (one call less).
+    """
+    if cython.compiled and _posix_clock >= 0:
+        spec = cython.declare(timespec)
+        clock_gettime(_posix_clock, cython.address(spec))
+        ns: int = spec.tv_sec * 1_000_000_000 + spec.tv_nsec
+        return ns
+    return _clock()
 
 
 class TrackEventInstance:
@@ -66,7 +129,7 @@ class TrackEventInstance:
             self.clock: Callable[[], int] = time.monotonic_ns
         else:
             self.clock_id = _CLOCK_BOOTTIME
-            self.clock = _boottime_clock()
+            self.clock = BOOTTIME_CLOCK
         self.writers: weakref.WeakSet[TrackEventWriter] = weakref.WeakSet()
         self.stopped = False
         self.adopted_by: TrackEventInstance | None = None
@@ -180,12 +243,6 @@ class StartupInstance(TrackEventInstance):
             return []
         packets, sink.packets = sink.packets, []
         return packets
-
-
-def _boottime_clock() -> Callable[[], int]:
-    import functools
-
-    return functools.partial(time.clock_gettime_ns, time.CLOCK_BOOTTIME)
 
 
 def _reset_packets(writer: TrackEventWriter, ts: int) -> list[bytes]:
@@ -314,11 +371,213 @@ def thread_writers(mask: int) -> tuple[TrackEventWriter, ...]:
     return writers
 
 
+def slice_enter(cat: Category, key: int) -> tuple[TrackEventWriter, ...]:
+    """Begins a slice of event key `key` on the thread's track, in every session recording
+    `cat` (an enabled category); returns the writers `slice_exit` ends it in."""
+    writers = thread_writers(cat.mask)
+    ts = now() if cython.compiled else _clock()
+    for writer in writers:
+        writer.slice_begin(key, ts)
+    return writers
+
+
+def slice_exit(writers: tuple[TrackEventWriter, ...]) -> None:
+    """Ends the innermost slice on the thread's track in `writers` (from `slice_enter`)."""
+    ts = now() if cython.compiled else _clock()
+    for writer in writers:
+        writer.slice_end(ts)
+
+
+_name_setter: Any = None
+"""The `Thread.name` setter installed by `watch_thread_names`."""
+
+
+def write_event(  # noqa: PLR0917 - the hot paths pass their state positionally
+    writers: tuple[TrackEventWriter, ...],
+    key: int,
+    event_type: int,
+    ts: int,
+    track: Track | None,
+    extra: bytes,
+    iids: list[int],
+) -> None:
+    """Writes one event with encoded TrackEvent fields `extra` (annotation names `iids`) on
+    `track`, described first where a sequence has not described it yet."""
+    for writer in writers:
+        if writer.cleared:
+            writer.ensure_state(ts)
+        if track is not None and track.uuid not in writer.seen_tracks:
+            _describe(writer, track, ts)
+        interned = writer.interned_for(0, 0, iids) if iids else b""
+        writer.event(key, event_type, ts, extra, interned)
+
+
+class Slice:
+    """What `trace_event` returns for an enabled category: a slice around the `with` body."""
+
+    __slots__ = ("_cat", "_extra", "_iids", "_key", "_track", "_writers")
+
+    def __init__(
+        self,
+        cat: Category,
+        key: int,
+        track: Track | None,
+        extra: bytes,
+        iids: list[int],
+    ) -> None:
+        self._cat = cat
+        self._key = key
+        self._track = track
+        self._extra = extra
+        self._iids = iids
+        self._writers: tuple[TrackEventWriter, ...] = ()
+
+    @cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long")  # type: ignore[untyped-decorator]
+    def __enter__(self) -> Slice:
+        writers = self._writers = thread_writers(self._cat.mask)
+        ts = now() if cython.compiled else _clock()
+        if self._track is None and not self._extra:
+            for writer in writers:
+                writer.slice_begin(self._key, ts)
+        else:
+            write_event(
+                writers, self._key, TYPE_SLICE_BEGIN, ts, self._track, self._extra, self._iids
+            )
+        return self
+
+    @cython.locals(writer=TrackEventWriter, ts="long long")  # type: ignore[untyped-decorator]
+    def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
+        ts = now() if cython.compiled else _clock()
+        track = self._track
+        if track is None:
+            for writer in self._writers:
+                writer.slice_end(ts)
+            return
+        extra = track.event_fields(TYPE_SLICE_END)
+        for writer in self._writers:
+            writer.event(0, TYPE_SLICE_END, ts, extra, b"")
+
+
+def thread_slice(cat: Category, name: str, args: dict[str, object]) -> Slice:
+    """The slice `name` of enabled category `cat` on the thread's track, with args `args`."""
+    key = cat.keys.get(name)
+    if key is None:
+        key = cat.event_key(name)
+    out = Slice.__new__(Slice)
+    out._cat = cat
+    out._key = key
+    out._track = None
+    out._writers = ()
+    if args:
+        out._extra, out._iids = encode_annotations(args)
+    else:
+        out._extra = b""
+        out._iids = []
+    return out
+
+
+class NoSlice:
+    """What `trace_event` returns for a disabled category."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> NoSlice:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
+        return None
+
+
+_NO_SLICE = NoSlice()
+
+
+def trace_event(
+    category: str | Category,
+    name: str,
+    /,
+    *,
+    track: Track | None = None,
+    flow: FlowArg = None,
+    terminating_flow: FlowArg = None,
+    correlation_id: int | str | None = None,
+    proto: Callable[[TrackEvent], None] | None = None,
+    **args: object,
+) -> Slice | NoSlice:
+    """A context manager recording a slice `name` around its body; keyword arguments are args.
+
+    Inside an asyncio task the slice goes on the task's track, so it survives awaits.
+    """
+    cat = category if isinstance(category, Category) else category_of(category)
+    if not cat.enabled:
+        return _NO_SLICE
+    if (
+        track is None
+        and flow is None
+        and terminating_flow is None
+        and correlation_id is None
+        and proto is None
+        and not _in_running_loop()
+    ):
+        return thread_slice(cat, name, args)
+    from perfetto_client._api import custom_slice
+
+    return custom_slice(cat, name, track, flow, terminating_flow, correlation_id, proto, args)
+
+
+def _in_running_loop() -> bool:
+    """Whether an asyncio event loop runs on this thread (never, if asyncio is not imported)."""
+    asyncio = sys.modules.get("asyncio")
+    return asyncio is not None and asyncio._get_running_loop() is not None
+
+
+_counter_tracks: dict[str, CounterTrack] = {}
+
+
+@cython.locals(writers=tuple, ts="long long", extra=bytes, writer=TrackEventWriter)  # type: ignore[untyped-decorator]
+def counter(
+    category: str | Category,
+    track: CounterTrack | str,
+    value: float,
+    *,
+    timestamp: int | None = None,
+) -> None:
+    """Adds a point to a counter track (a CounterTrack, or a name under the process track).
+
+    An int value is recorded as an int64 counter value, a float as a double.
+    """
+    cat = category if isinstance(category, Category) else category_of(category)
+    if not cat.enabled:
+        return
+    if isinstance(track, str):
+        found = _counter_tracks.get(track)
+        if found is None:
+            found = _counter_tracks[track] = CounterTrack(track)
+        track = found
+    writers = thread_writers(cat.mask)
+    ts = (now() if cython.compiled else _clock()) if timestamp is None else timestamp
+    extra = counter_fields(track.uuid_field(), value)
+    uuid = track.uuid
+    for writer in writers:
+        if writer.cleared:
+            writer.ensure_state(ts)
+        if uuid not in writer.seen_tracks:  # else its ancestors were described before it
+            _describe(writer, track, ts)
+        writer.event(0, TYPE_COUNTER, ts, extra, b"")
+
+
+def _describe(writer: TrackEventWriter, track: Track, ts: int) -> None:
+    """Emits the descriptors of `track` and its ancestors that `writer` has not emitted."""
+    for item in track.lineage():
+        if item.uuid not in writer.seen_tracks:
+            writer.ensure_track(item.uuid, item.descriptor_bytes, ts)
+
+
 def watch_thread_names() -> None:
     """Makes renaming a Python thread (`thread.name = ...`) re-describe its track: each
     thread re-reads its name before its next event."""
+    global _name_setter  # noqa: PLW0603 - installed once per process
     current: Any = vars(threading.Thread)["name"]
-    if not isinstance(current, property) or getattr(current.fset, "_perfetto_watch", False):
+    if not isinstance(current, property) or current.fset is _name_setter:
         return
     set_name = current.fset
     assert set_name is not None
@@ -327,7 +586,7 @@ def watch_thread_names() -> None:
         set_name(thread, name)
         registry.threads_renamed()
 
-    renamed._perfetto_watch = True  # type: ignore[attr-defined]
+    _name_setter = renamed
     setattr(threading.Thread, "name", property(current.fget, renamed, doc=current.__doc__))  # noqa: B010
 
 

@@ -3,7 +3,11 @@ import cython
 
 cpdef bytes varint(object value)
 
+@cython.locals(size_a=Py_ssize_t, size_b=Py_ssize_t, out=bytes, p="char *")
+cdef bytes _concat3(bytes a, bytes b, bytes c)
 cdef bytes _field_bytes(bytes tag, bytes data)
+cpdef bytes counter_value_field(object value)
+cpdef bytes counter_fields(bytes track_field, object value)
 
 
 cdef class TrackEventWriter:
@@ -36,7 +40,7 @@ cdef class TrackEventWriter:
     cdef bytes _new_begin_tail(self, Py_ssize_t key, long long ts)
     @cython.locals(delta="long long")
     cpdef slice_end(self, long long ts)
-    @cython.locals(head_key=Py_ssize_t, fields=bytes, size=Py_ssize_t, delta="long long", packet=bytes)
+    @cython.locals(head_key=Py_ssize_t, fields=bytes, size=Py_ssize_t, delta="long long", stamp=bytes, stamp_value=bytes, packet=bytes)
     cpdef event(self, Py_ssize_t key, int event_type, long long ts, bytes extra_fields, bytes interned)
     cpdef ensure_state(self, long long ts)
     cpdef ensure_track(self, object uuid, object descriptor, long long ts)

@@ -17,11 +17,21 @@ import threading
 import time
 from collections.abc import Callable
 
+try:
+    import cython
+except ImportError:  # installed without Cython: runs as pure Python
+    from protozero import _cython_shim as cython
+
+if cython.compiled:
+    from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
+    from cython.cimports.libc.string import memcpy
+
 __all__ = [
     "CLOCK_ID_INCREMENTAL",
     "EventKeys",
     "ThreadTimeWriter",
     "TrackEventWriter",
+    "counter_fields",
     "event_keys",
     "intern_debug_annotation_name",
     "load_encoders",
@@ -97,6 +107,20 @@ def varint(value: int) -> bytes:
     if value < 268435456:
         return VARINT_PAIRS[value & 0x3FFF] + SHORT_VARINTS[value >> 14]
     return encode_varint(value)
+
+
+def _concat3(a: bytes, b: bytes, c: bytes) -> bytes:
+    """`a + b + c`."""
+    if cython.compiled:
+        size_a = len(a)
+        size_b = len(b)
+        out: bytes = PyBytes_FromStringAndSize(cython.NULL, size_a + size_b + len(c))
+        p = PyBytes_AS_STRING(out)
+        memcpy(p, PyBytes_AS_STRING(a), size_a)
+        memcpy(p + size_a, PyBytes_AS_STRING(b), size_b)
+        memcpy(p + size_a + size_b, PyBytes_AS_STRING(c), len(c))
+        return out
+    return a + b + c
 
 
 def _field_bytes(tag: bytes, data: bytes) -> bytes:
@@ -223,12 +247,12 @@ class TrackEventWriter:
         close: Callable[[], None],
     ) -> None:
         self._write = write_packet
+        self._close = close
         self.now = clock
         """Reads the session's trace clock (ns)."""
         self.clock_id = clock_id
         self.thread_track_uuid = thread_track_uuid
         self._reset_packets = reset_packets
-        self._close = close
         self.last_ts = 0
         self.cleared = True
         """True when the incremental state must be re-emitted before the next event."""
@@ -328,7 +352,10 @@ class TrackEventWriter:
         delta = ts - self.last_ts
         if 0 <= delta < 16384:
             self.last_ts = ts
-            self._write(_TS + SHORT_VARINTS[delta] + tail)
+            if cython.compiled:
+                self._write(_concat3(_TS, SHORT_VARINTS[delta], tail))
+            else:
+                self._write(_TS + SHORT_VARINTS[delta] + tail)
         else:
             self._write(self._timestamp(ts) + tail)
 
@@ -351,7 +378,10 @@ class TrackEventWriter:
         delta = ts - self.last_ts
         if 0 <= delta < 16384:
             self.last_ts = ts
-            self._write(_TS + SHORT_VARINTS[delta] + _END_TAIL)
+            if cython.compiled:
+                self._write(_concat3(_TS, SHORT_VARINTS[delta], _END_TAIL))
+            else:
+                self._write(_TS + SHORT_VARINTS[delta] + _END_TAIL)
         else:
             self._write(self._timestamp(ts) + _END_TAIL)
 
@@ -379,20 +409,28 @@ class TrackEventWriter:
             else:
                 fields = _TYPE_FIELDS[event_type]
             self._heads[head_key] = fields
-        fields += extra_fields
-        size = len(fields)
+        size = len(fields) + len(extra_fields)
         delta = ts - self.last_ts
         if 0 <= delta < 16384:
             self.last_ts = ts
-            packet = _TS + SHORT_VARINTS[delta]
+            stamp = _TS
+            stamp_value = SHORT_VARINTS[delta]
         else:
-            packet = self._timestamp(ts)
-        if interned:
-            packet += _field_bytes(_INTERNED_DATA, interned)
-        if size < 16384:
-            self._write(packet + _TRACK_EVENT + SHORT_VARINTS[size] + fields + _NEEDS_STATE)
-        else:
-            self._write(packet + _field_bytes(_TRACK_EVENT, fields) + _NEEDS_STATE)
+            stamp = self._timestamp(ts)
+            stamp_value = b""
+        packet = b"".join(
+            (
+                stamp,
+                stamp_value,
+                _field_bytes(_INTERNED_DATA, interned) if interned else b"",
+                _TRACK_EVENT,
+                SHORT_VARINTS[size] if size < 16384 else varint(size),
+                fields,
+                extra_fields,
+                _NEEDS_STATE,
+            )
+        )
+        self._write(packet)
 
     def ensure_state(self, ts: int) -> None:
         """Re-emits the incremental state if it was cleared (before computing interned data)."""
@@ -563,6 +601,13 @@ def counter_value_field(value: int | float) -> bytes:
             return _COUNTER_VALUE + SHORT_VARINTS[value]
         return _COUNTER_VALUE + varint(value & _U64)
     return _DOUBLE_COUNTER_VALUE + _pack_double(float(value))
+
+
+def counter_fields(track_field: bytes, value: int | float) -> bytes:
+    """`track_field` followed by the counter value field of `value`."""
+    if type(value) is int and 0 <= value < 16384:
+        return _concat3(track_field, _COUNTER_VALUE, SHORT_VARINTS[value])
+    return track_field + counter_value_field(value)
 
 
 def boottime_ns() -> int:

@@ -97,6 +97,11 @@ class Track:
             cached = self.__dict__["_uuid_field"] = track_uuid_field(self.uuid)
         return cached
 
+    def event_fields(self, event_type: int) -> bytes:
+        """The TrackEvent fields putting an event of `event_type` on this track."""
+        del event_type
+        return self.uuid_field()
+
     @classmethod
     def global_track(cls, track_id: int) -> Track:
         """A track that is the same in every process (no parent)."""

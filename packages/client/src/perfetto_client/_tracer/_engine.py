@@ -165,8 +165,8 @@ class Engine:
             kind = owner if isinstance(owner, type) else type(owner)
             module = kind.__module__
             name = f"{kind.__qualname__}.{fname}"
-        if not self._selected(module, ""):
-            return 0
+        if module.startswith(_TRACING_MODULES) or not self._selected(module, ""):
+            return 0  # the tracing library's compiled functions are not recorded either
         return self.intern_name(name)
 
     def intern_name(self, name: str) -> int:

@@ -1,0 +1,43 @@
+import cython
+
+from perfetto_client._track_event_writer cimport TrackEventWriter, counter_fields
+
+cdef object _clock
+cdef int _posix_clock
+
+@cython.locals(ns="long long")
+cpdef long long now() except? -1
+cdef class ThreadState:
+    cdef public object pid
+    cdef public long long generation
+    cdef public dict writers
+    cdef public dict by_mask
+    cdef public object track
+
+
+@cython.locals(state=ThreadState, writers=tuple)
+cpdef tuple thread_writers(object mask)
+@cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long")
+cpdef tuple slice_enter(object cat, Py_ssize_t key)
+@cython.locals(writer=TrackEventWriter, ts="long long")
+cpdef slice_exit(tuple writers)
+@cython.locals(writer=TrackEventWriter, interned=bytes)
+cpdef write_event(tuple writers, Py_ssize_t key, int event_type, long long ts, object track, bytes extra, list iids)
+cdef dict _counter_tracks
+
+
+
+cdef class Slice:
+    cdef object _cat
+    cdef Py_ssize_t _key
+    cdef object _track
+    cdef bytes _extra
+    cdef list _iids
+    cdef tuple _writers
+
+
+@cython.locals(key=object, out=Slice)
+cpdef Slice thread_slice(object cat, object name, dict args)
+cdef _describe(TrackEventWriter writer, object track, long long ts)
+cdef object _NO_SLICE
+cdef bint _in_running_loop() except -1
