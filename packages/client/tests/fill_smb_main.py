@@ -3,16 +3,18 @@
 `fill_smb_main.py MODE N > trace`: MODE `drop` (the default policy), `config-stall` (the
 session's data source config asks for BUFFER_EXHAUSTED_STALL_THEN_DROP) or
 `registered-stall` (`Tracing.initialize(track_event_buffer_exhausted_policy=STALL)`).
+In `drop` mode, 1000 "after" events follow once the service has drained the buffer.
 Writes the in-process session's trace to stdout.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 import perfetto_client as pc
-from perfetto_client import Backend, BufferExhaustedPolicy, Tracing
+from perfetto_client import Backend, BufferExhaustedPolicy, Tracing, _tracing
 
 mode, count = sys.argv[1], int(sys.argv[2])
 Tracing.initialize(
@@ -29,8 +31,23 @@ if mode == "config-stall":
 session = Tracing.new_trace()
 session.setup({"buffers": [{"size_kb": 16384}], "data_sources": [{"config": source}]})
 session.start()
+service_busy = threading.Event()
+if mode == "drop":
+    # The in-process service's loop waits until the events are written: nothing drains the
+    # buffer meanwhile, and a writer that never waits must drop.
+    in_process = _tracing._state.in_process
+    assert in_process is not None
+    in_process.post(service_busy.wait)
 for i in range(count):
     pc.instant(CAT, "event", i=i)
+if mode == "drop":
+    # The service drains the buffer now; events written after that say some were dropped.
+    service_busy.set()
+    session.flush()
+    # Like upstream's, a dropping writer asks for a chunk again once it has filled its
+    # garbage chunk: the first events after that carry the data loss mark.
+    for _ in range(1000):
+        pc.instant(CAT, "after")
 session.stop()
 sys.stdout.buffer.write(session.read_trace())
 session.close()

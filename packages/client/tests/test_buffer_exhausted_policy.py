@@ -34,3 +34,6 @@ def test_by_default_track_events_drop_and_say_so_when_the_buffer_is_full() -> No
     assert 0 < len(values) < COUNT
     assert values == sorted(values)
     assert trace.lost_sequences  # previous_packet_dropped marks where events are missing
+    # Once the writer resumed, the sequence started its incremental state over: the events
+    # after the loss decode with their interned names.
+    assert [e.name for e in trace.events].count("after") > 0

@@ -55,6 +55,7 @@ class Slice:
 @dataclass
 class _SeqState:
     valid: bool = False
+    lost: bool = False
     cats: dict[int, str] = field(default_factory=dict)
     names: dict[int, str] = field(default_factory=dict)
     ann_names: dict[int, str] = field(default_factory=dict)
@@ -89,6 +90,8 @@ class TraceModel:
         self.tracks: dict[int, Any] = {}
         self.service_snapshots: list[dict[int, int]] = []
         self.lost_sequences: set[int] = set()
+        self.skipped_events = 0
+        """Events on a sequence whose incremental state was lost, not yet cleared again."""
         seqs: dict[int, _SeqState] = defaultdict(_SeqState)
         for packet in trace.packet:
             seq_id = packet.trusted_packet_sequence_id
@@ -99,10 +102,14 @@ class TraceModel:
                 self.service_snapshots.append(
                     {c.clock_id: c.timestamp for c in packet.clock_snapshot.clocks}
                 )
+            if packet.previous_packet_dropped and not packet.first_packet_on_sequence:
+                # As trace_processor: the sequence's incremental state is gone with the lost
+                # packets until the next packet that clears it.
+                self.lost_sequences.add(seq_id)
+                state.valid = False
+                state.lost = True
             if packet.sequence_flags & SEQ_INCREMENTAL_STATE_CLEARED:
                 seqs[seq_id] = state = _SeqState(valid=True)
-            if packet.previous_packet_dropped and not packet.first_packet_on_sequence:
-                self.lost_sequences.add(seq_id)
             if packet.HasField("trace_packet_defaults"):
                 defaults = packet.trace_packet_defaults
                 state.default_clock = defaults.timestamp_clock_id
@@ -122,6 +129,9 @@ class TraceModel:
             if not packet.HasField("track_event"):
                 continue
             assert packet.sequence_flags & SEQ_NEEDS_INCREMENTAL_STATE
+            if state.lost and not state.valid:
+                self.skipped_events += 1  # trace_processor skips it too
+                continue
             assert state.valid, "an event before its sequence's incremental state was set"
             if packet.HasField("timestamp_clock_id") and packet.timestamp_clock_id != (
                 CLOCK_INCREMENTAL

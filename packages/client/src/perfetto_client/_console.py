@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from perfetto_protos.trace.trace_packet_pb2 import TracePacket
@@ -40,6 +41,8 @@ class ConsoleSink:
     def __init__(self, start_ns: int, output: int = 0, stream: TextIO | None = None) -> None:
         self._start = start_ns
         self._stream = stream
+        self.on_resume: Callable[[], None] | None = None
+        """Unused: the console prints every event, it never drops and resumes."""
         self._stdout = output == _OUTPUT_STDOUT
         self._names: dict[int, str] = {}
         self._categories: dict[int, str] = {}

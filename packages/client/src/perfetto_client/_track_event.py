@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 class _TraceWriter(Protocol):
     """What a TrackEventWriter needs of a perfetto_smb.TraceWriter."""
 
+    on_resume: Callable[[], None] | None
+    """Called when the writer writes again after dropping packets."""
+
     def write_packet(self, data: bytes) -> None:
         """Writes one whole encoded packet."""
 
@@ -146,6 +149,7 @@ class TrackEventInstance:
         for packet in packets:
             trace_writer.write_packet(packet)
         writer.rebind(trace_writer.write_packet, trace_writer.close)
+        trace_writer.on_resume = writer.clear_incremental_state
         self.writers.add(writer)
         return True
 
@@ -155,7 +159,11 @@ class TrackEventInstance:
             trace_writer = self._create_trace_writer()
         except Exception:
             return None
-        return self._writer(thread, trace_writer.write_packet, trace_writer.close)
+        writer = self._writer(thread, trace_writer.write_packet, trace_writer.close)
+        # Packets dropped while the buffer was full may have held interned data or
+        # descriptors: once it writes again, the sequence starts its incremental state over.
+        trace_writer.on_resume = writer.clear_incremental_state
+        return writer
 
     def _writer(
         self, thread: ThreadTrack, write_packet: Callable[[bytes], None], close: Callable[[], None]
@@ -197,6 +205,8 @@ class _MemorySink:
     def __init__(self, owner: StartupInstance) -> None:
         self.packets: list[bytes] = []
         self._owner = owner
+        self.on_resume: Callable[[], None] | None = None
+        """Unused: the sink keeps every packet, it never drops and resumes."""
 
     def write_packet(self, data: bytes) -> None:
         owner = self._owner

@@ -127,6 +127,9 @@ class TraceWriter:
         self._end = 0
         self.drop_count = 0
         """How many times the writer started dropping packets."""
+        self.on_resume: Callable[[], None] | None = None
+        """Called (on the writer's thread, inside a write) when the writer gets a chunk again
+        after dropping packets: whatever incremental state the sequence had is lost."""
 
     @property
     def next_chunk_id(self) -> int:
@@ -466,6 +469,8 @@ class TraceWriter:
             self._detach_nested_size_fields(chunk, to_patches=True)
         if chunk is not None:
             self._return_completed_chunk()
+        if self._drop_packets and self.on_resume is not None:
+            self.on_resume()
         self._drop_packets = False
         self._reached_max_packets_per_chunk = False
         self._retry_new_chunk_after_packet = False
