@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import enum
 import mmap
 import os
@@ -11,9 +10,19 @@ import sys
 import time
 from collections.abc import Iterator
 
+try:
+    import cython
+except ImportError:  # installed without Cython: runs as pure Python
+    from protozero import _cython_shim as cython
+
 from perfetto_smb._atomics import AtomicWords
 from perfetto_smb._errors import SmbError
 from perfetto_smb._region import MAX_ABI_PAGE_SIZE, MIN_PAGE_SIZE
+
+if cython.compiled:
+    from cython.cimports.cpython.bytes import PyBytes_FromStringAndSize
+    from cython.cimports.libc.string import memset
+    from cython.cimports.perfetto_smb._c_atomics import cas32, load32_relaxed
 
 PAGE_HEADER_SIZE = 8
 """Bytes 0-3: the atomic bitmap; bytes 4-7: reserved."""
@@ -39,6 +48,7 @@ _RETRY_ATTEMPTS = 64
 _HEADER = struct.Struct("<IHH")
 _COMPLETE = 3
 """ChunkState.COMPLETE as a plain int, for hot paths."""
+_NO_BYTES = bytearray(PAGE_HEADER_SIZE)
 
 
 class ChunkState(enum.IntEnum):
@@ -210,6 +220,7 @@ class SharedMemoryABI:
 
     __slots__ = (
         "_atomics",
+        "_bytes",
         "buffer",
         "chunk_sizes",
         "emulation",
@@ -240,6 +251,8 @@ class SharedMemoryABI:
             chunk_size_for_layout(page_size, layout) for layout in range(8)
         )
         self._atomics = AtomicWords(buffer)
+        if cython.compiled:
+            self._bytes = buffer
         self.view = memoryview(buffer)
         """The buffer as bytes (a memoryview writers write through)."""
         self.words = self.view.cast("I")
@@ -250,6 +263,9 @@ class SharedMemoryABI:
     def close(self) -> None:
         """Releases the buffer (so its mapping can be closed); the ABI is unusable after."""
         self._atomics.close()
+        self.num_pages = 0
+        if cython.compiled:
+            self._bytes = _NO_BYTES
         self.words.release()
         self.halves.release()
         self.view.release()
@@ -259,13 +275,50 @@ class SharedMemoryABI:
             raise SmbError(f"page {page_idx} out of range (the SMB has {self.num_pages} pages)")
         return page_idx * self.page_size
 
+    def _relaxed_word(self, offset: int) -> int:
+        """The 32-bit word at `offset` (a checked, aligned offset), without ordering."""
+        if cython.compiled:
+            word: int = load32_relaxed(cython.address(self._bytes[offset]))
+            return word
+        return int(self.words[offset >> 2])
+
+    def _compare_exchange(self, offset: int, expected: int, desired: int) -> int:
+        """AtomicWords.compare_exchange at a checked, aligned `offset`."""
+        if cython.compiled:
+            found: int = cas32(cython.address(self._bytes[offset]), expected, desired)
+            return found
+        return self._atomics.compare_exchange(offset, expected, desired)
+
+    def _take_chunk_bytes(self, begin: int, size: int) -> tuple[int, int, bytes]:
+        """(chunk_id word, packets word, payload) of the `size`-byte chunk at `begin` (a
+        checked range), zeroing its header after the copy."""
+        chunk_id = self._relaxed_word(begin)
+        packets = self._relaxed_word(begin + 4)
+        payload_begin = begin + CHUNK_HEADER_SIZE
+        if cython.compiled:
+            payload: bytes = PyBytes_FromStringAndSize(
+                cython.cast(cython.p_char, cython.address(self._bytes[payload_begin])),
+                size - CHUNK_HEADER_SIZE,
+            )
+            memset(cython.address(self._bytes[begin]), 0, CHUNK_HEADER_SIZE)
+            return chunk_id, packets, payload
+        buffer = self.buffer
+        if isinstance(buffer, mmap.mmap):
+            payload = buffer[payload_begin : begin + size]
+        else:
+            payload = bytes(buffer[payload_begin : begin + size])
+        words = self.words
+        words[begin >> 2] = 0
+        words[(begin >> 2) + 1] = 0
+        return chunk_id, packets, payload
+
     def page_header_bitmap(self, page_idx: int) -> int:
         """The page's header bitmap, loaded with acquire ordering."""
         return self._atomics.load(self._page_offset(page_idx))
 
     def relaxed_page_header_bitmap(self, page_idx: int) -> int:
         """The page's header bitmap, read without ordering (a hint; may be stale)."""
-        return int(self.words[self._page_offset(page_idx) >> 2])
+        return self._relaxed_word(self._page_offset(page_idx))
 
     def is_page_free(self, page_idx: int) -> bool:
         """Whether the page is unpartitioned with every chunk free (bitmap 0)."""
@@ -409,20 +462,19 @@ class SharedMemoryABI:
         if not 0 <= chunk_idx < MAX_CHUNKS_PER_PAGE:
             return None
         offset = self._page_offset(page_idx)
-        atomics = self._atomics
-        pointer = atomics.pointer(offset)
-        compare_exchange = atomics.compare_exchange_at
+        chunk_mask = CHUNK_MASK
         shift = chunk_idx * CHUNK_SHIFT
         # Complete (0b11) -> BeingRead (0b10) clears the state's low bit.
         state_low_bit = 1 << shift
-        bitmap = self.words[offset >> 2]
+        bitmap = self._relaxed_word(offset)
+        layout = 0
         for attempt in range(_RETRY_ATTEMPTS):
             layout = (bitmap & LAYOUT_MASK) >> LAYOUT_SHIFT
-            if not 0 <= chunk_idx < NUM_CHUNKS_FOR_LAYOUT[layout]:
+            if chunk_idx >= NUM_CHUNKS_FOR_LAYOUT[layout]:
                 return None
-            if (bitmap >> shift) & CHUNK_MASK != _COMPLETE:
+            if (bitmap >> shift) & chunk_mask != _COMPLETE:
                 return None
-            found = compare_exchange(pointer, bitmap, bitmap ^ state_low_bit)
+            found = self._compare_exchange(offset, bitmap, bitmap ^ state_low_bit)
             if found == bitmap:
                 break
             bitmap = found
@@ -432,32 +484,21 @@ class SharedMemoryABI:
         bitmap ^= state_low_bit
         size = self.chunk_sizes[layout]
         begin = offset + PAGE_HEADER_SIZE + chunk_idx * size
-        words = self.words
-        word = begin >> 2
-        chunk_id = words[word]
-        packets = words[word + 1]
-        buffer = self.buffer
-        if isinstance(buffer, mmap.mmap):
-            payload = buffer[begin + CHUNK_HEADER_SIZE : begin + size]
-        else:
-            payload = bytes(buffer[begin + CHUNK_HEADER_SIZE : begin + size])
-        words[word] = 0
-        words[word + 1] = 0
-        freed = bitmap & ~(CHUNK_MASK << shift)
+        chunk_id, packets, payload = self._take_chunk_bytes(begin, size)
+        freed = bitmap & ~(chunk_mask << shift)
         if not freed & ALL_CHUNKS_MASK:
             freed = 0  # the page's last busy chunk: the page goes back to unpartitioned
-        if self.emulation or compare_exchange(pointer, bitmap, freed) != bitmap:
-            self._release_read_chunk(pointer, page_idx, chunk_idx, size, bitmap)
+        if self.emulation or self._compare_exchange(offset, bitmap, freed) != bitmap:
+            self._release_read_chunk(offset, page_idx, chunk_idx, size, bitmap)
         return chunk_id, packets & 0xFFFF, (packets >> 16) & 0x3FF, packets >> 26, payload
 
     def _release_read_chunk(
-        self, pointer: ctypes.c_void_p, page_idx: int, chunk_idx: int, size: int, bitmap: int
+        self, offset: int, page_idx: int, chunk_idx: int, size: int, bitmap: int
     ) -> None:
         """BeingRead (Complete in emulation) -> Free, when a first attempt did not do it.
 
         `bitmap` is the value that attempt expected (or a fresh read in emulation mode).
         """
-        compare_exchange = self._atomics.compare_exchange_at
         shift = chunk_idx * CHUNK_SHIFT
         expected_state = ChunkState.COMPLETE if self.emulation else ChunkState.BEING_READ
         keep = ~(CHUNK_MASK << shift)
@@ -473,7 +514,7 @@ class SharedMemoryABI:
             desired = bitmap & keep
             if desired & ALL_CHUNKS_MASK == 0:
                 desired = 0
-            found = compare_exchange(pointer, bitmap, desired)
+            found = self._compare_exchange(offset, bitmap, desired)
             if found == bitmap:
                 return
             bitmap = found
