@@ -1,4 +1,4 @@
-"""The compiled reader (SharedMemoryABI, SharedMemoryReader) against the pure one."""
+"""The compiled ABI and reader (SharedMemoryABI, SharedMemoryReader) against the pure ones."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from perfetto_smb import PageLayout, SharedMemoryABI, SharedMemoryReader, SmbError
+from perfetto_smb import Chunk, PageLayout, SharedMemoryABI, SharedMemoryReader, SmbError
 from protozero import _native
 
 # Reads every (page, chunk) of a seeded hostile SMB, in the build the environment picks, and
@@ -68,3 +68,19 @@ def test_a_closed_abi_reads_nothing() -> None:
         abi.read_and_free_chunk(1, 0)
     assert reader.read_chunk(1, 0) is None
     assert reader.rejected == {"page_out_of_range": 1}
+
+
+@pytest.mark.parametrize("chunk_idx", [-1, 14, 16, 40])
+def test_a_chunk_outside_its_page_is_not_released(chunk_idx: int) -> None:
+    buf = bytearray(4096)
+    abi = SharedMemoryABI(buf, 4096)
+    try:
+        buf[0:4] = (0x5000_0001).to_bytes(4, "little")  # Div14, chunk 0 BeingWritten
+        stray = Chunk(abi, 0, chunk_idx, 8, abi.chunk_sizes[PageLayout.DIV14])
+        with pytest.raises(SmbError):
+            abi.release_chunk_as_free(stray)
+        with pytest.raises(SmbError):
+            abi.release_chunk_as_complete(stray)
+        assert abi.relaxed_page_header_bitmap(0) == 0x5000_0001
+    finally:
+        abi.close()

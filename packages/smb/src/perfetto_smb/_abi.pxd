@@ -1,6 +1,14 @@
 import cython
 
 
+cdef class Chunk:
+    cdef object _abi
+    cdef public Py_ssize_t page_idx
+    cdef public Py_ssize_t chunk_idx
+    cdef public Py_ssize_t begin
+    cdef public Py_ssize_t size
+
+
 cdef class SharedMemoryABI:
     cdef object _atomics
     cdef unsigned char[::1] _bytes
@@ -28,3 +36,10 @@ cdef class SharedMemoryABI:
         chunk_id="unsigned int", packets="unsigned int",
     )
     cpdef read_and_free_chunk(self, object page_idx, object chunk_idx)
+    cdef _write_chunk_header(self, Py_ssize_t begin, object chunk_id, object writer_id, object packet_count, object flags)
+    @cython.locals(
+        offset=Py_ssize_t, shift=Py_ssize_t, expected_state="unsigned int",
+        keep="unsigned int", bitmap="unsigned int", state="unsigned int",
+        desired_bitmap="unsigned int", found="unsigned int", attempt=int,
+    )
+    cdef object _release(self, object chunk, unsigned int desired)

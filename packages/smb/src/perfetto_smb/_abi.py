@@ -46,8 +46,11 @@ CHUNK_SHIFT = 2
 
 _RETRY_ATTEMPTS = 64
 _HEADER = struct.Struct("<IHH")
+_FREE = 0
+_BEING_WRITTEN = 1
+_BEING_READ = 2
 _COMPLETE = 3
-"""ChunkState.COMPLETE as a plain int, for hot paths."""
+"""ChunkState values as plain ints, for hot paths."""
 _NO_BYTES = bytearray(PAGE_HEADER_SIZE)
 
 
@@ -72,6 +75,10 @@ class PageLayout(enum.IntEnum):
     RESERVED1 = 6
     RESERVED2 = 7
 
+
+_DIV1 = int(PageLayout.DIV1)
+_DIV14 = int(PageLayout.DIV14)
+"""The partitioned layouts' range as plain ints, for hot paths."""
 
 NUM_CHUNKS_FOR_LAYOUT: tuple[int, ...] = (0, 1, 2, 4, 7, 14, 0, 0)
 """Chunks per page, indexed by PageLayout."""
@@ -312,6 +319,13 @@ class SharedMemoryABI:
         words[(begin >> 2) + 1] = 0
         return chunk_id, packets, payload
 
+    def _write_chunk_header(
+        self, begin: int, chunk_id: int, writer_id: int, packet_count: int, flags: int
+    ) -> None:
+        """Writes pack_chunk_header(chunk_id, writer_id, packet_count, flags) at `begin`."""
+        packets = (packet_count & 0x3FF) | ((flags & 0x3F) << 10)
+        _HEADER.pack_into(self.view, begin, chunk_id, writer_id, packets)
+
     def page_header_bitmap(self, page_idx: int) -> int:
         """The page's header bitmap, loaded with acquire ordering."""
         return self._atomics.load(self._page_offset(page_idx))
@@ -384,14 +398,14 @@ class SharedMemoryABI:
         offset = self._page_offset(page_idx)
         expected_state = ChunkState.FREE if desired == ChunkState.BEING_WRITTEN else 3
         shift = chunk_idx * CHUNK_SHIFT
-        bitmap = int(self.words[offset >> 2])
+        bitmap = self._relaxed_word(offset)
         for attempt in range(_RETRY_ATTEMPTS):
             if not 0 <= chunk_idx < num_chunks_from_bitmap(bitmap):
                 return None
             if (bitmap >> shift) & CHUNK_MASK != expected_state:
                 return None
             desired_bitmap = (bitmap & ~(CHUNK_MASK << shift)) | (desired << shift)
-            found = self._atomics.compare_exchange(offset, bitmap, desired_bitmap)
+            found = self._compare_exchange(offset, bitmap, desired_bitmap)
             if found == bitmap:
                 return self.get_chunk_unchecked(page_idx, bitmap, chunk_idx)
             bitmap = found
@@ -411,10 +425,7 @@ class SharedMemoryABI:
         """Free -> BeingWritten, then writes the header; None if the chunk is not Free."""
         chunk = self._try_acquire(page_idx, chunk_idx, ChunkState.BEING_WRITTEN)
         if chunk is not None:
-            begin = chunk.begin
-            self.buffer[begin : begin + CHUNK_HEADER_SIZE] = pack_chunk_header(
-                chunk_id, writer_id, packet_count, flags
-            )
+            self._write_chunk_header(chunk.begin, chunk_id, writer_id, packet_count, flags)
         return chunk
 
     def try_acquire_chunk_in_free_page(
@@ -432,17 +443,15 @@ class SharedMemoryABI:
         The same end state as try_partition_page() then try_acquire_chunk_for_writing(0),
         with one atomic operation instead of two. None if the page is not free.
         """
-        if not PageLayout.DIV1 <= layout <= PageLayout.DIV14:
+        if not _DIV1 <= layout <= _DIV14:
             raise SmbError(f"cannot partition a page with layout {layout}")
         offset = self._page_offset(page_idx)
-        desired = ((layout << LAYOUT_SHIFT) & LAYOUT_MASK) | ChunkState.BEING_WRITTEN
-        if self._atomics.compare_exchange(offset, 0, desired) != 0:
+        desired = ((layout << LAYOUT_SHIFT) & LAYOUT_MASK) | _BEING_WRITTEN
+        if self._compare_exchange(offset, 0, desired) != 0:
             return None
         size = self.chunk_sizes[layout]
         begin = offset + PAGE_HEADER_SIZE
-        self.view[begin : begin + CHUNK_HEADER_SIZE] = pack_chunk_header(
-            chunk_id, writer_id, packet_count, flags
-        )
+        self._write_chunk_header(begin, chunk_id, writer_id, packet_count, flags)
         return Chunk(self, page_idx, 0, begin, size)
 
     def try_acquire_chunk_for_reading(self, page_idx: int, chunk_idx: int) -> Chunk | None:
@@ -523,7 +532,7 @@ class SharedMemoryABI:
 
     def release_chunk_as_complete(self, chunk: Chunk) -> int:
         """BeingWritten -> Complete; returns the page index."""
-        return self._release(chunk, ChunkState.COMPLETE)
+        return self._release(chunk, _COMPLETE)
 
     def release_chunk_as_free(self, chunk: Chunk) -> int:
         """BeingRead (Complete in emulation) -> Free, zeroing the header first.
@@ -532,32 +541,38 @@ class SharedMemoryABI:
         index.
         """
         self.buffer[chunk.begin : chunk.begin + CHUNK_HEADER_SIZE] = bytes(CHUNK_HEADER_SIZE)
-        return self._release(chunk, ChunkState.FREE)
+        return self._release(chunk, _FREE)
 
-    def _release(self, chunk: Chunk, desired: ChunkState) -> int:
-        offset = self._page_offset(chunk.page_idx)
+    def _release(self, chunk: Chunk, desired: int) -> int:
+        page_idx = chunk.page_idx
+        offset = self._page_offset(page_idx)
+        if not 0 <= chunk.chunk_idx < MAX_CHUNKS_PER_PAGE:
+            raise SmbError(f"{chunk!r} is outside its page")
         shift = chunk.chunk_idx * CHUNK_SHIFT
-        if desired == ChunkState.COMPLETE:
-            expected_state = ChunkState.BEING_WRITTEN
+        if desired == _COMPLETE:
+            expected_state = _BEING_WRITTEN
         elif self.emulation:
-            expected_state = ChunkState.COMPLETE
+            expected_state = _COMPLETE
         else:
-            expected_state = ChunkState.BEING_READ
-        bitmap = int(self.words[offset >> 2])
+            expected_state = _BEING_READ
+        size = chunk.size
+        keep = 0xFFFFFFFF ^ (CHUNK_MASK << shift)
+        bitmap = self._relaxed_word(offset)
         for attempt in range(_RETRY_ATTEMPTS):
-            if self.chunk_sizes[layout_from_bitmap(bitmap)] != chunk.size:
-                raise SmbError(f"page {chunk.page_idx} changed layout under {chunk!r}")
+            if self.chunk_sizes[(bitmap & LAYOUT_MASK) >> LAYOUT_SHIFT] != size:
+                raise SmbError(f"page {page_idx} changed layout under {chunk!r}")
             state = (bitmap >> shift) & CHUNK_MASK
             if state != expected_state:
                 raise SmbError(
-                    f"{chunk!r} is {ChunkState(state).name}, expected {expected_state.name}"
+                    f"{chunk!r} is {ChunkState(state).name}, "
+                    f"expected {ChunkState(expected_state).name}"
                 )
-            desired_bitmap = (bitmap & ~(CHUNK_MASK << shift)) | (desired << shift)
+            desired_bitmap = (bitmap & keep) | (desired << shift)
             if desired_bitmap & ALL_CHUNKS_MASK == 0:
                 desired_bitmap = 0
-            found = self._atomics.compare_exchange(offset, bitmap, desired_bitmap)
+            found = self._compare_exchange(offset, bitmap, desired_bitmap)
             if found == bitmap:
-                return chunk.page_idx
+                return page_idx
             bitmap = found
             _wait_before_next_attempt(attempt)
-        raise SmbError(f"too much contention on page {chunk.page_idx}")
+        raise SmbError(f"too much contention on page {page_idx}")
