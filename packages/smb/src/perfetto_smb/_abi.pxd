@@ -1,5 +1,10 @@
 import cython
 
+cdef int _RETRY_ATTEMPTS
+cdef unsigned int _FREE
+cdef unsigned int _BEING_WRITTEN
+cdef unsigned int _BEING_READ
+cdef unsigned int _COMPLETE
 
 cdef class Chunk:
     cdef object _abi
@@ -31,7 +36,8 @@ cdef class SharedMemoryABI:
     cdef tuple _take_chunk_bytes(self, Py_ssize_t begin, Py_ssize_t size)
     @cython.locals(
         offset=Py_ssize_t, shift=Py_ssize_t, layout=Py_ssize_t, attempt=int, size=Py_ssize_t,
-        begin=Py_ssize_t, chunk_mask="unsigned int", state_low_bit="unsigned int",
+        begin=Py_ssize_t, index=Py_ssize_t, chunk_mask="unsigned int", layout_mask="unsigned int",
+        layout_shift="unsigned int", state_low_bit="unsigned int",
         bitmap="unsigned int", found="unsigned int", freed="unsigned int",
         chunk_id="unsigned int", packets="unsigned int",
     )

@@ -470,16 +470,19 @@ class SharedMemoryABI:
         """
         if not 0 <= chunk_idx < MAX_CHUNKS_PER_PAGE:
             return None
+        index = chunk_idx
         offset = self._page_offset(page_idx)
         chunk_mask = CHUNK_MASK
-        shift = chunk_idx * CHUNK_SHIFT
+        layout_mask = LAYOUT_MASK
+        layout_shift = LAYOUT_SHIFT
+        shift = index * CHUNK_SHIFT
         # Complete (0b11) -> BeingRead (0b10) clears the state's low bit.
         state_low_bit = 1 << shift
         bitmap = self._relaxed_word(offset)
         layout = 0
         for attempt in range(_RETRY_ATTEMPTS):
-            layout = (bitmap & LAYOUT_MASK) >> LAYOUT_SHIFT
-            if chunk_idx >= NUM_CHUNKS_FOR_LAYOUT[layout]:
+            layout = (bitmap & layout_mask) >> layout_shift
+            if index >= NUM_CHUNKS_FOR_LAYOUT[layout]:
                 return None
             if (bitmap >> shift) & chunk_mask != _COMPLETE:
                 return None
@@ -492,13 +495,13 @@ class SharedMemoryABI:
             return None
         bitmap ^= state_low_bit
         size = self.chunk_sizes[layout]
-        begin = offset + PAGE_HEADER_SIZE + chunk_idx * size
+        begin = offset + PAGE_HEADER_SIZE + index * size
         chunk_id, packets, payload = self._take_chunk_bytes(begin, size)
         freed = bitmap & ~(chunk_mask << shift)
         if not freed & ALL_CHUNKS_MASK:
             freed = 0  # the page's last busy chunk: the page goes back to unpartitioned
         if self.emulation or self._compare_exchange(offset, bitmap, freed) != bitmap:
-            self._release_read_chunk(offset, page_idx, chunk_idx, size, bitmap)
+            self._release_read_chunk(offset, page_idx, index, size, bitmap)
         return chunk_id, packets & 0xFFFF, (packets >> 16) & 0x3FF, packets >> 26, payload
 
     def _release_read_chunk(
