@@ -20,6 +20,7 @@ from collections.abc import Callable
 from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_smb import (
     BufferExhaustedPolicy,
+    PageLayout,
     SharedMemory,
     SharedMemoryABI,
     SharedMemoryArbiter,
@@ -27,6 +28,7 @@ from perfetto_smb import (
     TraceWriter,
 )
 from perfetto_smb._patch_list import Patch
+from protozero import _native
 
 ITERATIONS = 100_000
 RUNS = 7
@@ -171,6 +173,28 @@ def chunk_cycle(read_back: bool) -> Callable[[], float]:
     return run
 
 
+def read_cycle() -> float:
+    """CHUNKS_PER_RUN x the service's read_chunk of a complete 4 KiB chunk (copy out, free)."""
+    with SharedMemory.create(CHUNKS_PER_RUN * 4096) as shm:
+        shm.buffer[:] = bytes(CHUNKS_PER_RUN * 4096)
+        abi = SharedMemoryABI(shm.buffer, 4096)
+        reader = SharedMemoryReader(abi)
+        for page in range(CHUNKS_PER_RUN):
+            chunk = abi.try_acquire_chunk_in_free_page(
+                page, PageLayout.DIV1, chunk_id=page, writer_id=1, packet_count=1
+            )
+            assert chunk is not None
+            abi.release_chunk_as_complete(chunk)
+        read_chunk = reader.read_chunk
+        start = clock()
+        for page in range(CHUNKS_PER_RUN):
+            read_chunk(page, 0)
+        elapsed = clock() - start
+        assert reader.chunks_read == CHUNKS_PER_RUN
+        abi.close()
+    return elapsed
+
+
 def main() -> None:
     cases: list[tuple[str, Callable[[], float]]] = [
         ("bytearray += packet (baseline)", bytearray_baseline),
@@ -191,6 +215,7 @@ def main() -> None:
     results = [(name, statistics.median(s)) for (name, _), s in zip(cases, samples, strict=True)]
     base = results[0][1]
     mean = TOTAL_BYTES / ITERATIONS
+    print(f"compiled modules: {_native.compiled_modules('perfetto_smb')}")
     print(f"{ITERATIONS} packets of 20-60 bytes (mean {mean:.1f} B), median of {RUNS} runs")
     print(f"{'case':<46}{'ns/packet':>10}{'Mpkt/s':>9}{'MB/s':>8}{'ratio':>8}")
     for name, seconds in results:
@@ -202,6 +227,8 @@ def main() -> None:
     cycle_read = statistics.median(chunk_cycle(read_back=True)() for _ in range(RUNS))
     print(f"one chunk acquire + return + commit: {cycle / CHUNKS_PER_RUN * 1e6:.1f} us")
     print(f"  ... + service read, copy and free: {cycle_read / CHUNKS_PER_RUN * 1e6:.1f} us")
+    read = statistics.median(read_cycle() for _ in range(RUNS))
+    print(f"service read_chunk of a complete 4 KiB chunk: {read / CHUNKS_PER_RUN * 1e6:.2f} us")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_protos.trace.trace_packet_pbzero import TracePacket
@@ -557,6 +557,8 @@ def _write_all(
     ),
     layout=st.sampled_from([PageLayout.DIV1, PageLayout.DIV7]),
 )
+# A batch whose next packet fits only through write_packet(), then one more packet.
+@example(sizes=[9, 127, 286, 126, 0], layout=PageLayout.DIV7)
 def test_fast_paths_write_the_same_bytes_as_messages(sizes: list[int], layout: PageLayout) -> None:
     packets = [bytes([0x0A + i % 3]) * size for i, size in enumerate([3, *sizes])]
     reference = _write_all("message", packets, layout)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import enum
 import mmap
 import os
@@ -11,9 +10,19 @@ import sys
 import time
 from collections.abc import Iterator
 
+try:
+    import cython
+except ImportError:  # installed without Cython: runs as pure Python
+    from protozero import _cython_shim as cython
+
 from perfetto_smb._atomics import AtomicWords
 from perfetto_smb._errors import SmbError
 from perfetto_smb._region import MAX_ABI_PAGE_SIZE, MIN_PAGE_SIZE
+
+if cython.compiled:
+    from cython.cimports.cpython.bytes import PyBytes_FromStringAndSize
+    from cython.cimports.libc.string import memset
+    from cython.cimports.perfetto_smb._c_atomics import cas32, load32_relaxed
 
 PAGE_HEADER_SIZE = 8
 """Bytes 0-3: the atomic bitmap; bytes 4-7: reserved."""
@@ -37,8 +46,12 @@ CHUNK_SHIFT = 2
 
 _RETRY_ATTEMPTS = 64
 _HEADER = struct.Struct("<IHH")
+_FREE = 0
+_BEING_WRITTEN = 1
+_BEING_READ = 2
 _COMPLETE = 3
-"""ChunkState.COMPLETE as a plain int, for hot paths."""
+"""ChunkState values as plain ints, for hot paths."""
+_NO_BYTES = bytearray(PAGE_HEADER_SIZE)
 
 
 class ChunkState(enum.IntEnum):
@@ -62,6 +75,10 @@ class PageLayout(enum.IntEnum):
     RESERVED1 = 6
     RESERVED2 = 7
 
+
+_DIV1 = int(PageLayout.DIV1)
+_DIV14 = int(PageLayout.DIV14)
+"""The partitioned layouts' range as plain ints, for hot paths."""
 
 NUM_CHUNKS_FOR_LAYOUT: tuple[int, ...] = (0, 1, 2, 4, 7, 14, 0, 0)
 """Chunks per page, indexed by PageLayout."""
@@ -210,6 +227,7 @@ class SharedMemoryABI:
 
     __slots__ = (
         "_atomics",
+        "_bytes",
         "buffer",
         "chunk_sizes",
         "emulation",
@@ -240,6 +258,8 @@ class SharedMemoryABI:
             chunk_size_for_layout(page_size, layout) for layout in range(8)
         )
         self._atomics = AtomicWords(buffer)
+        if cython.compiled:
+            self._bytes = buffer
         self.view = memoryview(buffer)
         """The buffer as bytes (a memoryview writers write through)."""
         self.words = self.view.cast("I")
@@ -250,6 +270,9 @@ class SharedMemoryABI:
     def close(self) -> None:
         """Releases the buffer (so its mapping can be closed); the ABI is unusable after."""
         self._atomics.close()
+        self.num_pages = 0
+        if cython.compiled:
+            self._bytes = _NO_BYTES
         self.words.release()
         self.halves.release()
         self.view.release()
@@ -259,13 +282,57 @@ class SharedMemoryABI:
             raise SmbError(f"page {page_idx} out of range (the SMB has {self.num_pages} pages)")
         return page_idx * self.page_size
 
+    def _relaxed_word(self, offset: int) -> int:
+        """The 32-bit word at `offset` (a checked, aligned offset), without ordering."""
+        if cython.compiled:
+            word: int = load32_relaxed(cython.address(self._bytes[offset]))
+            return word
+        return int(self.words[offset >> 2])
+
+    def _compare_exchange(self, offset: int, expected: int, desired: int) -> int:
+        """AtomicWords.compare_exchange at a checked, aligned `offset`."""
+        if cython.compiled:
+            found: int = cas32(cython.address(self._bytes[offset]), expected, desired)
+            return found
+        return self._atomics.compare_exchange(offset, expected, desired)
+
+    def _take_chunk_bytes(self, begin: int, size: int) -> tuple[int, int, bytes]:
+        """(chunk_id word, packets word, payload) of the `size`-byte chunk at `begin` (a
+        checked range), zeroing its header after the copy."""
+        chunk_id = self._relaxed_word(begin)
+        packets = self._relaxed_word(begin + 4)
+        payload_begin = begin + CHUNK_HEADER_SIZE
+        if cython.compiled:
+            payload: bytes = PyBytes_FromStringAndSize(
+                cython.cast(cython.p_char, cython.address(self._bytes[payload_begin])),
+                size - CHUNK_HEADER_SIZE,
+            )
+            memset(cython.address(self._bytes[begin]), 0, CHUNK_HEADER_SIZE)
+            return chunk_id, packets, payload
+        buffer = self.buffer
+        if isinstance(buffer, mmap.mmap):
+            payload = buffer[payload_begin : begin + size]
+        else:
+            payload = bytes(buffer[payload_begin : begin + size])
+        words = self.words
+        words[begin >> 2] = 0
+        words[(begin >> 2) + 1] = 0
+        return chunk_id, packets, payload
+
+    def _write_chunk_header(
+        self, begin: int, chunk_id: int, writer_id: int, packet_count: int, flags: int
+    ) -> None:
+        """Writes pack_chunk_header(chunk_id, writer_id, packet_count, flags) at `begin`."""
+        packets = (packet_count & 0x3FF) | ((flags & 0x3F) << 10)
+        _HEADER.pack_into(self.view, begin, chunk_id, writer_id, packets)
+
     def page_header_bitmap(self, page_idx: int) -> int:
         """The page's header bitmap, loaded with acquire ordering."""
         return self._atomics.load(self._page_offset(page_idx))
 
     def relaxed_page_header_bitmap(self, page_idx: int) -> int:
         """The page's header bitmap, read without ordering (a hint; may be stale)."""
-        return int(self.words[self._page_offset(page_idx) >> 2])
+        return self._relaxed_word(self._page_offset(page_idx))
 
     def is_page_free(self, page_idx: int) -> bool:
         """Whether the page is unpartitioned with every chunk free (bitmap 0)."""
@@ -331,14 +398,14 @@ class SharedMemoryABI:
         offset = self._page_offset(page_idx)
         expected_state = ChunkState.FREE if desired == ChunkState.BEING_WRITTEN else 3
         shift = chunk_idx * CHUNK_SHIFT
-        bitmap = int(self.words[offset >> 2])
+        bitmap = self._relaxed_word(offset)
         for attempt in range(_RETRY_ATTEMPTS):
             if not 0 <= chunk_idx < num_chunks_from_bitmap(bitmap):
                 return None
             if (bitmap >> shift) & CHUNK_MASK != expected_state:
                 return None
             desired_bitmap = (bitmap & ~(CHUNK_MASK << shift)) | (desired << shift)
-            found = self._atomics.compare_exchange(offset, bitmap, desired_bitmap)
+            found = self._compare_exchange(offset, bitmap, desired_bitmap)
             if found == bitmap:
                 return self.get_chunk_unchecked(page_idx, bitmap, chunk_idx)
             bitmap = found
@@ -358,10 +425,7 @@ class SharedMemoryABI:
         """Free -> BeingWritten, then writes the header; None if the chunk is not Free."""
         chunk = self._try_acquire(page_idx, chunk_idx, ChunkState.BEING_WRITTEN)
         if chunk is not None:
-            begin = chunk.begin
-            self.buffer[begin : begin + CHUNK_HEADER_SIZE] = pack_chunk_header(
-                chunk_id, writer_id, packet_count, flags
-            )
+            self._write_chunk_header(chunk.begin, chunk_id, writer_id, packet_count, flags)
         return chunk
 
     def try_acquire_chunk_in_free_page(
@@ -379,17 +443,15 @@ class SharedMemoryABI:
         The same end state as try_partition_page() then try_acquire_chunk_for_writing(0),
         with one atomic operation instead of two. None if the page is not free.
         """
-        if not PageLayout.DIV1 <= layout <= PageLayout.DIV14:
+        if not _DIV1 <= layout <= _DIV14:
             raise SmbError(f"cannot partition a page with layout {layout}")
         offset = self._page_offset(page_idx)
-        desired = ((layout << LAYOUT_SHIFT) & LAYOUT_MASK) | ChunkState.BEING_WRITTEN
-        if self._atomics.compare_exchange(offset, 0, desired) != 0:
+        desired = ((layout << LAYOUT_SHIFT) & LAYOUT_MASK) | _BEING_WRITTEN
+        if self._compare_exchange(offset, 0, desired) != 0:
             return None
         size = self.chunk_sizes[layout]
         begin = offset + PAGE_HEADER_SIZE
-        self.view[begin : begin + CHUNK_HEADER_SIZE] = pack_chunk_header(
-            chunk_id, writer_id, packet_count, flags
-        )
+        self._write_chunk_header(begin, chunk_id, writer_id, packet_count, flags)
         return Chunk(self, page_idx, 0, begin, size)
 
     def try_acquire_chunk_for_reading(self, page_idx: int, chunk_idx: int) -> Chunk | None:
@@ -408,21 +470,23 @@ class SharedMemoryABI:
         """
         if not 0 <= chunk_idx < MAX_CHUNKS_PER_PAGE:
             return None
+        index = chunk_idx
         offset = self._page_offset(page_idx)
-        atomics = self._atomics
-        pointer = atomics.pointer(offset)
-        compare_exchange = atomics.compare_exchange_at
-        shift = chunk_idx * CHUNK_SHIFT
+        chunk_mask = CHUNK_MASK
+        layout_mask = LAYOUT_MASK
+        layout_shift = LAYOUT_SHIFT
+        shift = index * CHUNK_SHIFT
         # Complete (0b11) -> BeingRead (0b10) clears the state's low bit.
         state_low_bit = 1 << shift
-        bitmap = self.words[offset >> 2]
+        bitmap = self._relaxed_word(offset)
+        layout = 0
         for attempt in range(_RETRY_ATTEMPTS):
-            layout = (bitmap & LAYOUT_MASK) >> LAYOUT_SHIFT
-            if not 0 <= chunk_idx < NUM_CHUNKS_FOR_LAYOUT[layout]:
+            layout = (bitmap & layout_mask) >> layout_shift
+            if index >= NUM_CHUNKS_FOR_LAYOUT[layout]:
                 return None
-            if (bitmap >> shift) & CHUNK_MASK != _COMPLETE:
+            if (bitmap >> shift) & chunk_mask != _COMPLETE:
                 return None
-            found = compare_exchange(pointer, bitmap, bitmap ^ state_low_bit)
+            found = self._compare_exchange(offset, bitmap, bitmap ^ state_low_bit)
             if found == bitmap:
                 break
             bitmap = found
@@ -431,33 +495,22 @@ class SharedMemoryABI:
             return None
         bitmap ^= state_low_bit
         size = self.chunk_sizes[layout]
-        begin = offset + PAGE_HEADER_SIZE + chunk_idx * size
-        words = self.words
-        word = begin >> 2
-        chunk_id = words[word]
-        packets = words[word + 1]
-        buffer = self.buffer
-        if isinstance(buffer, mmap.mmap):
-            payload = buffer[begin + CHUNK_HEADER_SIZE : begin + size]
-        else:
-            payload = bytes(buffer[begin + CHUNK_HEADER_SIZE : begin + size])
-        words[word] = 0
-        words[word + 1] = 0
-        freed = bitmap & ~(CHUNK_MASK << shift)
+        begin = offset + PAGE_HEADER_SIZE + index * size
+        chunk_id, packets, payload = self._take_chunk_bytes(begin, size)
+        freed = bitmap & ~(chunk_mask << shift)
         if not freed & ALL_CHUNKS_MASK:
             freed = 0  # the page's last busy chunk: the page goes back to unpartitioned
-        if self.emulation or compare_exchange(pointer, bitmap, freed) != bitmap:
-            self._release_read_chunk(pointer, page_idx, chunk_idx, size, bitmap)
+        if self.emulation or self._compare_exchange(offset, bitmap, freed) != bitmap:
+            self._release_read_chunk(offset, page_idx, index, size, bitmap)
         return chunk_id, packets & 0xFFFF, (packets >> 16) & 0x3FF, packets >> 26, payload
 
     def _release_read_chunk(
-        self, pointer: ctypes.c_void_p, page_idx: int, chunk_idx: int, size: int, bitmap: int
+        self, offset: int, page_idx: int, chunk_idx: int, size: int, bitmap: int
     ) -> None:
         """BeingRead (Complete in emulation) -> Free, when a first attempt did not do it.
 
         `bitmap` is the value that attempt expected (or a fresh read in emulation mode).
         """
-        compare_exchange = self._atomics.compare_exchange_at
         shift = chunk_idx * CHUNK_SHIFT
         expected_state = ChunkState.COMPLETE if self.emulation else ChunkState.BEING_READ
         keep = ~(CHUNK_MASK << shift)
@@ -473,7 +526,7 @@ class SharedMemoryABI:
             desired = bitmap & keep
             if desired & ALL_CHUNKS_MASK == 0:
                 desired = 0
-            found = compare_exchange(pointer, bitmap, desired)
+            found = self._compare_exchange(offset, bitmap, desired)
             if found == bitmap:
                 return
             bitmap = found
@@ -482,7 +535,7 @@ class SharedMemoryABI:
 
     def release_chunk_as_complete(self, chunk: Chunk) -> int:
         """BeingWritten -> Complete; returns the page index."""
-        return self._release(chunk, ChunkState.COMPLETE)
+        return self._release(chunk, _COMPLETE)
 
     def release_chunk_as_free(self, chunk: Chunk) -> int:
         """BeingRead (Complete in emulation) -> Free, zeroing the header first.
@@ -491,32 +544,38 @@ class SharedMemoryABI:
         index.
         """
         self.buffer[chunk.begin : chunk.begin + CHUNK_HEADER_SIZE] = bytes(CHUNK_HEADER_SIZE)
-        return self._release(chunk, ChunkState.FREE)
+        return self._release(chunk, _FREE)
 
-    def _release(self, chunk: Chunk, desired: ChunkState) -> int:
-        offset = self._page_offset(chunk.page_idx)
+    def _release(self, chunk: Chunk, desired: int) -> int:
+        page_idx = chunk.page_idx
+        offset = self._page_offset(page_idx)
+        if not 0 <= chunk.chunk_idx < MAX_CHUNKS_PER_PAGE:
+            raise SmbError(f"{chunk!r} is outside its page")
         shift = chunk.chunk_idx * CHUNK_SHIFT
-        if desired == ChunkState.COMPLETE:
-            expected_state = ChunkState.BEING_WRITTEN
+        if desired == _COMPLETE:
+            expected_state = _BEING_WRITTEN
         elif self.emulation:
-            expected_state = ChunkState.COMPLETE
+            expected_state = _COMPLETE
         else:
-            expected_state = ChunkState.BEING_READ
-        bitmap = int(self.words[offset >> 2])
+            expected_state = _BEING_READ
+        size = chunk.size
+        keep = 0xFFFFFFFF ^ (CHUNK_MASK << shift)
+        bitmap = self._relaxed_word(offset)
         for attempt in range(_RETRY_ATTEMPTS):
-            if self.chunk_sizes[layout_from_bitmap(bitmap)] != chunk.size:
-                raise SmbError(f"page {chunk.page_idx} changed layout under {chunk!r}")
+            if self.chunk_sizes[(bitmap & LAYOUT_MASK) >> LAYOUT_SHIFT] != size:
+                raise SmbError(f"page {page_idx} changed layout under {chunk!r}")
             state = (bitmap >> shift) & CHUNK_MASK
             if state != expected_state:
                 raise SmbError(
-                    f"{chunk!r} is {ChunkState(state).name}, expected {expected_state.name}"
+                    f"{chunk!r} is {ChunkState(state).name}, "
+                    f"expected {ChunkState(expected_state).name}"
                 )
-            desired_bitmap = (bitmap & ~(CHUNK_MASK << shift)) | (desired << shift)
+            desired_bitmap = (bitmap & keep) | (desired << shift)
             if desired_bitmap & ALL_CHUNKS_MASK == 0:
                 desired_bitmap = 0
-            found = self._atomics.compare_exchange(offset, bitmap, desired_bitmap)
+            found = self._compare_exchange(offset, bitmap, desired_bitmap)
             if found == bitmap:
-                return chunk.page_idx
+                return page_idx
             bitmap = found
             _wait_before_next_attempt(attempt)
-        raise SmbError(f"too much contention on page {chunk.page_idx}")
+        raise SmbError(f"too much contention on page {page_idx}")

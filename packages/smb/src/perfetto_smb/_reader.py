@@ -6,14 +6,21 @@ import collections
 from collections.abc import Container
 from typing import NamedTuple
 
+try:
+    import cython
+except ImportError:  # installed without Cython: runs as pure Python
+    from protozero import _cython_shim as cython
+
 from perfetto_smb._abi import (
     CHUNK_HEADER_SIZE,
     MAX_WRITER_ID,
-    SharedMemoryABI,
     num_chunks_from_bitmap,
     unpack_chunk_header,
 )
 from perfetto_smb._errors import SmbError
+
+if not cython.compiled:  # compiled, the .pxd cimports it from _abi
+    from perfetto_smb._abi import SharedMemoryABI
 
 MAX_EMULATED_CHUNK_SIZE = 65535
 """Chunks sent over IPC (emulation mode) are at most this big, header included."""
@@ -33,6 +40,10 @@ class CopiedChunk(NamedTuple):
     payload: bytes
 
 
+_new_tuple = tuple.__new__
+"""Makes a CopiedChunk from a ready tuple, without the field-by-field constructor."""
+
+
 class SharedMemoryReader:
     """Reads chunks a producer committed into its SMB, defensively.
 
@@ -40,6 +51,8 @@ class SharedMemoryReader:
     before a chunk is touched; a bad request is rejected and counted in `rejected` (by
     reason), never raised.
     """
+
+    __slots__ = ("abi", "chunks_read", "rejected")
 
     def __init__(self, abi: SharedMemoryABI) -> None:
         self.abi = abi
@@ -77,7 +90,10 @@ class SharedMemoryReader:
             self._reject("invalid_writer_id")
             return None
         self.chunks_read += 1
-        return CopiedChunk(page_idx, chunk_idx, writer_id, chunk_id, count, flags, True, payload)
+        chunk: CopiedChunk = _new_tuple(
+            CopiedChunk, (page_idx, chunk_idx, writer_id, chunk_id, count, flags, True, payload)
+        )
+        return chunk
 
     def _make(self, page: int, chunk: int, data: bytes, *, complete: bool) -> CopiedChunk | None:
         chunk_id, writer_id, count, flags = unpack_chunk_header(data)

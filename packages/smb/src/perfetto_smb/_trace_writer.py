@@ -301,6 +301,7 @@ class TraceWriter:
         n = len(block)
         i = 0
         while i < n:
+            self._leave_fast_path()  # write_packet() below may have taken the write position
             room = self._fast_path_room()
             if room < _MIN_ROOM_FOR_NEW_PACKET:
                 if room >= 0:  # what new_trace_packet() does first: move to a new chunk

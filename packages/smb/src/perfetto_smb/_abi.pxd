@@ -1,0 +1,51 @@
+import cython
+
+cdef int _RETRY_ATTEMPTS
+cdef unsigned int _FREE
+cdef unsigned int _BEING_WRITTEN
+cdef unsigned int _BEING_READ
+cdef unsigned int _COMPLETE
+
+cdef class Chunk:
+    cdef object _abi
+    cdef public Py_ssize_t page_idx
+    cdef public Py_ssize_t chunk_idx
+    cdef public Py_ssize_t begin
+    cdef public Py_ssize_t size
+
+
+cdef class SharedMemoryABI:
+    cdef object _atomics
+    cdef unsigned char[::1] _bytes
+    cdef public object buffer
+    cdef public tuple chunk_sizes
+    cdef public bint emulation
+    cdef public object halves
+    cdef public Py_ssize_t num_pages
+    cdef public Py_ssize_t page_size
+    cdef public Py_ssize_t size
+    cdef public object view
+    cdef public object words
+
+    cpdef Py_ssize_t _page_offset(self, object page_idx) except -1
+    @cython.locals(word="unsigned int")
+    cdef unsigned int _relaxed_word(self, Py_ssize_t offset) noexcept
+    @cython.locals(found="unsigned int")
+    cdef unsigned int _compare_exchange(self, Py_ssize_t offset, unsigned int expected, unsigned int desired) noexcept
+    @cython.locals(chunk_id="unsigned int", packets="unsigned int", payload_begin=Py_ssize_t, payload=bytes)
+    cdef tuple _take_chunk_bytes(self, Py_ssize_t begin, Py_ssize_t size)
+    @cython.locals(
+        offset=Py_ssize_t, shift=Py_ssize_t, layout=Py_ssize_t, attempt=int, size=Py_ssize_t,
+        begin=Py_ssize_t, index=Py_ssize_t, chunk_mask="unsigned int", layout_mask="unsigned int",
+        layout_shift="unsigned int", state_low_bit="unsigned int",
+        bitmap="unsigned int", found="unsigned int", freed="unsigned int",
+        chunk_id="unsigned int", packets="unsigned int",
+    )
+    cpdef read_and_free_chunk(self, object page_idx, object chunk_idx)
+    cdef _write_chunk_header(self, Py_ssize_t begin, object chunk_id, object writer_id, object packet_count, object flags)
+    @cython.locals(
+        offset=Py_ssize_t, shift=Py_ssize_t, expected_state="unsigned int",
+        keep="unsigned int", bitmap="unsigned int", state="unsigned int",
+        desired_bitmap="unsigned int", found="unsigned int", attempt=int,
+    )
+    cdef object _release(self, object chunk, unsigned int desired)
