@@ -149,3 +149,43 @@ def test_children_terminated_at_any_point_complete_their_parts(tmp_path: Path) -
     assert "did not finish" not in proc.stderr
     assert f"from {len(trace.processes)} processes" in proc.stderr
     assert len(trace.processes) == 13
+
+
+LOST_WAKEUP = """
+import multiprocessing as mp, os, signal, threading, time
+lock = mp.Lock()
+lock.acquire()
+def child_work():
+    return 1
+pid = os.fork()
+if pid == 0:
+    child_work()
+    def take_sigterm():
+        time.sleep(0.2)
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+    threading.Thread(target=take_sigterm, daemon=True).start()
+    lock.acquire()  # blocks in sem_wait, which the signal on the other thread does not wake
+    os._exit(0)
+for _ in range(300):
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        print(os.waitstatus_to_exitcode(status))
+        break
+    time.sleep(0.1)
+else:
+    os.kill(pid, signal.SIGKILL)
+    print("the child hung")
+"""
+
+
+def test_a_sigterm_the_main_thread_never_sees_still_ends_the_child(tmp_path: Path) -> None:
+    # Python runs handlers on the main thread only when it returns to the interpreter; a child
+    # blocked in C (a Pool worker waiting for the queue's lock) used to wait there forever.
+    proc, out = run_traced(tmp_path, LOST_WAKEUP, options=("--follow-children",), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "-15\n"
+    trace = decode(out)
+    assert "did not finish" not in proc.stderr
+    [child] = [t for t in trace.threads.values() if "child_work" in t.names()]
+    assert child.pid in trace.processes
+    assert len(trace.processes) == 2

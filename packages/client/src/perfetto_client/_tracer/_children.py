@@ -146,8 +146,9 @@ def _start_child_recording(parts: str, options: TraceOptions) -> None:
     _note_process_starts(parts)
     real_exit = os._exit
     # A Pool may SIGTERM a worker that is already finishing (it got the stop sentinel and is
-    # exiting): the signal then waits for the part to be complete.
-    state = {"finishing": False, "done": False, "terminate": False}
+    # exiting): the signal then waits for the part to be complete. "taken": the handler has
+    # the signal, and the process ends once the part is complete.
+    state = {"finishing": False, "done": False, "terminate": False, "taken": False}
 
     def finish() -> None:
         if state["finishing"]:
@@ -174,17 +175,19 @@ def _start_child_recording(parts: str, options: TraceOptions) -> None:
             finish()
         real_exit(code)
 
+    watchdog = _SigtermWatchdog(state)
+
     def on_sigterm(signum: int, frame: types.FrameType | None) -> None:
         if state["finishing"] and not state["done"]:
-            state["terminate"] = True
+            state["terminate"] = state["taken"] = True
             return
         if recording.engine is not None and _engine.in_tracer_code(frame):
             # The signal interrupted the recorder itself (a batch half written, the sink's
-            # lock held): finishing here would deadlock or tear the part. Ask again shortly,
-            # from a bare thread: starting a threading.Thread takes locks the interrupted
-            # code may hold.
-            _thread.start_new_thread(_resend_later, (pid, signum))
+            # lock held): finishing here would deadlock or tear the part. The watchdog
+            # delivers it again shortly.
+            watchdog.poke()
             return
+        state["taken"] = True
         finish()
         _die_by_sigterm()
 
@@ -193,13 +196,94 @@ def _start_child_recording(parts: str, options: TraceOptions) -> None:
     try:
         if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             signal.signal(signal.SIGTERM, on_sigterm)
+            watchdog.start(on_sigterm)
     except ValueError:
         pass  # not the main thread
 
 
-def _resend_later(pid: int, signum: int) -> None:
-    time.sleep(_SIGTERM_RETRY_S)
-    os.kill(pid, signum)
+class _SigtermWatchdog:
+    """Delivers SIGTERM to the main thread again until the child's handler has taken it.
+
+    Python runs a signal handler only when the main thread gets back to the interpreter. A
+    SIGTERM that lands while that thread is in C code that then blocks without checking for
+    signals is never handled: a Pool worker waiting for the task queue's lock can take the
+    signal inside sem_wait, between losing a wake-up race and its next futex wait, and then
+    waits forever. The interpreter's C handler writes the signal number to the wakeup fd,
+    this thread's pipe; the handler writes it there too when it must put the signal off.
+    The thread starts while SIGTERM is blocked (see _start_child), so it never takes a
+    SIGTERM itself: every one goes to the main thread.
+    """
+
+    def __init__(self, state: dict[str, bool]) -> None:
+        self.state = state
+        self.handler: Any = None
+        self.pid = os.getpid()
+        self.main = _thread.get_ident()
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.write_fd, False)
+
+    def start(self, handler: Any) -> None:
+        """Starts the thread and makes the pipe the wakeup fd (now, or when it is free)."""
+        self.handler = handler
+        _watchdogs.append(self)
+        _thread.start_new_thread(self._run, ())
+        if not self._take_wakeup_fd():
+            # A forkserver's child gives up the server's wakeup fd before it runs its
+            # process; multiprocessing runs its after-fork callbacks then.
+            from multiprocessing import util
+
+            util.register_after_fork(self, _SigtermWatchdog._take_wakeup_fd)
+
+    def poke(self) -> None:
+        """Asks for SIGTERM to be delivered again shortly."""
+        with contextlib.suppress(OSError):
+            os.write(self.write_fd, bytes([signal.SIGTERM]))
+
+    def _take_wakeup_fd(self) -> bool:
+        if os.getpid() != self.pid:
+            return False
+        previous = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
+        if previous in (-1, self.write_fd):
+            return True
+        signal.set_wakeup_fd(previous)  # the program's own: it keeps it
+        return False
+
+    def _run(self) -> None:
+        while True:
+            try:
+                signals = os.read(self.read_fd, 512)
+            except OSError:
+                return
+            if not signals:
+                return
+            if signal.SIGTERM not in signals:
+                continue
+            time.sleep(_SIGTERM_RETRY_S)
+            if not self.state["taken"] and signal.getsignal(signal.SIGTERM) is self.handler:
+                signal.pthread_kill(self.main, signal.SIGTERM)
+
+    def close(self) -> None:
+        """In a forked child: lets go of the wakeup fd and the parent's pipe."""
+        with contextlib.suppress(ValueError):
+            previous = signal.set_wakeup_fd(-1)
+            if previous not in (-1, self.write_fd):
+                signal.set_wakeup_fd(previous)  # the program's own: put it back
+        for fd in (self.read_fd, self.write_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+_watchdogs: list[_SigtermWatchdog] = []
+
+
+def _forget_watchdogs() -> None:
+    # A forked child has no watchdog thread; its signals must not reach the parent's pipe.
+    for watchdog in _watchdogs:
+        watchdog.close()
+    _watchdogs.clear()
+
+
+_engine.on_fork_in_child(_forget_watchdogs)
 
 
 def _die_by_sigterm() -> None:
