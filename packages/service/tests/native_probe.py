@@ -1,7 +1,8 @@
 """Feeds a TraceBuffer random chunk streams from a seed and prints what it reads back.
 
 Run under each build (compiled, PERFETTO_PY_PURE=1) to compare: for every stream it prints
-the trace-file bytes read back, the packets read as slices, and the buffer's counters.
+the trace-file bytes read back, the packets read as slices and as ReadBuffers replies, and the
+buffer's counters.
 
     python native_probe.py SEED STREAMS
 """
@@ -15,6 +16,7 @@ from perfetto_service.core._buffer_reader import (
     read_producer_packets,
     read_producer_packets_as_trace,
 )
+from perfetto_service.core._read_slicer import read_buffers_replies
 from perfetto_service.core._trace_buffer import OverwritePolicy, Patch, TraceBuffer
 from perfetto_service.core._trusted_fields import TrustedFieldsWriter
 from service_testlib import FIRST, LAST, PATCH, ChunkPacker, redundant4, seq
@@ -120,7 +122,8 @@ def run_stream(rng: random.Random) -> list[str]:
         else:
             drained = read_producer_packets(buffer, trusted, rng.choice((1, 300, 1 << 20, 1 << 20)))
             packets = [b"".join(p).hex() for p in drained.packets]
-            lines.append(f"slices {packets} {drained[1:]}")
+            replies = [r.hex() for r in read_buffers_replies(drained.packets)]
+            lines.append(f"slices {packets} {replies} {drained[1:]}")
     result = read_producer_packets_as_trace(buffer, trusted, 1 << 30)
     lines.append(f"trace {result.trace.hex()} {result[1:]}")
     lines.append(f"stats {buffer.stats.as_dict()}")

@@ -1,4 +1,4 @@
-"""ReadBuffers replies and the trace-file form: same bytes, upstream's cut rule."""
+"""ReadBuffers replies and the trace-file form: same bytes, upstream's cut rule and framing."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from perfetto_service.core._read_slicer import (
     packet_preamble,
     read_buffers_replies,
 )
+from perfetto_wire import serialize
 
 _BUDGET = IPC_BUFFER_SIZE - 64
 
@@ -77,6 +78,36 @@ def test_slices_are_length_prefixed_like_protozero_and_flag_the_last_one() -> No
         + b"\x0a\xc8\x01"
         + big
         + b"\x10\x01"
+    )
+
+
+_short_slices = st.one_of(st.binary(max_size=130), st.binary(min_size=100, max_size=5000))
+
+
+@given(packets=st.lists(st.lists(_short_slices, min_size=1, max_size=3), max_size=120))
+@settings(max_examples=150, deadline=None)
+def test_slice_lengths_are_those_upstreams_protozero_serializer_writes(
+    packets: list[list[bytes]],
+) -> None:
+    # perfetto_wire.serialize writes a message as upstream's generated classes do, through
+    # protozero's 4 KiB heap slices.
+    for reply in read_buffers_replies(packets):
+        response = consumer_port_pb2.ReadBuffersResponse.FromString(reply)
+        assert reply == serialize(response)
+
+
+def test_a_short_slice_across_a_4_kib_heap_slice_keeps_the_4_byte_length() -> None:
+    # The first Slice (1 + 4 + 4005 bytes) leaves 86 bytes of upstream's first heap slice:
+    # too few for the next one's 4 reserved length bytes and 104 bytes.
+    (reply,) = read_buffers_replies([[bytes(4000), bytes(100), b"sfx"]])
+    assert reply[:4010] == b"\x12\xa5\x9f\x80\x00\x0a\xa0\x1f" + bytes(4000) + b"\x10\x00"
+    assert reply[4010:] == (
+        b"\x12\xe8\x80\x80\x00"
+        + b"\x0a\x64"
+        + bytes(100)
+        + b"\x10\x00"
+        # The next heap slice has room for it all: a 1-byte length again.
+        + b"\x12\x07\x0a\x03sfx\x10\x01"
     )
 
 
