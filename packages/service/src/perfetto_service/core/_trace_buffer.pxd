@@ -70,6 +70,10 @@ cdef class TraceBuffer:
     cdef Py_ssize_t _read_chunk_id
     cdef _ChunkMeta _read_meta
 
+    cdef object _copy_chunk(
+        self, object sequence, object chunk_id, object num_fragments, object chunk_flags,
+        object payload, bint chunk_complete,
+    )
     @cython.locals(
         stats=object, key=tuple, existing=_ChunkMeta, size_to_end=Py_ssize_t, offset=Py_ssize_t,
         data=bytearray, padding=Py_ssize_t, start=Py_ssize_t, seq=_Sequence,

@@ -487,6 +487,18 @@ class TraceBuffer:
         replaces it, provided its size is unchanged, its fragment count did not shrink and
         no flag was removed.
         """
+        self._copy_chunk(sequence, chunk_id, num_fragments, chunk_flags, payload, chunk_complete)
+
+    def _copy_chunk(  # noqa: PLR0917 - private, copy_chunk_untrusted's arguments
+        self,
+        sequence: PacketSequenceProperties,
+        chunk_id: int,
+        num_fragments: int,
+        chunk_flags: int,
+        payload: BytesLike,
+        chunk_complete: bool,
+    ) -> None:
+        """`copy_chunk_untrusted`, for compiled callers."""
         producer_id = sequence.producer_id
         writer_id = sequence.writer_id
         size = payload.nbytes if isinstance(payload, memoryview) else len(payload)
