@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from perfetto_smb import (
@@ -82,6 +83,40 @@ def test_reads_copy_then_free() -> None:
         assert reader.read_chunk(2, 6) is None  # already consumed
         parsed = parse_chunk_payload(got.payload, got.packet_count, got.flags)
         assert parsed.fragments == [b"ab", b"c"]
+    finally:
+        abi.close()
+
+
+def test_open_chunk_reads_in_place_until_closed() -> None:
+    _, abi, reader = make_reader()
+    try:
+        complete_chunk(abi, 2, 6, pack_chunk_header(9, 3, 2, 0), b"\x02ab\x01c")
+        opened = reader.open_chunk(2, 6)
+        assert opened is not None
+        writer_id, chunk_id, count, flags, payload = opened
+        assert (writer_id, chunk_id, count, flags) == (3, 9, 2, 0)
+        assert bytes(payload[:5]) == b"\x02ab\x01c"
+        assert len(payload) == 584 - 8
+        assert not abi.is_page_free(2)  # BeingRead until closed
+        assert reader.close_chunk()
+        assert abi.is_page_free(2)
+        assert reader.chunks_read == 1
+        with pytest.raises(ValueError, match="released"):  # the view ends with the read
+            bytes(payload)
+        assert reader.open_chunk(2, 6) is None  # already consumed
+    finally:
+        abi.close()
+
+
+def test_close_chunk_rejects_a_page_changed_while_open() -> None:
+    _, abi, reader = make_reader()
+    try:
+        complete_chunk(abi, 0, 1, pack_chunk_header(1, 3, 1, 0), b"\x01a")
+        assert reader.open_chunk(0, 1) is not None
+        abi.words[0] = 0  # the producer unpartitions the page under the reader
+        assert not reader.close_chunk()
+        assert reader.rejected == {"chunk_changed_while_read": 1}
+        assert reader.chunks_read == 0
     finally:
         abi.close()
 

@@ -34,14 +34,18 @@ cdef class SharedMemoryABI:
     cdef unsigned int _compare_exchange(self, Py_ssize_t offset, unsigned int expected, unsigned int desired) noexcept
     @cython.locals(chunk_id="unsigned int", packets="unsigned int", payload_begin=Py_ssize_t, payload=bytes)
     cdef tuple _take_chunk_bytes(self, Py_ssize_t begin, Py_ssize_t size)
+    @cython.locals(taken=tuple, begin=Py_ssize_t, size=Py_ssize_t, bitmap="unsigned int",
+                   chunk_id="unsigned int", packets="unsigned int")
+    cpdef read_and_free_chunk(self, object page_idx, object chunk_idx)
     @cython.locals(
         offset=Py_ssize_t, shift=Py_ssize_t, layout=Py_ssize_t, attempt=int, size=Py_ssize_t,
-        begin=Py_ssize_t, index=Py_ssize_t, chunk_mask="unsigned int", layout_mask="unsigned int",
+        index=Py_ssize_t, chunk_mask="unsigned int", layout_mask="unsigned int",
         layout_shift="unsigned int", state_low_bit="unsigned int",
-        bitmap="unsigned int", found="unsigned int", freed="unsigned int",
-        chunk_id="unsigned int", packets="unsigned int",
+        bitmap="unsigned int", found="unsigned int",
     )
-    cpdef read_and_free_chunk(self, object page_idx, object chunk_idx)
+    cpdef tuple begin_read(self, object page_idx, object chunk_idx)
+    @cython.locals(offset=Py_ssize_t, chunk_mask="unsigned int", freed="unsigned int")
+    cpdef end_read(self, object page_idx, Py_ssize_t chunk_idx, Py_ssize_t begin, Py_ssize_t size, unsigned int bitmap)
     cdef _write_chunk_header(self, Py_ssize_t begin, object chunk_id, object writer_id, object packet_count, object flags)
     @cython.locals(
         offset=Py_ssize_t, shift=Py_ssize_t, expected_state="unsigned int",

@@ -298,7 +298,7 @@ class SharedMemoryABI:
 
     def _take_chunk_bytes(self, begin: int, size: int) -> tuple[int, int, bytes]:
         """(chunk_id word, packets word, payload) of the `size`-byte chunk at `begin` (a
-        checked range), zeroing its header after the copy."""
+        checked range)."""
         chunk_id = self._relaxed_word(begin)
         packets = self._relaxed_word(begin + 4)
         payload_begin = begin + CHUNK_HEADER_SIZE
@@ -307,16 +307,12 @@ class SharedMemoryABI:
                 cython.cast(cython.p_char, cython.address(self._bytes[payload_begin])),
                 size - CHUNK_HEADER_SIZE,
             )
-            memset(cython.address(self._bytes[begin]), 0, CHUNK_HEADER_SIZE)
             return chunk_id, packets, payload
         buffer = self.buffer
         if isinstance(buffer, mmap.mmap):
             payload = buffer[payload_begin : begin + size]
         else:
             payload = bytes(buffer[payload_begin : begin + size])
-        words = self.words
-        words[begin >> 2] = 0
-        words[(begin >> 2) + 1] = 0
         return chunk_id, packets, payload
 
     def _write_chunk_header(
@@ -468,6 +464,21 @@ class SharedMemoryABI:
         flags, payload), or None if the chunk is not (or no longer) Complete; raises
         SmbError, after copying, if the page changed layout or the chunk's state while read.
         """
+        taken = self.begin_read(page_idx, chunk_idx)
+        if taken is None:
+            return None
+        begin, size, bitmap = taken
+        chunk_id, packets, payload = self._take_chunk_bytes(begin, size)
+        self.end_read(page_idx, chunk_idx, begin, size, bitmap)
+        return chunk_id, packets & 0xFFFF, (packets >> 16) & 0x3FF, packets >> 26, payload
+
+    def begin_read(self, page_idx: int, chunk_idx: int) -> tuple[int, int, int] | None:
+        """Complete -> BeingRead, as a service starts reading a chunk.
+
+        Returns (begin, size, bitmap): the chunk's offset and size (header included) and
+        the page's bitmap after the change, for end_read(); or None if the chunk is not
+        (or no longer) Complete.
+        """
         if not 0 <= chunk_idx < MAX_CHUNKS_PER_PAGE:
             return None
         index = chunk_idx
@@ -493,16 +504,27 @@ class SharedMemoryABI:
             _wait_before_next_attempt(attempt)
         else:
             return None
-        bitmap ^= state_low_bit
         size = self.chunk_sizes[layout]
-        begin = offset + PAGE_HEADER_SIZE + index * size
-        chunk_id, packets, payload = self._take_chunk_bytes(begin, size)
-        freed = bitmap & ~(chunk_mask << shift)
+        return offset + PAGE_HEADER_SIZE + index * size, size, bitmap ^ state_low_bit
+
+    def end_read(self, page_idx: int, chunk_idx: int, begin: int, size: int, bitmap: int) -> None:
+        """Zeroes the header of a chunk begin_read() returned, then frees it (BeingRead -> Free).
+
+        Raises SmbError if the page changed layout or the chunk's state since begin_read().
+        """
+        if cython.compiled:
+            memset(cython.address(self._bytes[begin]), 0, CHUNK_HEADER_SIZE)
+        else:
+            words = self.words
+            words[begin >> 2] = 0
+            words[(begin >> 2) + 1] = 0
+        offset = begin - PAGE_HEADER_SIZE - chunk_idx * size
+        chunk_mask = CHUNK_MASK
+        freed = bitmap & ~(chunk_mask << (chunk_idx * CHUNK_SHIFT))
         if not freed & ALL_CHUNKS_MASK:
             freed = 0  # the page's last busy chunk: the page goes back to unpartitioned
         if self.emulation or self._compare_exchange(offset, bitmap, freed) != bitmap:
-            self._release_read_chunk(offset, page_idx, index, size, bitmap)
-        return chunk_id, packets & 0xFFFF, (packets >> 16) & 0x3FF, packets >> 26, payload
+            self._release_read_chunk(offset, page_idx, chunk_idx, size, bitmap)
 
     def _release_read_chunk(
         self, offset: int, page_idx: int, chunk_idx: int, size: int, bitmap: int

@@ -52,13 +52,15 @@ class SharedMemoryReader:
     reason), never raised.
     """
 
-    __slots__ = ("abi", "chunks_read", "rejected")
+    __slots__ = ("_open", "_open_payload", "abi", "chunks_read", "rejected")
 
     def __init__(self, abi: SharedMemoryABI) -> None:
         self.abi = abi
         self.rejected: collections.Counter[str] = collections.Counter()
         """Rejected chunks, by reason."""
         self.chunks_read = 0
+        self._open: tuple[int, int, int, int, int] | None = None
+        self._open_payload: memoryview | None = None
 
     def _reject(self, reason: str) -> None:
         self.rejected[reason] += 1
@@ -67,33 +69,83 @@ class SharedMemoryReader:
         """Moves a Complete chunk to BeingRead, copies it, then frees it.
 
         Returns None (and counts the reason) when the page or chunk index is out of range,
-        the page's layout has no such chunk, the chunk is not Complete, or its header is bad.
+        the page's layout has no such chunk, the chunk is not Complete, its header is bad,
+        or the producer changed the page while the chunk was read.
+        """
+        opened = self.open_chunk(page_idx, chunk_idx)
+        if opened is None:
+            return None
+        writer_id, chunk_id, count, flags, view = opened
+        payload = bytes(view)
+        if not self.close_chunk():
+            return None
+        chunk: CopiedChunk = _new_tuple(
+            CopiedChunk, (page_idx, chunk_idx, writer_id, chunk_id, count, flags, True, payload)
+        )
+        return chunk
+
+    def open_chunk(
+        self, page_idx: int, chunk_idx: int
+    ) -> tuple[int, int, int, int, memoryview] | None:
+        """Moves a Complete chunk to BeingRead, for the caller to copy; close_chunk() frees it.
+
+        Returns (writer_id, chunk_id, packet_count, flags, payload), the payload a view of
+        the chunk in the SMB, valid until close_chunk(). Returns None (and counts the
+        reason, as read_chunk() does) when the chunk cannot be read; a chunk with a bad
+        writer id is freed at once.
         """
         abi = self.abi
         if not 0 <= page_idx < abi.num_pages:
             self._reject("page_out_of_range")
             return None
-        try:
-            read = abi.read_and_free_chunk(page_idx, chunk_idx)
-        except SmbError:
-            self._reject("chunk_changed_while_read")
-            return None
-        if read is None:
+        taken = abi.begin_read(page_idx, chunk_idx)
+        if taken is None:
             bitmap = abi.relaxed_page_header_bitmap(page_idx)
             if 0 <= chunk_idx < num_chunks_from_bitmap(bitmap):
                 self._reject("chunk_not_complete")
             else:
                 self._reject("chunk_out_of_range")
             return None
-        chunk_id, writer_id, count, flags, payload = read
+        begin, size, bitmap = taken
+        chunk_id = abi._relaxed_word(begin)
+        packets = abi._relaxed_word(begin + 4)
+        writer_id = packets & 0xFFFF
         if not 1 <= writer_id <= MAX_WRITER_ID:
-            self._reject("invalid_writer_id")
+            if self._end_read(page_idx, chunk_idx, begin, size, bitmap):
+                self._reject("invalid_writer_id")
             return None
+        payload = abi.view[begin + CHUNK_HEADER_SIZE : begin + size]
+        self._open = (page_idx, chunk_idx, begin, size, bitmap)
+        self._open_payload = payload
+        return writer_id, chunk_id, (packets >> 16) & 0x3FF, packets >> 26, payload
+
+    def close_chunk(self) -> bool:
+        """Frees the chunk open_chunk() returned; its payload view is released.
+
+        False (counted as "chunk_changed_while_read") if the producer changed the page's
+        layout or the chunk's state since open_chunk().
+        """
+        opened = self._open
+        payload = self._open_payload
+        self._open = None
+        self._open_payload = None
+        if payload is not None:
+            payload.release()
+        if opened is None:
+            return False
+        page_idx, chunk_idx, begin, size, bitmap = opened
+        if not self._end_read(page_idx, chunk_idx, begin, size, bitmap):
+            return False
         self.chunks_read += 1
-        chunk: CopiedChunk = _new_tuple(
-            CopiedChunk, (page_idx, chunk_idx, writer_id, chunk_id, count, flags, True, payload)
-        )
-        return chunk
+        return True
+
+    def _end_read(self, page_idx: int, chunk_idx: int, begin: int, size: int, bitmap: int) -> bool:
+        try:
+            self.abi.end_read(page_idx, chunk_idx, begin, size, bitmap)
+        except SmbError:
+            self._reject("chunk_changed_while_read")
+            return False
+        return True
 
     def _make(self, page: int, chunk: int, data: bytes, *, complete: bool) -> CopiedChunk | None:
         chunk_id, writer_id, count, flags = unpack_chunk_header(data)

@@ -210,17 +210,8 @@ class ProducerEndpointImpl:
         reader = self._reader
         if self.connected and reader is not None:
             service = self._service
-            for move in request.chunks_to_move:
-                if move.HasField("data"):
-                    chunk = reader.chunk_from_bytes(
-                        move.chunk, move.data, complete=not move.chunk_incomplete
-                    )
-                else:
-                    chunk = reader.read_chunk(move.page, move.chunk)
-                if chunk is None:
-                    service.count_discarded_chunk()
-                    continue
-                service.copy_chunk_into_buffer(self, move.target_buffer, chunk)
+            if request.chunks_to_move:
+                service.move_chunks(self, reader, request.chunks_to_move)
             if request.chunks_to_patch:
                 service.apply_chunk_patches(self, request.chunks_to_patch)
             if request.flush_request_id:

@@ -27,6 +27,7 @@ cdef tuple _scan_fragments(
 
 
 @cython.final
+@cython.no_gc
 cdef class _ChunkMeta:
     cdef public bint complete
     cdef public Py_ssize_t cur_offset
@@ -54,6 +55,7 @@ cdef class TraceBuffer:
     cdef object __weakref__
     cdef Py_ssize_t _size
     cdef bytearray _data
+    cdef unsigned char[::1] _bytes
     cdef object _view
     cdef object _policy
     cdef Py_ssize_t _max_record_size
@@ -70,6 +72,10 @@ cdef class TraceBuffer:
     cdef Py_ssize_t _read_chunk_id
     cdef _ChunkMeta _read_meta
 
+    cdef object _copy_chunk(
+        self, object sequence, object chunk_id, object num_fragments, object chunk_flags,
+        object payload, bint chunk_complete,
+    )
     @cython.locals(
         stats=object, key=tuple, existing=_ChunkMeta, size_to_end=Py_ssize_t, offset=Py_ssize_t,
         data=bytearray, padding=Py_ssize_t, start=Py_ssize_t, seq=_Sequence,
@@ -79,13 +85,21 @@ cdef class TraceBuffer:
         Py_ssize_t chunk_id, Py_ssize_t num_fragments, Py_ssize_t chunk_flags, object payload,
         Py_ssize_t size, Py_ssize_t record_size, bint chunk_complete,
     )
+    @cython.locals(size=Py_ssize_t, record_size=Py_ssize_t)
     cdef object _recommit(
         self, _ChunkMeta meta, tuple key, Py_ssize_t num_fragments, Py_ssize_t chunk_flags,
         object payload, bint complete,
     )
+    @cython.locals(start=Py_ssize_t, rounding=Py_ssize_t)
     cdef object _write_record(
-        self, Py_ssize_t offset, Py_ssize_t record_size, tuple key, Py_ssize_t num_fragments,
-        Py_ssize_t flags, object payload,
+        self, Py_ssize_t offset, Py_ssize_t record_size, Py_ssize_t producer_id,
+        Py_ssize_t writer_id, Py_ssize_t chunk_id, Py_ssize_t num_fragments, Py_ssize_t flags,
+        object payload, Py_ssize_t size,
+    )
+    @cython.locals(view="unsigned char[::1]")
+    cdef object _write_header(
+        self, Py_ssize_t offset, Py_ssize_t chunk_id, Py_ssize_t producer_id,
+        Py_ssize_t writer_id, Py_ssize_t num_fragments, Py_ssize_t record_size, Py_ssize_t flags,
     )
     cdef object _add_padding_record(self, Py_ssize_t size)
     cdef object _discard_write(self)

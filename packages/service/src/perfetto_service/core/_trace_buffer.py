@@ -25,7 +25,9 @@ try:
 except ImportError:  # installed without Cython: runs as pure Python
     from protozero import _cython_shim as cython
 
-if not cython.compiled:  # compiled, _trace_buffer.pxd cimports it from protozero
+if cython.compiled:
+    from cython.cimports.libc.string import memset
+else:  # compiled, _trace_buffer.pxd cimports it from protozero
     from protozero._decoder import read_varint
 
 from perfetto_service.core._field_encoding import varint_field
@@ -246,14 +248,13 @@ class _ChunkMeta:
         "skipped",
     )
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 - private, built once per chunk
         self,
         record_offset: int,
         record_size: int,
         num_fragments: int,
         flags: int,
         props: PacketSequenceProperties,
-        *,
         complete: bool,
     ) -> None:
         self.record_offset = record_offset
@@ -394,6 +395,8 @@ class TraceBuffer:
         self._size = size
         self._data = bytearray(size)
         self._view = memoryview(self._data)
+        if cython.compiled:
+            self._bytes = self._data
         self._policy = overwrite_policy
         self._max_record_size = min(size, _MAX_RECORD_SIZE)
         self._wptr = 0
@@ -487,6 +490,18 @@ class TraceBuffer:
         replaces it, provided its size is unchanged, its fragment count did not shrink and
         no flag was removed.
         """
+        self._copy_chunk(sequence, chunk_id, num_fragments, chunk_flags, payload, chunk_complete)
+
+    def _copy_chunk(  # noqa: PLR0917 - private, copy_chunk_untrusted's arguments
+        self,
+        sequence: PacketSequenceProperties,
+        chunk_id: int,
+        num_fragments: int,
+        chunk_flags: int,
+        payload: BytesLike,
+        chunk_complete: bool,
+    ) -> None:
+        """`copy_chunk_untrusted`, for compiled callers."""
         producer_id = sequence.producer_id
         writer_id = sequence.writer_id
         size = payload.nbytes if isinstance(payload, memoryview) else len(payload)
@@ -571,24 +586,20 @@ class TraceBuffer:
         stats.chunks_written += 1
         stats.bytes_written += record_size
         self._index[key] = _ChunkMeta(
-            offset, record_size, num_fragments, chunk_flags, sequence, complete=chunk_complete
+            offset, record_size, num_fragments, chunk_flags, sequence, chunk_complete
         )
-        _HEADER.pack_into(
-            data,
+        self._write_record(
             offset,
-            chunk_id,
+            record_size,
             producer_id,
             writer_id,
+            chunk_id,
             num_fragments,
-            record_size,
             chunk_flags,
-            _HEADER_MARK,
+            payload,
+            size,
         )
-        start = offset + RECORD_HEADER_SIZE
-        data[start : start + size] = payload
         offset += record_size
-        if offset - start - size:
-            data[start + size : offset] = _ZEROS[: offset - start - size]
         if offset >= self._size:
             offset = 0
             stats.write_wrap_count += 1
@@ -618,7 +629,8 @@ class TraceBuffer:
         complete: bool,
     ) -> None:
         stats = self._stats
-        record_size = (_byte_size(payload) + RECORD_HEADER_SIZE + 15) & ~15
+        size = _byte_size(payload)
+        record_size = (size + RECORD_HEADER_SIZE + 15) & ~15
         if (
             meta.record_size != record_size
             or meta.num_fragments > num_fragments
@@ -643,24 +655,75 @@ class TraceBuffer:
         if seq.resume is not None and _before(chunk_id, seq.resume):
             seq.resume = None
         self._write_record(
-            meta.record_offset, record_size, key, num_fragments, chunk_flags, payload
+            meta.record_offset,
+            record_size,
+            producer_id,
+            writer_id,
+            chunk_id,
+            num_fragments,
+            chunk_flags,
+            payload,
+            size,
         )
         stats.chunks_rewritten += 1
 
-    def _write_record(  # noqa: PLR0917 - private, the fields of a record header
+    def _write_record(  # noqa: PLR0917 - private, the fields of a record
         self,
         offset: int,
         record_size: int,
-        key: tuple[int, int, int],
+        producer_id: int,
+        writer_id: int,
+        chunk_id: int,
         num_fragments: int,
         flags: int,
         payload: BytesLike,
+        size: int,
     ) -> None:
-        producer_id, writer_id, chunk_id = key
-        size = _byte_size(payload)
-        data = self._data
+        """Writes a chunk record (header, `size`-byte payload, zeros up to `record_size`)."""
+        self._write_header(
+            offset, chunk_id, producer_id, writer_id, num_fragments, record_size, flags
+        )
+        start = offset + RECORD_HEADER_SIZE
+        self._data[start : start + size] = payload
+        rounding = record_size - RECORD_HEADER_SIZE - size
+        if rounding:
+            if cython.compiled:
+                memset(cython.address(self._bytes[start + size]), 0, rounding)
+            else:
+                self._data[start + size : start + size + rounding] = _ZEROS[:rounding]
+
+    def _write_header(  # noqa: PLR0917 - private, the fields of a record header
+        self,
+        offset: int,
+        chunk_id: int,
+        producer_id: int,
+        writer_id: int,
+        num_fragments: int,
+        record_size: int,
+        flags: int,
+    ) -> None:
+        """Writes the 16-byte record header at `offset` (_HEADER, with _HEADER_MARK)."""
+        if cython.compiled:
+            view = self._bytes
+            view[offset] = chunk_id & 0xFF
+            view[offset + 1] = (chunk_id >> 8) & 0xFF
+            view[offset + 2] = (chunk_id >> 16) & 0xFF
+            view[offset + 3] = (chunk_id >> 24) & 0xFF
+            view[offset + 4] = producer_id & 0xFF
+            view[offset + 5] = producer_id >> 8
+            view[offset + 6] = writer_id & 0xFF
+            view[offset + 7] = writer_id >> 8
+            view[offset + 8] = num_fragments & 0xFF
+            view[offset + 9] = num_fragments >> 8
+            view[offset + 10] = record_size & 0xFF
+            view[offset + 11] = record_size >> 8
+            view[offset + 12] = flags
+            view[offset + 13] = 0x43  # _HEADER_MARK, b"CHU"
+            view[offset + 14] = 0x48
+            view[offset + 15] = 0x55
+            return
         _HEADER.pack_into(
-            data,
+            self._data,
             offset,
             chunk_id,
             producer_id,
@@ -670,14 +733,9 @@ class TraceBuffer:
             flags,
             _HEADER_MARK,
         )
-        start = offset + RECORD_HEADER_SIZE
-        data[start : start + size] = payload
-        rounding = record_size - RECORD_HEADER_SIZE - size
-        if rounding:
-            data[start + size : start + size + rounding] = _ZEROS[:rounding]
 
     def _add_padding_record(self, size: int) -> None:
-        _HEADER.pack_into(self._data, self._wptr, 0, 0, 0, 0, size, _PADDING_BIT, _HEADER_MARK)
+        self._write_header(self._wptr, 0, 0, 0, 0, size, _PADDING_BIT)
         self._stats.padding_bytes_written += size
 
     def _discard_write(self) -> None:

@@ -14,7 +14,7 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import version as _package_version
 
@@ -30,12 +30,14 @@ from perfetto_smb import (
     MAX_WRITER_ID,
     CopiedChunk,
     SharedMemory,
+    SharedMemoryReader,
     SmbError,
     ensure_valid_shm_sizes,
 )
 
 from perfetto_service._errors import ServiceError
 from perfetto_service._interfaces import ClientIdentity, Consumer, Producer, TaskRunner
+from perfetto_service.core._chunk_mover import move_chunks, target_buffer
 from perfetto_service.core._config_checks import check_trace_config
 from perfetto_service.core._consumer_endpoint import ConsumerEndpointImpl
 from perfetto_service.core._producer_endpoint import ProducerEndpointImpl
@@ -377,21 +379,21 @@ class TracingService:
 
     # Commits -------------------------------------------------------------------------------
 
-    def count_discarded_chunk(self) -> None:
-        """Counts a chunk a producer named in CommitData that could not be taken."""
-        self.chunks_discarded += 1
+    def move_chunks(
+        self,
+        endpoint: ProducerEndpointImpl,
+        reader: SharedMemoryReader,
+        moves: Iterable[CommitDataRequest.ChunksToMove],
+    ) -> None:
+        """Copies the chunks a producer's CommitData moves into their buffers, if it may."""
+        self.chunks_discarded += move_chunks(self._buffers, endpoint, reader, moves)
 
     def copy_chunk_into_buffer(
         self, endpoint: ProducerEndpointImpl, buffer_id: int, chunk: CopiedChunk
     ) -> None:
         """Copies a chunk read from a producer into `buffer_id`, if the producer may write there."""
-        buffer = self._buffers.get(buffer_id)
-        registered_buffer = endpoint.writers.get(chunk.writer_id)
-        if (
-            buffer is None
-            or buffer_id not in endpoint.allowed_target_buffers
-            or (registered_buffer is not None and registered_buffer != buffer_id)
-        ):
+        buffer = target_buffer(self._buffers, endpoint, buffer_id, chunk.writer_id)
+        if buffer is None:
             self.chunks_discarded += 1
             return
         buffer.copy_chunk_untrusted(
