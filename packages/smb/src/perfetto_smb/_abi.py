@@ -423,6 +423,20 @@ class SharedMemoryABI:
         flags: int = 0,
     ) -> Chunk | None:
         """Free -> BeingWritten, then writes the header; None if the chunk is not Free."""
+        return self._acquire_for_writing(
+            page_idx, chunk_idx, chunk_id, writer_id, packet_count, flags
+        )
+
+    def _acquire_for_writing(  # noqa: PLR0917 - the arbiter's hot path, compiled a C call
+        self,
+        page_idx: int,
+        chunk_idx: int,
+        chunk_id: int,
+        writer_id: int,
+        packet_count: int,
+        flags: int,
+    ) -> Chunk | None:
+        """try_acquire_chunk_for_writing() with positional arguments."""
         chunk = self._try_acquire(page_idx, chunk_idx, ChunkState.BEING_WRITTEN)
         if chunk is not None:
             self._write_chunk_header(chunk.begin, chunk_id, writer_id, packet_count, flags)
@@ -445,6 +459,20 @@ class SharedMemoryABI:
         """
         if not _DIV1 <= layout <= _DIV14:
             raise SmbError(f"cannot partition a page with layout {layout}")
+        return self._acquire_in_free_page(
+            page_idx, layout, chunk_id, writer_id, packet_count, flags
+        )
+
+    def _acquire_in_free_page(  # noqa: PLR0917 - the arbiter's hot path, compiled a C call
+        self,
+        page_idx: int,
+        layout: int,
+        chunk_id: int,
+        writer_id: int,
+        packet_count: int,
+        flags: int,
+    ) -> Chunk | None:
+        """try_acquire_chunk_in_free_page() with positional arguments and a checked layout."""
         offset = self._page_offset(page_idx)
         desired = ((layout << LAYOUT_SHIFT) & LAYOUT_MASK) | _BEING_WRITTEN
         if self._compare_exchange(offset, 0, desired) != 0:
