@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_smb import BufferExhaustedPolicy, SharedMemory, SharedMemoryArbiter, TraceWriter
+from perfetto_smb._atomics import AtomicWords
 from protozero import _native
 from protozero._proto_utils import SHORT_VARINTS
 
@@ -111,13 +112,13 @@ def _empty_loop(iterations: int) -> float:
 
 def _cas(iterations: int) -> float:
     with SharedMemory.create(4096) as shm:
-        arbiter = SharedMemoryArbiter(shm.buffer, 4096, _discard)
-        cas = arbiter.abi._atomics.compare_exchange
+        atomics = AtomicWords(shm.buffer)
+        cas = atomics.compare_exchange
         start = time.process_time_ns()
         for _ in range(iterations):
             cas(0, 0, 0)
         elapsed = time.process_time_ns() - start
-        arbiter.close()
+        atomics.close()
     return elapsed / iterations
 
 

@@ -5,6 +5,11 @@ track-event-sized packets (20-60 bytes), median of 7 runs, all in this process, 
 process CPU time and interleaved round by round (the machine is shared). Ratios are baseline
 time / case time: 1.0 is as fast as the bytearray, 0.5 half as fast. The SMB is pre-faulted,
 as in a long-running producer, and big enough that no chunk needs freeing during a run.
+
+A second table times the arbiter's chunk round trip (get_new_chunk, return_completed_chunk),
+then with a commit per chunk and with the service reading the chunk back, against adding one
+ChunkToMove to a CommitDataRequest (the protobuf work every returned chunk costs), measured in
+the same run and interleaved likewise.
 """
 
 from __future__ import annotations
@@ -139,8 +144,21 @@ def batched(writer: TraceWriter) -> None:
     writer.write_packets(SEQUENCE)
 
 
-def chunk_cycle(read_back: bool) -> Callable[[], float]:
-    """CHUNKS_PER_RUN x (acquire a chunk, return it, commit); optionally the service frees it."""
+def commit_entry() -> float:
+    """CHUNKS_PER_RUN x one ChunkToMove added to a CommitDataRequest, fields set."""
+    request = CommitDataRequest()
+    start = clock()
+    for chunk_id in range(CHUNKS_PER_RUN):
+        move = request.chunks_to_move.add()
+        move.page = chunk_id
+        move.chunk = 0
+        move.target_buffer = 1
+    return clock() - start
+
+
+def chunk_cycle(commit_each: bool, read_back: bool) -> Callable[[], float]:
+    """CHUNKS_PER_RUN x (acquire a chunk, return it), committing each one if `commit_each`
+    (else all after the clock stops); optionally the service frees each committed chunk."""
 
     def run() -> float:
         with SharedMemory.create(SMB_SIZE) as shm:
@@ -156,14 +174,20 @@ def chunk_cycle(read_back: bool) -> Callable[[], float]:
                         reader.read_chunk(move.page, move.chunk)
 
             arbiter = SharedMemoryArbiter(shm.buffer, 4096, commit)
+            get_new_chunk = arbiter.get_new_chunk
+            return_completed_chunk = arbiter.return_completed_chunk
+            flush = arbiter.flush_pending_commit_data_requests
+            drop = BufferExhaustedPolicy.DROP
             no_patches: collections.deque[Patch] = collections.deque()
             start = clock()
             for chunk_id in range(CHUNKS_PER_RUN):
-                chunk = arbiter.get_new_chunk(1, chunk_id, 0, 0, BufferExhaustedPolicy.DROP)
+                chunk = get_new_chunk(1, chunk_id, 0, 0, drop)
                 assert chunk is not None
-                arbiter.return_completed_chunk(chunk, 1, no_patches)
-                arbiter.flush_pending_commit_data_requests()
+                return_completed_chunk(chunk, 1, no_patches)
+                if commit_each:
+                    flush()
             elapsed = clock() - start
+            flush()
             assert len(moved) == CHUNKS_PER_RUN
             arbiter.close()
             reader.abi.close()
@@ -223,10 +247,25 @@ def main() -> None:
         rate = ITERATIONS / seconds / 1e6
         mbps = TOTAL_BYTES / seconds / 1e6
         print(f"{name:<46}{ns:>10.0f}{rate:>9.2f}{mbps:>8.1f}{base / seconds:>8.2f}")
-    cycle = statistics.median(chunk_cycle(read_back=False)() for _ in range(RUNS))
-    cycle_read = statistics.median(chunk_cycle(read_back=True)() for _ in range(RUNS))
-    print(f"one chunk acquire + return + commit: {cycle / CHUNKS_PER_RUN * 1e6:.1f} us")
-    print(f"  ... + service read, copy and free: {cycle_read / CHUNKS_PER_RUN * 1e6:.1f} us")
+    chunk_cases: list[tuple[str, Callable[[], float]]] = [
+        ("add a ChunkToMove to a request (reference)", commit_entry),
+        ("get_new_chunk + return_completed_chunk", chunk_cycle(False, False)),
+        ("  ... + commit each chunk", chunk_cycle(True, False)),
+        ("  ... + service read, copy and free", chunk_cycle(True, True)),
+    ]
+    chunk_samples: list[list[float]] = [[] for _ in chunk_cases]
+    for _ in range(RUNS):
+        for i, (_, run) in enumerate(chunk_cases):
+            chunk_samples[i].append(run())
+    chunk_results = [
+        (name, statistics.median(s))
+        for (name, _), s in zip(chunk_cases, chunk_samples, strict=True)
+    ]
+    chunk_base = chunk_results[0][1]
+    print(f"{CHUNKS_PER_RUN} chunks of 4 KiB pages, median of {RUNS} runs")
+    print(f"{'chunk case':<46}{'us/chunk':>10}{'ratio':>8}")
+    for name, seconds in chunk_results:
+        print(f"{name:<46}{seconds / CHUNKS_PER_RUN * 1e6:>10.2f}{chunk_base / seconds:>8.2f}")
     read = statistics.median(read_cycle() for _ in range(RUNS))
     print(f"service read_chunk of a complete 4 KiB chunk: {read / CHUNKS_PER_RUN * 1e6:.2f} us")
 

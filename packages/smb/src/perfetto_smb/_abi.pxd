@@ -47,9 +47,18 @@ cdef class SharedMemoryABI:
     @cython.locals(offset=Py_ssize_t, chunk_mask="unsigned int", freed="unsigned int")
     cpdef end_read(self, object page_idx, Py_ssize_t chunk_idx, Py_ssize_t begin, Py_ssize_t size, unsigned int bitmap)
     cdef _write_chunk_header(self, Py_ssize_t begin, object chunk_id, object writer_id, object packet_count, object flags)
+    cdef Chunk _acquire_for_writing(self, object page_idx, object chunk_idx, object chunk_id, object writer_id, object packet_count, object flags)
+    @cython.locals(
+        offset=Py_ssize_t, desired="unsigned int", size=Py_ssize_t, begin=Py_ssize_t,
+        layout_shift="unsigned int", layout_mask="unsigned int", header_size=Py_ssize_t,
+    )
+    cdef Chunk _acquire_in_free_page(self, object page_idx, Py_ssize_t layout, object chunk_id, object writer_id, object packet_count, object flags)
+    cpdef release_chunk_as_complete(self, object chunk)
     @cython.locals(
         offset=Py_ssize_t, shift=Py_ssize_t, expected_state="unsigned int",
         keep="unsigned int", bitmap="unsigned int", state="unsigned int",
-        desired_bitmap="unsigned int", found="unsigned int", attempt=int,
+        desired_bitmap="unsigned int", found="unsigned int", attempt=int, size=Py_ssize_t,
+        chunk_mask="unsigned int", layout_mask="unsigned int", layout_shift="unsigned int",
+        all_chunks_mask="unsigned int",
     )
     cdef object _release(self, object chunk, unsigned int desired)

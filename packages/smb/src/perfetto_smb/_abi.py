@@ -419,6 +419,20 @@ class SharedMemoryABI:
         flags: int = 0,
     ) -> Chunk | None:
         """Free -> BeingWritten, then writes the header; None if the chunk is not Free."""
+        return self._acquire_for_writing(
+            page_idx, chunk_idx, chunk_id, writer_id, packet_count, flags
+        )
+
+    def _acquire_for_writing(  # noqa: PLR0917 - the arbiter's hot path, compiled a C call
+        self,
+        page_idx: int,
+        chunk_idx: int,
+        chunk_id: int,
+        writer_id: int,
+        packet_count: int,
+        flags: int,
+    ) -> Chunk | None:
+        """try_acquire_chunk_for_writing() with positional arguments."""
         chunk = self._try_acquire(page_idx, chunk_idx, ChunkState.BEING_WRITTEN)
         if chunk is not None:
             self._write_chunk_header(chunk.begin, chunk_id, writer_id, packet_count, flags)
@@ -441,12 +455,29 @@ class SharedMemoryABI:
         """
         if not _DIV1 <= layout <= _DIV14:
             raise SmbError(f"cannot partition a page with layout {layout}")
+        return self._acquire_in_free_page(
+            page_idx, layout, chunk_id, writer_id, packet_count, flags
+        )
+
+    def _acquire_in_free_page(  # noqa: PLR0917 - the arbiter's hot path, compiled a C call
+        self,
+        page_idx: int,
+        layout: int,
+        chunk_id: int,
+        writer_id: int,
+        packet_count: int,
+        flags: int,
+    ) -> Chunk | None:
+        """try_acquire_chunk_in_free_page() with positional arguments and a checked layout."""
         offset = self._page_offset(page_idx)
-        desired = ((layout << LAYOUT_SHIFT) & LAYOUT_MASK) | _BEING_WRITTEN
+        layout_shift = LAYOUT_SHIFT
+        layout_mask = LAYOUT_MASK
+        header_size = PAGE_HEADER_SIZE
+        desired = ((layout << layout_shift) & layout_mask) | _BEING_WRITTEN
         if self._compare_exchange(offset, 0, desired) != 0:
             return None
         size = self.chunk_sizes[layout]
-        begin = offset + PAGE_HEADER_SIZE
+        begin = offset + header_size
         self._write_chunk_header(begin, chunk_id, writer_id, packet_count, flags)
         return Chunk(self, page_idx, 0, begin, size)
 
@@ -581,19 +612,23 @@ class SharedMemoryABI:
         else:
             expected_state = _BEING_READ
         size = chunk.size
-        keep = 0xFFFFFFFF ^ (CHUNK_MASK << shift)
+        chunk_mask = CHUNK_MASK
+        layout_mask = LAYOUT_MASK
+        layout_shift = LAYOUT_SHIFT
+        all_chunks_mask = ALL_CHUNKS_MASK
+        keep = 0xFFFFFFFF ^ (chunk_mask << shift)
         bitmap = self._relaxed_word(offset)
         for attempt in range(_RETRY_ATTEMPTS):
-            if self.chunk_sizes[(bitmap & LAYOUT_MASK) >> LAYOUT_SHIFT] != size:
+            if self.chunk_sizes[(bitmap & layout_mask) >> layout_shift] != size:
                 raise SmbError(f"page {page_idx} changed layout under {chunk!r}")
-            state = (bitmap >> shift) & CHUNK_MASK
+            state = (bitmap >> shift) & chunk_mask
             if state != expected_state:
                 raise SmbError(
                     f"{chunk!r} is {ChunkState(state).name}, "
                     f"expected {ChunkState(expected_state).name}"
                 )
             desired_bitmap = (bitmap & keep) | (desired << shift)
-            if desired_bitmap & ALL_CHUNKS_MASK == 0:
+            if desired_bitmap & all_chunks_mask == 0:
                 desired_bitmap = 0
             found = self._compare_exchange(offset, bitmap, desired_bitmap)
             if found == bitmap:

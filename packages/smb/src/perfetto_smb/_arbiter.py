@@ -9,23 +9,31 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 
+try:
+    import cython
+except ImportError:  # installed without Cython: runs as pure Python
+    from protozero import _cython_shim as cython
+
 from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_protos.trace.trace_packet_pbzero import TracePacket
 
 from perfetto_smb._abi import (
     CHUNK_MASK,
     CHUNK_SHIFT,
+    LAYOUT_MASK,
+    LAYOUT_SHIFT,
     MAX_WRITER_ID,
-    Chunk,
+    NUM_CHUNKS_FOR_LAYOUT,
     PageLayout,
-    SharedMemoryABI,
-    num_chunks_from_bitmap,
 )
 from perfetto_smb._errors import SmbError
 from perfetto_smb._fragments import MAX_PATCHES_PER_CHUNK_TO_PATCH
 from perfetto_smb._patch_list import Patch
 from perfetto_smb._policy import BufferExhaustedPolicy
 from perfetto_smb._trace_writer import TraceWriter
+
+if not cython.compiled:  # compiled, _arbiter.pxd cimports them from _abi
+    from perfetto_smb._abi import Chunk, SharedMemoryABI
 
 MAX_COMMIT_DATA_REQUEST_SIZE = 128 * 1024 - 512
 """Emulation mode splits requests so that each stays below this many bytes."""
@@ -75,6 +83,26 @@ class SharedMemoryArbiter:
     `register_writer(writer_id, target_buffer)` and `unregister_writer(writer_id)` are told
     about writers so that the IPC layer can forward RegisterTraceWriter and friends.
     """
+
+    __slots__ = (
+        "__weakref__",
+        "_bytes_pending",
+        "_closed",
+        "_commit_callback",
+        "_flush_posted",
+        "_lock",
+        "_page_idx",
+        "_post_task",
+        "_register_writer",
+        "_request",
+        "_send_lock",
+        "_unregister_writer",
+        "_writer_ids",
+        "_writers",
+        "abi",
+        "page_layout",
+        "stall_timeout",
+    )
 
     def __init__(
         self,
@@ -202,6 +230,10 @@ class SharedMemoryArbiter:
         page_words = abi.page_size >> 2
         num_pages = abi.num_pages
         layout = self.page_layout
+        layout_mask = LAYOUT_MASK
+        layout_shift = LAYOUT_SHIFT
+        chunk_mask = CHUNK_MASK
+        chunk_shift = CHUNK_SHIFT
         with self._lock:
             start = self._page_idx
             for i in range(num_pages):
@@ -210,28 +242,19 @@ class SharedMemoryArbiter:
                     page_idx -= num_pages
                 bitmap = words[page_idx * page_words]
                 if bitmap == 0:
-                    chunk = abi.try_acquire_chunk_in_free_page(
-                        page_idx,
-                        layout,
-                        chunk_id=chunk_id,
-                        writer_id=writer_id,
-                        packet_count=packet_count,
-                        flags=flags,
+                    chunk = abi._acquire_in_free_page(
+                        page_idx, layout, chunk_id, writer_id, packet_count, flags
                     )
                     if chunk is not None:
                         self._page_idx = page_idx
                         return chunk
                     bitmap = words[page_idx * page_words]
-                for chunk_idx in range(num_chunks_from_bitmap(bitmap)):
-                    if (bitmap >> (chunk_idx * CHUNK_SHIFT)) & CHUNK_MASK:
+                num_chunks = NUM_CHUNKS_FOR_LAYOUT[(bitmap & layout_mask) >> layout_shift]
+                for chunk_idx in range(num_chunks):
+                    if (bitmap >> (chunk_idx * chunk_shift)) & chunk_mask:
                         continue
-                    chunk = abi.try_acquire_chunk_for_writing(
-                        page_idx,
-                        chunk_idx,
-                        chunk_id=chunk_id,
-                        writer_id=writer_id,
-                        packet_count=packet_count,
-                        flags=flags,
+                    chunk = abi._acquire_for_writing(
+                        page_idx, chunk_idx, chunk_id, writer_id, packet_count, flags
                     )
                     if chunk is not None:
                         self._page_idx = page_idx
