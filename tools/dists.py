@@ -24,8 +24,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DIST_PREFIX = "perfetto-"
-CIMPORTED = "perfetto-protozero"
-"""The package whose .pxd files other packages' compiled modules cimport at build time."""
+CIMPORTED = ("perfetto-protozero", "perfetto-smb")
+"""The packages whose .pxd files other packages' compiled modules cimport at build time, each
+built (and installed for the builds that follow) before the packages that cimport it."""
 
 
 def package_dirs(tree: Path) -> list[Path]:
@@ -50,8 +51,12 @@ def build(tree: Path, out: Path) -> list[Path]:
         path: tomllib.loads((path / "pyproject.toml").read_text()) for path in package_dirs(tree)
     }
     requires = {r for project in projects.values() for r in project["build-system"]["requires"]}
-    # protozero first, installed here from its wheel: other packages' builds cimport its .pxd.
-    packages = sorted(projects, key=lambda p: projects[p]["project"]["name"] != CIMPORTED)
+    # The cimported packages first, each installed here from its wheel: later builds cimport
+    # their .pxd files.
+    order = {name: i for i, name in enumerate(CIMPORTED)}
+    packages = sorted(
+        projects, key=lambda p: order.get(projects[p]["project"]["name"], len(CIMPORTED))
+    )
     pip = [sys.executable, "-m", "pip", "install", "-q"]
     subprocess.run([*pip, *sorted(requires)], check=True)
     for path in packages:
@@ -65,8 +70,10 @@ def build(tree: Path, out: Path) -> list[Path]:
         if result.returncode != 0:
             sys.stderr.write(result.stdout + result.stderr)
             raise SystemExit(f"dists: building {path.relative_to(tree)} failed")
-        if projects[path]["project"]["name"] == CIMPORTED:
-            wheel = max(out.glob("perfetto_protozero-*.whl"), key=lambda w: w.stat().st_mtime)
+        name = projects[path]["project"]["name"]
+        if name in CIMPORTED:
+            pattern = name.replace("-", "_") + "-*.whl"
+            wheel = max(out.glob(pattern), key=lambda w: w.stat().st_mtime)
             subprocess.run([*pip, "--no-deps", "--force-reinstall", str(wheel)], check=True)
     return sorted(out.glob("*.whl"))
 

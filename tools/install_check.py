@@ -6,8 +6,8 @@
 For each package (default: perfetto-client, -service, -cmd, -heapprofd), in a fresh venv
 in an empty directory: installs it from DIST (siblings from DIST, the rest from the index),
 checks that exactly the distributions it declares (transitively) got installed, that every
-installed perfetto module ships `py.typed` and is imported from the venv, that the console
-scripts are there, runs what a user of that package runs first (`traced` and a producer and a
+installed perfetto module ships `py.typed` and is imported from the venv, that every module
+a wheel ships with a `.pxd` beside it loads compiled, that the console scripts are there, runs what a user of that package runs first (`traced` and a producer and a
 consumer; the client's track-event example; `perfetto --version`; `heap_profile` on the heap
 profiling example), then the package's own tests against the installed code. Prints one
 `install_check:` line per check; exits 1 on a failure.
@@ -67,6 +67,11 @@ for dist in m.distributions():
             for f in files
             if f.endswith(".so")
         },
+        "sources": sorted(
+            f[: -len(".pxd")].replace("/", ".")
+            for f in files
+            if f.endswith(".pxd") and f[: -len(".pxd")] + ".py" in files
+        ),
     }
 print(json.dumps(found))
 """
@@ -141,6 +146,10 @@ def check_install(package: str, python: Path, venv: Path) -> None:
         if missing or sorted(declared) != sorted(info["scripts"]):
             raise CheckError(f"{name}: console scripts {info['scripts']}, declared {declared}")
     say(package, "modules import from the venv, ship py.typed; console scripts present")
+    for name, info in sorted(found.items()):
+        missing = sorted(set(info["sources"]) - set(info["compiled"]))
+        if missing:
+            raise CheckError(f"{name}: its wheel was built without the compiled {missing}")
     compiled = {m: f for info in found.values() for m, f in info["compiled"].items()}
     pure = sorted(m for m, path in compiled.items() if not str(path).endswith(".so"))
     if pure:
