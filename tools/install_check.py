@@ -7,9 +7,10 @@ For each package (default: perfetto-client, -service, -cmd, -heapprofd), in a fr
 in an empty directory: installs it from DIST (siblings from DIST, the rest from the index),
 checks that exactly the distributions it declares (transitively) got installed, that every
 installed perfetto module ships `py.typed` and is imported from the venv, that every module
-a wheel ships with a `.pxd` beside it loads compiled, that the console scripts are there, runs what a user of that package runs first (`traced` and a producer and a
-consumer; the client's track-event example; `perfetto --version`; `heap_profile` on the heap
-profiling example), then the package's own tests against the installed code. Prints one
+a wheel ships with a `.pxd` beside it loads compiled, that the console scripts are there,
+runs what a user of that package runs first (`traced` and a producer and a consumer; the
+client's track-event example; `perfetto --version`; `heap_profile` on the heap profiling
+example), then the package's own tests against the installed code. Prints one
 `install_check:` line per check; exits 1 on a failure.
 """
 
