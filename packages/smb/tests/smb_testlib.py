@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 from dataclasses import dataclass, field
 
 from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
@@ -14,6 +17,22 @@ from perfetto_smb import (
     parse_chunk_payload,
 )
 from protozero import WIRE_TYPE_LENGTH_DELIMITED, HeapBuffered, Message, ProtoDecoder, read_varint
+
+
+def run_probe(
+    source: str, env: dict[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Runs `source` in a fresh interpreter with `env` in place of any PERFETTO_PY_* setting."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PERFETTO_PY_")}
+    return subprocess.run(
+        [sys.executable, "-c", source],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=timeout,
+    )
+
 
 # Fields the TraceWriter itself may put first in a packet.
 PREVIOUS_PACKET_DROPPED_PREFIX = bytes([0xD0, 0x02, 0x81, 0x02])  # f42 = 257

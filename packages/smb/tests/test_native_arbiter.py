@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 from protozero import _native
+from smb_testlib import run_probe
 
 # Takes chunks out of seeded SMBs (free pages, partitioned pages with chunks in every state,
 # reserved layouts) with every layout, in the build the environment picks, returns some with
@@ -64,19 +61,8 @@ for emulation in (False, True):
 """
 
 
-def _run(env: dict[str, str]) -> str:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PERFETTO_PY_")}
-    return subprocess.run(
-        [sys.executable, "-c", _PROBE],
-        env={**clean, **env},
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout
-
-
 def test_compiled_and_pure_arbiters_take_the_same_chunks_and_commit_the_same_bytes() -> None:
-    compiled, pure = _run({}), _run({_native.PURE_ENV: "1"})
+    compiled = run_probe(_PROBE, {}).stdout
+    pure = run_probe(_PROBE, {_native.PURE_ENV: "1"}).stdout
     assert "Chunk(" in compiled
     assert compiled == pure

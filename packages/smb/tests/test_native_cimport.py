@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 from protozero import _native
+from smb_testlib import run_probe
 
 # protozero as installed without a C compiler: its `.py` modules load, its `.so` files do not.
 _PROBE = """
@@ -29,24 +26,12 @@ print(sorted(_native.compiled_modules("perfetto_smb").items()))
 """
 
 
-def _run(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PERFETTO_PY_")}
-    return subprocess.run(
-        [sys.executable, "-c", _PROBE],
-        env={**clean, **env},
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-
-
 def test_smb_cimports_protozero() -> None:
     assert _native.cimported_packages("perfetto_smb") == ["protozero"]
 
 
 def test_smb_loads_pure_when_protozero_runs_pure() -> None:
-    result = _run({})
+    result = run_probe(_PROBE, {}, timeout=60)
     protozero_state, smb_state = (dict(eval(line)) for line in result.stdout.splitlines())
     assert protozero_state
     assert not any(protozero_state.values())
@@ -56,7 +41,7 @@ def test_smb_loads_pure_when_protozero_runs_pure() -> None:
 
 
 def test_smb_says_once_why_it_runs_pure() -> None:
-    stderr = _run({_native.NOTICE_ENV: "1"}).stderr
+    stderr = run_probe(_PROBE, {_native.NOTICE_ENV: "1"}, timeout=60).stderr
     lines = [line for line in stderr.splitlines() if line.startswith("perfetto_smb:")]
     assert len(lines) == 1
     assert "cimports protozero, which runs pure" in lines[0]

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 from perfetto_smb import Chunk, PageLayout, SharedMemoryABI, SharedMemoryReader, SmbError
 from protozero import _native
+from smb_testlib import run_probe
 
 # Reads every (page, chunk) of a seeded hostile SMB, in the build the environment picks, and
 # prints what came out and what the buffer holds after.
@@ -38,20 +35,9 @@ print(hashlib.sha256(buf).hexdigest())
 """
 
 
-def _run(env: dict[str, str]) -> str:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PERFETTO_PY_")}
-    return subprocess.run(
-        [sys.executable, "-c", _PROBE],
-        env={**clean, **env},
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout
-
-
 def test_compiled_and_pure_readers_take_the_same_chunks_and_leave_the_same_bytes() -> None:
-    compiled, pure = _run({}), _run({_native.PURE_ENV: "1"})
+    compiled = run_probe(_PROBE, {}).stdout
+    pure = run_probe(_PROBE, {_native.PURE_ENV: "1"}).stdout
     assert "CopiedChunk(" in compiled
     assert compiled == pure
 
