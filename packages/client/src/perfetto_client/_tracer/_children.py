@@ -146,9 +146,8 @@ def _start_child_recording(parts: str, options: TraceOptions) -> None:
     _note_process_starts(parts)
     real_exit = os._exit
     # A Pool may SIGTERM a worker that is already finishing (it got the stop sentinel and is
-    # exiting): the signal then waits for the part to be complete. "taken": the handler has
-    # the signal, and the process ends once the part is complete.
-    state = {"finishing": False, "done": False, "terminate": False, "taken": False}
+    # exiting): the signal then waits for the part to be complete.
+    state = {"finishing": False, "done": False, "terminate": False}
 
     def finish() -> None:
         if state["finishing"]:
@@ -179,7 +178,7 @@ def _start_child_recording(parts: str, options: TraceOptions) -> None:
 
     def on_sigterm(signum: int, frame: types.FrameType | None) -> None:
         if state["finishing"] and not state["done"]:
-            state["terminate"] = state["taken"] = True
+            state["terminate"] = True
             return
         if recording.engine is not None and _engine.in_tracer_code(frame):
             # The signal interrupted the recorder itself (a batch half written, the sink's
@@ -187,7 +186,6 @@ def _start_child_recording(parts: str, options: TraceOptions) -> None:
             # delivers it again shortly.
             watchdog.poke()
             return
-        state["taken"] = True
         finish()
         _die_by_sigterm()
 
@@ -202,7 +200,7 @@ def _start_child_recording(parts: str, options: TraceOptions) -> None:
 
 
 class _SigtermWatchdog:
-    """Delivers SIGTERM to the main thread again until the child's handler has taken it.
+    """Delivers SIGTERM to the main thread again until the child is finishing its part.
 
     Python runs a signal handler only when the main thread gets back to the interpreter. A
     SIGTERM that lands while that thread is in C code that then blocks without checking for
@@ -259,7 +257,7 @@ class _SigtermWatchdog:
             if signal.SIGTERM not in signals:
                 continue
             time.sleep(_SIGTERM_RETRY_S)
-            if not self.state["taken"] and signal.getsignal(signal.SIGTERM) is self.handler:
+            if not self.state["finishing"] and signal.getsignal(signal.SIGTERM) is self.handler:
                 signal.pthread_kill(self.main, signal.SIGTERM)
 
     def close(self) -> None:
