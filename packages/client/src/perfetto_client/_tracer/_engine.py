@@ -193,8 +193,9 @@ class Engine:
         entry = self._recorders.get(threading.get_ident())
         if entry is None or not self.options.exceptions:
             return
-        name = _type_name(type(exc))
-        entry[0].instant(self.intern_name(f"uncaught {name}: {exc}"[:200]))
+        name = f"uncaught {_type_name(type(exc))}"
+        message = str(exc)  # named as python's traceback ends: `KeyboardInterrupt`, `E: message`
+        entry[0].instant(self.intern_name(f"{name}: {message}"[:200] if message else name))
 
     def _thread_excepthook(self, args: Any) -> None:
         if args.exc_value is not None:

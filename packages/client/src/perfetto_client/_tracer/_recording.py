@@ -149,7 +149,7 @@ class Recording:
             extra = self._children.collect(stats)
             processes += extra
         self.summary = Summary(
-            stats.path,
+            stats.path if self.options.system else os.path.abspath(stats.path),
             stats.bytes_written if self.options.system else os.path.getsize(stats.path),
             stats.events_written,
             stats.events_lost,
