@@ -1,8 +1,10 @@
 """The client library in a few lines: a category, a decorated function, a session.
 
-Run: `python examples/client_quickstart.py` writes out.pftrace in the current directory;
-open it in https://ui.perfetto.dev.
+Run: `python examples/client_quickstart.py [out.pftrace]` writes the trace (out.pftrace in the
+current directory by default); open it in https://ui.perfetto.dev.
 """
+
+import sys
 
 import perfetto_client as pc
 from perfetto_client import Backend, Tracing
@@ -20,6 +22,6 @@ with Tracing.new_trace() as session:  # records every default-enabled category
     draw()
     with pc.trace_event(RENDERING, "upload", size=4096, texture="sky"):
         pc.counter(RENDERING, "textures", 12)
-with open("out.pftrace", "wb") as f:
+with open(sys.argv[1] if len(sys.argv) > 1 else "out.pftrace", "wb") as f:
     f.write(session.read_trace())
 session.close()

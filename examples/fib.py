@@ -2,6 +2,10 @@
 
 python3 tools/dev.py trace examples/fib.py     perfetto-trace records it (trace.pftrace)
 python examples/fib.py out.pftrace             it records itself with perfetto_client.record
+
+`parse` raises a ValueError that `parse_or_zero` catches: the trace marks it with an
+`exception` instant on `parse`'s slice (`exception ValueError` with `--exception-types`;
+the pure hook records no caught exceptions).
 """
 
 import sys
@@ -15,8 +19,14 @@ def fib(n: int) -> int:
 
 
 def parse(text: str) -> int:
+    if not text.isdigit():
+        raise ValueError(f"not a number: {text!r}")
+    return int(text)
+
+
+def parse_or_zero(text: str) -> int:
     try:
-        return int(text)
+        return parse(text)
     except ValueError:
         return 0
 
@@ -26,7 +36,7 @@ def main() -> None:
     worker.start()
     print(f"fib(15) = {fib(15)}")
     worker.join()
-    print(f"parse('x') = {parse('x')}")
+    print(f"parse_or_zero('x') = {parse_or_zero('x')}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """A program whose heap profile is known in advance: record it in one command.
 
     heap_profile -o heap.pftrace -- examples/heap_profile_example.py
+    python examples/heap_profile_example.py heap.pftrace     (runs that command itself)
 
 then open heap.pftrace in https://ui.perfetto.dev (the process's "Heap profile" track shows
 the flamegraph). `load_cache` keeps about 10 MB in 1 KB objects until the program exits
@@ -10,6 +11,10 @@ about 20 MB and frees all of it, and the custom heap "connection_pool" (shown wi
 """
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
 
 import heapprofd
 
@@ -44,4 +49,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) > 1:
+        # heap_profile is installed beside this interpreter (with perfetto-heapprofd).
+        heap_profile = Path(sys.executable).with_name("heap_profile")
+        command = [str(heap_profile), "-o", sys.argv[1], "--", __file__]
+        sys.exit(subprocess.run(command, check=False).returncode)
     main()

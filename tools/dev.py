@@ -7,7 +7,8 @@
     python3 tools/dev.py nox [ARGS]    any nox session, e.g. `nox -s bench`
     python3 tools/dev.py run CMD...    any command inside the project environment
     python3 tools/dev.py trace SCRIPT [ARGS...]
-                                       record SCRIPT with `perfetto-trace run` (trace.pftrace)
+                                       record SCRIPT with `perfetto-trace run`, run in the
+                                       current directory (trace.pftrace there)
 
 Poetry lives in `.tools/`, the project (every package in develop mode plus the dev tools)
 in `.venv/`. The install step is skipped while pyproject files and poetry.lock are unchanged.
@@ -84,13 +85,13 @@ def ensure_environment() -> None:
     stamp.write_text(fingerprint)
 
 
-def run(cmd: list[str]) -> int:
-    """Runs `cmd` with the project's virtual environment first on PATH."""
+def run(cmd: list[str], cwd: Path = ROOT) -> int:
+    """Runs `cmd` in `cwd` with the project's virtual environment first on PATH."""
     env = _env()
     venv_dir = ROOT / ".venv"
     env["VIRTUAL_ENV"] = str(venv_dir)
     env["PATH"] = str(_bin(venv_dir, "")) + os.pathsep + env.get("PATH", "")
-    return subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode
+    return subprocess.run(cmd, cwd=cwd, env=env, check=False).returncode
 
 
 def main(argv: list[str]) -> int:
@@ -119,7 +120,8 @@ def main(argv: list[str]) -> int:
         built = run(["python", "tools/build_native.py"])
         if built != 0:
             return built
-        return run(["python", "-m", "perfetto_client._tracer", "run", *rest])
+        # The program runs where the caller is; the trace lands there too.
+        return run(["python", "-m", "perfetto_client._tracer", "run", *rest], cwd=Path.cwd())
     print(f"dev: unknown command {command!r}; see `python3 tools/dev.py --help`", file=sys.stderr)
     return 2
 

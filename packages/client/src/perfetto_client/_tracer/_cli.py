@@ -158,9 +158,59 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _split_run(
+    run: argparse.ArgumentParser, args: list[str]
+) -> tuple[list[str], str | None, list[str]]:
+    """`run`'s own options, the module (or None) and the program's arguments (script first).
+
+    As on python's command line, everything after the script or `-m MODULE` is the
+    program's, options and a `--` included.
+    """
+    with_value = {o for a in run._actions if a.nargs != 0 for o in a.option_strings}
+    long_options = [o for a in run._actions for o in a.option_strings if o.startswith("--")]
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            return args[:i], None, args[i + 1 :]
+        if not arg.startswith("-") or arg == "-":
+            return args[:i], None, args[i:]
+        takes_next = False
+        if arg.startswith("--"):
+            name = arg.split("=", 1)[0]
+            known = (
+                [name] if name in long_options else [o for o in long_options if o.startswith(name)]
+            )
+            takes_next = "=" not in arg and bool(known) and all(o in with_value for o in known)
+        else:
+            for j in range(1, len(arg)):  # a cluster of short options: -q, -qo out, -qmjson.tool
+                if arg[j] == "m" and (j + 1 < len(arg) or i + 1 < len(args)):
+                    own = [*args[:i], arg[:j]] if j > 1 else args[:i]
+                    if j + 1 < len(arg):
+                        return own, arg[j + 1 :], args[i + 1 :]
+                    return own, args[i + 1], args[i + 2 :]
+                if f"-{arg[j]}" in with_value:
+                    takes_next = j + 1 == len(arg)
+                    break
+        i += 2 if takes_next else 1
+    return args, None, []
+
+
+def _run_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return commands.choices["run"]  # type: ignore[no-any-return]
+
+
 def main(argv: list[str] | None = None) -> int:
     """The `perfetto-trace` command."""
-    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = _parser()
+    if argv[:1] == ["run"]:
+        own, module, program_args = _split_run(_run_parser(parser), argv[1:])
+        args = parser.parse_args(["run", *own])
+        args.module, args.program = module, program_args
+    else:
+        args = parser.parse_args(argv)
     if args.command != "run":
         print(f"usage: {USAGE}", file=sys.stderr)
         return 1
@@ -193,9 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     except TracingError as exc:
         print(f"perfetto-trace: {exc}", file=sys.stderr)
         return 1
-    except SyntaxError:
-        exc_type, exc_value, _ = sys.exc_info()
-        sys.excepthook(exc_type, exc_value, None)  # type: ignore[arg-type]
+    except SyntaxError as exc:
+        # As python shows it: the error's own block, none of perfetto-trace's frames.
+        sys.excepthook(type(exc), exc.with_traceback(None), None)
         return 1
     return _run(program, options, args.duration, args.quiet)
 
@@ -219,7 +269,7 @@ def _run(program: Program, options: TraceOptions, duration: float, quiet: bool) 
         _SAVED_HANDLERS[signum] = signal.signal(signum, handler)
     program.prepare()
     # Started first so that its thread is not recorded.
-    progress = _Progress(options.output) if sys.stderr.isatty() and not quiet else None
+    progress = _Progress(options.output) if _progress_wanted(quiet) else None
     try:
         recording.start()
     except TracingError as exc:
@@ -259,10 +309,23 @@ def _run(program: Program, options: TraceOptions, duration: float, quiet: bool) 
         if not quiet:
             for line in summary.lines():
                 print(line, file=sys.stderr)
-    sys.stdout.flush()
+    exit_code = _flush_stdout(exit_code)
     if reraise_signal:
         signal.signal(reraise_signal, signal.SIG_DFL)
         os.kill(os.getpid(), reraise_signal)
+    return exit_code
+
+
+def _flush_stdout(exit_code: int) -> int:
+    """Flushes the program's stdout as python does at exit (a closed one is left alone)."""
+    stdout = sys.stdout
+    if stdout is None or stdout.closed:
+        return exit_code
+    try:
+        stdout.flush()
+    except Exception as exc:
+        print(f"Exception ignored in: {stdout!r}\n{type(exc).__name__}: {exc}", file=sys.stderr)
+        return exit_code or 120
     return exit_code
 
 
@@ -295,6 +358,16 @@ def _exit_code(code: Any) -> int:
         return code & 0xFF
     print(code, file=sys.stderr)
     return 1
+
+
+def _progress_wanted(quiet: bool) -> bool:
+    """The progress line is drawn on a terminal that the program's stdout does not write to."""
+    if quiet or not sys.stderr.isatty():
+        return False
+    try:
+        return not os.path.samestat(os.fstat(sys.stdout.fileno()), os.fstat(sys.stderr.fileno()))
+    except (OSError, ValueError, AttributeError):
+        return True  # no stdout
 
 
 class _Progress:

@@ -47,6 +47,7 @@ class Recorder(Protocol):
     failed: bool
     in_hook: bool
     flush_soon: bool
+    interrupted: BaseException | None
     events: int
     sequence_id: int
 
@@ -111,6 +112,8 @@ class Engine:
         self.started_ns = 0
         self.stopped_ns = 0
         self.failed = False
+        self.write_error = ""
+        """Why the sink stopped taking batches (the program ran on unrecorded), if it did."""
         self._lock = threading.RLock()
 
     # ---- names -------------------------------------------------------------------------------
@@ -190,8 +193,9 @@ class Engine:
         entry = self._recorders.get(threading.get_ident())
         if entry is None or not self.options.exceptions:
             return
-        name = _type_name(type(exc))
-        entry[0].instant(self.intern_name(f"uncaught {name}: {exc}"[:200]))
+        name = f"uncaught {_type_name(type(exc))}"
+        message = str(exc)  # named as python's traceback ends: `KeyboardInterrupt`, `E: message`
+        entry[0].instant(self.intern_name(f"{name}: {message}"[:200] if message else name))
 
     def _thread_excepthook(self, args: Any) -> None:
         if args.exc_value is not None:
@@ -217,9 +221,29 @@ class Engine:
         return threading.get_native_id(), threading.current_thread().name
 
     def write_batch(self, recorder: Recorder, data: bytes) -> None:
-        """Takes a full batch from a thread's recorder."""
-        self.sink.write(data, recorder.events)
-        recorder.events = 0
+        """Takes a full batch from a thread's recorder.
+
+        A write error stops the recording (see `write_error`). What a signal handler raised
+        meanwhile is, inside the hook, left in `recorder.interrupted` for the hook to raise
+        where the program can take it.
+        """
+        events, recorder.events = recorder.events, 0
+        try:
+            self.sink.write(data, events)
+        except OSError as exc:
+            self._stop_writing(exc)
+        except BaseException as exc:
+            if not recorder.in_hook:
+                raise
+            recorder.interrupted = exc
+
+    def _stop_writing(self, exc: OSError) -> None:
+        if self.write_error:
+            return
+        self.write_error = f"writing {self.sink.stats.path}: {exc.strerror or exc}"
+        print(f"perfetto-trace: recording stopped: {self.write_error}", file=sys.stderr)
+        for recorder, _, _ in list(self._all):
+            recorder.active = False
 
     # ---- threads -----------------------------------------------------------------------------
 
@@ -305,8 +329,14 @@ class Engine:
             self.failed |= recorder.failed
             recorder.flush(final=True)
         _state.current = None
-        stats = self.sink.close()
-        if self.failed:
+        try:
+            stats = self.sink.close()
+        except OSError as exc:
+            self._stop_writing(exc)
+            stats = self.sink.stats
+        if self.write_error:
+            stats.lost_reason = f"recording stopped: {self.write_error}; the trace is incomplete"
+        elif self.failed:
             stats.lost_reason = stats.lost_reason or "an internal error stopped a thread's recorder"
         return stats
 

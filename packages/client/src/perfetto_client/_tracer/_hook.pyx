@@ -10,6 +10,7 @@ engine's prologue: incremental state cleared, packet defaults, clock snapshot, t
 The pure fallback with the same interface is `_hook_pure.py`.
 """
 
+from cpython.exc cimport PyErr_SetObject
 from cpython.object cimport PyObject
 from libc.stdint cimport uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc, realloc
@@ -179,7 +180,7 @@ cdef int _hook(PyObject* obj, PyFrameObject* frame, int what, PyObject* arg) noe
     cdef uint32_t iid
     cdef Entry* top
     if not r.active:
-        return 0
+        return r._deliver() if r.interrupted is not None else 0
     r.in_hook = True
     try:
         # The tracer's own frames (OWN) and everything they call are HIDDEN; returns and
@@ -223,10 +224,22 @@ cdef int _hook(PyObject* obj, PyFrameObject* frame, int what, PyObject* arg) noe
                     r.depth -= 1
                 else:
                     r._pop(ptr_now_ns())
-    except BaseException:
+    except Exception:
         r.active = False
         r.failed = True
+    except BaseException as exc:
+        # A signal handler raised outside a batch write (KeyboardInterrupt, SystemExit,
+        # perfetto-trace's SIGTERM): the event is half-recorded, so this thread's recording
+        # ends, and the program gets the exception now.
+        r.active = False
+        r.interrupted = exc
     r.in_hook = False
+    # What a signal handler raised during a batch write reaches the program once the event
+    # is recorded, at a return: CPython then unwinds without another event for the frame.
+    if r.interrupted is not None and (
+        not r.active or what == PyTrace_RETURN or what == PyTrace_C_RETURN
+    ):
+        return r._deliver()
     return 0
 
 
@@ -242,9 +255,12 @@ cdef int _trace(PyObject* obj, PyFrameObject* frame, int what, PyObject* arg) no
             r.in_hook = True
             try:
                 r._on_exception_raised(<object>arg)
-            except BaseException:
+            except Exception:
                 r.active = False
                 r.failed = True
+            except BaseException as exc:
+                r.active = False  # as in _hook; the profile hook delivers it
+                r.interrupted = exc
             r.in_hook = False
     return 0
 
@@ -280,6 +296,7 @@ cdef class ThreadRecorder:
     cdef bint typed_exceptions
     cdef public bint active
     cdef public bint failed
+    cdef public object interrupted
     cdef public bint c_calls
     cdef public object thread_uuid
     cdef public unsigned long events
@@ -315,6 +332,7 @@ cdef class ThreadRecorder:
         self.c_calls = c_calls
         self.active = True
         self.failed = False
+        self.interrupted = None
         self.events = 0
         self.exception_iid = engine.intern_exception_start()
         self._start_batch(ptr_now_ns())
@@ -366,9 +384,17 @@ cdef class ThreadRecorder:
 
     cdef int _hand_off(self, uint64_t ts) except -1:
         cdef bytes data = (<char*>self.buf)[:self.pos]
-        self.engine.write_batch(self, data)
-        self._start_batch(ts)
+        try:
+            self.engine.write_batch(self, data)
+        finally:
+            self._start_batch(ts)
         return 0
+
+    cdef int _deliver(self) noexcept:
+        # Raises `interrupted` from the hook (returns -1 with it set) without our frames.
+        exc, self.interrupted = self.interrupted, None
+        PyErr_SetObject(type(exc), exc.with_traceback(None))
+        return -1
 
     def flush(self, bint final=False):
         """Hands the current batch to the engine; `final` first ends every open slice."""
@@ -378,9 +404,11 @@ cdef class ThreadRecorder:
             while self.depth > 0:
                 self._pop(now)
         cdef bytes data = (<char*>self.buf)[:self.pos]
-        self.engine.write_batch(self, data)
-        if not final:
-            self._start_batch(now)
+        try:
+            self.engine.write_batch(self, data)
+        finally:
+            if not final:
+                self._start_batch(now)
 
     def discard(self):
         """Drops everything buffered and stops recording (a forked child's inherited copy)."""

@@ -64,6 +64,10 @@ def split_packets(batch: bytes) -> list[bytes]:
     return packets
 
 
+class _Deliver(BaseException):
+    """Raised in the fast hook to leave its `try` and raise `ThreadRecorder.interrupted`."""
+
+
 def _heads(tail: bytes) -> tuple[bytes, bytes, bytes]:
     # The start of a packet whose timestamp delta is a 1, 2 or 3 byte varint, then `tail`.
     return tuple(  # type: ignore[return-value]
@@ -100,6 +104,7 @@ class ThreadRecorder:
         self.c_calls = c_calls
         self.active = True
         self.failed = False
+        self.interrupted: BaseException | None = None
         self.events = 0
         self.buf = bytearray()
         self.stack: list[list[int]] = []  # [ts, iid, state]
@@ -196,6 +201,8 @@ class ThreadRecorder:
             self.in_hook = False
             raise
         self.in_hook = False
+        if self.interrupted is not None:
+            self._raise_interrupted()
 
     def _pieces(self, iid: int) -> tuple[bytes, bytes, bytes, bytes]:
         # A SLICE_BEGIN of `iid` is head (by the size of the timestamp delta) + delta + tail.
@@ -285,6 +292,8 @@ class ThreadRecorder:
                             seen[begin_iid] = rec._pieces(begin_iid)
                         else:
                             rec._emit(SLICE_END, 0, ts)
+                        if rec.interrupted is not None:
+                            raise _Deliver
                     else:
                         rec.last_ts = ts
                         varint = short[delta] if delta < 16384 else encode(delta)
@@ -292,6 +301,9 @@ class ThreadRecorder:
                         buf.extend(varint)
                         buf.extend(pieces[3])
                         rec.events += 1
+            except _Deliver:
+                rec.in_hook = False
+                rec._raise_interrupted()
             except Exception:
                 rec.active = False
                 rec.failed = True
@@ -302,6 +314,14 @@ class ThreadRecorder:
             rec.in_hook = False
 
         return profile
+
+    def _raise_interrupted(self) -> None:
+        # What a signal handler raised during a batch write, now that the event is recorded.
+        # Python then removes this thread's hook: nothing more is recorded on it.
+        exc, self.interrupted = self.interrupted, None
+        self.active = False
+        assert exc is not None
+        raise exc.with_traceback(None)
 
     # ---- batches ----------------------------------------------------------------------------
 
@@ -322,9 +342,11 @@ class ThreadRecorder:
             while self.fast_stack:
                 if self.fast_stack.pop():
                     self._emit(SLICE_END, 0, now)
-        self.engine.write_batch(self, bytes(self.buf))
-        if not final:
-            self._start_batch(now)
+        try:
+            self.engine.write_batch(self, bytes(self.buf))
+        finally:
+            if not final:
+                self._start_batch(now)
 
     def discard(self) -> None:
         """Drops everything buffered and stops recording (a forked child's inherited copy)."""
@@ -337,8 +359,10 @@ class ThreadRecorder:
     def _emit(self, kind: int, iid: int, ts: int) -> None:
         if len(self.buf) >= self.batch_size or self.flush_soon:
             self.flush_soon = False
-            self.engine.write_batch(self, bytes(self.buf))
-            self._start_batch(ts)
+            try:
+                self.engine.write_batch(self, bytes(self.buf))
+            finally:
+                self._start_batch(ts)
         event = b"\x48" + SHORT_VARINTS[kind]
         interned = b""
         if iid:

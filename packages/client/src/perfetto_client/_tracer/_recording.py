@@ -138,7 +138,7 @@ class Recording:
         client_part = self._client.finish() if self._client is not None else None
         stats: SinkStats = engine.stop()
         if self._client is not None:
-            if client_part is not None:
+            if client_part is not None and not engine.write_error:
                 with open(client_part, "rb") as part, open(stats.path, "ab") as out:
                     shutil.copyfileobj(part, out)
             with contextlib.suppress(OSError):
@@ -149,7 +149,7 @@ class Recording:
             extra = self._children.collect(stats)
             processes += extra
         self.summary = Summary(
-            stats.path,
+            stats.path if self.options.system else os.path.abspath(stats.path),
             stats.bytes_written if self.options.system else os.path.getsize(stats.path),
             stats.events_written,
             stats.events_lost,

@@ -33,8 +33,10 @@ class Program:
                     source = f.read()
             except OSError as exc:
                 raise TracingError(f"can't open file {target!r}: {exc.strerror}") from None
-            self.code = compile(source, target, "exec")
-            namespace.update(__file__=target, __spec__=None, __package__=None)
+            # As python names the script: joined to the current directory, not normalized.
+            path = os.path.join(os.getcwd(), target)
+            self.code = compile(source, path, "exec")
+            namespace.update(__file__=path, __spec__=None, __package__=None)
             self.argv = [target, *args]
             self.path0 = os.path.dirname(os.path.abspath(target))
 

@@ -6,7 +6,9 @@ hands it self-contained batches (see `_packets.py`).
 
 from __future__ import annotations
 
+import _thread
 import collections
+import contextlib
 import dataclasses
 import os
 import threading
@@ -54,9 +56,8 @@ class FileSink:
         self._ring_size = 0
         self._lock = threading.Lock()
         self._file = None if ring_bytes else open(path, "wb")  # noqa: SIM115
-        if self._file is not None:
-            self._file.write(header)
-            self.stats.bytes_written = len(header)
+        self._unwritten_header = self._file is not None  # written with the first batch
+        self._failed = False
 
     @property
     def ring(self) -> bool:
@@ -64,12 +65,25 @@ class FileSink:
         return bool(self._ring_bytes)
 
     def write(self, data: bytes, events: int) -> None:
-        """Takes one batch holding `events` events."""
+        """Takes one batch holding `events` events.
+
+        Raises OSError when the file cannot take it: then this batch and every later one are
+        counted lost. An exception that a signal handler raises meanwhile (KeyboardInterrupt,
+        SystemExit) is raised once the batch is written.
+        """
         with self._lock:
+            if self._failed:
+                self.stats.events_lost += events
+                return
             if self._file is not None:
-                self._file.write(data)
-                self.stats.bytes_written += len(data)
-                self.stats.events_written += events
+                try:
+                    interrupted = self._append_header()
+                except OSError:
+                    self.stats.events_lost += events
+                    raise
+                interrupted = self._append(data, events) or interrupted
+                if interrupted is not None:
+                    raise interrupted
                 return
             self._ring.append((data, events))
             self._ring_size += len(data)
@@ -83,9 +97,39 @@ class FileSink:
         """Descriptors that must survive the ring (written now, or at every dump)."""
         with self._lock:
             self._header += data
-            if self._file is not None:
-                self._file.write(data)
-                self.stats.bytes_written += len(data)
+            if self._file is not None and not self._unwritten_header:
+                interrupted = self._append(data)
+                if interrupted is not None:
+                    raise interrupted
+
+    def _append_header(self) -> BaseException | None:
+        if not self._unwritten_header:
+            return None
+        self._unwritten_header = False
+        return self._append(self._header)
+
+    def _append(self, data: bytes, events: int = 0) -> BaseException | None:
+        """Writes all of `data` at the end of the file; returns what interrupted it, if anything.
+
+        On OSError the file is cut back to its last whole batch and closed.
+        """
+        assert self._file is not None
+        fd = self._file.fileno()
+        if threading.current_thread() is threading.main_thread():
+            error, interrupted = _write_aside(fd, data)
+        else:  # Python runs signal handlers in the main thread only
+            error, interrupted = _write_all(fd, data), None
+        if error is not None:
+            self._failed = True
+            self.stats.events_lost += events
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, self.stats.bytes_written)
+            self._file.close()
+            self._file = None
+            raise error
+        self.stats.bytes_written += len(data)
+        self.stats.events_written += events
+        return interrupted
 
     def dump(self, path: str) -> int:
         """Writes the header and the batches the ring holds to `path`; returns its size."""
@@ -102,11 +146,55 @@ class FileSink:
         """Finishes the file (a ring is written out now)."""
         with self._lock:
             if self._file is not None:
-                self._file.close()
-                self._file = None
+                try:
+                    interrupted = self._append_header()
+                finally:
+                    if self._file is not None:
+                        self._file.close()
+                        self._file = None
+                if interrupted is not None:
+                    raise interrupted
+                return self.stats
+            if self._failed:
                 return self.stats
         if self._ring_bytes:
             self.stats.bytes_written = self.dump(self.stats.path)
             self.stats.events_written = sum(events for _, events in self._ring)
             self._ring.clear()
         return self.stats
+
+
+def _write_all(fd: int, data: bytes) -> OSError | None:
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as exc:
+        return exc
+    return None
+
+
+def _write_aside(fd: int, data: bytes) -> tuple[OSError | None, BaseException | None]:
+    """`_write_all` on a helper thread, which signal handlers never interrupt.
+
+    In the main thread, a signal handler that raises just after a partial write(2) would
+    lose its count; there, the exception is kept and returned once all of `data` is written.
+    """
+    outcome: list[OSError | None] = []
+    finished = _thread.allocate_lock()
+    finished.acquire()
+
+    def write() -> None:
+        try:
+            outcome.append(_write_all(fd, data))
+        finally:
+            finished.release()
+
+    _thread.start_new_thread(write, ())  # a bare thread: not recorded
+    interrupted: BaseException | None = None
+    while not outcome:
+        try:
+            finished.acquire(True, 1.0)
+        except BaseException as exc:  # returned to the caller
+            interrupted = exc
+    return outcome[0], interrupted
