@@ -7,6 +7,7 @@ away in TraceStats.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +20,7 @@ from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
 from perfetto_protos.common.trace_stats_pb2 import TraceStats
 from perfetto_protos.upstream import upstream_message_class
-from perfetto_smb import PageLayout, SharedMemoryABI
+from perfetto_smb import MAX_WRITER_ID, PageLayout, SharedMemoryABI
 from perfetto_smb._abi import pack_chunk_header
 from protozero import read_varint
 from tracing_service_harness import (
@@ -352,3 +353,25 @@ def test_random_producer_calls(calls: list[tuple[Any, ...]]) -> None:
         scene.env.settle()
         scene.write_good(1)
         scene.check_others_intact()
+
+
+def test_register_trace_writer_outside_upstream_ids_is_refused_counted_and_logged_once(
+    env: ServiceEnv, caplog: pytest.LogCaptureFixture
+) -> None:
+    producer = FakeProducer(env, name="flood").connect()
+    endpoint = producer.endpoint
+    bad = [0, MAX_WRITER_ID + 1, 0xFFFF, 0x10000, 2**32 - 1]
+
+    def register() -> None:
+        for writer_id in [*range(1, MAX_WRITER_ID + 1), *bad]:
+            endpoint.register_trace_writer(writer_id, 1)
+
+    with caplog.at_level(logging.WARNING, logger="perfetto_service"):
+        env.call(register)
+    assert len(endpoint.writers) == MAX_WRITER_ID
+    assert endpoint.writers_refused == len(bad)
+    refusals = [r.getMessage() for r in caplog.records if "RegisterTraceWriter" in r.getMessage()]
+    assert refusals == [
+        f'producer {endpoint.id} "flood": RegisterTraceWriter with writer id 0 refused '
+        f"(valid: 1-{MAX_WRITER_ID}); further ones are counted, not logged"
+    ]
