@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -375,3 +376,28 @@ def test_register_trace_writer_outside_upstream_ids_is_refused_counted_and_logge
         f'producer {endpoint.id} "flood": RegisterTraceWriter with writer id 0 refused '
         f"(valid: 1-{MAX_WRITER_ID}); further ones are counted, not logged"
     ]
+
+
+def test_register_data_source_takes_as_long_for_the_20000th_as_for_the_first(
+    env: ServiceEnv,
+) -> None:
+    """CPU time of the service's thread, so that load from elsewhere does not count."""
+    producer = FakeProducer(env, name="many").connect()
+    endpoint = producer.endpoint
+    count, window = 20_000, 2_000
+    descriptors = [DataSourceDescriptor(name=f"ds.{n}", id=n) for n in range(1, count + 1)]
+
+    def register() -> tuple[float, float]:
+        spans = []
+        for part in (descriptors[:window], descriptors[window:-window], descriptors[-window:]):
+            started = time.thread_time()
+            for descriptor in part:
+                endpoint.register_data_source(descriptor)
+            spans.append(time.thread_time() - started)
+        return spans[0], spans[2]
+
+    first, last = env.call(register)
+    assert last < 4 * first + 0.05, f"first {window}: {first:.3f} s, last {window}: {last:.3f} s"
+    env.call(lambda: endpoint.register_data_source(descriptors[0]))  # a duplicate id: refused
+    state = env.call(lambda: env.service.service_state(0, sessions_only=False))
+    assert len(state.data_sources) == count

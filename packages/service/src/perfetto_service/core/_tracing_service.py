@@ -178,6 +178,8 @@ class TracingService:
         self._producers: dict[int, ProducerEndpointImpl] = {}
         self._last_producer_id = 0
         self._data_sources: list[RegisteredDataSource] = []
+        self._data_source_ids: set[tuple[int, int]] = set()
+        """(producer id, descriptor id) of the registered data sources with a non-zero id."""
         self._sessions: dict[int, TracingSession] = {}
         self._last_session_id = 0
         self._buffers: dict[int, TraceBuffer] = {}
@@ -318,11 +320,10 @@ class TracingService:
         """Adds a data source and sets it up in every session that wants it."""
         if not descriptor.name:
             return
-        if descriptor.id and any(
-            d.producer_id == endpoint.id and d.descriptor.id == descriptor.id
-            for d in self._data_sources
-        ):
-            return
+        if descriptor.id:
+            if (endpoint.id, descriptor.id) in self._data_source_ids:
+                return
+            self._data_source_ids.add((endpoint.id, descriptor.id))
         registered = RegisteredDataSource(endpoint.id, DataSourceDescriptor())
         registered.descriptor.CopyFrom(descriptor)
         self._data_sources.append(registered)
@@ -372,9 +373,10 @@ class TracingService:
                 removed = True
             if removed:
                 self.maybe_notify_all_data_sources_started(session)
-        for registered in self._data_sources:
+        for index, registered in enumerate(self._data_sources):
             if registered.producer_id == endpoint.id and registered.descriptor.name == name:
-                self._data_sources.remove(registered)
+                del self._data_sources[index]
+                self._data_source_ids.discard((endpoint.id, registered.descriptor.id))
                 return
 
     # Commits -------------------------------------------------------------------------------
