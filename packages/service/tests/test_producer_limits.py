@@ -1,21 +1,28 @@
-"""What a producer can make a real traced hold.
+"""What a producer can make a real traced hold, and how long a consumer's regex can take.
 
 Writer ids are upstream's (1 to 32767 per producer): ids beyond are refused, so a flood of
-RegisterTraceWriter calls cannot grow traced.
+RegisterTraceWriter calls cannot grow traced. A producer_name_regex_filter runs on RE2, so a
+pattern that backtracks exponentially in a backtracking engine does not stall other clients.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from perfetto_protos.common.tracing_service_capabilities_pb2 import TracingServiceCapabilities
 from perfetto_protos.ipc import producer_port_pb2 as pb
 from perfetto_smb import MAX_WRITER_ID
-from traced_testlib import RawClient, Traced
+from traced_testlib import ConsumerSession, RawClient, Traced, make_config, start_producers
 
 TIMEOUT = 60.0
 WRITERS = 300_000
+ANSWERED_WITHIN = 5.0
+"""Seconds: another client's request under heavy load (the stall was 22 s, and doubles with
+every 'a' of the name)."""
 
 
 @pytest.fixture
@@ -81,3 +88,43 @@ def test_register_trace_writer_flood_is_refused_beyond_upstream_ids(traced: Trac
     assert (
         f'"flood": RegisterTraceWriter with writer id {MAX_WRITER_ID + 1} refused' in (refusals[0])
     )
+
+
+def _answer_time(consumer: ConsumerSession) -> float:
+    """Seconds until the service answers QueryCapabilities."""
+    answered = threading.Event()
+
+    def on_reply(_capabilities: TracingServiceCapabilities) -> None:
+        answered.set()
+
+    started = time.monotonic()
+    consumer.client.query_capabilities(on_reply)
+    assert answered.wait(TIMEOUT * 4)
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize(("pattern", "started"), [("(a+)+b", False), ("(a+)+", True), ("a", False)])
+def test_producer_name_regex_filter_runs_in_linear_time_and_matches_whole_names(
+    traced: Traced, pattern: str, started: bool
+) -> None:
+    name = "a" * 28
+    producers = start_producers(traced.producer_socket, [name], 1)
+    regex_consumer = other = None
+    try:
+        regex_consumer = ConsumerSession(traced.consumer_socket)
+        other = ConsumerSession(traced.consumer_socket)
+        config = make_config()
+        config.data_sources[0].producer_name_regex_filter.append(pattern)
+        regex_consumer.client.enable_tracing(config)
+        assert _answer_time(other) < ANSWERED_WITHIN
+        if started:
+            producers[0].wait_line("STARTED")
+        regex_consumer.client.disable_tracing()
+        regex_consumer.wait_disabled()
+        assert producers[0].count("STARTED") == int(started)
+    finally:
+        for consumer in (regex_consumer, other):
+            if consumer is not None:
+                consumer.close()
+        for producer in producers:
+            producer.close()

@@ -11,7 +11,6 @@ import hashlib
 import logging
 import os
 import random
-import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -40,6 +39,7 @@ from perfetto_service._interfaces import ClientIdentity, Consumer, Producer, Tas
 from perfetto_service.core._chunk_mover import move_chunks, target_buffer
 from perfetto_service.core._config_checks import check_trace_config
 from perfetto_service.core._consumer_endpoint import ConsumerEndpointImpl
+from perfetto_service.core._name_filter import name_matches
 from perfetto_service.core._producer_endpoint import ProducerEndpointImpl
 from perfetto_service.core._relay_clients import RelayClients, RelayEndpoint
 from perfetto_service.core._service_packets import (
@@ -125,18 +125,6 @@ class RegisteredDataSource:
 
     producer_id: int
     descriptor: DataSourceDescriptor
-
-
-def _name_matches(name: str, names: Sequence[str], patterns: Sequence[str]) -> bool:
-    if name in names:
-        return True
-    for pattern in patterns:
-        try:
-            if re.fullmatch(pattern, name):
-                return True
-        except re.error:
-            continue
-    return False
 
 
 def _new_trace_uuid(config: TraceConfig) -> tuple[int, int]:
@@ -677,7 +665,7 @@ class TracingService:
             return None
         if (
             cfg_data_source.producer_name_filter or cfg_data_source.producer_name_regex_filter
-        ) and not _name_matches(
+        ) and not name_matches(
             endpoint.name,
             cfg_data_source.producer_name_filter,
             cfg_data_source.producer_name_regex_filter,
@@ -759,7 +747,7 @@ class TracingService:
                 endpoint = self._producers[registered.producer_id]
                 if (
                     updated.producer_name_filter or updated.producer_name_regex_filter
-                ) and not _name_matches(
+                ) and not name_matches(
                     endpoint.name,
                     updated.producer_name_filter,
                     updated.producer_name_regex_filter,
@@ -1246,7 +1234,7 @@ class TracingService:
                 )
                 if trigger is None:
                     continue
-                if trigger.producer_name_regex and not _name_matches(
+                if trigger.producer_name_regex and not name_matches(
                     endpoint.name, (), (trigger.producer_name_regex,)
                 ):
                     continue
