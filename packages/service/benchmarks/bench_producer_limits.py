@@ -8,8 +8,11 @@ A `traced` subprocess on temporary sockets; one producer speaking the wire proto
   handled). Writer ids above upstream's 32767 are refused, so the RSS stays bounded.
 * RegisterDataSource: the round-trip time of each of `--data-sources` registrations (distinct
   names and ids): the first 100 against the last 100, as medians, and their ratio.
+* A consumer's producer_name_regex_filter `(a+)+b` with a producer named `--regex-name` a's:
+  how long another consumer's QueryCapabilities waits for its answer meanwhile.
 
     python packages/service/benchmarks/bench_producer_limits.py [--writers N] [--data-sources N]
+        [--regex-name N]
 """
 
 from __future__ import annotations
@@ -21,12 +24,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
+from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.ipc import producer_port_pb2 as pb
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
+from perfetto_service import Consumer, ConsumerIPCClient
 from perfetto_wire import FrameDecoder, encode_frame
 from perfetto_wire._call_frames import encode_invoke
 
@@ -38,7 +44,7 @@ WINDOW = 100
 class RawProducer:
     """A ProducerPort connection driven frame by frame."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, name: str = "bench.limits") -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(TIMEOUT)
         self.sock.connect(path)
@@ -50,7 +56,7 @@ class RawProducer:
         assert reply.success, "ProducerPort not bound"
         self.service_id = reply.service_id
         self.methods = {method.name: method.id for method in reply.methods}
-        request = pb.InitializeConnectionRequest(producer_name="bench.limits")
+        request = pb.InitializeConnectionRequest(producer_name=name)
         assert self.call("InitializeConnection", request.SerializeToString()).success
 
     def _next_id(self) -> int:
@@ -162,16 +168,60 @@ def data_sources(path: str, count: int) -> None:
     )
 
 
+class _Consumer(Consumer):
+    """A consumer that needs no callback."""
+
+
+def _connected_consumer(path: str) -> ConsumerIPCClient:
+    client = ConsumerIPCClient(path, _Consumer())
+    client.connect()
+    if not client.wait_connected(TIMEOUT):
+        raise SystemExit("cannot connect to traced's consumer socket")
+    return client
+
+
+def regex(producer_path: str, consumer_path: str, length: int) -> None:
+    producer = RawProducer(producer_path, "a" * length)
+    regex_consumer = _connected_consumer(consumer_path)
+    other = _connected_consumer(consumer_path)
+    try:
+        descriptor = DataSourceDescriptor(name="bench.regex")
+        args = pb.RegisterDataSourceRequest(data_source_descriptor=descriptor)
+        assert producer.call("RegisterDataSource", args.SerializeToString()).success
+        config = TraceConfig()
+        config.buffers.add(size_kb=64)
+        source = config.data_sources.add()
+        source.config.name = "bench.regex"
+        source.producer_name_regex_filter.append("(a+)+b")
+        answered = threading.Event()
+        regex_consumer.enable_tracing(config)
+        started = time.monotonic()
+        other.query_capabilities(lambda _capabilities: answered.set())
+        answered.wait(TIMEOUT)
+        waited = time.monotonic() - started
+    finally:
+        regex_consumer.disconnect()
+        other.disconnect()
+        producer.close()
+    print(
+        f"producer_name_regex_filter (a+)+b, a producer named {length} a's: another "
+        f"consumer's QueryCapabilities answered after {waited * 1e3:.1f} ms"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--writers", type=int, default=2_000_000)
     parser.add_argument("--data-sources", type=int, default=10_000)
+    parser.add_argument("--regex-name", type=int, default=28)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         process, path = start_traced(directory)
         try:
             if args.data_sources:
                 data_sources(path, args.data_sources)
+            if args.regex_name:
+                regex(path, f"{directory}/consumer", args.regex_name)
             if args.writers:
                 writers(path, process.pid, args.writers)
         finally:
