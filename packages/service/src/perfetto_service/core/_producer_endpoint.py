@@ -122,8 +122,19 @@ class ProducerEndpointImpl:
         return self._reader.scrape(self.writers)
 
     def release(self) -> None:
-        """Forgets the SMB (the producer left); the mapping goes once nobody else uses it."""
+        """Forgets the SMB (the producer left); the mapping goes once nobody else uses it.
+
+        Says how many RegisterTraceWriter calls were refused, if any were.
+        """
         self.connected = False
+        if self.writers_refused:
+            _log.warning(
+                'producer %d "%s" left; %d RegisterTraceWriter calls were refused (writer id '
+                "out of range)",
+                self.id,
+                self.name,
+                self.writers_refused,
+            )
         if self._abi is not None:
             self._abi.close()
             self._abi = None
@@ -201,7 +212,8 @@ class ProducerEndpointImpl:
         """Tells the service which buffer a writer commits to (needed for SMB scraping).
 
         Writer ids are upstream's, 1 to `MAX_WRITER_ID`, so a producer holds at most that many
-        entries; any other id is refused, counted in `writers_refused` and logged once.
+        entries; any other id is refused, counted in `writers_refused`, logged once and
+        counted again when the producer leaves.
         """
         if not 1 <= writer_id <= MAX_WRITER_ID:
             if not self.writers_refused:
