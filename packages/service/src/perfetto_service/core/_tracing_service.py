@@ -119,9 +119,9 @@ _SLOW_STARTING_DATA_SOURCES = 7
 _LAST_FLUSH_SLOW_DATA_SOURCES = 8
 
 
-@dataclass
+@dataclass(eq=False)
 class RegisteredDataSource:
-    """A data source a producer registered."""
+    """A data source a producer registered (equal only to itself)."""
 
     producer_id: int
     descriptor: DataSourceDescriptor
@@ -165,7 +165,10 @@ class TracingService:
         self._system_info = system_info
         self._producers: dict[int, ProducerEndpointImpl] = {}
         self._last_producer_id = 0
-        self._data_sources: list[RegisteredDataSource] = []
+        self._data_sources: dict[RegisteredDataSource, None] = {}
+        """The registered data sources in registration order (keys: removed in O(1))."""
+        self._data_source_index: dict[tuple[int, str], list[RegisteredDataSource]] = {}
+        """(producer id, name) -> that producer's data sources of that name, in order."""
         self._data_source_ids: set[tuple[int, int]] = set()
         """(producer id, descriptor id) of the registered data sources with a non-zero id."""
         self._sessions: dict[int, TracingSession] = {}
@@ -296,8 +299,10 @@ class TracingService:
             return
         for session in list(self._sessions.values()):
             self._scrape(session, endpoint)
-        for registered in [d for d in self._data_sources if d.producer_id == endpoint.id]:
-            self.unregister_data_source(endpoint, registered.descriptor.name)
+        self._remove_instances(endpoint, None)
+        for key in [key for key in self._data_source_index if key[0] == endpoint.id]:
+            for registered in self._data_source_index.pop(key):
+                self._forget(registered)
         del self._producers[endpoint.id]
         endpoint.release()
         _log.info('Producer %d "%s" disconnected', endpoint.id, endpoint.name)
@@ -314,7 +319,8 @@ class TracingService:
             self._data_source_ids.add((endpoint.id, descriptor.id))
         registered = RegisteredDataSource(endpoint.id, DataSourceDescriptor())
         registered.descriptor.CopyFrom(descriptor)
-        self._data_sources.append(registered)
+        self._data_sources[registered] = None
+        self._data_source_index.setdefault((endpoint.id, descriptor.name), []).append(registered)
         for session in list(self._sessions.values()):
             if session.state not in (SessionState.STARTED, SessionState.CONFIGURED):
                 continue
@@ -334,22 +340,37 @@ class TracingService:
         """Replaces the descriptor registered with the same (name, non-zero id)."""
         if not descriptor.id:
             return
-        for registered in self._data_sources:
-            if (
-                registered.producer_id == endpoint.id
-                and registered.descriptor.name == descriptor.name
-                and registered.descriptor.id == descriptor.id
-            ):
+        for registered in self._data_source_index.get((endpoint.id, descriptor.name), ()):
+            if registered.descriptor.id == descriptor.id:
                 registered.descriptor.CopyFrom(descriptor)
                 return
 
     def unregister_data_source(self, endpoint: ProducerEndpointImpl, name: str) -> None:
         """Removes a data source, stopping its instances in every session."""
+        self._remove_instances(endpoint, name)
+        key = (endpoint.id, name)
+        registered = self._data_source_index.get(key)
+        if registered:
+            self._forget(registered.pop(0))
+            if not registered:
+                del self._data_source_index[key]
+
+    def _forget(self, registered: RegisteredDataSource) -> None:
+        del self._data_sources[registered]
+        self._data_source_ids.discard((registered.producer_id, registered.descriptor.id))
+
+    def _remove_instances(self, endpoint: ProducerEndpointImpl, name: str | None) -> None:
+        """Stops and removes `endpoint`'s instances of data source `name` (None: all)."""
         for session in list(self._sessions.values()):
-            removed = False
-            for instance in list(session.data_source_instances):
-                if instance.producer_id != endpoint.id or instance.data_source_name != name:
-                    continue
+            removed = [
+                instance
+                for instance in session.data_source_instances
+                if instance.producer_id == endpoint.id
+                and (name is None or instance.data_source_name == name)
+            ]
+            if not removed:
+                continue
+            for instance in removed:
                 if instance.state is not InstanceState.STOPPED:
                     if instance.state is not InstanceState.STOPPING:
                         self._stop_data_source_instance(
@@ -357,15 +378,11 @@ class TracingService:
                         )
                     if instance.state is InstanceState.STOPPING:
                         self.notify_data_source_stopped(endpoint.id, instance.instance_id)
-                session.data_source_instances.remove(instance)
-                removed = True
-            if removed:
-                self.maybe_notify_all_data_sources_started(session)
-        for index, registered in enumerate(self._data_sources):
-            if registered.producer_id == endpoint.id and registered.descriptor.name == name:
-                del self._data_sources[index]
-                self._data_source_ids.discard((endpoint.id, registered.descriptor.id))
-                return
+            gone = {id(instance) for instance in removed}
+            session.data_source_instances[:] = [
+                i for i in session.data_source_instances if id(i) not in gone
+            ]
+            self.maybe_notify_all_data_sources_started(session)
 
     # Commits -------------------------------------------------------------------------------
 
@@ -835,8 +852,8 @@ class TracingService:
         """Records and reports ALL_DATA_SOURCES_STARTED once every instance started."""
         if (
             session.consumer is None
-            or not session.all_instances_started()
             or session.did_notify_all_data_sources_started
+            or not session.all_instances_started()
         ):
             return
         self._maybe_snapshot_clocks(session)
