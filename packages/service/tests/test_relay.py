@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -26,18 +25,18 @@ from perfetto_protos.common.system_info_pb2 import SystemInfo
 from perfetto_protos.ipc import relay_port_pb2 as relay_pb
 from perfetto_wire import Client
 from perfetto_wire._host import machine_id_for
-from traced_testlib import ConsumerSession, Traced, fortesting_packets, make_config, start_producers
+from traced_testlib import (
+    ConsumerSession,
+    Traced,
+    fortesting_packets,
+    free_tcp_port,
+    make_config,
+    start_producers,
+)
 
 COUNT = 500
 BOOTTIME = 6
 TIMEOUT = 60.0
-
-
-def _free_tcp_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Relay:
@@ -84,8 +83,8 @@ def directory() -> Iterator[str]:
 def test_two_relays_and_a_local_producer_reach_one_session_tagged_by_machine(
     directory: str,
 ) -> None:
-    tcp = f"127.0.0.1:{_free_tcp_port()}"
-    with Traced(directory, extra_producer_sockets=[tcp]) as traced:
+    tcp = f"127.0.0.1:{free_tcp_port()}"
+    with Traced(directory, "--enable-relay-endpoint", extra_producer_sockets=[tcp]) as traced:
         relays = {
             machine: Relay(f"{directory}/{machine}.sock", tcp, machine)
             for machine in ("machine-a", "machine-b")
@@ -158,10 +157,10 @@ def test_traced_records_a_relay_s_clock_exchanges_and_system_info_as_sent(
 
     Ahead, not behind: a machine booted less than 1000 s ago has no BOOTTIME to go back to.
     """
-    tcp = f"127.0.0.1:{_free_tcp_port()}"
+    tcp = f"127.0.0.1:{free_tcp_port()}"
     ahead_ns = 1000 * 10**9
     sent: list[int] = []
-    with Traced(directory, extra_producer_sockets=[tcp]) as traced:
+    with Traced(directory, "--enable-relay-endpoint", extra_producer_sockets=[tcp]) as traced:
         client = Client(tcp)
         consumer = None
         try:
@@ -204,13 +203,13 @@ def test_traced_records_a_relay_s_clock_exchanges_and_system_info_as_sent(
 
 
 def test_background_relay_with_socket_permissions_relays_producers(directory: str) -> None:
-    tcp = f"127.0.0.1:{_free_tcp_port()}"
+    tcp = f"127.0.0.1:{free_tcp_port()}"
     listen = f"{directory}/relay.sock"
     env = dict(os.environ)
     env["PERFETTO_PRODUCER_SOCK_NAME"] = listen
     env["PERFETTO_RELAY_SOCK_NAME"] = tcp
     group = str(os.getgid())
-    with Traced(directory, extra_producer_sockets=[tcp]) as traced:
+    with Traced(directory, "--enable-relay-endpoint", extra_producer_sockets=[tcp]) as traced:
         result = subprocess.run(
             [
                 sys.executable,
@@ -291,8 +290,8 @@ def test_machine_name_filter_picks_machines_by_name_host_included(
     """Upstream's rule: a data source's machine_name_filter names the machines whose producers
     it starts (the central one by its own name, or "host"), whatever trace_all_machines says."""
     monkeypatch.setenv("PERFETTO_MACHINE_NAME", "central-box")
-    tcp = f"127.0.0.1:{_free_tcp_port()}"
-    with Traced(directory, extra_producer_sockets=[tcp]) as traced:
+    tcp = f"127.0.0.1:{free_tcp_port()}"
+    with Traced(directory, "--enable-relay-endpoint", extra_producer_sockets=[tcp]) as traced:
         relays = {
             machine: Relay(f"{directory}/{machine}.sock", tcp, machine)
             for machine in ("machine-a", "machine-b")

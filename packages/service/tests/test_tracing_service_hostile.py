@@ -7,7 +7,9 @@ away in TraceStats.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +21,7 @@ from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
 from perfetto_protos.common.trace_stats_pb2 import TraceStats
 from perfetto_protos.upstream import upstream_message_class
-from perfetto_smb import PageLayout, SharedMemoryABI
+from perfetto_smb import MAX_WRITER_ID, PageLayout, SharedMemoryABI
 from perfetto_smb._abi import pack_chunk_header
 from protozero import read_varint
 from tracing_service_harness import (
@@ -352,3 +354,91 @@ def test_random_producer_calls(calls: list[tuple[Any, ...]]) -> None:
         scene.env.settle()
         scene.write_good(1)
         scene.check_others_intact()
+
+
+def test_register_trace_writer_outside_upstream_ids_is_refused_counted_and_logged_once(
+    env: ServiceEnv, caplog: pytest.LogCaptureFixture
+) -> None:
+    producer = FakeProducer(env, name="flood").connect()
+    endpoint = producer.endpoint
+    bad = [0, MAX_WRITER_ID + 1, 0xFFFF, 0x10000, 2**32 - 1]
+
+    def register() -> None:
+        for writer_id in [*range(1, MAX_WRITER_ID + 1), *bad]:
+            endpoint.register_trace_writer(writer_id, 1)
+
+    with caplog.at_level(logging.WARNING, logger="perfetto_service"):
+        env.call(register)
+    assert len(endpoint.writers) == MAX_WRITER_ID
+    assert endpoint.writers_refused == len(bad)
+    refusals = [r.getMessage() for r in caplog.records if "RegisterTraceWriter" in r.getMessage()]
+    assert refusals == [
+        f'producer {endpoint.id} "flood": RegisterTraceWriter with writer id 0 refused '
+        f"(valid: 1-{MAX_WRITER_ID}); further ones are counted, not logged"
+    ]
+
+
+def test_register_data_source_takes_as_long_for_the_20000th_as_for_the_first(
+    env: ServiceEnv,
+) -> None:
+    """CPU time of the service's thread, so that load from elsewhere does not count."""
+    producer = FakeProducer(env, name="many").connect()
+    count, window = 20_000, 2_000
+    descriptors = [DataSourceDescriptor(name=f"ds.{n}", id=n) for n in range(1, count + 1)]
+    first, last, _ = _register_timed(env, producer, descriptors, window)
+    assert last < 4 * first + 0.05, f"first {window}: {first:.3f} s, last {window}: {last:.3f} s"
+    env.call(lambda: producer.endpoint.register_data_source(descriptors[0]))  # duplicate id
+    state = env.call(lambda: env.service.service_state(0, sessions_only=False))
+    assert len(state.data_sources) == count
+
+
+def _register_timed(
+    env: ServiceEnv, producer: FakeProducer, descriptors: list[DataSourceDescriptor], window: int
+) -> tuple[float, float, float]:
+    """CPU seconds of the service's thread registering the first `window` descriptors, the
+    last `window`, and all of them."""
+
+    def register() -> tuple[float, float, float]:
+        spans = []
+        parts = (descriptors[:window], descriptors[window:-window], descriptors[-window:])
+        for part in parts:
+            started = time.thread_time()
+            for descriptor in part:
+                producer.endpoint.register_data_source(descriptor)
+            spans.append(time.thread_time() - started)
+        return spans[0], spans[2], sum(spans)
+
+    return env.call(register)
+
+
+def test_a_producer_with_10000_data_sources_leaves_at_once(env: ServiceEnv) -> None:
+    """Behind another producer's 10,000: leaving took 3.5 s of the service's thread."""
+    count = 10_000
+    for name in ("first", "second"):
+        producer = FakeProducer(env, name=name).connect()
+        descriptors = [DataSourceDescriptor(name=f"ds.{n}", id=n) for n in range(1, count + 1)]
+        *_, registering = _register_timed(env, producer, descriptors, 100)
+
+    def leave() -> float:
+        started = time.thread_time()
+        producer.endpoint.disconnect()
+        return time.thread_time() - started
+
+    leaving = env.call(leave)
+    assert leaving < registering, f"registering {registering:.3f} s, leaving {leaving:.3f} s"
+    state = env.call(lambda: env.service.service_state(0, sessions_only=False))
+    assert len(state.data_sources) == count
+
+
+def test_register_data_source_into_a_started_session_takes_as_long_for_the_last(
+    env: ServiceEnv,
+) -> None:
+    """Each registration checked every instance of the session for ALL_DATA_SOURCES_STARTED."""
+    consumer = FakeConsumer(env).connect()
+    consumer.enable(simple_config())
+    env.settle()
+    producer = FakeProducer(env, name="many").connect()
+    count, window = 8_000, 800
+    descriptors = [DataSourceDescriptor(name="test.ds", id=n) for n in range(1, count + 1)]
+    first, last, _ = _register_timed(env, producer, descriptors, window)
+    assert last < 4 * first + 0.05, f"first {window}: {first:.3f} s, last {window}: {last:.3f} s"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -15,8 +16,11 @@ from typing import Any
 
 from ipc_fakes import RecordingConsumer, wait_for
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
+from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
 from perfetto_protos.upstream import parse_upstream_trace
 from perfetto_service import ConsumerIPCClient
+from perfetto_wire import FrameDecoder, encode_frame
+from perfetto_wire._call_frames import encode_invoke
 from protozero import encode_varint
 
 PRODUCER_MAIN = str(Path(__file__).with_name("ipc_producer_main.py"))
@@ -164,6 +168,57 @@ def start_producers(
     for producer in producers:
         producer.wait_line("CONNECTED")
     return producers
+
+
+class RawClient:
+    """One connection to a traced UNIX socket, driven frame by frame (no client library)."""
+
+    def __init__(self, path: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(TIMEOUT)
+        self.sock.connect(path)
+        self._decoder = FrameDecoder()
+        self._request_id = 0
+
+    def _next_id(self) -> int:
+        self._request_id += 1
+        return self._request_id
+
+    def _exchange(self, data: bytes) -> IPCFrame:
+        self.sock.sendall(data)
+        while True:
+            received = self.sock.recv(65536)
+            if not received:
+                raise ConnectionError("traced closed the connection")
+            frames = self._decoder.feed(received)
+            if frames:
+                return frames[-1]
+
+    def bind(self, service: str) -> IPCFrame.BindServiceReply:
+        """BindService's reply."""
+        frame = IPCFrame(request_id=self._next_id())
+        frame.msg_bind_service.service_name = service
+        return self._exchange(encode_frame(frame)).msg_bind_service_reply
+
+    def frame(self, service_id: int, method_id: int, args: bytes, *, drop_reply: bool) -> bytes:
+        """An InvokeMethod frame, to send later (many at once)."""
+        return encode_invoke(self._next_id(), service_id, method_id, args, drop_reply)
+
+    def invoke(self, service_id: int, method_id: int, args: bytes) -> IPCFrame.InvokeMethodReply:
+        """Invokes a method and waits for its reply."""
+        data = self.frame(service_id, method_id, args, drop_reply=False)
+        return self._exchange(data).msg_invoke_method_reply
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def free_tcp_port() -> int:
+    """A loopback TCP port nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def make_config(buffer_kb: int = 4096, fill_policy: int = 0, **kwargs: Any) -> TraceConfig:

@@ -441,6 +441,13 @@ def test_set_peer_identity_on_tcp_first_one_wins(host: Host) -> None:
     assert connection.client_info.pid == 77
 
 
+def test_set_peer_identity_is_ignored_where_the_host_does_not_accept_it() -> None:
+    host = Host(accept_peer_identity=False)
+    connection = host.connect(RecordingTransport(), peer_address="10.0.0.7:4567")
+    connection.receive_data(identity(77, 0, "forged", "relay-box"))
+    assert connection.client_info == ClientInfo(1, 0, -1)
+
+
 def test_machine_id_is_fnv1a_low_32_bits() -> None:
     assert machine_id_for("") == 0x84222325
     assert machine_id_for("a") == 0xAF63DC4C8601EC8C & 0xFFFFFFFF

@@ -186,6 +186,8 @@ class Host:
 
     Service ids are 1, 2, ... in exposure order; method ids are 1-based in the order the
     descriptor declares them. `on_connect` and `on_disconnect` run for every connection.
+    Without `accept_peer_identity` every SetPeerIdentity is ignored, so that no peer can
+    claim a uid, pid or machine (a tracing service accepts it only where relays may connect).
     """
 
     def __init__(
@@ -193,7 +195,9 @@ class Host:
         *,
         on_connect: ConnectionCallback | None = None,
         on_disconnect: ConnectionCallback | None = None,
+        accept_peer_identity: bool = True,
     ) -> None:
+        self.accept_peer_identity = accept_peer_identity
         self._services: list[_ExposedService] = []
         self._by_name: dict[str, _ExposedService] = {}
         self._on_connect = on_connect
@@ -425,6 +429,11 @@ class HostConnection(FrameEndpoint):
     def _set_peer_identity(self, identity: IPCFrame.SetPeerIdentity) -> None:
         if self._peer_address is None:
             _log.debug("SetPeerIdentity is ignored on UNIX sockets")
+            return
+        if not self._host.accept_peer_identity:
+            _log.debug(
+                "SetPeerIdentity refused: client %d is not on a relay socket", self.client_id
+            )
             return
         if self._identity_set:
             _log.debug("SetPeerIdentity already received from client %d", self.client_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -10,6 +11,7 @@ from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_smb import (
+    MAX_WRITER_ID,
     CopiedChunk,
     SharedMemory,
     SharedMemoryABI,
@@ -27,6 +29,8 @@ from perfetto_service.core._trace_buffer import PacketSequenceProperties
 
 if TYPE_CHECKING:
     from perfetto_service.core._tracing_service import TracingService
+
+_log = logging.getLogger("perfetto_service")
 
 
 class ProducerEndpointImpl:
@@ -66,6 +70,8 @@ class ProducerEndpointImpl:
         self.allowed_target_buffers: set[int] = set()
         self.writers: dict[int, int] = {}
         """Registered trace writers: writer id -> target buffer."""
+        self.writers_refused = 0
+        """RegisterTraceWriter calls refused for a writer id out of range."""
         self._shm: SharedMemory | None = None
         self._abi: SharedMemoryABI | None = None
         self._reader: SharedMemoryReader | None = None
@@ -116,8 +122,19 @@ class ProducerEndpointImpl:
         return self._reader.scrape(self.writers)
 
     def release(self) -> None:
-        """Forgets the SMB (the producer left); the mapping goes once nobody else uses it."""
+        """Forgets the SMB (the producer left); the mapping goes once nobody else uses it.
+
+        Says how many RegisterTraceWriter calls were refused, if any were.
+        """
         self.connected = False
+        if self.writers_refused:
+            _log.warning(
+                'producer %d "%s" left; %d RegisterTraceWriter calls were refused (writer id '
+                "out of range)",
+                self.id,
+                self.name,
+                self.writers_refused,
+            )
         if self._abi is not None:
             self._abi.close()
             self._abi = None
@@ -192,7 +209,24 @@ class ProducerEndpointImpl:
             self._service.unregister_data_source(self, name)
 
     def register_trace_writer(self, writer_id: int, target_buffer: int) -> None:
-        """Tells the service which buffer a writer commits to (needed for SMB scraping)."""
+        """Tells the service which buffer a writer commits to (needed for SMB scraping).
+
+        Writer ids are upstream's, 1 to `MAX_WRITER_ID`, so a producer holds at most that many
+        entries; any other id is refused, counted in `writers_refused`, logged once and
+        counted again when the producer leaves.
+        """
+        if not 1 <= writer_id <= MAX_WRITER_ID:
+            if not self.writers_refused:
+                _log.warning(
+                    'producer %d "%s": RegisterTraceWriter with writer id %d refused (valid: '
+                    "1-%d); further ones are counted, not logged",
+                    self.id,
+                    self.name,
+                    writer_id,
+                    MAX_WRITER_ID,
+                )
+            self.writers_refused += 1
+            return
         self.writers[writer_id] = target_buffer
 
     def unregister_trace_writer(self, writer_id: int) -> None:

@@ -11,7 +11,6 @@ import hashlib
 import logging
 import os
 import random
-import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -40,6 +39,7 @@ from perfetto_service._interfaces import ClientIdentity, Consumer, Producer, Tas
 from perfetto_service.core._chunk_mover import move_chunks, target_buffer
 from perfetto_service.core._config_checks import check_trace_config
 from perfetto_service.core._consumer_endpoint import ConsumerEndpointImpl
+from perfetto_service.core._name_filter import name_matches
 from perfetto_service.core._producer_endpoint import ProducerEndpointImpl
 from perfetto_service.core._relay_clients import RelayClients, RelayEndpoint
 from perfetto_service.core._service_packets import (
@@ -119,24 +119,12 @@ _SLOW_STARTING_DATA_SOURCES = 7
 _LAST_FLUSH_SLOW_DATA_SOURCES = 8
 
 
-@dataclass
+@dataclass(eq=False)
 class RegisteredDataSource:
-    """A data source a producer registered."""
+    """A data source a producer registered (equal only to itself)."""
 
     producer_id: int
     descriptor: DataSourceDescriptor
-
-
-def _name_matches(name: str, names: Sequence[str], patterns: Sequence[str]) -> bool:
-    if name in names:
-        return True
-    for pattern in patterns:
-        try:
-            if re.fullmatch(pattern, name):
-                return True
-        except re.error:
-            continue
-    return False
 
 
 def _new_trace_uuid(config: TraceConfig) -> tuple[int, int]:
@@ -177,7 +165,12 @@ class TracingService:
         self._system_info = system_info
         self._producers: dict[int, ProducerEndpointImpl] = {}
         self._last_producer_id = 0
-        self._data_sources: list[RegisteredDataSource] = []
+        self._data_sources: dict[RegisteredDataSource, None] = {}
+        """The registered data sources in registration order (keys: removed in O(1))."""
+        self._data_source_index: dict[tuple[int, str], list[RegisteredDataSource]] = {}
+        """(producer id, name) -> that producer's data sources of that name, in order."""
+        self._data_source_ids: set[tuple[int, int]] = set()
+        """(producer id, descriptor id) of the registered data sources with a non-zero id."""
         self._sessions: dict[int, TracingSession] = {}
         self._last_session_id = 0
         self._buffers: dict[int, TraceBuffer] = {}
@@ -306,8 +299,10 @@ class TracingService:
             return
         for session in list(self._sessions.values()):
             self._scrape(session, endpoint)
-        for registered in [d for d in self._data_sources if d.producer_id == endpoint.id]:
-            self.unregister_data_source(endpoint, registered.descriptor.name)
+        self._remove_instances(endpoint, None)
+        for key in [key for key in self._data_source_index if key[0] == endpoint.id]:
+            for registered in self._data_source_index.pop(key):
+                self._forget(registered)
         del self._producers[endpoint.id]
         endpoint.release()
         _log.info('Producer %d "%s" disconnected', endpoint.id, endpoint.name)
@@ -318,14 +313,14 @@ class TracingService:
         """Adds a data source and sets it up in every session that wants it."""
         if not descriptor.name:
             return
-        if descriptor.id and any(
-            d.producer_id == endpoint.id and d.descriptor.id == descriptor.id
-            for d in self._data_sources
-        ):
-            return
+        if descriptor.id:
+            if (endpoint.id, descriptor.id) in self._data_source_ids:
+                return
+            self._data_source_ids.add((endpoint.id, descriptor.id))
         registered = RegisteredDataSource(endpoint.id, DataSourceDescriptor())
         registered.descriptor.CopyFrom(descriptor)
-        self._data_sources.append(registered)
+        self._data_sources[registered] = None
+        self._data_source_index.setdefault((endpoint.id, descriptor.name), []).append(registered)
         for session in list(self._sessions.values()):
             if session.state not in (SessionState.STARTED, SessionState.CONFIGURED):
                 continue
@@ -345,22 +340,37 @@ class TracingService:
         """Replaces the descriptor registered with the same (name, non-zero id)."""
         if not descriptor.id:
             return
-        for registered in self._data_sources:
-            if (
-                registered.producer_id == endpoint.id
-                and registered.descriptor.name == descriptor.name
-                and registered.descriptor.id == descriptor.id
-            ):
+        for registered in self._data_source_index.get((endpoint.id, descriptor.name), ()):
+            if registered.descriptor.id == descriptor.id:
                 registered.descriptor.CopyFrom(descriptor)
                 return
 
     def unregister_data_source(self, endpoint: ProducerEndpointImpl, name: str) -> None:
         """Removes a data source, stopping its instances in every session."""
+        self._remove_instances(endpoint, name)
+        key = (endpoint.id, name)
+        registered = self._data_source_index.get(key)
+        if registered:
+            self._forget(registered.pop(0))
+            if not registered:
+                del self._data_source_index[key]
+
+    def _forget(self, registered: RegisteredDataSource) -> None:
+        del self._data_sources[registered]
+        self._data_source_ids.discard((registered.producer_id, registered.descriptor.id))
+
+    def _remove_instances(self, endpoint: ProducerEndpointImpl, name: str | None) -> None:
+        """Stops and removes `endpoint`'s instances of data source `name` (None: all)."""
         for session in list(self._sessions.values()):
-            removed = False
-            for instance in list(session.data_source_instances):
-                if instance.producer_id != endpoint.id or instance.data_source_name != name:
-                    continue
+            removed = [
+                instance
+                for instance in session.data_source_instances
+                if instance.producer_id == endpoint.id
+                and (name is None or instance.data_source_name == name)
+            ]
+            if not removed:
+                continue
+            for instance in removed:
                 if instance.state is not InstanceState.STOPPED:
                     if instance.state is not InstanceState.STOPPING:
                         self._stop_data_source_instance(
@@ -368,14 +378,11 @@ class TracingService:
                         )
                     if instance.state is InstanceState.STOPPING:
                         self.notify_data_source_stopped(endpoint.id, instance.instance_id)
-                session.data_source_instances.remove(instance)
-                removed = True
-            if removed:
-                self.maybe_notify_all_data_sources_started(session)
-        for registered in self._data_sources:
-            if registered.producer_id == endpoint.id and registered.descriptor.name == name:
-                self._data_sources.remove(registered)
-                return
+            gone = {id(instance) for instance in removed}
+            session.data_source_instances[:] = [
+                i for i in session.data_source_instances if id(i) not in gone
+            ]
+            self.maybe_notify_all_data_sources_started(session)
 
     # Commits -------------------------------------------------------------------------------
 
@@ -675,7 +682,7 @@ class TracingService:
             return None
         if (
             cfg_data_source.producer_name_filter or cfg_data_source.producer_name_regex_filter
-        ) and not _name_matches(
+        ) and not name_matches(
             endpoint.name,
             cfg_data_source.producer_name_filter,
             cfg_data_source.producer_name_regex_filter,
@@ -757,7 +764,7 @@ class TracingService:
                 endpoint = self._producers[registered.producer_id]
                 if (
                     updated.producer_name_filter or updated.producer_name_regex_filter
-                ) and not _name_matches(
+                ) and not name_matches(
                     endpoint.name,
                     updated.producer_name_filter,
                     updated.producer_name_regex_filter,
@@ -845,8 +852,8 @@ class TracingService:
         """Records and reports ALL_DATA_SOURCES_STARTED once every instance started."""
         if (
             session.consumer is None
-            or not session.all_instances_started()
             or session.did_notify_all_data_sources_started
+            or not session.all_instances_started()
         ):
             return
         self._maybe_snapshot_clocks(session)
@@ -1244,7 +1251,7 @@ class TracingService:
                 )
                 if trigger is None:
                     continue
-                if trigger.producer_name_regex and not _name_matches(
+                if trigger.producer_name_regex and not name_matches(
                     endpoint.name, (), (trigger.producer_name_regex,)
                 ):
                     continue

@@ -17,7 +17,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from importlib.metadata import version
 from typing import NoReturn
@@ -114,7 +114,31 @@ def _parser() -> argparse.ArgumentParser:
         help="group and octal mode of the producer and consumer sockets, "
         "e.g. traced-producer:0660:traced-consumer:0660",
     )
+    parser.add_argument(
+        "--enable-relay-endpoint",
+        action="store_true",
+        help="serve RelayPort (for traced_relay) on every producer socket",
+    )
+    parser.add_argument(
+        "--enable-relay-endpoint-on",
+        metavar="SOCKET",
+        action="append",
+        default=[],
+        help="serve RelayPort only on this producer socket (one of "
+        f"{PRODUCER_SOCKET_ENV}); repeatable",
+    )
     return parser
+
+
+def _relay_sockets(producers: Sequence[str], enable_all: bool, selected: Sequence[str]) -> set[str]:
+    """The producer sockets that serve RelayPort; `ServiceError` if one selected is not one."""
+    for name in selected:
+        if name not in producers:
+            raise ServiceError(
+                f"--enable-relay-endpoint-on={name} names no producer socket "
+                f"(the producer sockets: {','.join(producers)})"
+            )
+    return set(producers) if enable_all else set(selected)
 
 
 def _filesystem_paths(names: Sequence[str]) -> list[str]:
@@ -178,9 +202,12 @@ def _apply_permissions(
 class Daemon:
     """One traced instance: the service, its IPC host and the loop they run on."""
 
-    def __init__(self, producers: Sequence[str], consumer: str) -> None:
+    def __init__(
+        self, producers: Sequence[str], consumer: str, relay_sockets: Collection[str] = ()
+    ) -> None:
         self.producers = list(producers)
         self.consumer = consumer
+        self.relay_sockets = relay_sockets
         self.loop = asyncio.new_event_loop()
         self.service = TracingService(AsyncioTaskRunner(self.loop))
         self.host = ServiceIPCHost(self.service, loop=self.loop)
@@ -200,7 +227,7 @@ class Daemon:
         names = [*self.producers, self.consumer]
         _claim_socket_paths(names)
         try:
-            self.host.start(self.producers, self.consumer)
+            self.host.start(self.producers, self.consumer, relay_sockets=self.relay_sockets)
         except ServiceError as exc:
             raise ServiceError(f"{exc}{_listen_hint(exc)}") from None
         self._owned_paths = _filesystem_paths(names)
@@ -334,13 +361,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for name in [*producers, consumer]:
             parse_address(name)
-    except WireError as exc:
+        relays = _relay_sockets(
+            producers, args.enable_relay_endpoint, args.enable_relay_endpoint_on
+        )
+    except (WireError, ServiceError) as exc:
         return _error(str(exc))
     if args.background:
         status = _daemonize()
         if status is not None:
             return status
-    daemon = Daemon(producers, consumer)
+    daemon = Daemon(producers, consumer, relays)
     try:
         daemon.start(permissions)
     except ServiceError as exc:

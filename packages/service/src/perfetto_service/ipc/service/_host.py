@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Protocol
 
 from perfetto_wire import ClientInfo, Host, HostServer, WireError, parse_address
@@ -32,7 +32,9 @@ class ServiceIPCHost:
     Everything runs on one asyncio loop (the running loop by default), the loop that owns
     the service. Each producer socket has its own IPC host and port, so that producers on
     sockets that cannot pass file descriptors (TCP, vsock) are told to use shared memory
-    emulation. Producer connections get a 10 ms send timeout, consumers the default.
+    emulation. RelayPort (and SetPeerIdentity) is served only on the producer sockets named
+    as relay sockets (upstream's `--enable-relay-endpoint[-on]`); elsewhere BindService of
+    RelayPort fails. Producer connections get a 10 ms send timeout, consumers the default.
     """
 
     def __init__(
@@ -47,25 +49,34 @@ class ServiceIPCHost:
         self.consumer_port.expose_on(consumer_host)
         self._consumer_server = HostServer(consumer_host, loop=self._loop)
 
-    def _producer_server(self, *, shmem_emulation: bool) -> HostServer:
+    def _producer_server(self, *, shmem_emulation: bool, relay: bool) -> HostServer:
         port = ProducerPort(self._service, shmem_emulation=shmem_emulation)
-        relay_port = RelayPort(self._service)
+        relay_port = RelayPort(self._service) if relay else None
 
         def on_disconnect(client: ClientInfo) -> None:
             port.on_client_disconnected(client)
-            relay_port.on_client_disconnected(client)
+            if relay_port is not None:
+                relay_port.on_client_disconnected(client)
 
-        host = Host(on_disconnect=on_disconnect)
+        host = Host(on_disconnect=on_disconnect, accept_peer_identity=relay)
         port.expose_on(host)
-        relay_port.expose_on(host)
+        if relay_port is not None:
+            relay_port.expose_on(host)
         server = HostServer(host, loop=self._loop, send_timeout=PRODUCER_SOCKET_SEND_TIMEOUT)
         self.producer_ports.append(port)
         self._producer_servers.append(server)
         return server
 
-    def start(self, producer_sockets: Sequence[str], consumer_socket: str) -> None:
+    def start(
+        self,
+        producer_sockets: Sequence[str],
+        consumer_socket: str,
+        *,
+        relay_sockets: Collection[str] = (),
+    ) -> None:
         """Listens on every producer socket and on the consumer socket.
 
+        The producer sockets named in `relay_sockets` also serve RelayPort.
         Raises `ServiceError` naming the socket that could not be bound (caused by the
         `perfetto_wire.ListenError`); then nothing listens and the socket files this call
         created are gone.
@@ -76,7 +87,10 @@ class ServiceIPCHost:
         try:
             for name in producer_sockets:
                 address = parse_address(name)
-                self._producer_server(shmem_emulation=not address.is_unix).listen(name)
+                server = self._producer_server(
+                    shmem_emulation=not address.is_unix, relay=name in relay_sockets
+                )
+                server.listen(name)
                 created.append(address.filesystem_path or "")
             address = parse_address(consumer_socket)
             self._consumer_server.listen(consumer_socket)
@@ -91,10 +105,11 @@ class ServiceIPCHost:
     def adopt(
         self, producer_sockets: Sequence[socket.socket], consumer_socket: socket.socket
     ) -> None:
-        """Serves on sockets that are already listening (e.g. created by init)."""
+        """Serves on sockets that are already listening (e.g. created by init); no RelayPort."""
         for sock in producer_sockets:
             unix = sock.family == socket.AF_UNIX
-            self._producer_server(shmem_emulation=not unix).adopt_listening_socket(sock)
+            server = self._producer_server(shmem_emulation=not unix, relay=False)
+            server.adopt_listening_socket(sock)
         self._consumer_server.adopt_listening_socket(consumer_socket)
 
     @property
