@@ -19,7 +19,7 @@ from typing import Any
 from perfetto_protos.trace.trace_packet_pbzero import TracePacket
 from perfetto_service import producer_socket_names
 from perfetto_smb import TraceWriter
-from protozero import ProtoDecoder
+from protozero import ProtoDecoder, encode_varint
 
 from perfetto_client import _tracing
 from perfetto_client._backends import _accepts
@@ -39,6 +39,11 @@ _TRACK_EVENT = TracePacket.FIELD_TRACK_EVENT
 def _is_event(packet: bytes) -> bool:
     """Whether a packet of a batch is one of its events (it holds a TrackEvent)."""
     return any(field.id == _TRACK_EVENT for field in ProtoDecoder(packet))
+
+
+def _framed_size(packet: bytes) -> int:
+    """The bytes a packet takes in a batch (a Trace.packet field)."""
+    return 1 + len(encode_varint(len(packet))) + len(packet)
 
 
 def socket_name() -> str:
@@ -106,13 +111,12 @@ class SystemSink:
     def _write_to(self, writers: list[TraceWriter], data: bytes, events: int) -> None:
         # A batch's packets depend on its first ones (incremental state): after a packet the
         # writer dropped, the rest of the batch stays out and counts as lost.
+        # (With several sessions, what the one that lost most got.)
         packets = self._split(data)
-        lost = 0
-        for writer in writers:
-            written = writer.write_packets(packets, stop_at_loss=True)
-            if written < len(packets):
-                lost = max(lost, sum(map(_is_event, packets[written:])))
-        self.stats.bytes_written += len(data)
+        written = min([writer.write_packets(packets, stop_at_loss=True) for writer in writers])
+        dropped = packets[written:]
+        lost = sum(map(_is_event, dropped))
+        self.stats.bytes_written += len(data) - sum(map(_framed_size, dropped))
         self.stats.events_written += events - lost
         if lost:
             self.stats.events_lost += lost
