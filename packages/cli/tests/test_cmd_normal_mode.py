@@ -296,3 +296,35 @@ def test_no_progress_line_when_stderr_is_not_a_terminal(
     result = perfetto(traced, "-c", "-", "-o", str(tmp_path / "t"), input=_binary_config())
     assert b"Tracing: " not in result.stderr
     assert b"\r" not in result.stderr
+
+
+def test_the_end_says_what_the_session_lost_as_its_trace_stats_count_it(
+    traced: Traced, producer: Callable[..., Producer], tmp_path: Path
+) -> None:
+    producer(count=20_000)  # about 600 KB of packets into a 64 KiB ring buffer
+    config = TraceConfig(duration_ms=1000)
+    config.buffers.add(size_kb=64)
+    config.data_sources.add().config.name = "test.ds"
+    (tmp_path / "config.pb").write_bytes(config.SerializeToString())
+    out = tmp_path / "trace.pftrace"
+    result = perfetto(traced, "-c", str(tmp_path / "config.pb"), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    stats = [p.trace_stats for p in read_trace(out).packet if p.HasField("trace_stats")][-1]
+    overwritten = stats.buffer_stats[0].chunks_overwritten
+    assert overwritten > 0
+    assert len(test_values(read_trace(out))) < 20_000
+    lines = [line for line in result.stderr.decode().splitlines() if "Data lost" in line]
+    assert lines == [
+        f"Data lost: {overwritten} chunks overwritten before they were read (the ring buffer "
+        "wrapped) [chunks_overwritten]"
+    ]
+
+
+def test_a_session_that_lost_nothing_says_nothing_about_losses(
+    traced: Traced, producer: Callable[..., Producer], tmp_path: Path
+) -> None:
+    producer(count=25)
+    (tmp_path / "config.pb").write_bytes(_binary_config())
+    result = perfetto(traced, "-c", str(tmp_path / "config.pb"), "-o", str(tmp_path / "t.pb"))
+    assert result.returncode == 0, result.stderr
+    assert "Data lost" not in result.stderr.decode()

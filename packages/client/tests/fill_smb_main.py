@@ -1,10 +1,11 @@
 """Writes N instant events as fast as it can through a 16 KiB shared memory buffer.
 
-`fill_smb_main.py MODE N > trace`: MODE `drop` (the default policy), `config-stall` (the
-session's data source config asks for BUFFER_EXHAUSTED_STALL_THEN_DROP) or
-`registered-stall` (`Tracing.initialize(track_event_buffer_exhausted_policy=STALL)`).
-In `drop` mode, 1000 "after" events follow once the service has drained the buffer.
-Writes the in-process session's trace to stdout.
+`fill_smb_main.py MODE N > trace`: MODE `default` (nothing asked: STALL_THEN_DROP), `drop`
+(the session's data source config asks for BUFFER_EXHAUSTED_DROP), `config-stall` (it asks
+for BUFFER_EXHAUSTED_STALL_THEN_DROP) or `registered-stall`
+(`Tracing.initialize(track_event_buffer_exhausted_policy=STALL)`). In `drop` mode, 1000
+"after" events follow once the service has drained the buffer. Writes the in-process
+session's trace to stdout.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ CAT = pc.Category("fill")
 source: dict[str, Any] = {"name": "track_event"}
 if mode == "config-stall":
     source["buffer_exhausted_policy"] = "BUFFER_EXHAUSTED_STALL_THEN_DROP"
+elif mode == "drop":
+    source["buffer_exhausted_policy"] = "BUFFER_EXHAUSTED_DROP"
 session = Tracing.new_trace()
 session.setup({"buffers": [{"size_kb": 16384}], "data_sources": [{"config": source}]})
 session.start()

@@ -278,3 +278,33 @@ def test_two_sessions_record_the_categories_each_enables() -> None:
     second.close()
     assert got_first == ["one", "both"]
     assert got_second == ["two", "both"]
+
+
+def test_read_trace_takes_as_long_as_data_keeps_arriving() -> None:
+    import time
+
+    from trace_model import TraceModel
+
+    Tracing.initialize(Backend.IN_PROCESS)
+    session = Tracing.new_trace()
+    session.setup({"buffers": [{"size_kb": 32768}]})
+    session.start()
+    count = 10_000
+    for i in range(count):
+        pc.instant(CAT, "bulk", i=i)
+    session.stop()
+    deliver = session.on_trace_data
+    replies = []
+
+    def slow(packets: Any, has_more: bool) -> None:  # a slow reader: each reply takes 0.3 s
+        replies.append(has_more)
+        time.sleep(0.3)
+        deliver(packets, has_more)
+
+    session.on_trace_data = slow  # type: ignore[method-assign]
+    start = time.monotonic()
+    data = session.read_trace(timeout=1.0)
+    assert time.monotonic() - start > 1.0  # longer than the timeout
+    assert len(replies) > 4
+    assert [e.args["i"] for e in TraceModel(data).events if e.name == "bulk"] == list(range(count))
+    session.close()

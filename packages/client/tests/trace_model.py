@@ -92,6 +92,8 @@ class TraceModel:
         self.lost_sequences: set[int] = set()
         self.skipped_events = 0
         """Events on a sequence whose incremental state was lost, not yet cleared again."""
+        self.trace_writer_packet_loss = 0
+        """The service's count of packet losses its writers reported (last TraceStats)."""
         seqs: dict[int, _SeqState] = defaultdict(_SeqState)
         for packet in trace.packet:
             seq_id = packet.trusted_packet_sequence_id
@@ -101,6 +103,10 @@ class TraceModel:
             ):
                 self.service_snapshots.append(
                     {c.clock_id: c.timestamp for c in packet.clock_snapshot.clocks}
+                )
+            if packet.HasField("trace_stats"):
+                self.trace_writer_packet_loss = sum(
+                    b.trace_writer_packet_loss for b in packet.trace_stats.buffer_stats
                 )
             if packet.previous_packet_dropped and not packet.first_packet_on_sequence:
                 # As trace_processor: the sequence's incremental state is gone with the lost

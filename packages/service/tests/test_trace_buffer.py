@@ -243,6 +243,25 @@ def test_drop_packet_sentinel_counts_writer_packet_loss_not_abi_violation() -> N
     assert buffer.stats.abi_violations == 0
 
 
+def test_a_chunk_opening_with_previous_packet_dropped_counts_writer_packet_loss() -> None:
+    # What a TraceWriter writes first into the first packet after it dropped some: f42 = 257.
+    after_loss = b"\xd0\x02\x81\x02\x08\x05"
+    buffer = TraceBuffer(4096)
+    s = seq()
+    copy(buffer, s, Chunk(0, 1, 0, fragment(b"\x08\x01")))
+    copy(buffer, s, Chunk(1, 2, 0, fragment(after_loss) + fragment(after_loss)))
+    copy(buffer, s, Chunk(2, 1, FIRST, fragment(after_loss)))  # a continuation: no packet start
+    copy(buffer, s, Chunk(3, 1, 0, fragment(b"\xd0\x02\x00")))  # previous_packet_dropped = 0
+    assert buffer.stats.trace_writer_packet_loss == 1
+    # A scraped chunk whose only packet was still being written counts once it is complete.
+    copy(buffer, s, Chunk(4, 1, 0, fragment(after_loss)), chunk_complete=False)
+    assert buffer.stats.trace_writer_packet_loss == 1
+    copy(buffer, s, Chunk(4, 1, 0, fragment(after_loss)), chunk_complete=True)
+    copy(buffer, s, Chunk(4, 1, 0, fragment(after_loss)), chunk_complete=True)
+    assert buffer.stats.trace_writer_packet_loss == 2
+    assert buffer.stats.abi_violations == 0
+
+
 def test_chunk_larger_than_a_record_can_hold_is_rejected() -> None:
     buffer = TraceBuffer(1 << 20)
     copy(buffer, seq(), Chunk(0, 1, 0, fragment(bytes(65520))))

@@ -54,6 +54,7 @@ class Harness:
         auto_commit: bool = True,
         emulation: bool = False,
         stall_timeout: float = 10.0,
+        may_stall: Callable[[], bool] | None = None,
     ) -> None:
         self.shm = SharedMemory.create(size)
         self.requests: list[CommitDataRequest] = []
@@ -73,6 +74,7 @@ class Harness:
             stall_timeout=stall_timeout,
             register_writer=lambda w, b: self.registered.append(("+", w)),
             unregister_writer=lambda w: self.registered.append(("-", w)),
+            may_stall=may_stall,
         )
 
     def commit(self, request: CommitDataRequest, done: Done) -> None:
@@ -382,6 +384,85 @@ def test_stall_then_drop_drops_after_the_timeout() -> None:
         writer.new_trace_packet().append_bytes(1, b"s" * 6000)
         writer.finish_trace_packet()
         assert writer.drop_count == 1
+    finally:
+        h.close()
+
+
+def test_packets_lost_counts_every_packet_missing_from_the_sequence() -> None:
+    h = Harness(size=2 * 4096, auto_commit=False)
+    try:
+        writer = h.arbiter.create_trace_writer(1, BufferExhaustedPolicy.DROP)
+        for seq in range(40):
+            fill_packet(writer.new_trace_packet(), 1, seq, 2000)
+        h.deliver_pending()
+        h.auto_commit = True
+        for seq in range(40, 120):
+            fill_packet(writer.new_trace_packet(), 1, seq, 2000)
+        writer.flush()
+        received = [split_packet(p).seq for p in h.packets(writer)]
+        assert writer.packets_lost == 120 - len(received) > 0
+    finally:
+        h.close()
+
+
+def test_a_packet_cut_short_by_a_full_smb_counts_as_lost() -> None:
+    h = Harness(size=2 * 4096, auto_commit=False)
+    try:
+        writer = h.arbiter.create_trace_writer(1, BufferExhaustedPolicy.DROP)
+        writer.new_trace_packet().append_bytes(1, b"q" * 20000)  # needs 5 chunks, has 2
+        writer.finish_trace_packet()
+        assert writer.packets_lost == 1
+        h.deliver_pending()
+        assert h.reassembler.writers[writer.writer_id].packets == []
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize("stop_at_loss", [False, True])
+def test_write_packets_says_where_the_loss_began(stop_at_loss: bool) -> None:
+    h = Harness(size=2 * 4096, auto_commit=False)
+    try:
+        writer = h.arbiter.create_trace_writer(1, BufferExhaustedPolicy.DROP)
+        packets = [bytes([0x08, i % 100]) + b"x" * 100 for i in range(200)]
+        first_lost = writer.write_packets(packets, stop_at_loss=stop_at_loss)
+        h.auto_commit = True
+        h.deliver_pending()
+        writer.flush()
+        received = h.packets(writer)
+        assert 0 < first_lost < len(packets)
+        assert received[:first_lost] == [
+            FIRST_PACKET_ON_SEQUENCE_PREFIX + packets[0],
+            *packets[1:first_lost],
+        ]
+        if stop_at_loss:
+            assert len(received) == first_lost
+            assert writer.packets_lost == 1
+        else:
+            assert writer.packets_lost == len(packets) - len(received)
+        more = [b"\x08\x07"] * 3  # the next call tries for a chunk again at once
+        assert writer.write_packets(more, stop_at_loss=True) == 3
+        writer.flush()
+        assert h.packets(writer)[-3:] == [PREVIOUS_PACKET_DROPPED_PREFIX + more[0], *more[1:]]
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize(
+    "policy", [BufferExhaustedPolicy.STALL_THEN_DROP, BufferExhaustedPolicy.STALL]
+)
+def test_the_thread_that_drains_the_smb_never_stalls(policy: BufferExhaustedPolicy) -> None:
+    h = Harness(size=4096, auto_commit=False, stall_timeout=30, may_stall=lambda: False)
+    try:
+        writer = h.arbiter.create_trace_writer(1, policy)
+        start = time.monotonic()
+        if policy is BufferExhaustedPolicy.STALL:
+            with pytest.raises(SmbError, match="on the thread that drains it"):
+                writer.new_trace_packet().append_bytes(1, b"s" * 6000)
+        else:
+            writer.new_trace_packet().append_bytes(1, b"s" * 6000)
+            writer.finish_trace_packet()
+            assert writer.packets_lost == 1
+        assert time.monotonic() - start < 5
     finally:
         h.close()
 

@@ -24,6 +24,7 @@ from perfetto_service import (
 )
 
 from perfetto_cmd._errors import CliError
+from perfetto_cmd._losses import loss_line
 from perfetto_cmd._output import TraceOutput
 from perfetto_cmd._progress import ProgressLine
 from perfetto_cmd._query import format_service_state
@@ -32,6 +33,7 @@ __all__ = ["EXIT_NOT_DETACHED", "SessionRunner", "daemonize"]
 
 EXIT_NOT_DETACHED = 2
 _ON_TRACE_DATA_TIMEOUT_S = 3.0
+_FINAL_STATS_TIMEOUT_S = 3.0
 _BACKGROUND_WAIT_S = 30.0
 _WAIT_OK = 0
 _WAIT_TIMEOUT = 1
@@ -152,6 +154,8 @@ class SessionRunner:
         self._stopping = False
         self._last_data = 0.0
         self._reading = False
+        self._final_stats_deadline = 0.0
+        """When the TraceStats asked for at the end are given up on (0: not asked yet)."""
         self._started_at = 0.0
         self._progress = ProgressLine() if progress else None
         self._buffer_bytes = 0
@@ -217,6 +221,9 @@ class SessionRunner:
         if self._reading and time.monotonic() - self._last_data > _ON_TRACE_DATA_TIMEOUT_S:
             log("Timed out while waiting for OnTraceData, aborting")
             self._finalize()
+        if 0 < self._final_stats_deadline < time.monotonic():
+            log("Timed out waiting for the trace stats: data lost unknown")
+            self._finalize(None)
         progress = self._progress
         if progress is not None and self._started_at and not self._reading:
             elapsed = time.monotonic() - self._started_at
@@ -356,6 +363,8 @@ class SessionRunner:
         self.client.read_buffers()
 
     def on_trace_data(self, packets: Sequence[TracePacketSlices], has_more: bool) -> None:
+        if self._final_stats_deadline:  # the trace was ended (a write failed)
+            return
         self._last_data = time.monotonic()
         if self.output is not None:
             try:
@@ -367,10 +376,16 @@ class SessionRunner:
         if not has_more:
             self._finalize()
 
-    def _finalize(self) -> None:
+    def _finalize(self, stats: TraceStats | None = None) -> None:
+        """Ends the session's trace; first asks for its TraceStats, to say what was lost."""
         if self._done.is_set():
             return
         self._reading = False
+        if not self._final_stats_deadline:
+            self._final_stats_deadline = time.monotonic() + _FINAL_STATS_TIMEOUT_S
+            self.client.get_trace_stats()
+            return
+        self._final_stats_deadline = -1.0
         if self._progress is not None:
             self._progress.clear()
         config = self.config
@@ -378,6 +393,9 @@ class SessionRunner:
             log("Trace written into the output file")
         elif self.output is not None:
             log(f"Wrote {self.output.size()} bytes into {self.output.display_name}")
+        lost = loss_line(stats) if stats is not None else ""
+        if lost:
+            log(lost)
         self._finish(0)
 
     def on_detach(self, success: bool) -> None:
@@ -403,7 +421,11 @@ class SessionRunner:
             self._flush_and_disable()
 
     def on_trace_stats(self, success: bool, stats: TraceStats) -> None:
-        if success:
+        if self._final_stats_deadline > 0:
+            if not success:
+                log("Failed to get the trace stats: data lost unknown")
+            self._finalize(stats if success else None)
+        elif success:
             self._buffer_bytes = sum(b.bytes_written for b in stats.buffer_stats)
 
     def on_observable_events(self, events: ObservableEvents) -> None:

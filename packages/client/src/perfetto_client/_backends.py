@@ -146,6 +146,7 @@ class InProcessBackend:
             post_task=post_task,
             register_writer=register_writer,
             unregister_writer=unregister_writer,
+            may_stall=lambda: not self.on_service_thread,
         )
 
     def on_producer_connected(self) -> None:

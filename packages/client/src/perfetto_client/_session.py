@@ -167,7 +167,11 @@ class TracingSession:
             self._lock.wait_for(lambda: self._stopped, timeout)
 
     def read_trace(self, timeout: float = _TIMEOUT) -> bytes:
-        """The trace as a .pftrace file's bytes (the file's contents when writing to `output`)."""
+        """The trace as a .pftrace file's bytes (the file's contents when writing to `output`).
+
+        Raises TracingError if no data arrives for `timeout` seconds: a large trace takes as
+        long as it needs while data keeps flowing.
+        """
         transport = self._require_started()
         if self._output_path is not None and self._stopped:
             with open(self._output_path, "rb") as f:
@@ -177,9 +181,17 @@ class TracingSession:
             self._read_done = False
         endpoint = transport.endpoint
         transport.call(endpoint.read_buffers)
+        received = -1
+
+        def progressed() -> bool:
+            return self._read_done or len(self._chunks) > received
+
         with self._lock:
-            if not self._lock.wait_for(lambda: self._read_done, timeout):
-                raise TracingError("timed out reading the trace")
+            while not self._read_done and received < len(self._chunks):
+                received = len(self._chunks)
+                self._lock.wait_for(progressed, timeout)
+            if not self._read_done:
+                raise TracingError(f"no trace data arrived for {timeout:g} s while reading")
             return b"".join(self._chunks)
 
     def trace_stats(self, timeout: float = _TIMEOUT) -> TraceStats:
@@ -253,7 +265,7 @@ class TracingSession:
             self._chunks.append(data)
             if not has_more:
                 self._read_done = True
-                self._lock.notify_all()
+            self._lock.notify_all()
 
     def on_detach(self, success: bool) -> None:
         pass

@@ -67,9 +67,9 @@ class Tracing:
     ) -> None:
         """Starts the given backends (calling it again adds backends; options stay the first).
 
-        `track_event_buffer_exhausted_policy` (a perfetto_smb.BufferExhaustedPolicy, DROP by
-        default) is what track events do when the shared memory buffer is full, unless a
-        session's data source config sets `buffer_exhausted_policy`.
+        `track_event_buffer_exhausted_policy` (a perfetto_smb.BufferExhaustedPolicy,
+        STALL_THEN_DROP by default) is what track events do when the shared memory buffer is
+        full, unless a session's data source config sets `buffer_exhausted_policy`.
 
         IN_PROCESS runs the tracing service inside this process; SYSTEM connects to `traced`
         through PERFETTO_PRODUCER_SOCK_NAME or the default socket (a missing service is one
@@ -92,7 +92,7 @@ class Tracing:
                     use_monotonic_clock=use_monotonic_clock,
                     adopts_startup=True,
                     buffer_exhausted_policy=track_event_buffer_exhausted_policy
-                    or BufferExhaustedPolicy.DROP,
+                    or BufferExhaustedPolicy.STALL_THEN_DROP,
                 )
                 _state.kinds.insert(0, _state.track_event)
                 _api.set_trace_clock(time.monotonic_ns if use_monotonic_clock else BOOTTIME_CLOCK)

@@ -66,7 +66,7 @@ class TrackEventKind:
         *,
         use_monotonic_clock: bool = False,
         adopts_startup: bool = False,
-        buffer_exhausted_policy: BufferExhaustedPolicy = BufferExhaustedPolicy.DROP,
+        buffer_exhausted_policy: BufferExhaustedPolicy = BufferExhaustedPolicy.STALL_THEN_DROP,
     ) -> None:
         self.use_monotonic_clock = use_monotonic_clock
         self.buffer_exhausted_policy = buffer_exhausted_policy

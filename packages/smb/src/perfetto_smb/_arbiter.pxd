@@ -12,6 +12,7 @@ cdef class SharedMemoryArbiter:
     cdef object _post_task
     cdef object _register_writer
     cdef object _unregister_writer
+    cdef object _may_stall
     cdef object _lock
     cdef object _send_lock
     cdef Py_ssize_t _page_idx

@@ -91,6 +91,7 @@ class SharedMemoryArbiter:
         "_commit_callback",
         "_flush_posted",
         "_lock",
+        "_may_stall",
         "_page_idx",
         "_post_task",
         "_register_writer",
@@ -116,6 +117,7 @@ class SharedMemoryArbiter:
         stall_timeout: float = 10.0,
         register_writer: Callable[[int, int], None] | None = None,
         unregister_writer: Callable[[int], None] | None = None,
+        may_stall: Callable[[], bool] | None = None,
     ) -> None:
         if not PageLayout.DIV1 <= page_layout <= PageLayout.DIV14:
             raise SmbError(f"cannot partition pages with layout {page_layout!r}")
@@ -126,6 +128,7 @@ class SharedMemoryArbiter:
         self._post_task = post_task
         self._register_writer = register_writer
         self._unregister_writer = unregister_writer
+        self._may_stall = may_stall
         self._lock = threading.Lock()
         self._send_lock = threading.RLock()
         self._page_idx = 0
@@ -195,7 +198,8 @@ class SharedMemoryArbiter:
         """A Free chunk moved to BeingWritten with the given header, or None (DROP).
 
         STALL waits (flushing pending commits now and then) up to `stall_timeout` seconds,
-        then raises SmbError; STALL_THEN_DROP returns None at that point instead.
+        then raises SmbError; STALL_THEN_DROP returns None at that point instead. Where
+        `may_stall()` is False (the thread that would free chunks), neither waits.
         """
         stall_count = 0
         stall_interval = 0.0
@@ -209,6 +213,13 @@ class SharedMemoryArbiter:
             now = time.monotonic()
             if stall_count == 0:
                 deadline = now + self.stall_timeout
+                if self._may_stall is not None and not self._may_stall():
+                    if policy is BufferExhaustedPolicy.STALL_THEN_DROP:
+                        return None
+                    raise SmbError(
+                        f"shared memory buffer full (writer {writer_id}) on the thread that "
+                        "drains it: waiting would never end"
+                    )
             elif now >= deadline:
                 if policy is BufferExhaustedPolicy.STALL_THEN_DROP:
                     return None

@@ -39,6 +39,7 @@ cdef class TraceWriter:
     cdef Py_ssize_t _ptr
     cdef Py_ssize_t _end
     cdef public Py_ssize_t drop_count
+    cdef public Py_ssize_t packets_lost
     cdef public object on_resume
 
     @cython.locals(stream=object)

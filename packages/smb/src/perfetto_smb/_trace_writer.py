@@ -127,6 +127,9 @@ class TraceWriter:
         self._end = 0
         self.drop_count = 0
         """How many times the writer started dropping packets."""
+        self.packets_lost = 0
+        """How many packets the writer dropped (the SMB had no free chunk): each one started
+        while dropping, and each one cut short when the SMB ran out under it."""
         self.on_resume: Callable[[], None] | None = None
         """Called (on the writer's thread, inside a write) when the writer gets a chunk again
         after dropping packets: whatever incremental state the sequence had is lost."""
@@ -165,7 +168,9 @@ class TraceWriter:
         self._size_field = offset if buffer is self._smb else -1
         self._fragment_start = data
         self._fragmenting_packet = True
-        if not self._drop_packets and self._chunk is not None:
+        if self._drop_packets:
+            self.packets_lost += 1
+        elif self._chunk is not None:
             halves = self._halves
             index = self._count_index
             if self._count_inflated:
@@ -273,49 +278,81 @@ class TraceWriter:
             self._fast = False
             self._stream.write_ptr = self._ptr
 
-    def write_packets(self, packets: Sequence[bytes | bytearray]) -> None:
+    def write_packets(
+        self, packets: Sequence[bytes | bytearray], *, stop_at_loss: bool = False
+    ) -> int:
         """Writes whole packets whose fields are already encoded, in order.
 
         The chunks get the same headers and fragments as with `write_packet()` on each; runs
-        of packets that fit in the current chunk are framed and copied in one go.
+        of packets that fit in the current chunk are framed and copied in one go. Returns the
+        index of the first packet the writer dropped, or len(packets) if it dropped none;
+        with `stop_at_loss` the packets after that one are not written (for packets that
+        depend on the incremental state of the ones before them), and a writer that is
+        dropping tries for a chunk again at the first packet.
         """
         self._leave_fast_path()
+        if stop_at_loss and self._drop_packets:
+            self._retry_new_chunk_after_packet = True
         headers, framed_sizes = _size_tables()
+        result = len(packets)
         for start in range(0, len(packets), _BLOCK):
             block = packets[start : start + _BLOCK]
             sizes = list(map(len, block))
             try:
                 ends = list(accumulate(map(framed_sizes.__getitem__, sizes)))
             except IndexError:  # a packet larger than any chunk: no fast path for this block
-                for data in block:
-                    self.write_packet(data)
-                continue
-            parts: list[bytes | bytearray] = [b""] * (2 * len(block))
-            parts[0::2] = list(map(headers.__getitem__, sizes))
-            parts[1::2] = block
-            self._write_block(block, ends, parts)
+                first_lost = -1
+                for i, data in enumerate(block):
+                    if self._write_one(data) and first_lost < 0:
+                        first_lost = i
+                        if stop_at_loss:
+                            break
+            else:
+                parts: list[bytes | bytearray] = [b""] * (2 * len(block))
+                parts[0::2] = list(map(headers.__getitem__, sizes))
+                parts[1::2] = block
+                first_lost = self._write_block(block, ends, parts, stop_at_loss)
+            if first_lost >= 0 and result == len(packets):
+                result = start + first_lost
+                if stop_at_loss:
+                    break
+        return result
+
+    def _write_one(self, data: bytes | bytearray) -> bool:
+        """`write_packet(data)`; True if the writer dropped the packet."""
+        before = self.packets_lost
+        self.write_packet(data)
+        return self.packets_lost != before
 
     def _write_block(
-        self, block: Sequence[bytes | bytearray], ends: list[int], parts: list[bytes | bytearray]
-    ) -> None:
+        self,
+        block: Sequence[bytes | bytearray],
+        ends: list[int],
+        parts: list[bytes | bytearray],
+        stop_at_loss: bool,
+    ) -> int:
+        """Writes one block; the index of the first packet dropped, or -1."""
         n = len(block)
         i = 0
+        first_lost = -1
         while i < n:
             self._leave_fast_path()  # write_packet() below may have taken the write position
             room = self._fast_path_room()
             if room < _MIN_ROOM_FOR_NEW_PACKET:
                 if room >= 0:  # what new_trace_packet() does first: move to a new chunk
                     self._stream.reset(*self.get_new_buffer())
-                else:
-                    self.write_packet(block[i])
-                    i += 1
-                continue
-            before = ends[i - 1] if i else 0
-            written = (self._halves[self._count_index] & 0x3FF) - self._count_inflated
-            limit = min(n, i + MAX_PACKETS_PER_CHUNK - written)
-            count = bisect_right(ends, before + room - _MIN_ROOM_FOR_NEW_PACKET, i, limit) - i
+                    continue
+                count = 0
+            else:
+                before = ends[i - 1] if i else 0
+                written = (self._halves[self._count_index] & 0x3FF) - self._count_inflated
+                limit = min(n, i + MAX_PACKETS_PER_CHUNK - written)
+                count = bisect_right(ends, before + room - _MIN_ROOM_FOR_NEW_PACKET, i, limit) - i
             if count == 0:
-                self.write_packet(block[i])
+                if self._write_one(block[i]) and first_lost < 0:
+                    first_lost = i
+                    if stop_at_loss:
+                        return first_lost
                 i += 1
                 continue
             stream = self._stream
@@ -326,6 +363,7 @@ class TraceWriter:
             stream.write_ptr = end
             self._account_packets(count, stream.end - end)
             i += count
+        return first_lost
 
     def _account_packets(self, count: int, room_after: int) -> None:
         """Counts `count` packets just written whole in the chunk, as the general path does."""
@@ -448,6 +486,7 @@ class TraceWriter:
         chunk = self._chunk
         if new_chunk is None:
             if fragmenting and chunk is not None:
+                self.packets_lost += 1  # begun in a chunk: its fragments there are dropped too
                 if self._size_field >= 0:
                     write_redundant_varint(
                         self._smb, self._size_field, PACKET_SIZE_DROP_PACKET, PACKET_HEADER_SIZE

@@ -4,7 +4,9 @@ The program joins `traced` (ours or upstream's; `PERFETTO_PRODUCER_SOCK_NAME` or
 default socket) as the client library's producer, and every session of `traced` that runs
 the `track_event` data source (with the `perfetto_trace` category enabled, as it is by
 default) gets the calls. Batches are self-contained, so all of the process's threads share
-one TraceWriter per session: each batch is written whole with `TraceWriter.write_packets`.
+one TraceWriter per session: each batch is written with `TraceWriter.write_packets`. When
+the shared memory buffer stays full (the writer stalls first, then drops), a batch ends at
+its first dropped packet and its events from there on are counted lost.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from perfetto_protos.trace.trace_packet_pbzero import TracePacket
 from perfetto_service import producer_socket_names
 from perfetto_smb import TraceWriter
+from protozero import ProtoDecoder, encode_varint
 
 from perfetto_client import _tracing
 from perfetto_client._backends import _accepts
@@ -29,6 +33,17 @@ CATEGORY = "perfetto_trace"
 _CONNECT_TIMEOUT = 5.0
 _SESSION_WAIT = 1.0  # at the end, for a session that is about to start the data source
 _MAX_PENDING = 16 << 20  # batches kept while connected but before any session started
+_TRACK_EVENT = TracePacket.FIELD_TRACK_EVENT
+
+
+def _is_event(packet: bytes) -> bool:
+    """Whether a packet of a batch is one of its events (it holds a TrackEvent)."""
+    return any(field.id == _TRACK_EVENT for field in ProtoDecoder(packet))
+
+
+def _framed_size(packet: bytes) -> int:
+    """The bytes a packet takes in a batch (a Trace.packet field)."""
+    return 1 + len(encode_varint(len(packet))) + len(packet)
 
 
 def socket_name() -> str:
@@ -94,11 +109,18 @@ class SystemSink:
                 self._write_to(writers, batch, count)
 
     def _write_to(self, writers: list[TraceWriter], data: bytes, events: int) -> None:
+        # A batch's packets depend on its first ones (incremental state): after a packet the
+        # writer dropped, the rest of the batch stays out and counts as lost.
+        # (With several sessions, what the one that lost most got.)
         packets = self._split(data)
-        for writer in writers:
-            writer.write_packets(packets)
-        self.stats.bytes_written += len(data)
-        self.stats.events_written += events
+        written = min([writer.write_packets(packets, stop_at_loss=True) for writer in writers])
+        dropped = packets[written:]
+        lost = sum(map(_is_event, dropped))
+        self.stats.bytes_written += len(data) - sum(map(_framed_size, dropped))
+        self.stats.events_written += events - lost
+        if lost:
+            self.stats.events_lost += lost
+            self.stats.lost_reason = "traced's shared memory buffer was full"
 
     def _lose(self, events: int) -> None:
         self.stats.events_lost += events

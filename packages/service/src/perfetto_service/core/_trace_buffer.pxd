@@ -16,6 +16,8 @@ cdef bint _before(Py_ssize_t chunk_id, Py_ssize_t other) noexcept
 
 @cython.locals(size=Py_ssize_t, start=Py_ssize_t)
 cdef tuple _fragment_header(const unsigned char[::1] data, Py_ssize_t pos, Py_ssize_t end)
+@cython.locals(size=Py_ssize_t, start=Py_ssize_t, following=Py_ssize_t, after=Py_ssize_t)
+cdef bint _opens_after_loss(bytearray data, Py_ssize_t pos, Py_ssize_t end) except -1
 @cython.locals(
     buf="const unsigned char[::1]", gathered=Py_ssize_t, word=Py_ssize_t, size=Py_ssize_t,
     start=Py_ssize_t, following=Py_ssize_t,
@@ -85,7 +87,9 @@ cdef class TraceBuffer:
         Py_ssize_t chunk_id, Py_ssize_t num_fragments, Py_ssize_t chunk_flags, object payload,
         Py_ssize_t size, Py_ssize_t record_size, bint chunk_complete,
     )
-    @cython.locals(size=Py_ssize_t, record_size=Py_ssize_t)
+    @cython.locals(
+        size=Py_ssize_t, record_size=Py_ssize_t, first_packet_new=bint, offset=Py_ssize_t
+    )
     cdef object _recommit(
         self, _ChunkMeta meta, tuple key, Py_ssize_t num_fragments, Py_ssize_t chunk_flags,
         object payload, bint complete,

@@ -316,6 +316,22 @@ def _fragment_header(data: bytearray, pos: int, end: int) -> tuple[int, int]:
     return size, start
 
 
+_PREVIOUS_PACKET_DROPPED_TAG = b"\xd0\x02"
+"""TracePacket.previous_packet_dropped (field 42, varint): the first field a TraceWriter
+writes into the first packet after it dropped some."""
+
+
+def _opens_after_loss(data: bytearray, pos: int, end: int) -> bool:
+    """Whether the chunk payload at data[pos:end] opens with a packet whose first field is a
+    nonzero previous_packet_dropped: its writer dropped packets just before it."""
+    size, start = _fragment_header(data, pos, end)
+    following = start + size
+    if size < 3 or following > end or data[start : start + 2] != _PREVIOUS_PACKET_DROPPED_TAG:
+        return False
+    value, after = read_varint(data, start + 2, following)
+    return after > 0 and value != 0
+
+
 def _scan_fragments(  # noqa: PLR0917 - private, the read cursor of one chunk
     data: bytearray,
     pos: int,
@@ -599,6 +615,12 @@ class TraceBuffer:
             payload,
             size,
         )
+        if (
+            num_fragments
+            and not chunk_flags & _FIRST_CONTINUES
+            and _opens_after_loss(data, offset + RECORD_HEADER_SIZE, offset + record_size)
+        ):
+            stats.trace_writer_packet_loss += 1
         offset += record_size
         if offset >= self._size:
             offset = 0
@@ -648,6 +670,7 @@ class TraceBuffer:
             return
         if meta.fragments_read > meta.num_fragments:
             return
+        first_packet_new = meta.num_fragments == 0
         meta.num_fragments = num_fragments
         meta.flags = chunk_flags
         meta.complete = complete
@@ -666,6 +689,13 @@ class TraceBuffer:
             size,
         )
         stats.chunks_rewritten += 1
+        offset = meta.record_offset
+        if (
+            first_packet_new
+            and not chunk_flags & _FIRST_CONTINUES
+            and _opens_after_loss(self._data, offset + RECORD_HEADER_SIZE, offset + record_size)
+        ):
+            stats.trace_writer_packet_loss += 1
 
     def _write_record(  # noqa: PLR0917 - private, the fields of a record
         self,
