@@ -118,3 +118,11 @@ def test_an_exit_status_and_a_module_pass_through(tmp_path: Path) -> None:
     assert result.returncode == 3, result.stderr
     assert result.stdout == "['a']\n"
     assert "heap_profile: program exited with status 3" in result.stderr
+
+
+def test_a_program_killed_by_a_signal_is_said_so_and_exits_128_plus_it(tmp_path: Path) -> None:
+    (tmp_path / "die.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    result = _heap_profile("die.py", cwd=tmp_path, env=_private_env(tmp_path))
+    assert result.returncode == 128 + 9, result.stderr
+    assert "heap_profile: program killed by SIGKILL\n" in result.stderr
+    assert result.stdout == ""
