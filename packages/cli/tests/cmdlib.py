@@ -27,6 +27,7 @@ class Traced:
         self.env = dict(os.environ)
         self.env["PERFETTO_PRODUCER_SOCK_NAME"] = self.producer_socket
         self.env["PERFETTO_CONSUMER_SOCK_NAME"] = self.consumer_socket
+        self.commands: list[subprocess.Popen[bytes]] = []
         read_end, write_end = os.pipe()
         env = dict(self.env, TRACED_NOTIFY_FD=str(write_end))
         self.process = subprocess.Popen(
@@ -41,11 +42,20 @@ class Traced:
             ready, _, _ = select.select([read_end], [], [], TIMEOUT)
             if not ready or os.read(read_end, 1) != b"1":
                 self.process.kill()
+                self.process.wait()
                 raise AssertionError("traced did not start")
         finally:
             os.close(read_end)
 
     def stop(self) -> None:
+        """Ends the commands started on it that still run, then traced."""
+        for command in self.commands:
+            if command.poll() is None:
+                command.kill()
+            command.wait()
+            for stream in (command.stdout, command.stderr):
+                if stream is not None:
+                    stream.close()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -68,7 +78,12 @@ class Producer:
             stdout=subprocess.PIPE,
         )
         self._pending = b""
-        self.wait_for("CONNECTED")
+        try:
+            self.wait_for("CONNECTED")
+        except BaseException:
+            self.process.kill()
+            self.stop()
+            raise
 
     def wait_for(self, prefix: str) -> str:
         """The next stdout line starting with `prefix` (fails on EOF or after TIMEOUT)."""
@@ -115,14 +130,16 @@ def perfetto(
 
 
 def start_perfetto(traced: Traced, *args: str, **kwargs: Any) -> subprocess.Popen[bytes]:
-    """Starts the installed command and returns at once."""
-    return subprocess.Popen(
+    """Starts the installed command and returns at once; `traced.stop()` ends it if need be."""
+    command = subprocess.Popen(
         [str(BIN / "perfetto"), *args],
         env=traced.env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         **kwargs,
     )
+    traced.commands.append(command)
+    return command
 
 
 def read_trace(path: Path) -> Any:

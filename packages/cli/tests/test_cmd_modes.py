@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Callable
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from cmdlib import BIN, Producer, Traced, perfetto, read_trace, start_perfetto, test_values
+from cmdlib import Producer, Traced, perfetto, read_trace, start_perfetto, test_values
 from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 
@@ -105,9 +105,10 @@ def test_no_arguments_and_help_print_usage(traced: Traced) -> None:
 
 
 def test_version(traced: Traced) -> None:
-    result = perfetto(traced, "--version")
-    assert result.returncode == 0
-    assert result.stdout.decode().startswith("perfetto ")
+    for command in ("perfetto", "trigger_perfetto"):
+        result = perfetto(traced, "--version", command=command)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.decode() == f"{command} (perfetto-py) {version('perfetto-cmd')}\n"
 
 
 def test_detach_then_is_detached_then_attach_stop_across_invocations(
@@ -250,10 +251,9 @@ def test_notify_fd_reports_all_data_sources_started(
     read_end, write_end = os.pipe()
     text = 'buffers { size_kb: 64 } data_sources { config { name: "test.ds" } } duration_ms: 60000'
     (tmp_path / "c").write_text(text)
-    command = subprocess.Popen(
-        [str(BIN / "perfetto"), "--txt", "-c", str(tmp_path / "c"), "-o", str(tmp_path / "t"),
-         "--notify-fd", str(write_end)],
-        env=traced.env, stderr=subprocess.PIPE, pass_fds=(write_end,),
+    command = start_perfetto(
+        traced, "--txt", "-c", str(tmp_path / "c"), "-o", str(tmp_path / "t"),
+        "--notify-fd", str(write_end), pass_fds=(write_end,),
     )  # fmt: skip
     os.close(write_end)
     try:

@@ -267,6 +267,7 @@ def test_progress_line_on_a_terminal(
         env=traced.env,
         stderr=slave,
     )
+    traced.commands.append(command)
     os.close(slave)
     seen = b""
     try:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cmdlib import Producer, Traced, perfetto
+from cmdlib import BIN, Producer, Traced, perfetto
 from perfetto_cmd import _summary
 from perfetto_protos.upstream import upstream_pool
 from tracegen import sdk_like_packets
@@ -67,7 +69,34 @@ def test_unreadable_and_non_trace_files_are_one_line_errors(tmp_path: Path) -> N
     (tmp_path / "text").write_bytes(b"\x0f\x0fnot a trace at all")
     garbage = perfetto(None, "--summary", str(tmp_path / "text"))
     assert garbage.returncode == 1
-    assert garbage.stderr.decode().startswith("perfetto: not a trace")
+    assert garbage.stderr.decode().startswith(f"perfetto: {tmp_path / 'text'} is not a Perfetto")
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (b"hello, this is a text file\n", "it begins with byte 0x68, not a TracePacket"),
+        (b'{"traceEvents": []}', "it begins with byte 0x7b, not a TracePacket"),
+        (gzip.compress(b"\x0a\x00" * 100), "it begins with byte 0x1f, not a TracePacket"),
+        (b"\nlines of text after an empty line\n", "no complete TracePacket in it"),
+        (b"", "the file is empty"),
+    ],
+    ids=["text", "json", "gzip", "text-after-an-empty-line", "empty"],
+)
+def test_a_file_that_is_not_a_trace_is_one_line_and_status_1(
+    tmp_path: Path, content: bytes, why: str
+) -> None:
+    (tmp_path / "notes.txt").write_bytes(content)
+    result = subprocess.run(
+        [str(BIN / "perfetto"), "--summary", "notes.txt"],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.stdout == b""
+    assert result.stderr.decode() == f"perfetto: notes.txt is not a Perfetto trace ({why})\n"
+    assert result.returncode == 1
 
 
 def test_summary_of_a_trace_the_command_wrote(

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from perfetto_client import Backend, Tracing
@@ -39,6 +40,9 @@ class Traced:
             ready, _, _ = select.select([read_end], [], [], TIMEOUT)
             assert ready, "traced did not start"
             assert os.read(read_end, 1) == b"1", "traced did not start"
+        except BaseException:
+            self.kill()
+            raise
         finally:
             os.close(read_end)
 
@@ -51,6 +55,8 @@ class Traced:
 class App:
     """The application process (system_app_main.py)."""
 
+    started: ClassVar[list[App]] = []
+
     def __init__(self, env: dict[str, str], *args: str) -> None:
         self.process = subprocess.Popen(
             [sys.executable, APP, *args],
@@ -60,6 +66,7 @@ class App:
             stderr=subprocess.PIPE,
             text=True,
         )
+        App.started.append(self)
 
     def expect(self, line: str) -> None:
         """Reads the app's next line (unbuffered: select() must see what is left)."""
@@ -83,6 +90,17 @@ class App:
         _, err = self.process.communicate("", timeout=TIMEOUT)
         assert self.process.returncode == 0, err
         return err
+
+
+@pytest.fixture(autouse=True)
+def _end_apps() -> Iterator[None]:
+    """Every app a test started is ended, whichever way the test ends."""
+    yield
+    for app in App.started:
+        if app.process.poll() is None:
+            app.process.kill()
+        app.process.communicate()
+    App.started.clear()
 
 
 @pytest.fixture

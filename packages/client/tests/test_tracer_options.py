@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from importlib.metadata import version
 from pathlib import Path
 
-from tracer_support import decode, run_traced
+from tracer_support import BIN, decode, end, run_traced, sigint_reaches_children
 
 PROGRAM = """
 import json, time
@@ -132,37 +135,78 @@ while True:
     script = tmp_path / "prog.py"
     script.write_text(program)
     out = tmp_path / "ring.pftrace"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "perfetto_client._tracer",
-            "run",
-            "--ring",
-            "4",
-            "-o",
-            str(out),
-            str(script),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    assert proc.stdout.readline() == "ready\n"
-    time.sleep(0.3)
-    deadline = time.monotonic() + 60
-    snapshot = tmp_path / "ring.snapshot-1.pftrace"
-    while not snapshot.exists() and time.monotonic() < deadline:
-        proc.send_signal(signal.SIGUSR1)
-        time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    with sigint_reaches_children():
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "perfetto_client._tracer",
+                "run",
+                "--ring",
+                "4",
+                "-o",
+                str(out),
+                str(script),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
+        time.sleep(0.3)
+        deadline = time.monotonic() + 60
+        snapshot = tmp_path / "ring.snapshot-1.pftrace"
+        while not snapshot.exists() and time.monotonic() < deadline:
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        end(proc)
     assert f"snapshot written to {snapshot}" in stderr
     assert "tick" in decode(snapshot).all_names()
     assert "tick" in decode(out).all_names()
     assert "KeyboardInterrupt" in stderr
     assert proc.returncode == -signal.SIGINT
+
+
+def test_sigusr1_while_perfetto_trace_starts_writes_a_snapshot(tmp_path: Path) -> None:
+    # SIGUSR1 sent while perfetto-trace loads its recorder (before it could install a handler)
+    # neither kills the program nor is lost: it writes a snapshot once the recording runs.
+    (tmp_path / "prog.py").write_text(
+        "import os, time\n"
+        "def tick():\n"
+        "    time.sleep(0.001)\n"
+        "while not os.path.exists('stop'):\n"
+        "    tick()\n"
+    )
+    log = tmp_path / "stderr.txt"
+    command = [str(BIN / "perfetto-trace"), "run", "--ring", "4", "-o", "ring.pftrace", "prog.py"]
+    with log.open("w") as stderr:  # each import's line as it completes
+        proc = subprocess.Popen(
+            command, cwd=tmp_path, stderr=stderr, env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+        )
+    snapshot = tmp_path / "ring.snapshot-1.pftrace"
+    try:
+        deadline = time.monotonic() + 60
+        while not re.search(r"\| +perfetto_client\._tracer\b", log.read_text()):
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "perfetto-trace did not start"
+            time.sleep(0.001)
+        while not snapshot.exists():  # perfetto-trace is loading the recorder: signal it now
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(0.01)
+            assert proc.poll() is None, f"killed by SIGUSR1: {proc.returncode}"
+            assert time.monotonic() < deadline, "no snapshot"
+        (tmp_path / "stop").touch()
+        assert proc.wait(60) == 0, log.read_text()
+    finally:
+        end(proc)
+    assert "perfetto-trace: snapshot written to ring.snapshot-1.pftrace" in log.read_text()
+    assert decode(snapshot).problems == []
+    assert "tick" in decode(tmp_path / "ring.pftrace").all_names()
 
 
 def test_a_snapshot_trigger_writes_the_ring_each_time(tmp_path: Path) -> None:
@@ -197,3 +241,16 @@ def test_a_snapshot_trigger_needs_a_ring(tmp_path: Path) -> None:
     proc, _ = run_traced(tmp_path, "pass\n", options=("--snapshot-trigger", "dump"))
     assert proc.returncode == 1
     assert proc.stderr == "perfetto-trace: --snapshot-trigger needs --ring\n"
+
+
+def test_version(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [str(BIN / "perfetto-trace"), "--version"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"perfetto-trace (perfetto-py) {version('perfetto-client')}\n"

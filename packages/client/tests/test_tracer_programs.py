@@ -13,6 +13,7 @@ from tracer_support import (
     HOOKS,
     Slice,
     decode,
+    end,
     program_stderr,
     run_plain,
     run_traced,
@@ -280,11 +281,14 @@ while True:
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert proc.stdout is not None
-    assert proc.stdout.readline() == "ready\n"
-    time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=60)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "ready\n"
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        end(proc)
     assert proc.returncode == -signal.SIGTERM
     assert "wrote" in stderr
     trace = decode(out)

@@ -8,11 +8,14 @@ never ended, a name that is not interned, timestamps going backwards) in `proble
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ from perfetto_protos.upstream import parse_upstream_trace
 SLICE_BEGIN, SLICE_END, INSTANT = 1, 2, 3
 SEQ_INCREMENTAL_STATE_CLEARED = 1
 ROOT = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
 BUILD_NATIVE = ROOT / "tools" / "build_native.py"
 NOT_BUILT = "perfetto-trace's compiled hook is not built (in a checkout: tools/build_native.py)"
 
@@ -212,6 +216,27 @@ def run_traced(
         env={**os.environ, **(env or {})},
     )
     return proc, out
+
+
+@contextlib.contextmanager
+def sigint_reaches_children() -> Iterator[None]:
+    """Processes started inside take Ctrl-C even when the test run ignores SIGINT (nohup).
+
+    A child keeps an ignored signal ignored across exec, and python then keeps it so; a
+    handled one is reset to its default.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def end(proc: subprocess.Popen[Any]) -> None:
+    """Kills `proc` if it still runs, and reaps it."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
 
 
 def run_plain(

@@ -58,7 +58,14 @@ class Stack:
         self.env["PERFETTO_CONSUMER_SOCK_NAME"] = self.consumer = f"{directory}/consumer"
         self.env["PERFETTO_HEAPPROFD_SOCK_NAME"] = self.heapprofd_socket = f"{directory}/hp"
         self.traced = _start(traced_command(), self.env, "TRACED_NOTIFY_FD")
-        self.daemon = _start([sys.executable, "-m", "heapprofd"], self.env, "HEAPPROFD_NOTIFY_FD")
+        try:
+            self.daemon = _start(
+                [sys.executable, "-m", "heapprofd"], self.env, "HEAPPROFD_NOTIFY_FD"
+            )
+        except BaseException:
+            self.traced.kill()
+            self.traced.communicate()
+            raise
         self._daemon_log: list[str] = []
         self._log_thread = threading.Thread(target=self._read_log, daemon=True)
         self._log_thread.start()
@@ -99,7 +106,12 @@ class Target:
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        self.expect("READY")
+        try:
+            self.expect("READY")
+        except BaseException:
+            self.process.kill()
+            self.process.wait()
+            raise
 
     @property
     def pid(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 from hp_testlib import heap_dumps
@@ -48,8 +49,10 @@ def test_the_example_is_recorded_in_one_command(tmp_path: Path) -> None:
         env=_private_env(tmp_path),
     )
     assert result.returncode == 0, result.stderr
-    assert "heap.pftrace" in result.stdout
-    assert "ui.perfetto.dev" in result.stdout
+    assert result.stdout == "cached 10000 entries, 64 connections open\n"  # the program's alone
+    assert "heap_profile: program exited with status 0\n" in result.stderr
+    assert "heap_profile: wrote heap.pftrace (" in result.stderr
+    assert "ui.perfetto.dev" in result.stderr
     dumps = {d.heap_name: d for d in heap_dumps((tmp_path / "heap.pftrace").read_bytes())}
     assert set(dumps) == {"python", "connection_pool"}
     cache = dumps["python"].totals("load_cache")
@@ -62,9 +65,64 @@ def test_the_example_is_recorded_in_one_command(tmp_path: Path) -> None:
 
 def test_mistakes_get_one_line_and_status_1(tmp_path: Path) -> None:
     env = _private_env(tmp_path)
-    for args in (["--", "missing.py"], [], ["-i", "0", "--", str(EXAMPLE)]):
+    for args in (
+        ["--", "missing.py"],
+        [],
+        ["-i", "0", "--", str(EXAMPLE)],
+        ["-i", "abc", "--", str(EXAMPLE)],
+        ["--no-such-flag", "--", str(EXAMPLE)],
+    ):
         result = _heap_profile(*args, cwd=tmp_path, env=env)
-        assert result.returncode == 1
-        assert len(result.stderr.strip().splitlines()) == 1
+        assert result.returncode == 1, args
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
         assert result.stderr.startswith("heap_profile: ")
+        assert result.stdout == ""
     assert not list(tmp_path.iterdir())
+
+
+def test_version() -> None:
+    result = _heap_profile("--version", cwd=ROOT, env=dict(os.environ))
+    assert result.returncode == 0
+    assert result.stdout == f"heap_profile (perfetto-py) {version('perfetto-heapprofd')}\n"
+
+
+FAILING = """\
+import sys
+def fail():
+    print("working")
+    print("warning", file=sys.stderr)
+    raise ValueError("bad input")
+fail()
+"""
+
+
+def test_the_program_keeps_its_output_its_traceback_and_its_status(tmp_path: Path) -> None:
+    (tmp_path / "prog.py").write_text(FAILING)
+    plain = subprocess.run(
+        [sys.executable, "prog.py"], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert plain.returncode == 1
+    result = _heap_profile("prog.py", cwd=tmp_path, env=_private_env(tmp_path))
+    assert result.returncode == 1
+    assert result.stdout == "working\n"
+    program_stderr = [line for line in result.stderr.splitlines() if "heap_profile: " not in line]
+    assert program_stderr == plain.stderr.splitlines()
+    assert "heap_profile: program exited with status 1" in result.stderr
+    assert (tmp_path / "heap_profile.pftrace").stat().st_size > 0
+
+
+def test_an_exit_status_and_a_module_pass_through(tmp_path: Path) -> None:
+    (tmp_path / "tool.py").write_text("import sys\nprint(sys.argv[1:])\nsys.exit(3)\n")
+    env = _private_env(tmp_path)
+    result = _heap_profile("-o", "t.pftrace", "--", "-m", "tool", "a", cwd=tmp_path, env=env)
+    assert result.returncode == 3, result.stderr
+    assert result.stdout == "['a']\n"
+    assert "heap_profile: program exited with status 3" in result.stderr
+
+
+def test_a_program_killed_by_a_signal_is_said_so_and_exits_128_plus_it(tmp_path: Path) -> None:
+    (tmp_path / "die.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    result = _heap_profile("die.py", cwd=tmp_path, env=_private_env(tmp_path))
+    assert result.returncode == 128 + 9, result.stderr
+    assert "heap_profile: program killed by SIGKILL\n" in result.stderr
+    assert result.stdout == ""

@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -41,9 +42,16 @@ def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
 
 
 def test_version() -> None:
-    result = _run(["--version"], dict(os.environ))
-    assert result.returncode == 0
-    assert result.stdout.startswith("traced (perfetto-py) 0.")
+    for command in ("traced", "traced_relay"):
+        result = subprocess.run(
+            [str(Path(sys.executable).with_name(command)), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == f"{command} (perfetto-py) {version('perfetto-service')}\n"
 
 
 def test_sigterm_and_sigint_remove_the_sockets(directory: str) -> None:

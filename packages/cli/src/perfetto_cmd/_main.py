@@ -6,10 +6,10 @@ import os
 import sys
 import uuid
 from collections.abc import Sequence
-from importlib.metadata import version
 
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 
+from perfetto_cmd._command_version import version_line
 from perfetto_cmd._config import config_from_light_options, parse_binary_config, parse_text_config
 from perfetto_cmd._errors import CliError
 from perfetto_cmd._options import USAGE, Options, parse_options
@@ -108,7 +108,7 @@ def _run(opts: Options) -> int:
         sys.stderr.write(USAGE)
         return 1
     if opts.version:
-        print(f"perfetto (perfetto-py) {version('perfetto-cmd')}")
+        print(version_line("perfetto"))
         return 0
     if opts.reset_guardrails:
         log(

@@ -478,12 +478,20 @@ _HANDLERS: dict[int, _Handler] = {
 }
 
 
+class _NotATraceError(CliError):
+    """The file is not a Perfetto trace; the message says why."""
+
+
 def _packets(file: Any, summary: TraceSummary) -> Iterator[tuple[memoryview, int, int]]:
     """(buffer, start, end) of each packet in the trace file, read in chunks."""
     pending = b""
     base = 0  # file offset of pending[0]
+    chunk = file.read(CHUNK_SIZE)
+    if not chunk:
+        raise _NotATraceError("the file is empty")
+    if chunk[0] != _PACKET_TAG:  # what upstream's trace_processor checks first
+        raise _NotATraceError(f"it begins with byte 0x{chunk[0]:02x}, not a TracePacket")
     while True:
-        chunk = file.read(CHUNK_SIZE)
         data = pending + chunk if pending else chunk
         if not data:
             return
@@ -526,7 +534,7 @@ def _packets(file: Any, summary: TraceSummary) -> Iterator[tuple[memoryview, int
                     pos = start
                     break
             else:
-                raise CliError(f"not a trace: unexpected wire type {wire_type} at offset {base}")
+                raise _NotATraceError(f"unexpected wire type {wire_type} at offset {base + start}")
         del buf
         pending = data[pos:]
         base += pos
@@ -534,6 +542,7 @@ def _packets(file: Any, summary: TraceSummary) -> Iterator[tuple[memoryview, int
             if pending:
                 summary.truncated_at = base
             return
+        chunk = file.read(CHUNK_SIZE)
 
 
 def _ms(ns: int) -> str:
@@ -630,13 +639,18 @@ def summarize(file: Any) -> TraceSummary:
 
 
 def summarize_file(path: str, out: TextIO) -> int:
-    """Prints the summary of the trace at `path` to `out`; 0, or `CliError` if unreadable."""
+    """Prints the summary of the trace at `path` to `out`; 0, or `CliError` (unreadable, not a
+    Perfetto trace)."""
     try:
         with open(path, "rb") as file:
             size = os.fstat(file.fileno()).st_size
             summary = summarize(file)
     except OSError as exc:
         raise CliError(f"cannot read {path}: {exc.strerror}") from None
+    except _NotATraceError as exc:
+        raise CliError(f"{path} is not a Perfetto trace ({exc})") from None
+    if not summary.packets:
+        raise CliError(f"{path} is not a Perfetto trace (no complete TracePacket in it)")
     summary.size = size
     out.write(format_summary(path, summary))
     return 0

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_service import ProducerIPCClient, producer_socket_names
 
+from perfetto_cmd._command_version import version_line
+
 __all__ = ["activate_triggers", "trigger_perfetto_main"]
 
 _TIMEOUT_S = 10.0
@@ -80,6 +82,7 @@ def activate_triggers(names: Sequence[str]) -> bool:
 _USAGE = """\
 Usage: trigger_perfetto TRIGGER...
   -h|--help  Show this message
+  --version  Print the version
 """
 
 
@@ -93,6 +96,9 @@ def trigger_perfetto_main(argv: Sequence[str] | None = None) -> int:
     if any(a in ("-h", "--help") for a in args):
         sys.stderr.write(_USAGE)
         return 1
+    if "--version" in args:
+        print(version_line("trigger_perfetto"))
+        return 0
     names = [a for a in args if not a.startswith("-")]
     if len(names) != len(args):
         print("Ignoring unknown arguments. See --help for usage.", file=sys.stderr)

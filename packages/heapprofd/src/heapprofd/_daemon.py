@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import os
 import runpy
 import signal
 import sys
+import types
+from collections.abc import Callable
 
 from perfetto_service import producer_socket_names
 
+from heapprofd._command_line import Parser
 from heapprofd._errors import HeapprofdError
 from heapprofd._task_runner import TaskRunner
 from heapprofd._wire import default_socket_path
@@ -20,6 +22,8 @@ __all__ = ["main", "producer_socket_name"]
 
 NOTIFY_FD_ENV = "HEAPPROFD_NOTIFY_FD"
 WAIT_ENV = "HEAPPROFD_WAIT_S"
+
+_ExceptHook = Callable[[type[BaseException], BaseException, types.TracebackType | None], None]
 
 
 def producer_socket_name() -> str:
@@ -84,6 +88,8 @@ def run_program(argv: list[str]) -> int:
             print("heapprofd run: -m needs a module name", file=sys.stderr)
             return 1
         sys.argv = argv[1:]
+        sys.path.insert(0, os.getcwd())  # as `python -m` does
+        sys.excepthook = _without_own_frames(sys.excepthook)
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         return 0
     script = argv[0]
@@ -92,19 +98,43 @@ def run_program(argv: list[str]) -> int:
         return 1
     sys.argv = list(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    runpy.run_path(script, run_name="__main__")
+    sys.excepthook = _without_own_frames(sys.excepthook)
+    runpy.run_path(os.path.abspath(script), run_name="__main__")
     return 0
+
+
+_RUNPY = runpy.run_path.__code__.co_filename
+
+
+def _without_own_frames(excepthook: _ExceptHook) -> _ExceptHook:
+    """`excepthook` shown the program's frames only, as `python script.py` would show them."""
+
+    def hook(
+        exc_type: type[BaseException], exc: BaseException, tb: types.TracebackType | None
+    ) -> None:
+        entry = tb
+        while entry is not None and entry.tb_frame.f_code is not run_program.__code__:
+            entry = entry.tb_next
+        if entry is not None:  # raised by the program, not by heapprofd before it ran
+            entry = entry.tb_next
+            while entry is not None and entry.tb_frame.f_code.co_filename == _RUNPY:
+                entry = entry.tb_next
+            tb = entry
+        excepthook(exc_type, exc.with_traceback(tb), tb)
+
+    return hook
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == "run":
         return run_program(args[1:])
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="heapprofd",
         description="The heap profiler daemon; `heapprofd run [--] script.py [args]` runs a "
         "program that sessions can profile from its start.",
     )
+    parser.usage = "heapprofd [-h] [--version]\n       heapprofd run [--] script.py [args]"
     parser.parse_args(args)
     return run_daemon()
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_service import consumer_socket_name
 
+from heapprofd._command_line import Parser
 from heapprofd._errors import HeapprofdError
 from heapprofd._recorder import Recorder
 from heapprofd._wire import SOCKET_ENV, default_socket_path
@@ -155,13 +156,19 @@ def record(args: argparse.Namespace) -> int:
             shutil.rmtree(private, ignore_errors=True)
     out = Path(args.output)
     out.write_bytes(data)
-    print(f"heap_profile: program exited with status {status}")
-    print(f"heap_profile: wrote {out} ({len(data)} bytes); open it at https://ui.perfetto.dev")
-    return 0
+    if status < 0:
+        print(f"heap_profile: program killed by {signal.Signals(-status).name}", file=sys.stderr)
+    else:
+        print(f"heap_profile: program exited with status {status}", file=sys.stderr)
+    print(
+        f"heap_profile: wrote {out} ({len(data)} bytes); open it at https://ui.perfetto.dev",
+        file=sys.stderr,
+    )
+    return status if status >= 0 else 128 - status
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="heap_profile",
         description="Records a heap profile of a Python program: heap_profile -- script.py [args]",
     )

@@ -13,6 +13,7 @@ import types
 from typing import Any, NoReturn
 
 from perfetto_client._errors import TracingError
+from perfetto_client._trace_command import release_snapshot_signal
 from perfetto_client._tracer._engine import TRANSPARENT, on_fork_in_child
 from perfetto_client._tracer._options import DEFAULT_OUTPUT, TraceOptions
 from perfetto_client._tracer._recording import Recording
@@ -72,12 +73,26 @@ class _Parser(argparse.ArgumentParser):
         self.exit(1, f"perfetto-trace: {message} (see perfetto-trace run --help)\n")
 
 
+class _Version(argparse.Action):
+    """`--version`: `perfetto-trace (perfetto-py) X.Y.Z` (the metadata is read only then)."""
+
+    def __init__(self, option_strings: list[str], dest: str) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
+        from importlib.metadata import version
+
+        print(f"perfetto-trace (perfetto-py) {version('perfetto-client')}")
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="perfetto-trace",
         description="Records every Python function call of a program into a Perfetto trace "
         "(open it in https://ui.perfetto.dev).",
     )
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", metavar="run", parser_class=_Parser)
     run = commands.add_parser("run", usage=USAGE, help="run a program and trace it")
     run.add_argument("-o", "--output", default=DEFAULT_OUTPUT, help="trace file (%(default)s)")
@@ -256,8 +271,13 @@ def _run(program: Program, options: TraceOptions, duration: float, quiet: bool) 
     def on_sigterm(signum: int, frame: types.FrameType | None) -> None:
         raise _Terminated(signum)
 
+    early: list[int] = []  # SIGUSR1 before the recording ran: its snapshot comes at the start
+
     def on_sigusr1(signum: int, frame: types.FrameType | None) -> None:
-        if not recording.active or not options.ring_mb:
+        if not options.ring_mb:
+            return
+        if not recording.active:
+            early.append(signum)
             return
         path, size = recording.snapshot()
         print(f"perfetto-trace: snapshot written to {path} ({size} bytes)", file=sys.stderr)
@@ -267,6 +287,7 @@ def _run(program: Program, options: TraceOptions, duration: float, quiet: bool) 
         handlers[signal.SIGALRM] = on_sigterm
     for signum, handler in handlers.items():
         _SAVED_HANDLERS[signum] = signal.signal(signum, handler)
+    release_snapshot_signal()  # a SIGUSR1 sent while perfetto-trace loaded is handled now
     program.prepare()
     # Started first so that its thread is not recorded.
     progress = _Progress(options.output) if _progress_wanted(quiet) else None
@@ -277,6 +298,8 @@ def _run(program: Program, options: TraceOptions, duration: float, quiet: bool) 
             progress.stop()
         print(f"perfetto-trace: {exc}", file=sys.stderr)
         return 1
+    if early:
+        on_sigusr1(signal.SIGUSR1, None)
     if duration:  # counted from the start of the recording, not of perfetto-trace
         signal.setitimer(signal.ITIMER_REAL, duration)
     exit_code = 0

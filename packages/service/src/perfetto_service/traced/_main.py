@@ -339,12 +339,17 @@ def _configure_logging(*, verbose: bool) -> None:
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
+def version_line(command: str) -> str:
+    """What `COMMAND --version` prints: `COMMAND (perfetto-py) X.Y.Z`."""
+    return f"{command} (perfetto-py) {version('perfetto-service')}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs traced; returns the exit status."""
     args = _parser().parse_args(argv)
     _configure_logging(verbose=args.verbose)
     if args.version:
-        print(f"traced (perfetto-py) {version('perfetto-service')}")
+        print(version_line("traced"))
         return 0
     try:
         permissions = (

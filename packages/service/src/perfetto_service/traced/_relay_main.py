@@ -34,6 +34,7 @@ from perfetto_service.traced._main import (
     _mode,
     _Parser,
     _report_status,
+    version_line,
 )
 
 __all__ = ["RELAY_SOCKET_ENV", "relay_main"]
@@ -131,7 +132,7 @@ def relay_main(argv: Sequence[str] | None = None) -> int:
     """Runs the relay until SIGTERM or SIGINT; 1 with one line on stderr on a bad setup."""
     args = _parser().parse_args(argv)
     if args.version:
-        print(f"traced_relay {version('perfetto-service')}")
+        print(version_line("traced_relay"))
         return 0
     remote = os.environ.get(RELAY_SOCKET_ENV, "")
     if not remote:
