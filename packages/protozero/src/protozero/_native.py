@@ -19,7 +19,6 @@ This module always runs as pure Python.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
@@ -34,7 +33,7 @@ NOTICE_ENV = "PERFETTO_PY_NATIVE_NOTICE"
 EXPECT_COMPILED_ENV = "PERFETTO_PY_EXPECT_COMPILED"
 
 
-class _PureFinder(importlib.abc.MetaPathFinder):
+class _PureFinder:  # a sys.meta_path finder (importlib.abc would load importlib.resources)
     """Finds the `.py` source of modules in the registered packages, ignoring extensions."""
 
     def __init__(self) -> None:
