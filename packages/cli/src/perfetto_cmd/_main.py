@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from perfetto_cmd._errors import CliError
+from perfetto_cmd._errors import CliError, log
 from perfetto_cmd._options import USAGE, Options, parse_options
 
 # What a session needs (protobuf, the service's IPC client) loads when one runs: `--help`,
@@ -39,7 +39,6 @@ def _trace_config(opts: Options) -> TraceConfig:
         parse_binary_config,
         parse_text_config,
     )
-    from perfetto_cmd._perfetto_cmd import log
 
     if opts.has_light_options:
         if opts.config_file is not None:
@@ -123,7 +122,7 @@ def _run(opts: Options) -> int:
 
         print(f"perfetto (perfetto-py) {version('perfetto-cmd')}")
         return 0
-    from perfetto_cmd._perfetto_cmd import SessionRunner, daemonize, log
+    from perfetto_cmd._perfetto_cmd import SessionRunner, daemonize
 
     if opts.reset_guardrails:
         log(
@@ -194,8 +193,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(parse_options(args))
     except CliError as exc:
-        from perfetto_cmd._perfetto_cmd import log
-
         log(f"perfetto: {exc}")
         return 1
     except KeyboardInterrupt:
