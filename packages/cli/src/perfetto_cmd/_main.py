@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import os
 import sys
-import uuid
 from collections.abc import Sequence
-
-from perfetto_protos.config.trace_config_pb2 import TraceConfig
+from typing import TYPE_CHECKING
 
 from perfetto_cmd._command_version import version_line
-from perfetto_cmd._config import config_from_light_options, parse_binary_config, parse_text_config
-from perfetto_cmd._errors import CliError
+from perfetto_cmd._errors import CliError, log
 from perfetto_cmd._options import USAGE, Options, parse_options
-from perfetto_cmd._output import TraceOutput
-from perfetto_cmd._perfetto_cmd import SessionRunner, daemonize, log
-from perfetto_cmd._summary import summarize_file
-from perfetto_cmd._trigger import activate_triggers
+
+# What a session needs (protobuf, the service's IPC client) loads when one runs: `--help`,
+# `--version` and a mistyped flag answer without it.
+if TYPE_CHECKING:
+    from perfetto_protos.config.trace_config_pb2 import TraceConfig
 
 __all__ = ["main"]
 
@@ -33,6 +31,16 @@ def _read_config_bytes(path: str) -> bytes:
 
 def _trace_config(opts: Options) -> TraceConfig:
     """The config to trace with (normal or light mode), with upstream's checks and additions."""
+    import uuid
+
+    from perfetto_protos.config.trace_config_pb2 import TraceConfig
+
+    from perfetto_cmd._config import (
+        config_from_light_options,
+        parse_binary_config,
+        parse_text_config,
+    )
+
     if opts.has_light_options:
         if opts.config_file is not None:
             raise CliError(
@@ -91,6 +99,9 @@ def _trace_config(opts: Options) -> TraceConfig:
 
 def _clone(opts: Options) -> int:
     """`--clone TSID` / `--clone-by-name NAME`: a snapshot of a running session into --out."""
+    from perfetto_cmd._output import TraceOutput
+    from perfetto_cmd._perfetto_cmd import SessionRunner
+
     if opts.has_light_options or opts.config_file is not None:
         raise CliError("Cannot specify a trace config with this option")
     if opts.out is None:
@@ -110,6 +121,8 @@ def _run(opts: Options) -> int:
     if opts.version:
         print(version_line("perfetto"))
         return 0
+    from perfetto_cmd._perfetto_cmd import SessionRunner, daemonize
+
     if opts.reset_guardrails:
         log(
             "Guardrails no longer exist in perfetto_cmd; this option only exists for "
@@ -117,9 +130,14 @@ def _run(opts: Options) -> int:
         )
         return 0
     if opts.summary is not None:
+        from perfetto_cmd._summary import summarize_file
+
         return summarize_file(opts.summary, sys.stdout)
     if opts.is_clone:
         return _clone(opts)
+    from perfetto_cmd._output import TraceOutput
+    from perfetto_cmd._trigger import activate_triggers
+
     will_trace = opts.attach_key is None and not opts.query
     if not will_trace:
         if opts.config_file is not None or opts.has_light_options:

@@ -23,7 +23,7 @@ from perfetto_service import (
     consumer_socket_name,
 )
 
-from perfetto_cmd._errors import CliError
+from perfetto_cmd._errors import CliError, log
 from perfetto_cmd._losses import loss_line
 from perfetto_cmd._output import TraceOutput
 from perfetto_cmd._progress import ProgressLine
@@ -40,12 +40,6 @@ _WAIT_TIMEOUT = 1
 _WAIT_OTHER_ERROR = 2
 _STATS_PERIOD_S = 1.0
 _DOC_URL = "https://perfetto.dev/docs/quickstart/linux-tracing"
-
-
-def log(message: str) -> None:
-    """One line on stderr."""
-    sys.stderr.write(message + "\n")
-    sys.stderr.flush()
 
 
 def daemonize(wait: bool) -> int | None:

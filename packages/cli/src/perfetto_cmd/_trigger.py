@@ -5,11 +5,14 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_service import ProducerIPCClient, producer_socket_names
 
 from perfetto_cmd._command_version import version_line
+
+if TYPE_CHECKING:
+    from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 
 __all__ = ["activate_triggers", "trigger_perfetto_main"]
 

@@ -9,20 +9,21 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_service import (
     AsyncioTaskRunner,
     ClientIdentity,
     ProducerEndpoint,
-    ProducerIPCClient,
     TracingService,
-    producer_socket_names,
 )
 from perfetto_smb import SharedMemoryArbiter
 
 from perfetto_client._producer import DataSourceKind, TracingProducer
+
+if TYPE_CHECKING:  # the IPC client loads for the SYSTEM backend only
+    from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
+    from perfetto_service import ProducerIPCClient
 
 __all__ = ["InProcessBackend", "SystemBackend"]
 
@@ -187,6 +188,8 @@ class SystemBackend:
         shmem_size_hint_kb: int = 0,
         socket_name: str | None = None,
     ) -> None:
+        from perfetto_service import producer_socket_names
+
         self._kinds = kinds
         self.socket_name = socket_name or producer_socket_names()[0]
         self._shm_hint = shmem_size_hint_kb * 1024
@@ -204,6 +207,8 @@ class SystemBackend:
         self._connect()
 
     def _connect(self) -> None:
+        from perfetto_service import ProducerIPCClient
+
         with self._lock:
             if self._closed:
                 return

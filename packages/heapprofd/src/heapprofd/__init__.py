@@ -4,11 +4,22 @@
 `import heapprofd.client` makes a process profilable, and `Heap` reports a custom heap.
 """
 
-from importlib.metadata import version as _version
+from typing import TYPE_CHECKING, Any
 
 from heapprofd._client import Heap
 from heapprofd._errors import HeapprofdError
 
-__version__: str = _version("perfetto-heapprofd")
-
 __all__ = ["Heap", "HeapprofdError", "__version__"]
+
+
+if TYPE_CHECKING:
+    __version__: str
+else:
+
+    def __getattr__(name: str) -> Any:
+        if name != "__version__":
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from importlib.metadata import version  # costs as much as the package: only when asked
+
+        globals()["__version__"] = value = version("perfetto-heapprofd")
+        return value

@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import argparse
-from importlib.metadata import version
-from typing import NoReturn
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 __all__ = ["Parser", "version_line"]
 
 
 def version_line(command: str) -> str:
     """What `COMMAND --version` prints: `COMMAND (perfetto-py) X.Y.Z`."""
+    from importlib.metadata import version  # costs as much as a command's other imports
+
     return f"{command} (perfetto-py) {version('perfetto-heapprofd')}"
+
+
+class _Version(argparse.Action):
+    """`--version`: prints `version_line` (the metadata is read only then) and exits 0."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        parser.exit(0, version_line(parser.prog) + "\n")
 
 
 class Parser(argparse.ArgumentParser):
@@ -19,7 +31,7 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, prog: str, description: str) -> None:
         super().__init__(prog=prog, description=description)
-        self.add_argument("--version", action="version", version=version_line(prog))
+        self.add_argument("--version", action=_Version)
 
     def error(self, message: str) -> NoReturn:
         self.exit(1, f"{self.prog}: {message} (see {self.prog} --help)\n")

@@ -2,12 +2,14 @@
 
 Starts what is missing (our `traced` and the heapprofd daemon, on private sockets), runs the
 program with the client loaded, records a session with a HeapprofdConfig for its pid, stops
-when the program exits and writes the trace.
+when the program exits and writes the trace. The daemons are forks of this process, which has
+loaded their modules: interpreters of their own would each load the service stack again.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import select
 import shutil
@@ -16,7 +18,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
+from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import BinaryIO
 
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_service import consumer_socket_name
@@ -76,42 +81,62 @@ def traced_command() -> list[str]:
     return [sys.executable, "-m", "perfetto_service.traced"]
 
 
-def _start_notified(
-    argv: list[str], env: dict[str, str], notify_env: str
-) -> subprocess.Popen[bytes]:
+_Main = Callable[[list[str]], int]
+_Daemon = tuple[BaseProcess, BinaryIO]
+"""A started daemon and the read end of its stderr."""
+
+
+def _run_forked(main: _Main, env: dict[str, str], stderr_fd: int) -> None:
+    """The daemon's side of the fork: its environment, stdout and stderr, then `main([])`."""
+    os.environ.clear()
+    os.environ.update(env)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(stderr_fd, 2)
+    sys.exit(main([]))
+
+
+def _start_notified(name: str, main: _Main, env: dict[str, str], notify_env: str) -> _Daemon:
     read_end, write_end = os.pipe()
+    err_read, err_write = os.pipe()
     env = dict(env)
     env[notify_env] = str(write_end)
-    process = subprocess.Popen(
-        argv, env=env, pass_fds=(write_end,), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    sys.stdout.flush()
+    sys.stderr.flush()
+    process = multiprocessing.get_context("fork").Process(
+        target=_run_forked, args=(main, env, err_write), name=name
     )
+    process.start()
     os.close(write_end)
+    os.close(err_write)
+    stderr = os.fdopen(err_read, "rb")
     try:
         ready, _, _ = select.select([read_end], [], [], _START_TIMEOUT_S)
         if not ready or os.read(read_end, 1) != b"1":
             process.kill()
-            _, err = process.communicate(timeout=_START_TIMEOUT_S)
-            raise HeapprofdError(f"{argv[-1]} did not start: {err.decode().strip()[-300:]}")
+            process.join()
+            err = stderr.read()
+            stderr.close()
+            raise HeapprofdError(f"{name} did not start: {err.decode().strip()[-300:]}")
     finally:
         os.close(read_end)
-    return process
+    return process, stderr
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(_START_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
+def _stop(daemon: _Daemon) -> None:
+    process, stderr = daemon
+    if process.is_alive():
+        process.terminate()
+        process.join(_START_TIMEOUT_S)
+        if process.is_alive():
             process.kill()
-            process.wait()
-    if process.stderr is not None:
-        process.stderr.close()
+            process.join()
+    stderr.close()
 
 
 def record(args: argparse.Namespace) -> int:
     env = dict(os.environ)
-    started: list[subprocess.Popen[bytes]] = []
+    started: list[_Daemon] = []
     private = None
     consumer_socket = consumer_socket_name()
     heapprofd_socket = default_socket_path()
@@ -121,11 +146,15 @@ def record(args: argparse.Namespace) -> int:
             env["PERFETTO_PRODUCER_SOCK_NAME"] = f"{private}/producer"
             env["PERFETTO_CONSUMER_SOCK_NAME"] = consumer_socket = f"{private}/consumer"
             env[SOCKET_ENV] = heapprofd_socket = f"{private}/heapprofd"
-            started.append(_start_notified(traced_command(), env, "TRACED_NOTIFY_FD"))
-        if private is not None or not _connectable(heapprofd_socket):
+            from perfetto_service.traced import _main as traced
+
             started.append(
-                _start_notified([sys.executable, "-m", "heapprofd"], env, "HEAPPROFD_NOTIFY_FD")
+                _start_notified("perfetto_service.traced", traced.main, env, "TRACED_NOTIFY_FD")
             )
+        if private is not None or not _connectable(heapprofd_socket):
+            from heapprofd import _daemon, _producer  # noqa: F401 (the fork needs no import)
+
+            started.append(_start_notified("heapprofd", _daemon.main, env, "HEAPPROFD_NOTIFY_FD"))
         recorder = Recorder(consumer_socket)
         env["HEAPPROFD_WAIT_S"] = _PROFILE_WAIT_S
         target = subprocess.Popen(

@@ -1,6 +1,6 @@
 """Append-only zero-copy protobuf writer, decoder and code generator."""
 
-from importlib.metadata import version as _version
+from typing import TYPE_CHECKING, Any
 
 from protozero import _native
 
@@ -21,8 +21,6 @@ from protozero._proto_utils import (
     write_redundant_varint,
 )
 from protozero._scattered_stream_writer import ScatteredStreamWriter, ScatteredStreamWriterDelegate
-
-__version__: str = _version("perfetto-protozero")
 
 _native.report(__name__)
 
@@ -48,3 +46,16 @@ __all__ = [
     "tag_word",
     "write_redundant_varint",
 ]
+
+
+if TYPE_CHECKING:
+    __version__: str
+else:
+
+    def __getattr__(name: str) -> Any:
+        if name != "__version__":
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from importlib.metadata import version  # costs as much as the package: only when asked
+
+        globals()["__version__"] = value = version("perfetto-protozero")
+        return value

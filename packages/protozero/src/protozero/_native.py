@@ -19,14 +19,12 @@ This module always runs as pure Python.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
 import re
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from types import ModuleType
 
 PURE_ENV = "PERFETTO_PY_PURE"
@@ -34,7 +32,7 @@ NOTICE_ENV = "PERFETTO_PY_NATIVE_NOTICE"
 EXPECT_COMPILED_ENV = "PERFETTO_PY_EXPECT_COMPILED"
 
 
-class _PureFinder(importlib.abc.MetaPathFinder):
+class _PureFinder:  # a sys.meta_path finder (importlib.abc would load importlib.resources)
     """Finds the `.py` source of modules in the registered packages, ignoring extensions."""
 
     def __init__(self) -> None:
@@ -49,8 +47,8 @@ class _PureFinder(importlib.abc.MetaPathFinder):
         ):
             return None
         for entry in path:
-            source = Path(entry) / f"{name}.py"
-            if source.is_file():
+            source = os.path.join(entry, f"{name}.py")
+            if os.path.isfile(source):
                 return importlib.util.spec_from_file_location(fullname, source)
         return None
 
@@ -87,10 +85,10 @@ def select_build(package: str) -> None:
 
 def cimported_packages(package: str) -> list[str]:
     """The other packages whose `.pxd` declarations `package`'s `.pxd` files cimport."""
-    root = Path(importlib.import_module(package).__file__ or "").parent
     names: set[str] = set()
-    for pxd in root.rglob("*.pxd"):
-        names.update(a or b for a, b in _CIMPORT.findall(pxd.read_text()))
+    for pxd, _ in _pxd_files(package):
+        with open(pxd, encoding="utf-8") as file:
+            names.update(a or b for a, b in _CIMPORT.findall(file.read()))
     top = package.partition(".")[0]
     return sorted(n for n in names if n != top and importlib.util.find_spec(n) is not None)
 
@@ -101,15 +99,30 @@ def _runs_pure(package: str) -> bool:
 
 def compiled_modules(package: str) -> dict[str, bool]:
     """Each module of `package` that has a compiled form, and whether that form is loaded."""
-    root = Path(importlib.import_module(package).__file__ or "").parent
     state = {}
-    for pxd in sorted(root.rglob("*.pxd")):
-        if not pxd.with_suffix(".py").is_file():
+    for pxd, name in _pxd_files(package):
+        if not os.path.isfile(pxd[: -len(".pxd")] + ".py"):
             continue
-        name = ".".join((package, *pxd.relative_to(root).with_suffix("").parts))
         module = importlib.import_module(name)
         state[name] = not (module.__file__ or "").endswith(".py")
     return state
+
+
+def _pxd_files(package: str) -> list[tuple[str, str]]:
+    """The path and module name of each `.pxd` file in `package`, sorted by path.
+
+    os.walk, not pathlib: this runs when a package is imported, and pathlib costs more to
+    import than the walk.
+    """
+    root = os.path.dirname(importlib.import_module(package).__file__ or "")
+    found = []
+    for folder, _, files in os.walk(root):
+        for file in files:
+            if file.endswith(".pxd"):
+                path = os.path.join(folder, file)
+                parts = os.path.relpath(path, root)[: -len(".pxd")].split(os.sep)
+                found.append((path, ".".join((package, *parts))))
+    return sorted(found)
 
 
 def report(package: str) -> None:

@@ -1,6 +1,6 @@
 """Perfetto's shared memory buffer: ABI, arbiter, TraceWriter and reader."""
 
-from importlib.metadata import version as _version
+from typing import TYPE_CHECKING, Any
 
 from protozero import _native
 
@@ -30,8 +30,6 @@ from perfetto_smb._reader import CopiedChunk, SharedMemoryReader
 from perfetto_smb._region import SharedMemory, ensure_valid_shm_sizes
 from perfetto_smb._trace_writer import TraceWriter
 
-__version__: str = _version("perfetto-smb")
-
 __all__ = [
     "MAX_WRITER_ID",
     "PACKET_SIZE_DROP_PACKET",
@@ -60,3 +58,16 @@ __all__ = [
 ]
 
 _native.report(__name__)
+
+
+if TYPE_CHECKING:
+    __version__: str
+else:
+
+    def __getattr__(name: str) -> Any:
+        if name != "__version__":
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        from importlib.metadata import version  # costs as much as the package: only when asked
+
+        globals()["__version__"] = value = version("perfetto-smb")
+        return value

@@ -18,7 +18,6 @@ from perfetto_client._tracer._client_events import ClientEvents
 from perfetto_client._tracer._engine import Engine, current, hook_module
 from perfetto_client._tracer._options import DEFAULT_OUTPUT, TraceOptions
 from perfetto_client._tracer._sink import FileSink, Sink, SinkStats
-from perfetto_client._tracer._system_sink import SystemSink
 from perfetto_client._tracer._triggers import SnapshotTriggers
 
 
@@ -97,6 +96,9 @@ class Recording:
         if self.options.system:
             if ring or self.options.follow_children:
                 raise TracingError("--system does not go with --ring or --follow-children")
+            # The service's IPC client and shared memory load only for --system.
+            from perfetto_client._tracer._system_sink import SystemSink
+
             sink = SystemSink(header, hook_module(self.options.pure).split_packets)
             if not sink.connected:
                 print(

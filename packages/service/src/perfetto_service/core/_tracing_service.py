@@ -15,7 +15,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from importlib.metadata import version as _package_version
 
 from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
@@ -78,8 +77,18 @@ from perfetto_service.core._write_into_file import (
 
 _log = logging.getLogger("perfetto_service")
 
-TRACING_SERVICE_VERSION = f"Perfetto-py v{_package_version('perfetto-service')}"
-"""What the service reports as its version (SystemInfo, QueryServiceState)."""
+
+@functools.cache
+def _tracing_service_version() -> str:
+    """What the service reports as its version (SystemInfo, QueryServiceState).
+
+    Read when first reported, not at import: importlib.metadata (with email, zipfile and csv)
+    costs tens of milliseconds to load.
+    """
+    from importlib.metadata import version
+
+    return f"Perfetto-py v{version('perfetto-service')}"
+
 
 DEFAULT_SNAPSHOT_INTERVAL_MS = 10_000
 """Period of the sync marker / trace stats / clock drift tick (snapshot_interval_ms)."""
@@ -197,7 +206,7 @@ class TracingService:
 
     def _get_system_info(self) -> SystemInfo:
         if self._system_info is None:
-            self._system_info = collect_system_info(TRACING_SERVICE_VERSION)
+            self._system_info = collect_system_info(_tracing_service_version())
         return self._system_info
 
     # Lookups -------------------------------------------------------------------------------
@@ -1409,7 +1418,7 @@ class TracingService:
     def service_state(self, uid: int, *, sessions_only: bool) -> TracingServiceState:
         """What QueryServiceState reports to a consumer of `uid`."""
         state = TracingServiceState(
-            tracing_service_version=TRACING_SERVICE_VERSION,
+            tracing_service_version=_tracing_service_version(),
             num_sessions=len(self._sessions),
             num_sessions_started=sum(
                 1 for s in self._sessions.values() if s.state is SessionState.STARTED
