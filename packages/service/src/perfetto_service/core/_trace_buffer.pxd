@@ -54,9 +54,9 @@ cdef class _Sequence:
 cdef class TraceBuffer:
     cdef object __weakref__
     cdef Py_ssize_t _size
-    cdef bytearray _data
+    cdef object _storage
+    cdef object _data
     cdef unsigned char[::1] _bytes
-    cdef object _view
     cdef object _policy
     cdef Py_ssize_t _max_record_size
     cdef Py_ssize_t _wptr
@@ -78,7 +78,7 @@ cdef class TraceBuffer:
     )
     @cython.locals(
         stats=object, key=tuple, existing=_ChunkMeta, size_to_end=Py_ssize_t, offset=Py_ssize_t,
-        data=bytearray, padding=Py_ssize_t, start=Py_ssize_t, seq=_Sequence,
+        data="unsigned char[::1]", padding=Py_ssize_t, start=Py_ssize_t, seq=_Sequence,
     )
     cdef object _store_chunk(
         self, object sequence, Py_ssize_t producer_id, Py_ssize_t writer_id,
