@@ -48,8 +48,9 @@ _HEADER = struct.Struct("<IHHHHB3s")
 _HEADER_MARK = b"CHU"
 _ZEROS = bytes(RECORD_HEADER_SIZE)
 _U32 = struct.Struct("<I")
-_HUGE_PAGES: int | None = getattr(mmap, "MADV_HUGEPAGE", None)
-_HUGE_PAGE_SIZE = 2 << 20
+_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14
+_POPULATE_STEP = 1 << 20
+"""Pages are committed this many bytes at a time ahead of the writes (one call, no faults)."""
 
 BytesLike = bytes | bytearray | memoryview
 """What chunk payloads may be given as (a memoryview of a shared memory mapping included)."""
@@ -396,13 +397,12 @@ class TraceBuffer:
                 f"below 4 GiB, got {size}"
             )
         self._size = size
-        # Pages are committed when first written: memory grows with the data, not the size.
-        # Huge pages (where the kernel gives them on request) take 512 times fewer faults.
+        # Pages are committed as the writes reach them: memory grows with the data, not the
+        # size. `_committed` is how far they are.
         storage = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        if _HUGE_PAGES is not None and size >= _HUGE_PAGE_SIZE:
-            storage.madvise(_HUGE_PAGES)
         self._storage = storage  # takes any bytes-like payload, whatever its item format
         self._data = memoryview(storage)
+        self._committed = 0
         self._bytes = self._data
         self._policy = overwrite_policy
         self._max_record_size = min(size, _MAX_RECORD_SIZE)
@@ -450,6 +450,7 @@ class TraceBuffer:
         clone = TraceBuffer(self._size, self._policy)
         # Only what was ever written: the rest of the clone stays uncommitted too.
         end = self._size if self._stats.write_wrap_count else self._wptr
+        clone._commit(end)
         clone._data[:end] = self._data[:end]
         clone._wptr = self._wptr
         clone._discard_writes = self._discard_writes
@@ -581,6 +582,8 @@ class TraceBuffer:
             self._wptr = 0
             stats.write_wrap_count += 1
         offset = self._wptr
+        if offset + record_size > self._committed:
+            self._commit(offset + record_size)
         data = self._bytes
         # A record size of 0 where the record goes: the rest of the buffer was never written.
         padding = (
@@ -742,6 +745,21 @@ class TraceBuffer:
             flags,
             _HEADER_MARK,
         )
+
+    def _commit(self, end: int) -> None:
+        """Commits the pages up to `end`, and `_POPULATE_STEP` bytes past the last committed.
+
+        Writes are sequential until the ring wraps; committing ahead in one call is half
+        the CPU of a fault per page. Where the kernel cannot, pages fault in as written.
+        """
+        start = self._committed
+        stop = max(end, start + _POPULATE_STEP)
+        stop = min(self._size, (stop + mmap.PAGESIZE - 1) & -mmap.PAGESIZE)
+        try:
+            self._storage.madvise(_POPULATE_WRITE, start, stop - start)
+        except OSError:
+            stop = self._size
+        self._committed = stop
 
     def _add_padding_record(self, size: int) -> None:
         self._write_header(self._wptr, 0, 0, 0, 0, size, _PADDING_BIT)
