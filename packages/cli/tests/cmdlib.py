@@ -70,9 +70,19 @@ class Traced:
 class Producer:
     """A producer_main.py process registering `data_source`."""
 
-    def __init__(self, traced: Traced, data_source: str = "test.ds", count: int = 10) -> None:
+    def __init__(
+        self, traced: Traced, data_source: str = "test.ds", count: int = 10, extra: int = 0
+    ) -> None:
+        """`extra` more data sources are registered too, named `data_source`.0, .1, ..."""
         self.process = subprocess.Popen(
-            [sys.executable, PRODUCER_MAIN, traced.producer_socket, data_source, str(count)],
+            [
+                sys.executable,
+                PRODUCER_MAIN,
+                traced.producer_socket,
+                data_source,
+                str(count),
+                str(extra),
+            ],
             env=traced.env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

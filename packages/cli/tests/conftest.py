@@ -24,8 +24,8 @@ def traced(tmp_path: Path) -> Iterator[Traced]:
 def producer(traced: Traced) -> Iterator[Callable[..., Producer]]:
     started: list[Producer] = []
 
-    def start(data_source: str = "test.ds", count: int = 10) -> Producer:
-        started.append(Producer(traced, data_source, count))
+    def start(data_source: str = "test.ds", count: int = 10, extra: int = 0) -> Producer:
+        started.append(Producer(traced, data_source, count, extra))
         return started[-1]
 
     yield start

@@ -1,9 +1,10 @@
 """A producer process for the perfetto command's tests.
 
-Run as `python producer_main.py SOCKET DATA_SOURCE COUNT [--trigger NAME]`. Registers
-DATA_SOURCE; on start prints `CONFIG <hex of the DataSourceConfig it received>`, writes COUNT
-TestEvent packets (for_testing.seq_value 0..COUNT-1) and prints `WROTE`; acknowledges flushes.
-Prints `CONNECTED` first and exits when stdin closes.
+Run as `python producer_main.py SOCKET DATA_SOURCE COUNT [EXTRA]`. Registers DATA_SOURCE
+(and EXTRA more, DATA_SOURCE.0 to DATA_SOURCE.<EXTRA - 1>, in batches); on start prints
+`CONFIG <hex of the DataSourceConfig it received>`, writes COUNT TestEvent packets
+(for_testing.seq_value 0..COUNT-1) and prints `WROTE`; acknowledges flushes. Prints
+`CONNECTED` first (once every data source is registered) and exits when stdin closes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_protos.trace.trace_packet_pb2 import TracePacket
 from perfetto_service import ProducerIPCClient
 
+_BATCH = 200
+
 
 def _say(line: str) -> None:
     sys.stdout.write(line + "\n")
@@ -26,16 +29,31 @@ def _say(line: str) -> None:
 class TestProducer:
     """Writes numbered packets when its data source starts."""
 
-    def __init__(self, socket: str, data_source: str, count: int) -> None:
+    def __init__(self, socket: str, data_source: str, count: int, extra: int) -> None:
         self.data_source = data_source
         self.count = count
+        self.extra = extra
+        self.registered = 0
         self.writing: list[threading.Thread] = []
         self.client = ProducerIPCClient(socket, self, "cmd-test-producer")
         self.client.connect()
 
     def on_connect(self) -> None:
         self.client.register_data_source(DataSourceDescriptor(name=self.data_source))
-        self.client.sync(lambda: _say("CONNECTED"))
+        self._register_more()
+
+    def _register_more(self) -> None:
+        """Registers the next batch of extra data sources; says CONNECTED after the last."""
+        if self.registered >= self.extra:
+            self.client.sync(lambda: _say("CONNECTED"))
+            return
+        batch_end = min(self.extra, self.registered + _BATCH)
+        for number in range(self.registered, batch_end):
+            name = f"{self.data_source}.{number}"
+            self.client.register_data_source(DataSourceDescriptor(name=name))
+        self.registered = batch_end
+        # Waiting for the service between batches keeps its replies from piling up unread.
+        self.client.sync(self._register_more)
 
     def on_disconnect(self) -> None:
         _say("DISCONNECTED")
@@ -78,7 +96,8 @@ class TestProducer:
 
 def main() -> None:
     socket, data_source, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    producer = TestProducer(socket, data_source, count)
+    extra = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+    producer = TestProducer(socket, data_source, count, extra)
     sys.stdin.read()
     producer.client.disconnect()
 

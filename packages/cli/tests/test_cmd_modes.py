@@ -177,6 +177,22 @@ def test_query_lists_producers_data_sources_and_sessions(
     assert perfetto(traced, "--attach=q", "--stop").returncode == 0
 
 
+def test_query_lists_twenty_thousand_data_sources(
+    traced: Traced, producer: Callable[..., Producer], tmp_path: Path
+) -> None:
+    # The state is ~1 MB: QueryServiceState answers in has_more chunks under the frame cap.
+    producer("many.source", count=1, extra=20_000)
+    result = perfetto(traced, "--query")
+    assert result.returncode == 0, result.stderr
+    listed = {line.split()[0] for line in result.stdout.decode().splitlines() if line}
+    assert {f"many.source.{number}" for number in range(20_000)} <= listed
+    assert "many.source" in listed
+    raw = perfetto(traced, "--query-raw")
+    assert raw.returncode == 0, raw.stderr
+    state = TracingServiceState.FromString(raw.stdout)
+    assert len(state.data_sources) == 20_001
+
+
 def test_activate_triggers_config_and_trigger_perfetto_stop_a_session(
     traced: Traced, producer: Callable[..., Producer], tmp_path: Path
 ) -> None:

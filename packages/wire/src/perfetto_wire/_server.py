@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import resource
 import socket
 
 from perfetto_wire._errors import WireError
@@ -12,12 +14,20 @@ from perfetto_wire._host import Host
 from perfetto_wire._sockets import listen_socket, peer_credentials
 from perfetto_wire._transport import SocketTransport
 
-__all__ = ["DEFAULT_SEND_TIMEOUT", "HostServer"]
+__all__ = ["ACCEPT_BACKOFF", "DEFAULT_SEND_TIMEOUT", "HostServer"]
 
 _log = logging.getLogger("perfetto_wire")
 
 DEFAULT_SEND_TIMEOUT = 10.0
 """Seconds a reply may wait for a slow peer before its connection is shut down."""
+
+ACCEPT_BACKOFF = 0.5
+"""Seconds accepting pauses when the process is out of file descriptors or socket memory.
+
+Accepting resumes earlier when one of this server's connections closes.
+"""
+
+_EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 class HostServer:
@@ -41,6 +51,8 @@ class HostServer:
         self._send_timeout = send_timeout
         self._listeners: list[socket.socket] = []
         self._transports: set[SocketTransport] = set()
+        self._exhausted = False
+        self._resume_timer: asyncio.TimerHandle | None = None
         # One receive buffer serves every connection: reads never interleave on one loop.
         self._recv_view = memoryview(bytearray(IPC_BUFFER_SIZE))
 
@@ -71,8 +83,8 @@ class HostServer:
 
     def close(self) -> None:
         """Stops listening and drops every connection (disconnect callbacks run)."""
+        self._pause_accepting()
         for sock in self._listeners:
-            self._loop.remove_reader(sock.fileno())
             sock.close()
         self._listeners.clear()
         for transport in list(self._transports):
@@ -82,12 +94,60 @@ class HostServer:
         while True:
             try:
                 sock, address = listener.accept()
-            except (BlockingIOError, InterruptedError):
+            except BlockingIOError:
+                if self._exhausted:
+                    self._exhausted = False
+                    _log.warning(
+                        "Accepted every waiting connection (%d open)", len(self._transports)
+                    )
+                return
+            except InterruptedError:
                 return
             except OSError as exc:
-                _log.warning("accept() failed: %s", exc)
+                if exc.errno in _EXHAUSTED:
+                    self._back_off(exc)
+                else:
+                    _log.warning("accept() failed: %s", exc)
                 return
             self._adopt(sock, address)
+
+    def _back_off(self, exc: OSError) -> None:
+        """Stops polling the listeners for `ACCEPT_BACKOFF` s.
+
+        Logs once per episode, which ends when no connection is left waiting.
+
+        A pending connection keeps a listener readable: polling on would spin the loop.
+        """
+        if not self._exhausted:
+            self._exhausted = True
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            _log.error(
+                "accept() failed: %s (%d connections open, RLIMIT_NOFILE %d); new connections "
+                "wait until one closes, retrying every %.1f s",
+                exc.strerror or exc,
+                len(self._transports),
+                soft,
+                ACCEPT_BACKOFF,
+            )
+        self._pause_accepting()
+        self._resume_timer = self._loop.call_later(ACCEPT_BACKOFF, self._resume_accepting)
+
+    def _pause_accepting(self) -> None:
+        if self._resume_timer is not None:
+            self._resume_timer.cancel()
+            self._resume_timer = None
+        for sock in self._listeners:
+            self._loop.remove_reader(sock.fileno())
+
+    def _resume_accepting(self) -> None:
+        self._pause_accepting()
+        for sock in self._listeners:
+            self._loop.add_reader(sock.fileno(), self._on_acceptable, sock)
+
+    def _on_transport_closed(self, transport: SocketTransport) -> None:
+        self._transports.discard(transport)
+        if self._resume_timer is not None:
+            self._resume_accepting()
 
     def _adopt(self, sock: socket.socket, address: object) -> None:
         sock.setblocking(False)
@@ -96,7 +156,7 @@ class HostServer:
             sock,
             send_timeout=self._send_timeout,
             recv_buffer=self._recv_view,
-            on_closed=self._transports.discard,
+            on_closed=self._on_transport_closed,
         )
         self._transports.add(transport)
         if sock.family == socket.AF_UNIX:

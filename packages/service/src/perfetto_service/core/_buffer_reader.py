@@ -73,7 +73,7 @@ def _packet_suffixes(
 
 def _append_copies(
     packets: list[PacketSlices],
-    data: bytearray | bytes,
+    data: memoryview | bytes,
     valid: list[int],
     first: bytes,
     rest: bytes,
@@ -134,7 +134,7 @@ def read_producer_packets(
 
 
 def _append_framed(
-    out: bytearray, data: bytearray | bytes, valid: list[int], first: bytes, rest: bytes
+    out: bytearray, data: memoryview | bytes, valid: list[int], first: bytes, rest: bytes
 ) -> int:
     """Appends the packets at `valid` in `data` to `out` as `Trace.packet` fields.
 

@@ -11,6 +11,7 @@ cdef Py_ssize_t _PADDING_BIT
 cdef Py_ssize_t _FIRST_CONTINUES
 cdef Py_ssize_t _LAST_CONTINUES
 cdef Py_ssize_t _NEEDS_PATCHING
+cdef Py_ssize_t _POPULATE_STEP
 
 cdef bint _before(Py_ssize_t chunk_id, Py_ssize_t other) noexcept
 
@@ -56,9 +57,10 @@ cdef class _Sequence:
 cdef class TraceBuffer:
     cdef object __weakref__
     cdef Py_ssize_t _size
-    cdef bytearray _data
+    cdef object _storage
+    cdef Py_ssize_t _committed
+    cdef object _data
     cdef unsigned char[::1] _bytes
-    cdef object _view
     cdef object _policy
     cdef Py_ssize_t _max_record_size
     cdef Py_ssize_t _wptr
@@ -80,7 +82,7 @@ cdef class TraceBuffer:
     )
     @cython.locals(
         stats=object, key=tuple, existing=_ChunkMeta, size_to_end=Py_ssize_t, offset=Py_ssize_t,
-        data=bytearray, padding=Py_ssize_t, start=Py_ssize_t, seq=_Sequence,
+        data="unsigned char[::1]", padding=Py_ssize_t, start=Py_ssize_t, seq=_Sequence,
     )
     cdef object _store_chunk(
         self, object sequence, Py_ssize_t producer_id, Py_ssize_t writer_id,
@@ -105,6 +107,8 @@ cdef class TraceBuffer:
         self, Py_ssize_t offset, Py_ssize_t chunk_id, Py_ssize_t producer_id,
         Py_ssize_t writer_id, Py_ssize_t num_fragments, Py_ssize_t record_size, Py_ssize_t flags,
     )
+    @cython.locals(start=Py_ssize_t, stop=Py_ssize_t)
+    cdef object _commit(self, Py_ssize_t end)
     cdef object _add_padding_record(self, Py_ssize_t size)
     cdef object _discard_write(self)
     @cython.locals(

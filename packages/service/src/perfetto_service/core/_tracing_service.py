@@ -151,12 +151,19 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def physical_memory_bytes() -> int:
+    """The machine's memory: the default cap on buffer sizes, as they could never all fill."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
 class TracingService:
     """The tracing service: producers contribute data, consumers control sessions and read.
 
     `uid` is the uid the service runs as (trusted_uid of its own packets; lockdown mode only
     admits producers of this uid). `smb_scraping_enabled` is the default for producers that
     do not say (InitializeConnectionRequest.smb_scraping_mode UNSPECIFIED).
+    `max_buffer_bytes` caps the sizes of all buffers together: EnableTracing past it fails.
+    It defaults to the machine's memory (buffers commit memory only as data is written).
     """
 
     def __init__(
@@ -166,8 +173,12 @@ class TracingService:
         uid: int | None = None,
         smb_scraping_enabled: bool = False,
         system_info: SystemInfo | None = None,
+        max_buffer_bytes: int | None = None,
     ) -> None:
         self._task_runner = task_runner
+        self.max_buffer_bytes = (
+            physical_memory_bytes() if max_buffer_bytes is None else max_buffer_bytes
+        )
         self.uid = os.getuid() if uid is None else uid
         self.smb_scraping_enabled = smb_scraping_enabled
         self._packet_writer = ServicePacketWriter(self.uid)
@@ -632,11 +643,17 @@ class TracingService:
         """The global ids of new buffers for `config`; on failure none, and why."""
         buffers: list[int] = []
         error = ""
-        for buffer_config in config.buffers:
-            size = buffer_config.size_kb * 1024
-            if size == 0 or size > 0xFFFFFFFF:
-                error = "Failed to allocate tracing buffers: Invalid buffer sizes"
-                break
+        sizes = [buffer_config.size_kb * 1024 for buffer_config in config.buffers]
+        if any(size == 0 or size > 0xFFFFFFFF for size in sizes):
+            return [], "Failed to allocate tracing buffers: Invalid buffer sizes"
+        in_use = sum(buffer.size for buffer in self._buffers.values())
+        if in_use + sum(sizes) > self.max_buffer_bytes:
+            return [], (
+                f"Failed to allocate tracing buffers: {sum(sizes) // 1024} KB requested, "
+                f"{in_use // 1024} KB in use, traced's limit is {self.max_buffer_bytes // 1024} "
+                "KB (traced --max-buffer-memory-mb)"
+            )
+        for buffer_config, size in zip(config.buffers, sizes, strict=True):
             if len(self._buffers) >= _MAX_BUFFER_ID:
                 error = "Failed to allocate tracing buffers: OOM or too many buffers"
                 break
@@ -647,7 +664,7 @@ class TracingService:
             )
             try:
                 buffer = TraceBuffer(size, policy)
-            except MemoryError:
+            except (MemoryError, OSError):
                 error = "Failed to allocate tracing buffers: OOM or too many buffers"
                 break
             buffer_id = self._next_buffer_id()

@@ -127,6 +127,13 @@ def _parser() -> argparse.ArgumentParser:
         help="serve RelayPort only on this producer socket (one of "
         f"{PRODUCER_SOCKET_ENV}); repeatable",
     )
+    parser.add_argument(
+        "--max-buffer-memory-mb",
+        metavar="MIB",
+        type=_positive_int,
+        help="refuse sessions whose buffers would take the sizes of all buffers past this many "
+        "MiB (default: the machine's memory; buffers use memory only as they fill)",
+    )
     return parser
 
 
@@ -139,6 +146,16 @@ def _relay_sockets(producers: Sequence[str], enable_all: bool, selected: Sequenc
                 f"(the producer sockets: {','.join(producers)})"
             )
     return set(producers) if enable_all else set(selected)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
 
 
 def _filesystem_paths(names: Sequence[str]) -> list[str]:
@@ -203,13 +220,20 @@ class Daemon:
     """One traced instance: the service, its IPC host and the loop they run on."""
 
     def __init__(
-        self, producers: Sequence[str], consumer: str, relay_sockets: Collection[str] = ()
+        self,
+        producers: Sequence[str],
+        consumer: str,
+        relay_sockets: Collection[str] = (),
+        *,
+        max_buffer_bytes: int | None = None,
     ) -> None:
         self.producers = list(producers)
         self.consumer = consumer
         self.relay_sockets = relay_sockets
         self.loop = asyncio.new_event_loop()
-        self.service = TracingService(AsyncioTaskRunner(self.loop))
+        self.service = TracingService(
+            AsyncioTaskRunner(self.loop), max_buffer_bytes=max_buffer_bytes
+        )
         self.host = ServiceIPCHost(self.service, loop=self.loop)
         self._owned_paths: list[str] = []
 
@@ -375,7 +399,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = _daemonize()
         if status is not None:
             return status
-    daemon = Daemon(producers, consumer, relays)
+    limit_mib = args.max_buffer_memory_mb
+    daemon = Daemon(
+        producers, consumer, relays, max_buffer_bytes=None if limit_mib is None else limit_mib << 20
+    )
     try:
         daemon.start(permissions)
     except ServiceError as exc:

@@ -21,6 +21,7 @@ from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.ipc import consumer_port_pb2 as pb
 from perfetto_wire import ClientInfo, Deferred, Host, ServiceDescriptor, WireError, serialize
+from protozero import write_redundant_varint
 
 from perfetto_service._interfaces import (
     Consumer,
@@ -43,6 +44,9 @@ _log = logging.getLogger("perfetto_service")
 
 QUERY_SERVICE_STATE_CHUNK_SIZE = IPC_BUFFER_SIZE - 128
 """A QueryServiceState reply stays below this many bytes unless one data source is bigger."""
+
+_SERVICE_STATE_TAG = b"\x0a"
+"""QueryServiceStateResponse.service_state (field 1, length-delimited)."""
 
 _READ_REPLY_BUDGET = IPC_BUFFER_SIZE - 64
 """Largest serialized ReadBuffersResponse sent, leaving room for the frame around it."""
@@ -425,10 +429,11 @@ def _query_service_state(
         pieces = split_service_state(state)
         last = len(pieces) - 1
         for index, piece in enumerate(pieces):
-            reply = pb.QueryServiceStateResponse(
-                service_state=TracingServiceState.FromString(piece)
-            )
-            if not _send(deferred, reply, has_more=index != last):
+            # Sent as measured: serializing a parsed piece anew can lengthen nested sizes.
+            size = bytearray(4)
+            write_redundant_varint(size, 0, len(piece))
+            reply = _SERVICE_STATE_TAG + size + piece
+            if not _send_serialized(deferred, reply, has_more=index != last):
                 return
 
     endpoint.query_service_state(request.sessions_only, on_state)
