@@ -23,7 +23,8 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
-        parser.exit(0, version_line(parser.prog) + "\n")
+        print(version_line(parser.prog))
+        parser.exit(0)
 
 
 class Parser(argparse.ArgumentParser):

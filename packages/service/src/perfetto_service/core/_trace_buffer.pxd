@@ -18,7 +18,7 @@ cdef bint _before(Py_ssize_t chunk_id, Py_ssize_t other) noexcept
 @cython.locals(size=Py_ssize_t, start=Py_ssize_t)
 cdef tuple _fragment_header(const unsigned char[::1] data, Py_ssize_t pos, Py_ssize_t end)
 @cython.locals(size=Py_ssize_t, start=Py_ssize_t, following=Py_ssize_t, after=Py_ssize_t)
-cdef bint _opens_after_loss(bytearray data, Py_ssize_t pos, Py_ssize_t end) except -1
+cdef bint _opens_after_loss(const unsigned char[::1] data, Py_ssize_t pos, Py_ssize_t end) except -1
 @cython.locals(
     buf="const unsigned char[::1]", gathered=Py_ssize_t, word=Py_ssize_t, size=Py_ssize_t,
     start=Py_ssize_t, following=Py_ssize_t,

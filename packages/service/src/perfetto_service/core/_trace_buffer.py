@@ -320,17 +320,14 @@ def _fragment_header(data: memoryview, pos: int, end: int) -> tuple[int, int]:
     return size, start
 
 
-_PREVIOUS_PACKET_DROPPED_TAG = b"\xd0\x02"
-"""TracePacket.previous_packet_dropped (field 42, varint): the first field a TraceWriter
-writes into the first packet after it dropped some."""
-
-
-def _opens_after_loss(data: bytearray, pos: int, end: int) -> bool:
+def _opens_after_loss(data: memoryview, pos: int, end: int) -> bool:
     """Whether the chunk payload at data[pos:end] opens with a packet whose first field is a
     nonzero previous_packet_dropped: its writer dropped packets just before it."""
     size, start = _fragment_header(data, pos, end)
     following = start + size
-    if size < 3 or following > end or data[start : start + 2] != _PREVIOUS_PACKET_DROPPED_TAG:
+    # TracePacket.previous_packet_dropped (field 42, varint, tag d0 02): the first field a
+    # TraceWriter writes into the first packet after it dropped some.
+    if size < 3 or following > end or data[start] != 0xD0 or data[start + 1] != 0x02:
         return False
     value, after = read_varint(data, start + 2, following)
     return after > 0 and value != 0
