@@ -91,9 +91,9 @@ if not TYPE_CHECKING:
 
     def __getattr__(name: str) -> Any:
         if name == "__version__":
-            from importlib.metadata import version
+            from perfetto_service._version import service_version
 
-            value = version("perfetto-service")
+            value = service_version()
         else:
             module = _EXPORTS.get(name)
             if module is None:

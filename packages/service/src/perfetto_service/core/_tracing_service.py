@@ -35,6 +35,7 @@ from perfetto_smb import (
 
 from perfetto_service._errors import ServiceError
 from perfetto_service._interfaces import ClientIdentity, Consumer, Producer, TaskRunner
+from perfetto_service._version import service_version
 from perfetto_service.core._chunk_mover import move_chunks, target_buffer
 from perfetto_service.core._config_checks import check_trace_config
 from perfetto_service.core._consumer_endpoint import ConsumerEndpointImpl
@@ -78,16 +79,9 @@ from perfetto_service.core._write_into_file import (
 _log = logging.getLogger("perfetto_service")
 
 
-@functools.cache
 def _tracing_service_version() -> str:
-    """What the service reports as its version (SystemInfo, QueryServiceState).
-
-    Read when first reported, not at import: importlib.metadata (with email, zipfile and csv)
-    costs tens of milliseconds to load.
-    """
-    from importlib.metadata import version
-
-    return f"Perfetto-py v{version('perfetto-service')}"
+    """What the service reports as its version (SystemInfo, QueryServiceState)."""
+    return f"Perfetto-py v{service_version()}"
 
 
 DEFAULT_SNAPSHOT_INTERVAL_MS = 10_000

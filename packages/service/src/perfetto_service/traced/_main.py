@@ -19,13 +19,13 @@ import socket
 import sys
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from importlib.metadata import version
 from typing import NoReturn
 
 from perfetto_wire import ListenError, WireError, parse_address, remove_stale_socket
 
 from perfetto_service._errors import ServiceError
 from perfetto_service._interfaces import AsyncioTaskRunner
+from perfetto_service._version import service_version
 from perfetto_service.core._tracing_service import TracingService
 from perfetto_service.ipc._default_socket import (
     CONSUMER_SOCKET_ENV,
@@ -365,7 +365,7 @@ def _configure_logging(*, verbose: bool) -> None:
 
 def version_line(command: str) -> str:
     """What `COMMAND --version` prints: `COMMAND (perfetto-py) X.Y.Z`."""
-    return f"{command} (perfetto-py) {version('perfetto-service')}"
+    return f"{command} (perfetto-py) {service_version()}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -399,6 +399,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = _daemonize()
         if status is not None:
             return status
+    # Read now: once traced runs out of file descriptors, the metadata could not be read.
+    service_version()
     limit_mib = args.max_buffer_memory_mb
     daemon = Daemon(
         producers, consumer, relays, max_buffer_bytes=None if limit_mib is None else limit_mib << 20

@@ -14,11 +14,11 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from importlib.metadata import version
 
 from perfetto_wire import WireError
 
 from perfetto_service._errors import ServiceError
+from perfetto_service._version import service_version
 from perfetto_service.ipc._default_socket import producer_socket_names
 from perfetto_service.ipc.relay._relay_service import (
     RelayClient,
@@ -107,12 +107,12 @@ async def _run(remote: str, hint: str, permissions: tuple[int, int] | None) -> N
             synced = True
             print(f"traced_relay: clocks synced with {remote}", file=sys.stderr, flush=True)
 
-    service_version = f"perfetto-service {version('perfetto-service')} (traced_relay)"
+    relay_version = f"perfetto-service {service_version()} (traced_relay)"
     client = RelayClient(
         remote,
         hint=hint,
         name=name,
-        system_info=system_info_message(service_version),
+        system_info=system_info_message(relay_version),
         on_synced=on_synced,
     )
     client.start()

@@ -13,7 +13,6 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Sequence
-from importlib.metadata import version
 
 from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
@@ -29,6 +28,7 @@ from perfetto_wire import Reply, ServiceProxy
 
 from perfetto_service._errors import ServiceError
 from perfetto_service._interfaces import Producer, acks_flush_itself
+from perfetto_service._version import service_version
 from perfetto_service.ipc._client_base import PortClient
 
 __all__ = [
@@ -57,7 +57,7 @@ SMB_SCRAPING_DISABLED = 2
 @functools.cache
 def default_sdk_version() -> str:
     """What a producer reports as InitializeConnectionRequest.sdk_version unless told."""
-    return f"perfetto-py {version('perfetto-service')}"
+    return f"perfetto-py {service_version()}"
 
 
 class ProducerIPCClient(PortClient):
