@@ -1,8 +1,9 @@
 """A producer process for the perfetto command's tests.
 
-Run as `python producer_main.py SOCKET DATA_SOURCE COUNT [--trigger NAME]`. Registers
+Run as `python producer_main.py SOCKET DATA_SOURCE COUNT [PAYLOAD]`. Registers
 DATA_SOURCE; on start prints `CONFIG <hex of the DataSourceConfig it received>`, writes COUNT
-TestEvent packets (for_testing.seq_value 0..COUNT-1) and prints `WROTE`; acknowledges flushes.
+TestEvent packets (for_testing.seq_value 0..COUNT-1, for_testing.str "payload" or PAYLOAD
+bytes of "x") and prints `WROTE`; acknowledges flushes.
 Prints `CONNECTED` first and exits when stdin closes.
 """
 
@@ -26,9 +27,10 @@ def _say(line: str) -> None:
 class TestProducer:
     """Writes numbered packets when its data source starts."""
 
-    def __init__(self, socket: str, data_source: str, count: int) -> None:
+    def __init__(self, socket: str, data_source: str, count: int, payload: str) -> None:
         self.data_source = data_source
         self.count = count
+        self.payload = payload
         self.writing: list[threading.Thread] = []
         self.client = ProducerIPCClient(socket, self, "cmd-test-producer")
         self.client.connect()
@@ -57,7 +59,7 @@ class TestProducer:
         for number in range(self.count):
             packet = TracePacket()
             packet.for_testing.seq_value = number
-            packet.for_testing.str = "payload"
+            packet.for_testing.str = self.payload
             writer.write_packet(packet.SerializeToString())
         committed = threading.Event()
         writer.flush(committed.set)
@@ -78,7 +80,8 @@ class TestProducer:
 
 def main() -> None:
     socket, data_source, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    producer = TestProducer(socket, data_source, count)
+    payload = "x" * int(sys.argv[4]) if len(sys.argv) > 4 else "payload"
+    producer = TestProducer(socket, data_source, count, payload)
     sys.stdin.read()
     producer.client.disconnect()
 

@@ -152,6 +152,7 @@ class SessionRunner:
         self._stopping = False
         self._last_data = 0.0
         self._reading = False
+        self._writing = False
         self._started_at = 0.0
         self._progress = ProgressLine() if progress else None
         self._buffer_bytes = 0
@@ -214,9 +215,14 @@ class SessionRunner:
                 self._flush_and_disable()
             else:
                 self._finish(1)
-        if self._reading and time.monotonic() - self._last_data > _ON_TRACE_DATA_TIMEOUT_S:
-            log("Timed out while waiting for OnTraceData, aborting")
-            self._finalize()
+        if (
+            self._reading
+            and not self._writing
+            and time.monotonic() - self._last_data > _ON_TRACE_DATA_TIMEOUT_S
+        ):
+            self._fail(
+                f"Timed out while waiting for OnTraceData, aborting: {self._incomplete_trace()}"
+            )
         progress = self._progress
         if progress is not None and self._started_at and not self._reading:
             elapsed = time.monotonic() - self._started_at
@@ -315,6 +321,9 @@ class SessionRunner:
     def on_disconnect(self) -> None:
         if self._done.is_set():
             return
+        if self._reading:
+            self._fail(f"Disconnected from the traced service: {self._incomplete_trace()}")
+            return
         if self._connected:
             log("Disconnected from the traced service")
         else:
@@ -358,14 +367,35 @@ class SessionRunner:
     def on_trace_data(self, packets: Sequence[TracePacketSlices], has_more: bool) -> None:
         self._last_data = time.monotonic()
         if self.output is not None:
+            self._writing = True
             try:
                 self.output.write_packets(packets)
             except OSError as exc:
-                log(f"Failed to write packets: {exc.strerror}")
-                self._finalize()
+                self._fail(
+                    f"Failed to write packets into {self.output.display_name}: {exc.strerror}; "
+                    f"{self._incomplete_trace()}"
+                )
                 return
+            finally:
+                self._writing = False
+                self._last_data = time.monotonic()
         if not has_more:
             self._finalize()
+
+    def _incomplete_trace(self) -> str:
+        if self.output is None:
+            return "the trace is incomplete"
+        return f"the trace is incomplete ({self.output.size()} bytes in {self.output.display_name})"
+
+    def _fail(self, message: str) -> None:
+        """Ends a read that could not complete: one line, exit status 1."""
+        if self._done.is_set():
+            return
+        self._reading = False
+        if self._progress is not None:
+            self._progress.clear()
+        log(message)
+        self._finish(1)
 
     def _finalize(self) -> None:
         if self._done.is_set():

@@ -1295,6 +1295,7 @@ class TracingService:
         ):
             return False
         packets, has_more = self.read_buffers(session, READ_BUFFERS_BYTES_PER_TASK)
+        consumer.consumer.on_trace_data(packets, has_more)
         if has_more:
 
             def next_part() -> None:
@@ -1306,8 +1307,14 @@ class TracingService:
                     # The session went away mid-read: end the stream.
                     consumer.consumer.on_trace_data([], False)
 
-            self._task_runner.post_task(next_part)
-        consumer.consumer.on_trace_data(packets, has_more)
+            # The next part is read once the consumer took this one (upstream's socket pacing).
+            when_ready: Callable[[Callable[[], None]], None] | None = getattr(
+                consumer.consumer, "when_ready_for_trace_data", None
+            )
+            if when_ready is None:
+                self._task_runner.post_task(next_part)
+            else:
+                when_ready(lambda: self._task_runner.post_task(next_part))
         return True
 
     def _read_into_file_task(self, session_id: int, flush_first: bool) -> None:

@@ -22,7 +22,13 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from typing import NoReturn
 
-from perfetto_wire import ListenError, WireError, parse_address, remove_stale_socket
+from perfetto_wire import (
+    DEFAULT_SEND_TIMEOUT,
+    ListenError,
+    WireError,
+    parse_address,
+    remove_stale_socket,
+)
 
 from perfetto_service._errors import ServiceError
 from perfetto_service._interfaces import AsyncioTaskRunner
@@ -109,12 +115,30 @@ def _parser() -> argparse.ArgumentParser:
         help="log connections and protocol details too (debug level)",
     )
     parser.add_argument(
+        "--consumer-timeout",
+        metavar="SECONDS",
+        type=_positive_seconds,
+        default=DEFAULT_SEND_TIMEOUT,
+        help="how long a consumer may take nothing of what traced sends before it is cut "
+        "off (default %(default)g; a reader that keeps reading is never cut off)",
+    )
+    parser.add_argument(
         "--set-socket-permissions",
         metavar="PG:PM:CG:CM",
         help="group and octal mode of the producer and consumer sockets, "
         "e.g. traced-producer:0660:traced-consumer:0660",
     )
     return parser
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return seconds
 
 
 def _filesystem_paths(names: Sequence[str]) -> list[str]:
@@ -178,12 +202,20 @@ def _apply_permissions(
 class Daemon:
     """One traced instance: the service, its IPC host and the loop they run on."""
 
-    def __init__(self, producers: Sequence[str], consumer: str) -> None:
+    def __init__(
+        self,
+        producers: Sequence[str],
+        consumer: str,
+        *,
+        consumer_timeout: float = DEFAULT_SEND_TIMEOUT,
+    ) -> None:
         self.producers = list(producers)
         self.consumer = consumer
         self.loop = asyncio.new_event_loop()
         self.service = TracingService(AsyncioTaskRunner(self.loop))
-        self.host = ServiceIPCHost(self.service, loop=self.loop)
+        self.host = ServiceIPCHost(
+            self.service, loop=self.loop, consumer_send_timeout=consumer_timeout
+        )
         self._owned_paths: list[str] = []
 
     def start(self, permissions: SocketPermissions | None) -> None:
@@ -340,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = _daemonize()
         if status is not None:
             return status
-    daemon = Daemon(producers, consumer)
+    daemon = Daemon(producers, consumer, consumer_timeout=args.consumer_timeout)
     try:
         daemon.start(permissions)
     except ServiceError as exc:

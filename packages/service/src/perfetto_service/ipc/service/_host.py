@@ -9,7 +9,14 @@ import socket
 from collections.abc import Sequence
 from typing import Protocol
 
-from perfetto_wire import ClientInfo, Host, HostServer, WireError, parse_address
+from perfetto_wire import (
+    DEFAULT_SEND_TIMEOUT,
+    ClientInfo,
+    Host,
+    HostServer,
+    WireError,
+    parse_address,
+)
 
 from perfetto_service._errors import ServiceError
 from perfetto_service.ipc.relay._relay_port import RelayConnector, RelayPort
@@ -32,11 +39,16 @@ class ServiceIPCHost:
     Everything runs on one asyncio loop (the running loop by default), the loop that owns
     the service. Each producer socket has its own IPC host and port, so that producers on
     sockets that cannot pass file descriptors (TCP, vsock) are told to use shared memory
-    emulation. Producer connections get a 10 ms send timeout, consumers the default.
+    emulation. Producer connections get a 10 ms send timeout, consumers `consumer_send_timeout`
+    seconds: a peer that takes nothing of a reply for that long is disconnected.
     """
 
     def __init__(
-        self, service: TracingServiceConnector, *, loop: asyncio.AbstractEventLoop | None = None
+        self,
+        service: TracingServiceConnector,
+        *,
+        loop: asyncio.AbstractEventLoop | None = None,
+        consumer_send_timeout: float = DEFAULT_SEND_TIMEOUT,
     ) -> None:
         self._loop = loop if loop is not None else asyncio.get_running_loop()
         self._service = service
@@ -45,7 +57,9 @@ class ServiceIPCHost:
         self.consumer_port = ConsumerPort(service)
         consumer_host = Host(on_disconnect=self.consumer_port.on_client_disconnected)
         self.consumer_port.expose_on(consumer_host)
-        self._consumer_server = HostServer(consumer_host, loop=self._loop)
+        self._consumer_server = HostServer(
+            consumer_host, loop=self._loop, send_timeout=consumer_send_timeout
+        )
 
     def _producer_server(self, *, shmem_emulation: bool) -> HostServer:
         port = ProducerPort(self._service, shmem_emulation=shmem_emulation)
