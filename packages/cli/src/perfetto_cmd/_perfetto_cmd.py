@@ -17,6 +17,7 @@ from perfetto_protos.common.trace_stats_pb2 import TraceStats
 from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_service import (
+    TRACE_FILE_WRITE_FAILED,
     ConsumerIPCClient,
     SessionCloned,
     TracePacketSlices,
@@ -353,8 +354,10 @@ class SessionRunner:
             log(f"Service error: {error}")
             if self.output is not None:
                 self.output.remove_if_empty()
-            # Upstream exits 0 here too: such errors (e.g. a duplicate session name) are soft.
-            self._finish(0)
+            # Upstream exits 0 here too: such errors (e.g. a duplicate session name) are soft,
+            # unless part of a trace was written: that trace is incomplete.
+            partial = error.startswith(TRACE_FILE_WRITE_FAILED) or self._output_size()
+            self._finish(1 if partial else 0)
             return
         config = self.config
         if config is not None and config.write_into_file:
@@ -382,10 +385,23 @@ class SessionRunner:
         if not has_more:
             self._finalize()
 
+    def _output_size(self) -> int:
+        """Bytes of trace in the output so far (the service's file too), 0 if none."""
+        if self.output is not None:
+            return self.output.size()
+        config = self.config
+        if config is not None and config.output_path:
+            with contextlib.suppress(OSError):
+                return os.path.getsize(config.output_path)
+        return 0
+
     def _incomplete_trace(self) -> str:
         if self.output is None:
             return "the trace is incomplete"
-        return f"the trace is incomplete ({self.output.size()} bytes in {self.output.display_name})"
+        return (
+            f"the trace is incomplete ({self.output.size()} bytes of whole packets in "
+            f"{self.output.display_name})"
+        )
 
     def _fail(self, message: str) -> None:
         """Ends a read that could not complete: one line, exit status 1."""

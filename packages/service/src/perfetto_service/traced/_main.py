@@ -119,8 +119,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         type=_positive_seconds,
         default=DEFAULT_SEND_TIMEOUT,
-        help="how long a consumer may take nothing of what traced sends before it is cut "
-        "off (default %(default)g; a reader that keeps reading is never cut off)",
+        help="how long a consumer, or the reader of a write_into_file pipe, may take nothing "
+        "of what traced sends before it is cut off and its session ends with an error "
+        "(default %(default)g; a reader that keeps reading is never cut off)",
     )
     parser.add_argument(
         "--set-socket-permissions",
@@ -212,7 +213,9 @@ class Daemon:
         self.producers = list(producers)
         self.consumer = consumer
         self.loop = asyncio.new_event_loop()
-        self.service = TracingService(AsyncioTaskRunner(self.loop))
+        self.service = TracingService(
+            AsyncioTaskRunner(self.loop), file_write_timeout_s=consumer_timeout
+        )
         self.host = ServiceIPCHost(
             self.service, loop=self.loop, consumer_send_timeout=consumer_timeout
         )
