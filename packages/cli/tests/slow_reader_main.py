@@ -1,8 +1,8 @@
 """A slow reader of a pipe, for the perfetto command's tests.
 
 Run as `python slow_reader_main.py OUT BYTES_PER_S [PAUSE_AFTER PAUSE_S]`. Copies stdin into
-OUT at no more than BYTES_PER_S; with PAUSE_AFTER, stops reading for PAUSE_S seconds once
-that many bytes were read. Exits at the end of stdin.
+OUT at no more than BYTES_PER_S, counted from its first byte; with PAUSE_AFTER, stops reading
+for PAUSE_S seconds once that many bytes were read. Exits at the end of stdin.
 """
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ def main() -> None:
     pause_after = int(sys.argv[3]) if len(sys.argv) > 3 else -1
     pause_s = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
     total = 0
-    started = time.monotonic()
+    started = -1.0
     with open(out, "wb") as sink:
         while True:
             data = os.read(0, _READ_SIZE)
             if not data:
                 return
+            if started < 0:  # the pace counts from the first byte
+                started = time.monotonic()
             sink.write(data)
             total += len(data)
             if pause_after >= 0 and total >= pause_after:
