@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import stat
 import time
@@ -19,6 +20,8 @@ TRACE_FILE_WRITE_FAILED = "Failed to write the trace file"
 """How the error of a session whose trace file could not be written completely begins."""
 WRITE_RETRY_MS = 10
 """How soon a pipe whose reader is behind is written to again."""
+PIPE_SIZE = 1024 * 1024
+"""The capacity asked for a pipe written into (Linux's default limit for unprivileged users)."""
 
 
 def create_trace_file(path: str) -> int:
@@ -154,8 +157,13 @@ class TraceFileWriter:
 def _non_blocking(fd: int) -> int:
     """A non-blocking descriptor of the pipe or socket `fd`, which it replaces.
 
-    A pipe is opened anew so that the descriptions others share with `fd` stay blocking.
+    A pipe is opened anew so that the descriptions others share with `fd` stay blocking, and
+    given room for `PIPE_SIZE` bytes where the system allows, so that a fast reader is not
+    held back by the retries.
     """
+    if stat.S_ISFIFO(os.fstat(fd).st_mode):
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
     try:
         private = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
