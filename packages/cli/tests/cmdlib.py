@@ -19,11 +19,12 @@ TIMEOUT = 60.0
 
 
 class Traced:
-    """Our traced on socket paths under `directory`; `env` points clients at it."""
+    """Our traced (given `args`) on socket paths under `directory`; `env` points clients at it."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *args: str) -> None:
         self.producer_socket = str(directory / "producer.sock")
         self.consumer_socket = str(directory / "consumer.sock")
+        self.log: str | None = None
         self.env = dict(os.environ)
         self.env["PERFETTO_PRODUCER_SOCK_NAME"] = self.producer_socket
         self.env["PERFETTO_CONSUMER_SOCK_NAME"] = self.consumer_socket
@@ -31,7 +32,7 @@ class Traced:
         read_end, write_end = os.pipe()
         env = dict(self.env, TRACED_NOTIFY_FD=str(write_end))
         self.process = subprocess.Popen(
-            [str(BIN / "traced")],
+            [str(BIN / "traced"), *args],
             env=env,
             pass_fds=(write_end,),
             stdout=subprocess.DEVNULL,
@@ -47,8 +48,8 @@ class Traced:
         finally:
             os.close(read_end)
 
-    def stop(self) -> None:
-        """Ends the commands started on it that still run, then traced."""
+    def stop(self) -> str:
+        """Ends the commands started on it that still run, then traced (once); what it logged."""
         for command in self.commands:
             if command.poll() is None:
                 command.kill()
@@ -56,33 +57,35 @@ class Traced:
             for stream in (command.stdout, command.stderr):
                 if stream is not None:
                     stream.close()
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+        if self.log is None:
+            if self.process.poll() is None:
+                self.process.send_signal(signal.SIGTERM)
             try:
-                self.process.wait(TIMEOUT)
+                _, log = self.process.communicate(timeout=TIMEOUT)
             except subprocess.TimeoutExpired:
                 self.process.kill()
-                self.process.wait()
-        if self.process.stderr is not None:
-            self.process.stderr.close()
+                _, log = self.process.communicate()
+            self.log = log.decode(errors="replace")
+        return self.log
 
 
 class Producer:
     """A producer_main.py process registering `data_source`."""
 
     def __init__(
-        self, traced: Traced, data_source: str = "test.ds", count: int = 10, extra: int = 0
+        self,
+        traced: Traced,
+        data_source: str = "test.ds",
+        count: int = 10,
+        extra: int = 0,
+        payload: int = 0,
     ) -> None:
-        """`extra` more data sources are registered too, named `data_source`.0, .1, ..."""
+        """`extra` more data sources are registered too, named `data_source`.0, .1, ...;
+        each packet carries `payload` bytes (0: the word "payload")."""
+        argv = [sys.executable, PRODUCER_MAIN, traced.producer_socket, data_source, str(count)]
+        argv += [str(extra), str(payload)] if payload else [str(extra)]
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                PRODUCER_MAIN,
-                traced.producer_socket,
-                data_source,
-                str(count),
-                str(extra),
-            ],
+            argv,
             env=traced.env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -1,10 +1,11 @@
 """A producer process for the perfetto command's tests.
 
-Run as `python producer_main.py SOCKET DATA_SOURCE COUNT [EXTRA]`. Registers DATA_SOURCE
-(and EXTRA more, DATA_SOURCE.0 to DATA_SOURCE.<EXTRA - 1>, in batches); on start prints
-`CONFIG <hex of the DataSourceConfig it received>`, writes COUNT TestEvent packets
-(for_testing.seq_value 0..COUNT-1) and prints `WROTE`; acknowledges flushes. Prints
-`CONNECTED` first (once every data source is registered) and exits when stdin closes.
+Run as `python producer_main.py SOCKET DATA_SOURCE COUNT [EXTRA [PAYLOAD]]`. Registers
+DATA_SOURCE (and EXTRA more, DATA_SOURCE.0 to DATA_SOURCE.<EXTRA - 1>, in batches); on start
+prints `CONFIG <hex of the DataSourceConfig it received>`, writes COUNT TestEvent packets
+(for_testing.seq_value 0..COUNT-1, for_testing.str "payload" or PAYLOAD bytes of "x") and
+prints `WROTE`; acknowledges flushes. Prints `CONNECTED` first (once every data source is
+registered) and exits when stdin closes.
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ def _say(line: str) -> None:
 class TestProducer:
     """Writes numbered packets when its data source starts."""
 
-    def __init__(self, socket: str, data_source: str, count: int, extra: int) -> None:
+    def __init__(self, socket: str, data_source: str, count: int, extra: int, payload: str) -> None:
         self.data_source = data_source
         self.count = count
         self.extra = extra
+        self.payload = payload
         self.registered = 0
         self.writing: list[threading.Thread] = []
         self.client = ProducerIPCClient(socket, self, "cmd-test-producer")
@@ -75,7 +77,7 @@ class TestProducer:
         for number in range(self.count):
             packet = TracePacket()
             packet.for_testing.seq_value = number
-            packet.for_testing.str = "payload"
+            packet.for_testing.str = self.payload
             writer.write_packet(packet.SerializeToString())
         committed = threading.Event()
         writer.flush(committed.set)
@@ -97,7 +99,8 @@ class TestProducer:
 def main() -> None:
     socket, data_source, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     extra = int(sys.argv[4]) if len(sys.argv) > 4 else 0
-    producer = TestProducer(socket, data_source, count, extra)
+    payload = "x" * int(sys.argv[5]) if len(sys.argv) > 5 else "payload"
+    producer = TestProducer(socket, data_source, count, extra, payload)
     sys.stdin.read()
     producer.client.disconnect()
 

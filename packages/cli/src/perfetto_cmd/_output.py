@@ -39,12 +39,23 @@ class TraceOutput:
         return "stdout" if self.path == "-" else self.path
 
     def write_packets(self, packets: Sequence[TracePacketSlices]) -> None:
-        """Appends `packets` framed as `Trace.packet` fields."""
+        """Appends `packets` framed as `Trace.packet` fields.
+
+        On a write error (e.g. a full disk) a file is cut back to the packets it held before,
+        so that it ends on a whole packet, and the `OSError` is raised.
+        """
         data = memoryview(trace_file_bytes(packets))
-        self._written += len(data)
-        while data:
-            written = os.write(self.fd, data)
-            data = data[written:]
+        start = self._written
+        try:
+            while data:
+                written = os.write(self.fd, data)
+                self._written += written
+                data = data[written:]
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, start)
+                self._written = start
+            raise
 
     def size(self) -> int:
         """Bytes in the file so far (with what the service wrote into it); a pipe's count."""

@@ -17,6 +17,7 @@ from perfetto_protos.common.trace_stats_pb2 import TraceStats
 from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_service import (
+    TRACE_FILE_WRITE_FAILED,
     ConsumerIPCClient,
     SessionCloned,
     TracePacketSlices,
@@ -150,6 +151,7 @@ class SessionRunner:
         self._reading = False
         self._final_stats_deadline = 0.0
         """When the TraceStats asked for at the end are given up on (0: not asked yet)."""
+        self._writing = False
         self._started_at = 0.0
         self._progress = ProgressLine() if progress else None
         self._buffer_bytes = 0
@@ -212,9 +214,14 @@ class SessionRunner:
                 self._flush_and_disable()
             else:
                 self._finish(1)
-        if self._reading and time.monotonic() - self._last_data > _ON_TRACE_DATA_TIMEOUT_S:
-            log("Timed out while waiting for OnTraceData, aborting")
-            self._finalize()
+        if (
+            self._reading
+            and not self._writing
+            and time.monotonic() - self._last_data > _ON_TRACE_DATA_TIMEOUT_S
+        ):
+            self._fail(
+                f"Timed out while waiting for OnTraceData, aborting: {self._incomplete_trace()}"
+            )
         if 0 < self._final_stats_deadline < time.monotonic():
             log("Timed out waiting for the trace stats: data lost unknown")
             self._finalize(None)
@@ -316,6 +323,9 @@ class SessionRunner:
     def on_disconnect(self) -> None:
         if self._done.is_set():
             return
+        if self._reading:
+            self._fail(f"Disconnected from the traced service: {self._incomplete_trace()}")
+            return
         if self._connected:
             log("Disconnected from the traced service")
         else:
@@ -345,8 +355,10 @@ class SessionRunner:
             log(f"Service error: {error}")
             if self.output is not None:
                 self.output.remove_if_empty()
-            # Upstream exits 0 here too: such errors (e.g. a duplicate session name) are soft.
-            self._finish(0)
+            # Upstream exits 0 here too: such errors (e.g. a duplicate session name) are soft,
+            # unless part of a trace was written: that trace is incomplete.
+            partial = error.startswith(TRACE_FILE_WRITE_FAILED) or self._output_size()
+            self._finish(1 if partial else 0)
             return
         config = self.config
         if config is not None and config.write_into_file:
@@ -361,14 +373,48 @@ class SessionRunner:
             return
         self._last_data = time.monotonic()
         if self.output is not None:
+            self._writing = True
             try:
                 self.output.write_packets(packets)
             except OSError as exc:
-                log(f"Failed to write packets: {exc.strerror}")
-                self._finalize()
+                self._fail(
+                    f"Failed to write packets into {self.output.display_name}: {exc.strerror}; "
+                    f"{self._incomplete_trace()}"
+                )
                 return
+            finally:
+                self._writing = False
+                self._last_data = time.monotonic()
         if not has_more:
             self._finalize()
+
+    def _output_size(self) -> int:
+        """Bytes of trace in the output so far (the service's file too), 0 if none."""
+        if self.output is not None:
+            return self.output.size()
+        config = self.config
+        if config is not None and config.output_path:
+            with contextlib.suppress(OSError):
+                return os.path.getsize(config.output_path)
+        return 0
+
+    def _incomplete_trace(self) -> str:
+        if self.output is None:
+            return "the trace is incomplete"
+        return (
+            f"the trace is incomplete ({self.output.size()} bytes of whole packets in "
+            f"{self.output.display_name})"
+        )
+
+    def _fail(self, message: str) -> None:
+        """Ends a read that could not complete: one line, exit status 1."""
+        if self._done.is_set():
+            return
+        self._reading = False
+        if self._progress is not None:
+            self._progress.clear()
+        log(message)
+        self._finish(1)
 
     def _finalize(self, stats: TraceStats | None = None) -> None:
         """Ends the session's trace; first asks for its TraceStats, to say what was lost."""

@@ -96,6 +96,7 @@ class TracingSession:
         self._error = ""
         self._chunks: list[bytes] = []
         self._read_done = False
+        self._read_complete = False
         self._stats: list[tuple[bool, TraceStats]] = []
         self.on_start: Callable[[], None] | None = None
         self.on_stop: Callable[[], None] | None = None
@@ -179,6 +180,7 @@ class TracingSession:
         with self._lock:
             self._chunks = []
             self._read_done = False
+            self._read_complete = False
         endpoint = transport.endpoint
         transport.call(endpoint.read_buffers)
         received = -1
@@ -192,6 +194,8 @@ class TracingSession:
                 self._lock.wait_for(progressed, timeout)
             if not self._read_done:
                 raise TracingError(f"no trace data arrived for {timeout:g} s while reading")
+            if not self._read_complete:
+                raise TracingError("the tracing service went away before the whole trace was read")
             return b"".join(self._chunks)
 
     def trace_stats(self, timeout: float = _TIMEOUT) -> TraceStats:
@@ -265,6 +269,7 @@ class TracingSession:
             self._chunks.append(data)
             if not has_more:
                 self._read_done = True
+                self._read_complete = True
             self._lock.notify_all()
 
     def on_detach(self, success: bool) -> None:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     )
     from perfetto_service.core._read_slicer import packet_preamble, trace_file_bytes
     from perfetto_service.core._tracing_service import TracingService, flush_flags
+    from perfetto_service.core._write_into_file import TRACE_FILE_WRITE_FAILED
     from perfetto_service.ipc._default_socket import consumer_socket_name, producer_socket_names
     from perfetto_service.ipc.consumer._consumer_ipc_client import ConsumerIPCClient
     from perfetto_service.ipc.producer._producer_ipc_client import ProducerIPCClient
@@ -52,6 +53,7 @@ _EXPORTS: dict[str, str] = {
     "ServiceError": "perfetto_service._errors",
     "ServiceIPCHost": "perfetto_service.ipc.service._host",
     "SessionCloned": _INTERFACES,
+    "TRACE_FILE_WRITE_FAILED": "perfetto_service.core._write_into_file",
     "TaskRunner": _INTERFACES,
     "TracePacketSlices": _INTERFACES,
     "TracingService": "perfetto_service.core._tracing_service",
@@ -63,6 +65,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "TRACE_FILE_WRITE_FAILED",
     "AsyncioTaskRunner",
     "ClientIdentity",
     "Consumer",

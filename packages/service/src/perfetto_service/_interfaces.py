@@ -195,7 +195,13 @@ class Consumer(Protocol):
         return
 
     def on_trace_data(self, packets: Sequence[TracePacketSlices], has_more: bool) -> None:
-        """A batch of trace packets read from the buffers; `has_more` false on the last batch."""
+        """A batch of trace packets read from the buffers; `has_more` false on the last batch.
+
+        A consumer may also offer `when_ready_for_trace_data(resume: Callable[[], None])`,
+        which calls `resume` once it can take the next batch; the service reads the next one
+        only then, so that ReadBuffers goes at the pace of a consumer on a socket. Without it
+        the next batch follows at once.
+        """
         return
 
     def on_detach(self, success: bool) -> None:

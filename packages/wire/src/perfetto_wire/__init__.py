@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from perfetto_wire._errors import WireError
     from perfetto_wire._framing import FrameDecoder, FrameTooLargeError, encode_frame, serialize
     from perfetto_wire._host import ClientInfo, Deferred, Host
-    from perfetto_wire._server import HostServer
+    from perfetto_wire._server import DEFAULT_SEND_TIMEOUT, HostServer
     from perfetto_wire._sockets import ListenError, parse_address, remove_stale_socket
     from perfetto_wire._threaded_client import Client
 
@@ -39,6 +39,7 @@ _EXPORTS: dict[str, str] = {
     "Client": "perfetto_wire._threaded_client",
     "ClientInfo": "perfetto_wire._host",
     "ConnectionClosedError": "perfetto_wire._client",
+    "DEFAULT_SEND_TIMEOUT": "perfetto_wire._server",
     "Deferred": "perfetto_wire._host",
     "encode_frame": "perfetto_wire._framing",
     "FrameDecoder": "perfetto_wire._framing",
@@ -60,6 +61,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "DEFAULT_SEND_TIMEOUT",
     "AsyncClient",
     "Client",
     "ClientInfo",

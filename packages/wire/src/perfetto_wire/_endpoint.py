@@ -32,6 +32,8 @@ class Transport(Protocol):
         A transport that can write several buffers at once may also offer
         `send_parts(parts: Sequence[bytes], fd: int | None) -> None`, which sends their
         concatenation like `send`; large replies then go out without being joined first.
+        One that queues may offer `when_drained(callback: Callable[[], None]) -> None`, which
+        calls `callback` once most of the queue has reached the peer.
         """
 
 

@@ -134,6 +134,11 @@ class Deferred:
         """The connection's pending received fd (the caller now owns it), or None."""
         return self._connection.take_received_fd()
 
+    def when_drained(self, callback: Callable[[], None]) -> None:
+        """Calls `callback` once the caller has read most of what was sent to it (at once on
+        transports that queue nothing); never if the connection is lost first."""
+        self._connection.when_drained(callback)
+
 
 Handler = Callable[[Message, Deferred], Message | None]
 """Serves one method: gets the decoded request and the call; may return the (final) reply."""
@@ -302,6 +307,18 @@ class HostConnection(FrameEndpoint):
         """The last received fd that no handler has taken yet (the caller now owns it)."""
         fd, self._pending_fd = self._pending_fd, None
         return fd
+
+    def when_drained(self, callback: Callable[[], None]) -> None:
+        """See `Deferred.when_drained`."""
+        if self._closed:
+            return
+        when_drained: Callable[[Callable[[], None]], None] | None = getattr(
+            self._transport, "when_drained", None
+        )
+        if when_drained is None:
+            callback()
+        else:
+            when_drained(callback)
 
     def send_reply(
         self, request_id: int, reply_proto: bytes, has_more: bool, fd: int | None

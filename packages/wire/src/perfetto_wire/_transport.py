@@ -25,32 +25,40 @@ __all__ = ["SocketTransport"]
 _log = logging.getLogger("perfetto_wire")
 
 
+DRAINED_BELOW = IPC_BUFFER_SIZE
+"""`when_drained` callbacks run once fewer bytes than this wait in the queue."""
+
+
 class _Outgoing:
-    """A frame (or what is left of it) waiting for the socket, with its fd and deadline."""
+    """A frame (or what is left of it) waiting for the socket, with its fd."""
 
-    __slots__ = ("data", "deadline", "fd")
+    __slots__ = ("data", "fd")
 
-    def __init__(self, data: memoryview, fd: int | None, deadline: float | None) -> None:
+    def __init__(self, data: memoryview, fd: int | None) -> None:
         self.data = data
         self.fd = fd
-        self.deadline = deadline
 
 
 class SocketTransport:
     """Moves bytes between a connected socket and a `FrameEndpoint` on one event loop.
 
     Writes go straight to the socket when it has room and are queued otherwise, so a slow
-    peer never blocks the loop. A queued frame that cannot be written within `send_timeout`
-    seconds shuts the connection down. File descriptors are duplicated when queued, so
-    callers may close theirs as soon as `send` returns.
+    peer never blocks the loop. When the socket takes none of the queue for `send_timeout`
+    seconds the connection is shut down: the timeout is per send, as upstream's, so a peer
+    that keeps reading, however slowly, is never cut off. Senders that can wait pace
+    themselves with `when_drained`. File descriptors are duplicated when queued, so callers
+    may close theirs as soon as `send` returns.
     """
 
     __slots__ = (
         "_closed",
+        "_deadline",
+        "_drained_callbacks",
         "_endpoint",
         "_loop",
         "_on_closed",
         "_queue",
+        "_queued",
         "_recv_into",
         "_recv_view",
         "_send_timeout",
@@ -77,6 +85,9 @@ class SocketTransport:
         self._recv_into = [self._recv_view]
         self._on_closed = on_closed
         self._queue: deque[_Outgoing] = deque()
+        self._queued = 0
+        self._deadline = 0.0
+        self._drained_callbacks: list[Callable[[], None]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._endpoint: FrameEndpoint | None = None
         self._closed = False
@@ -90,7 +101,17 @@ class SocketTransport:
     @property
     def queued_bytes(self) -> int:
         """Bytes accepted by `send` that the socket has not taken yet."""
-        return sum(len(item.data) for item in self._queue)
+        return self._queued
+
+    def when_drained(self, callback: Callable[[], None]) -> None:
+        """Calls `callback` once fewer than `DRAINED_BELOW` bytes wait to be sent: at once if
+        that is so already, else from the loop as the peer reads; never once closed."""
+        if self._closed:
+            return
+        if self._queued < DRAINED_BELOW:
+            callback()
+            return
+        self._drained_callbacks.append(callback)
 
     def start(self, endpoint: FrameEndpoint) -> None:
         """Starts feeding received bytes to `endpoint`."""
@@ -168,6 +189,8 @@ class SocketTransport:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._drained_callbacks.clear()
+        self._queued = 0
         while self._queue:
             item = self._queue.popleft()
             if item.fd is not None:
@@ -193,27 +216,30 @@ class SocketTransport:
 
     def _enqueue(self, data: memoryview, fd: int | None) -> None:
         owned_fd = os.dup(fd) if fd is not None else None
-        deadline = None
-        if self._send_timeout is not None:
-            deadline = self._loop.time() + self._send_timeout
-        self._queue.append(_Outgoing(data, owned_fd, deadline))
+        self._queue.append(_Outgoing(data, owned_fd))
+        self._queued += len(data)
         if len(self._queue) == 1:
             self._loop.add_writer(self._sock.fileno(), self._on_writable)
-            self._arm_timer()
+            self._progressed()
 
-    def _arm_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._queue:
-            deadline = self._queue[0].deadline
-            if deadline is not None:
-                self._timer = self._loop.call_at(deadline, self._on_send_timeout)
+    def _progressed(self) -> None:
+        """The socket took bytes (or the queue just began): the send timeout starts again."""
+        if self._send_timeout is None:
+            return
+        self._deadline = self._loop.time() + self._send_timeout
+        if self._timer is None:
+            self._timer = self._loop.call_at(self._deadline, self._on_send_timeout)
 
     def _on_send_timeout(self) -> None:
         self._timer = None
+        if not self._queue:
+            return
+        if self._loop.time() < self._deadline:
+            self._timer = self._loop.call_at(self._deadline, self._on_send_timeout)
+            return
         _log.warning(
-            "IPC send timed out after %.3f s with %d bytes queued; closing the connection",
+            "IPC send timed out: the peer read nothing for %.3f s, %d bytes queued; "
+            "closing the connection",
             self._send_timeout or 0.0,
             self.queued_bytes,
         )
@@ -221,7 +247,7 @@ class SocketTransport:
 
     def _on_writable(self) -> None:
         queue = self._queue
-        progressed = False
+        taken = 0
         while queue:
             item = queue[0]
             try:
@@ -237,15 +263,23 @@ class SocketTransport:
             if sent and item.fd is not None:
                 os.close(item.fd)
                 item.fd = None
+            taken += sent
             if sent < len(item.data):
                 item.data = item.data[sent:]
                 break
             queue.popleft()
-            progressed = True
+        self._queued -= taken
         if not queue:
             self._loop.remove_writer(self._sock.fileno())
-        if progressed:
-            self._arm_timer()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+        elif taken:
+            self._progressed()
+        if self._drained_callbacks and self._queued < DRAINED_BELOW:
+            callbacks, self._drained_callbacks = self._drained_callbacks, []
+            for callback in callbacks:
+                callback()
 
     def _on_readable(self) -> None:
         try:

@@ -141,6 +141,8 @@ class TracingSession:
         self.periodic_flush_ms = 0
         self.file_writer: TraceFileWriter | None = None
         self.write_period_ms = 0
+        self.end_error = ""
+        """Why the session ended, when an error ended it (the consumer is told)."""
         self.snapshot_generation = 0
         """Bumped to cancel the periodic snapshot task."""
 

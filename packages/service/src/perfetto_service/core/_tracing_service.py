@@ -71,6 +71,8 @@ from perfetto_service.core._trace_buffer import (
 )
 from perfetto_service.core._write_into_file import (
     DEFAULT_WRITE_PERIOD_MS,
+    TRACE_FILE_WRITE_FAILED,
+    WRITE_RETRY_MS,
     TraceFileWriter,
     create_trace_file,
     write_period_ms,
@@ -92,6 +94,9 @@ READ_BUFFERS_BYTES_PER_TASK = 32 * 1024
 """Roughly how much one ReadBuffers task reads before yielding (kApproxBytesPerTask)."""
 WRITE_INTO_FILE_BYTES_PER_READ = 1024 * 1024
 """How much each read of a write_into_file drain takes (kWriteIntoFileChunkSize)."""
+
+DEFAULT_FILE_WRITE_TIMEOUT_S = 10.0
+"""How long the reader of a write_into_file pipe may take nothing before the session fails."""
 
 MAX_PENDING_FLUSHES = 1000
 MAX_PATCHES_PER_CHUNK = 1024
@@ -168,11 +173,13 @@ class TracingService:
         smb_scraping_enabled: bool = False,
         system_info: SystemInfo | None = None,
         max_buffer_bytes: int | None = None,
+        file_write_timeout_s: float = DEFAULT_FILE_WRITE_TIMEOUT_S,
     ) -> None:
         self._task_runner = task_runner
         self.max_buffer_bytes = (
             physical_memory_bytes() if max_buffer_bytes is None else max_buffer_bytes
         )
+        self._file_write_timeout_s = file_write_timeout_s
         self.uid = os.getuid() if uid is None else uid
         self.smb_scraping_enabled = smb_scraping_enabled
         self._packet_writer = ServicePacketWriter(self.uid)
@@ -558,7 +565,7 @@ class TracingService:
                     output_fd = create_trace_file(config.output_path)
                 except ServiceError as e:
                     return str(e)
-            file_writer = TraceFileWriter(output_fd, config.max_file_size_bytes)
+            file_writer = TraceFileWriter(output_fd, config.max_file_size_bytes, config.output_path)
         elif output_fd is not None:
             os.close(output_fd)
 
@@ -1037,12 +1044,15 @@ class TracingService:
         self._scrape_all(session)
         self._maybe_snapshot_clocks(session)
         session.record_lifecycle_event(TracingServiceEventKind.TRACING_DISABLED, boot_time_ns())
+        session.end_error = session.end_error or error
         if session.file_writer is not None:
             session.write_period_ms = 0
             session.should_emit_stats = True
-            self.read_buffers_into_file(session.id, flush_first=False)
+            if not self.read_buffers_into_file(session.id, flush_first=False):
+                self._finish_file(session)
+            return  # `_finish_file` tells the consumer once the file is complete.
         if session.consumer is not None:
-            session.consumer.notify_on_tracing_disabled(error)
+            session.consumer.notify_on_tracing_disabled(session.end_error)
 
     def _on_start_triggers_timeout(self, session_id: int) -> None:
         session = self.session(session_id)
@@ -1322,6 +1332,7 @@ class TracingService:
         ):
             return False
         packets, has_more = self.read_buffers(session, READ_BUFFERS_BYTES_PER_TASK)
+        consumer.consumer.on_trace_data(packets, has_more)
         if has_more:
 
             def next_part() -> None:
@@ -1333,8 +1344,14 @@ class TracingService:
                     # The session went away mid-read: end the stream.
                     consumer.consumer.on_trace_data([], False)
 
-            self._task_runner.post_task(next_part)
-        consumer.consumer.on_trace_data(packets, has_more)
+            # The next part is read once the consumer took this one (upstream's socket pacing).
+            when_ready: Callable[[Callable[[], None]], None] | None = getattr(
+                consumer.consumer, "when_ready_for_trace_data", None
+            )
+            if when_ready is None:
+                self._task_runner.post_task(next_part)
+            else:
+                when_ready(lambda: self._task_runner.post_task(next_part))
         return True
 
     def _read_into_file_task(self, session_id: int, flush_first: bool) -> None:
@@ -1348,25 +1365,10 @@ class TracingService:
 
         def drain(_success: bool = True) -> None:
             current = self.session(session_id)
-            if current is None or current.file_writer is None:
-                return
-            writer = current.file_writer
-            stop = False
-            has_more = True
-            while has_more and not stop:
-                data, has_more = self.read_buffers_as_trace(current, WRITE_INTO_FILE_BYTES_PER_READ)
-                stop = writer.write(data)
-            if stop or current.write_period_ms == 0:
-                writer.close()
-                current.file_writer = None
-                current.write_period_ms = 0
-                if current.state is SessionState.STARTED:
-                    self.disable_tracing(session_id)
-                return
-            self._task_runner.post_delayed_task(
-                functools.partial(self._read_into_file_task, session_id, flush_first),
-                self._delay_to_next_period(current.write_period_ms),
-            )
+            writer = current.file_writer if current is not None else None
+            # A retry already scheduled goes on from where it is.
+            if current is not None and writer is not None and not writer.retry_scheduled:
+                self._drain_into_file(current, flush_first)
 
         if flush_first:
             self.flush(
@@ -1375,6 +1377,56 @@ class TracingService:
         else:
             drain()
         return True
+
+    def _drain_into_file(self, session: TracingSession, flush_first: bool) -> None:
+        """Writes what the file's reader takes without blocking; waits for a pipe's reader."""
+        writer = session.file_writer
+        assert writer is not None
+        writer.write_pending()
+        has_more = True
+        while has_more and not writer.pending and not writer.done:
+            data, has_more = self.read_buffers_as_trace(session, WRITE_INTO_FILE_BYTES_PER_READ)
+            writer.write(data)
+        if writer.pending and not writer.done:
+            if writer.idle_seconds() < self._file_write_timeout_s:
+                writer.retry_scheduled = True
+                self._task_runner.post_delayed_task(
+                    functools.partial(self._retry_file_write, session.id, flush_first),
+                    WRITE_RETRY_MS,
+                )
+                return
+            writer.fail(
+                f"{TRACE_FILE_WRITE_FAILED} {writer.path}: its reader took nothing for "
+                f"{self._file_write_timeout_s:g} s"
+            )
+        if writer.done or session.write_period_ms == 0:
+            self._finish_file(session)
+            return
+        self._task_runner.post_delayed_task(
+            functools.partial(self._read_into_file_task, session.id, flush_first),
+            self._delay_to_next_period(session.write_period_ms),
+        )
+
+    def _retry_file_write(self, session_id: int, flush_first: bool) -> None:
+        session = self.session(session_id)
+        if session is not None and session.file_writer is not None:
+            session.file_writer.retry_scheduled = False
+            self._drain_into_file(session, flush_first)
+
+    def _finish_file(self, session: TracingSession) -> None:
+        """Closes the session's file; a write error ends the session with that error."""
+        writer = session.file_writer
+        assert writer is not None
+        writer.close()
+        session.file_writer = None
+        session.write_period_ms = 0
+        if writer.error:
+            _log.error("Tracing session %d: %s", session.id, writer.error)
+            session.end_error = session.end_error or writer.error
+        if session.state is SessionState.STARTED:
+            self.disable_tracing(session.id, error=writer.error)
+        elif session.state is SessionState.DISABLED and session.consumer is not None:
+            session.consumer.notify_on_tracing_disabled(session.end_error)
 
     def read_buffers(
         self, session: TracingSession, threshold: int

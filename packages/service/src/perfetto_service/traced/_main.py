@@ -21,7 +21,13 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-from perfetto_wire import ListenError, WireError, parse_address, remove_stale_socket
+from perfetto_wire import (
+    DEFAULT_SEND_TIMEOUT,
+    ListenError,
+    WireError,
+    parse_address,
+    remove_stale_socket,
+)
 
 from perfetto_service._errors import ServiceError
 from perfetto_service._interfaces import AsyncioTaskRunner
@@ -109,6 +115,15 @@ def _parser() -> argparse.ArgumentParser:
         help="log connections and protocol details too (debug level)",
     )
     parser.add_argument(
+        "--consumer-timeout",
+        metavar="SECONDS",
+        type=_positive_seconds,
+        default=DEFAULT_SEND_TIMEOUT,
+        help="how long a consumer, or the reader of a write_into_file pipe, may take nothing "
+        "of what traced sends before it is cut off and its session ends with an error "
+        "(default %(default)g; a reader that keeps reading is never cut off)",
+    )
+    parser.add_argument(
         "--set-socket-permissions",
         metavar="PG:PM:CG:CM",
         help="group and octal mode of the producer and consumer sockets, "
@@ -156,6 +171,16 @@ def _positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {value}")
     return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return seconds
 
 
 def _filesystem_paths(names: Sequence[str]) -> list[str]:
@@ -226,15 +251,20 @@ class Daemon:
         relay_sockets: Collection[str] = (),
         *,
         max_buffer_bytes: int | None = None,
+        consumer_timeout: float = DEFAULT_SEND_TIMEOUT,
     ) -> None:
         self.producers = list(producers)
         self.consumer = consumer
         self.relay_sockets = relay_sockets
         self.loop = asyncio.new_event_loop()
         self.service = TracingService(
-            AsyncioTaskRunner(self.loop), max_buffer_bytes=max_buffer_bytes
+            AsyncioTaskRunner(self.loop),
+            max_buffer_bytes=max_buffer_bytes,
+            file_write_timeout_s=consumer_timeout,
         )
-        self.host = ServiceIPCHost(self.service, loop=self.loop)
+        self.host = ServiceIPCHost(
+            self.service, loop=self.loop, consumer_send_timeout=consumer_timeout
+        )
         self._owned_paths: list[str] = []
 
     def start(self, permissions: SocketPermissions | None) -> None:
@@ -403,7 +433,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     service_version()
     limit_mib = args.max_buffer_memory_mb
     daemon = Daemon(
-        producers, consumer, relays, max_buffer_bytes=None if limit_mib is None else limit_mib << 20
+        producers,
+        consumer,
+        relays,
+        max_buffer_bytes=None if limit_mib is None else limit_mib << 20,
+        consumer_timeout=args.consumer_timeout,
     )
     try:
         daemon.start(permissions)

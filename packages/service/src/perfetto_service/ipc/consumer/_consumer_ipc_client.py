@@ -213,15 +213,20 @@ class ConsumerIPCClient(PortClient):
     # On the IPC thread.
 
     def _on_read_reply(self, reply: Reply) -> None:
+        if not reply.success or reply.message is None:
+            # As upstream's: a failed read is not the end of the trace. The connection lost
+            # mid-read (e.g. the service cut off a consumer that stopped reading) is told by
+            # on_disconnect; a read superseded by a newer ReadBuffers ends with that one.
+            self._partial = []
+            return
         packets: list[list[bytes]] = []
-        if reply.success and reply.message is not None:
-            partial = self._partial
-            for piece in reply.unwrap(pb.ReadBuffersResponse).slices:
-                partial.append(piece.data)
-                if piece.last_slice_for_packet:
-                    packets.append(partial)
-                    partial = []
-            self._partial = partial
+        partial = self._partial
+        for piece in reply.unwrap(pb.ReadBuffersResponse).slices:
+            partial.append(piece.data)
+            if piece.last_slice_for_packet:
+                packets.append(partial)
+                partial = []
+        self._partial = partial
         if not reply.has_more:
             self._partial = []
         self.consumer.on_trace_data(packets, reply.has_more)

@@ -147,6 +147,12 @@ class RemoteConsumer:
         self.read_buffers = None
         _send_serialized(deferred, bytes(pending))
 
+    def when_ready_for_trace_data(self, resume: Callable[[], None]) -> None:
+        """Calls `resume` once the consumer's socket has taken most of what was sent."""
+        deferred = self.read_buffers
+        if deferred is not None and not deferred.done:
+            deferred.when_drained(resume)
+
     def start_read(self, deferred: Deferred) -> None:
         """Adopts a ReadBuffers call (a previous one still streaming is failed)."""
         _replace_call(self.read_buffers)

@@ -9,7 +9,14 @@ import socket
 from collections.abc import Collection, Sequence
 from typing import Protocol
 
-from perfetto_wire import ClientInfo, Host, HostServer, WireError, parse_address
+from perfetto_wire import (
+    DEFAULT_SEND_TIMEOUT,
+    ClientInfo,
+    Host,
+    HostServer,
+    WireError,
+    parse_address,
+)
 
 from perfetto_service._errors import ServiceError
 from perfetto_service.ipc.relay._relay_port import RelayConnector, RelayPort
@@ -34,11 +41,17 @@ class ServiceIPCHost:
     sockets that cannot pass file descriptors (TCP, vsock) are told to use shared memory
     emulation. RelayPort (and SetPeerIdentity) is served only on the producer sockets named
     as relay sockets (upstream's `--enable-relay-endpoint[-on]`); elsewhere BindService of
-    RelayPort fails. Producer connections get a 10 ms send timeout, consumers the default.
+    RelayPort fails. Producer connections get a 10 ms send timeout, consumers
+    `consumer_send_timeout` seconds: a peer that takes nothing of a reply for that long is
+    disconnected.
     """
 
     def __init__(
-        self, service: TracingServiceConnector, *, loop: asyncio.AbstractEventLoop | None = None
+        self,
+        service: TracingServiceConnector,
+        *,
+        loop: asyncio.AbstractEventLoop | None = None,
+        consumer_send_timeout: float = DEFAULT_SEND_TIMEOUT,
     ) -> None:
         self._loop = loop if loop is not None else asyncio.get_running_loop()
         self._service = service
@@ -47,7 +60,9 @@ class ServiceIPCHost:
         self.consumer_port = ConsumerPort(service)
         consumer_host = Host(on_disconnect=self.consumer_port.on_client_disconnected)
         self.consumer_port.expose_on(consumer_host)
-        self._consumer_server = HostServer(consumer_host, loop=self._loop)
+        self._consumer_server = HostServer(
+            consumer_host, loop=self._loop, send_timeout=consumer_send_timeout
+        )
 
     def _producer_server(self, *, shmem_emulation: bool, relay: bool) -> HostServer:
         port = ProducerPort(self._service, shmem_emulation=shmem_emulation)
