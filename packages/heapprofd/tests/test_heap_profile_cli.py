@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from heapprofd import HeapprofdError
+from heapprofd._heap_profile import _start_notified
 from hp_testlib import heap_dumps
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -68,3 +71,15 @@ def test_mistakes_get_one_line_and_status_1(tmp_path: Path) -> None:
         assert len(result.stderr.strip().splitlines()) == 1
         assert result.stderr.startswith("heap_profile: ")
     assert not list(tmp_path.iterdir())
+
+
+def test_a_helper_that_fails_to_start_is_named_with_its_whole_error(tmp_path: Path) -> None:
+    long_path = "/".join(["", *["directory"] * 40, "_native.so"])
+    error = f"ImportError: {long_path}: cannot open shared object file"
+    program = (
+        "import sys; sys.stderr.write('Traceback (most recent call last):\\n'"
+        f" + '  File \"x.py\", line 1\\n' * 20 + {error!r} + '\\n'); sys.exit(1)"
+    )
+    with pytest.raises(HeapprofdError) as info:
+        _start_notified([sys.executable, "-c", program], dict(os.environ), "TEST_NOTIFY_FD")
+    assert str(info.value).endswith(f" did not start: {error}")

@@ -90,7 +90,10 @@ def _start_notified(
         if not ready or os.read(read_end, 1) != b"1":
             process.kill()
             _, err = process.communicate(timeout=_START_TIMEOUT_S)
-            raise HeapprofdError(f"{argv[-1]} did not start: {err.decode().strip()[-300:]}")
+            # Its last line says why (a traceback ends with the exception), whole.
+            lines = err.decode(errors="replace").strip().splitlines()
+            why = lines[-1] if lines else f"exit status {process.returncode}"
+            raise HeapprofdError(f"{argv[-1]} did not start: {why}")
     finally:
         os.close(read_end)
     return process
