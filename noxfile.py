@@ -5,8 +5,12 @@ Run them through `python3 tools/dev.py nox -s NAME` (or `nox -s NAME` inside `.v
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
+import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import nox
@@ -23,12 +27,16 @@ PACKAGE_DIRS: dict[str, Path] = {
     "heapprofd": ROOT / "packages" / "heapprofd",
 }
 TESTED = [name for name, path in PACKAGE_DIRS.items() if any(path.glob("tests/test_*.py"))]
+# The project's .venv runs 3.11; the others run in venvs nox makes (`tests_on`).
+OTHER_PYTHONS = ["3.12", "3.13"]
+TEST_REQUIREMENTS = ["pytest", "pytest-randomly", "pytest-timeout", "hypothesis", "perfetto"]
+BUILD_REQUIREMENTS = ["cython", "setuptools"]
 
 PURE = "PERFETTO_PY_PURE"
 EXPECT_COMPILED = "PERFETTO_PY_EXPECT_COMPILED"
 
 nox.options.default_venv_backend = "none"
-nox.options.sessions = ["lint", "typecheck", "protos_check", "layers", "tests"]
+nox.options.sessions = ["lint", "typecheck", "protos_check", "layers", "tests", "tests_on"]
 nox.options.error_on_missing_interpreters = True
 
 
@@ -75,6 +83,69 @@ def tests(session: nox.Session, package: str) -> None:
 
 def _has_compiled_modules(package: str, pattern: str) -> bool:
     return any((PACKAGE_DIRS[package] / "src").rglob(pattern))
+
+
+@nox.session(python=OTHER_PYTHONS, venv_backend="venv", reuse_venv=True)
+@nox.parametrize("package", ["repo", *TESTED])
+def tests_on(session: nox.Session, package: str) -> None:
+    """pytest for one package on another Python version, compiled only (`tests` runs 3.11).
+
+    The session's venv holds every package in develop mode (their compiled modules built in
+    place for that interpreter, beside 3.11's) and the test requirements at poetry.lock's
+    versions.
+    """
+    _develop_install(session)
+    session.run("python", "tools/build_native.py")
+    path = ROOT / "tests" if package == "repo" else PACKAGE_DIRS[package] / "tests"
+    session.run("pytest", str(path), *session.posargs, env={EXPECT_COMPILED: "1"})
+
+
+def _develop_install(session: nox.Session) -> None:
+    """Installs every package in develop mode into the session's venv, once per change of the
+    pyproject files and the lock."""
+    inputs = [ROOT / "poetry.lock", *(path / "pyproject.toml" for path in PACKAGE_DIRS.values())]
+    stamp = Path(str(session.virtualenv.location)) / ".develop-installed"
+    fingerprint = hashlib.sha256(b"".join(p.read_bytes() for p in inputs)).hexdigest()
+    if stamp.is_file() and stamp.read_text() == fingerprint:
+        return
+    session.install(*_locked(TEST_REQUIREMENTS + BUILD_REQUIREMENTS))
+    session.run("python", "tools/dev.py", "develop")
+    stamp.write_text(fingerprint)
+
+
+def _locked(names: list[str]) -> list[str]:
+    """Requirements pinned to poetry.lock's versions (a name it does not lock stays bare)."""
+    lock = tomllib.loads((ROOT / "poetry.lock").read_text())
+    versions = {package["name"]: package["version"] for package in lock["package"]}
+    return [f"{name}=={versions[name]}" if name in versions else name for name in names]
+
+
+def _find_pyenv_pythons() -> None:
+    """Puts pyenv's newest 3.12 and 3.13 on PATH for nox when `python3.X` is not on it (pyenv's
+    shim of a version that is not selected does not count: it refuses to run)."""
+    if shutil.which("pyenv") is None:
+        return
+    run = subprocess.run(["pyenv", "root"], capture_output=True, text=True, check=False)
+    versions = Path(run.stdout.strip()) / "versions"
+    shims = Path(run.stdout.strip()) / "shims"
+    found = []
+    for version in OTHER_PYTHONS:
+        on_path = shutil.which(f"python{version}")
+        if on_path is not None and Path(on_path).parent != shims:
+            continue
+        candidates = [
+            p for p in versions.glob(f"{version}.*") if (p / "bin" / f"python{version}").is_file()
+        ]
+        if candidates:
+            newest = max(
+                candidates, key=lambda p: [int(x) for x in p.name.split(".") if x.isdigit()]
+            )
+            found.append(str(newest / "bin"))
+    if found:
+        os.environ["PATH"] = os.pathsep.join([*found, os.environ.get("PATH", "")])
+
+
+_find_pyenv_pythons()
 
 
 @nox.session(python=False)

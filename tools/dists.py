@@ -50,7 +50,12 @@ def build(tree: Path, out: Path) -> list[Path]:
     projects = {
         path: tomllib.loads((path / "pyproject.toml").read_text()) for path in package_dirs(tree)
     }
-    requires = {r for project in projects.values() for r in project["build-system"]["requires"]}
+    requires = {
+        r
+        for project in projects.values()
+        for r in project["build-system"]["requires"]
+        if not r.startswith(DIST_PREFIX)  # the siblings, built and installed here in turn
+    }
     # The cimported packages first, each installed here from its wheel: later builds cimport
     # their .pxd files.
     order = {name: i for i, name in enumerate(CIMPORTED)}

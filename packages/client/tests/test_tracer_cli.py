@@ -104,6 +104,21 @@ def test_an_uncaught_keyboard_interrupt_is_named_as_python_names_it(
     assert "uncaught KeyboardInterrupt" in [name for _, name in main.instants]
 
 
+@pytest.mark.parametrize("hook", HOOKS)
+def test_the_summary_says_which_hook_ran(tmp_path: Path, hook: str) -> None:
+    if hook == "compiled":
+        require_compiled_hook()
+    (tmp_path / "small.json").write_text('{"a": 1}')
+    options = ["--pure"] if hook == "pure" else []
+    proc = _run([*TRACE, *options, "-o", "t.pftrace", "-m", "json.tool", "small.json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    [wrote] = [
+        line for line in proc.stderr.splitlines() if line.startswith("perfetto-trace: wrote")
+    ]
+    assert wrote.endswith(f"({hook} hook)")
+    assert "running as pure Python" not in proc.stderr  # compiled, or pure as asked: no notice
+
+
 def test_dev_trace_runs_the_program_where_the_caller_is(tmp_path: Path) -> None:
     (tmp_path / "prog.py").write_text("import os\ndef work():\n    print(os.getcwd())\nwork()\n")
     proc = _run([sys.executable, str(ROOT / "tools" / "dev.py"), "trace", "prog.py"], tmp_path, 600)
