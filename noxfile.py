@@ -85,32 +85,44 @@ def _has_compiled_modules(package: str, pattern: str) -> bool:
     return any((PACKAGE_DIRS[package] / "src").rglob(pattern))
 
 
-@nox.session(python=OTHER_PYTHONS, venv_backend="venv", reuse_venv=True)
+@nox.session(python=False)
+@nox.parametrize("python", OTHER_PYTHONS)
 @nox.parametrize("package", ["repo", *TESTED])
-def tests_on(session: nox.Session, package: str) -> None:
-    """pytest for one package on another Python version, compiled only (`tests` runs 3.11).
+def tests_on(session: nox.Session, python: str, package: str) -> None:
+    """pytest for one package on another Python version, compiled only (`tests` runs 3.11):
+    `nox -s "tests_on(python='3.13', package='client')"`.
 
-    The session's venv holds every package in develop mode (their compiled modules built in
-    place for that interpreter, beside 3.11's) and the test requirements at poetry.lock's
-    versions.
+    Every package's session of that version shares one venv, `.nox/develop-X.Y`: every package
+    in develop mode (compiled modules built in place for that interpreter, beside 3.11's) and
+    the test requirements at poetry.lock's versions.
     """
-    _develop_install(session)
-    session.run("python", "tools/build_native.py")
+    bin_dir = _develop_venv(session, python) / "bin"
+    session.run(str(bin_dir / "python"), "tools/build_native.py", external=True)
     path = ROOT / "tests" if package == "repo" else PACKAGE_DIRS[package] / "tests"
-    session.run("pytest", str(path), *session.posargs, env={EXPECT_COMPILED: "1"})
+    pytest = [str(bin_dir / "python"), "-m", "pytest", str(path), *session.posargs]
+    # The venv's scripts (traced, perfetto-trace, ...) first on PATH, as for an installed user.
+    path_env = os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])
+    session.run(*pytest, env={EXPECT_COMPILED: "1", "PATH": path_env}, external=True)
 
 
-def _develop_install(session: nox.Session) -> None:
-    """Installs every package in develop mode into the session's venv, once per change of the
-    pyproject files and the lock."""
+def _develop_venv(session: nox.Session, python: str) -> Path:
+    """`.nox/develop-X.Y`, made with that interpreter and brought up to date: every package in
+    develop mode, once per change of the pyproject files and the lock."""
+    venv = ROOT / ".nox" / f"develop-{python}"
+    interpreter = _interpreter(python)
+    if interpreter is None:
+        session.error(f"Python {python} not found (neither python{python} on PATH nor in pyenv)")
     inputs = [ROOT / "poetry.lock", *(path / "pyproject.toml" for path in PACKAGE_DIRS.values())]
-    stamp = Path(str(session.virtualenv.location)) / ".develop-installed"
+    stamp = venv / ".develop-installed"
     fingerprint = hashlib.sha256(b"".join(p.read_bytes() for p in inputs)).hexdigest()
     if stamp.is_file() and stamp.read_text() == fingerprint:
-        return
-    session.install(*_locked(TEST_REQUIREMENTS + BUILD_REQUIREMENTS))
-    session.run("python", "tools/dev.py", "develop")
+        return venv
+    session.run(interpreter, "-m", "venv", "--clear", str(venv), external=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+    session.run(*pip, *_locked(TEST_REQUIREMENTS + BUILD_REQUIREMENTS), external=True)
+    session.run(str(venv / "bin" / "python"), "tools/dev.py", "develop", external=True)
     stamp.write_text(fingerprint)
+    return venv
 
 
 def _locked(names: list[str]) -> list[str]:
@@ -120,32 +132,27 @@ def _locked(names: list[str]) -> list[str]:
     return [f"{name}=={versions[name]}" if name in versions else name for name in names]
 
 
-def _find_pyenv_pythons() -> None:
-    """Puts pyenv's newest 3.12 and 3.13 on PATH for nox when `python3.X` is not on it (pyenv's
-    shim of a version that is not selected does not count: it refuses to run)."""
-    if shutil.which("pyenv") is None:
-        return
-    run = subprocess.run(["pyenv", "root"], capture_output=True, text=True, check=False)
-    versions = Path(run.stdout.strip()) / "versions"
-    shims = Path(run.stdout.strip()) / "shims"
-    found = []
-    for version in OTHER_PYTHONS:
-        on_path = shutil.which(f"python{version}")
-        if on_path is not None and Path(on_path).parent != shims:
-            continue
-        candidates = [
-            p for p in versions.glob(f"{version}.*") if (p / "bin" / f"python{version}").is_file()
-        ]
-        if candidates:
-            newest = max(
-                candidates, key=lambda p: [int(x) for x in p.name.split(".") if x.isdigit()]
-            )
-            found.append(str(newest / "bin"))
-    if found:
-        os.environ["PATH"] = os.pathsep.join([*found, os.environ.get("PATH", "")])
-
-
-_find_pyenv_pythons()
+def _interpreter(version: str) -> str | None:
+    """`pythonX.Y` from PATH, else pyenv's newest X.Y (pyenv's shim of a version that is not
+    selected does not count: it refuses to run)."""
+    root = ""
+    if shutil.which("pyenv") is not None:
+        run = subprocess.run(["pyenv", "root"], capture_output=True, text=True, check=False)
+        root = run.stdout.strip()
+    on_path = shutil.which(f"python{version}")
+    if on_path is not None and (not root or Path(on_path).parent != Path(root) / "shims"):
+        return on_path
+    candidates = [
+        p / "bin" / f"python{version}"
+        for p in (Path(root) / "versions").glob(f"{version}.*")
+        if root and (p / "bin" / f"python{version}").is_file()
+    ]
+    newest = max(
+        candidates,
+        key=lambda p: [int(x) for x in p.parent.parent.name.split(".") if x.isdigit()],
+        default=None,
+    )
+    return str(newest) if newest else None
 
 
 @nox.session(python=False)
