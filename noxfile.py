@@ -29,7 +29,13 @@ PACKAGE_DIRS: dict[str, Path] = {
 TESTED = [name for name, path in PACKAGE_DIRS.items() if any(path.glob("tests/test_*.py"))]
 # The project's .venv runs 3.11; the others run in venvs nox makes (`tests_on`).
 OTHER_PYTHONS = ["3.12", "3.13"]
-TEST_REQUIREMENTS = ["pytest", "pytest-randomly", "pytest-timeout", "hypothesis", "perfetto"]
+ALL_PYTHONS = ["3.11", *OTHER_PYTHONS]
+# What the tests import or run (grpcio-tools and mypy-protobuf: tools/gen_protos.py's check;
+# ruff and mypy: the generated code's lint and type check).
+TEST_REQUIREMENTS = [
+    *("pytest", "pytest-randomly", "pytest-timeout", "hypothesis", "perfetto"),
+    *("grpcio-tools", "mypy-protobuf", "ruff", "mypy"),
+]
 BUILD_REQUIREMENTS = ["cython", "setuptools"]
 
 PURE = "PERFETTO_PY_PURE"
@@ -107,21 +113,22 @@ def tests_on(session: nox.Session, python: str, package: str) -> None:
 
 def _develop_venv(session: nox.Session, python: str) -> Path:
     """`.nox/develop-X.Y`, made with that interpreter and brought up to date: every package in
-    develop mode, once per change of the pyproject files and the lock."""
+    develop mode, once per change of the pyproject files, the lock or the requirements."""
     venv = ROOT / ".nox" / f"develop-{python}"
-    interpreter = _interpreter(python)
-    if interpreter is None:
-        session.error(f"Python {python} not found (neither python{python} on PATH nor in pyenv)")
+    interpreter = _require_interpreter(session, python)
     inputs = [ROOT / "poetry.lock", *(path / "pyproject.toml" for path in PACKAGE_DIRS.values())]
     stamp = venv / ".develop-installed"
-    fingerprint = hashlib.sha256(b"".join(p.read_bytes() for p in inputs)).hexdigest()
-    if stamp.is_file() and stamp.read_text() == fingerprint:
+    requirements = _locked(TEST_REQUIREMENTS + BUILD_REQUIREMENTS)
+    digest = hashlib.sha256(" ".join(requirements).encode())
+    for path in inputs:
+        digest.update(path.read_bytes())
+    if stamp.is_file() and stamp.read_text() == digest.hexdigest():
         return venv
     session.run(interpreter, "-m", "venv", "--clear", str(venv), external=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
-    session.run(*pip, *_locked(TEST_REQUIREMENTS + BUILD_REQUIREMENTS), external=True)
+    session.run(*pip, *requirements, external=True)
     session.run(str(venv / "bin" / "python"), "tools/dev.py", "develop", external=True)
-    stamp.write_text(fingerprint)
+    stamp.write_text(digest.hexdigest())
     return venv
 
 
@@ -130,6 +137,14 @@ def _locked(names: list[str]) -> list[str]:
     lock = tomllib.loads((ROOT / "poetry.lock").read_text())
     versions = {package["name"]: package["version"] for package in lock["package"]}
     return [f"{name}=={versions[name]}" if name in versions else name for name in names]
+
+
+def _require_interpreter(session: nox.Session, version: str) -> str:
+    """Python `version`'s interpreter; the session fails in one line without it."""
+    interpreter = _interpreter(version)
+    if interpreter is None:
+        session.error(f"Python {version} not found (neither python{version} on PATH nor in pyenv)")
+    return interpreter
 
 
 def _interpreter(version: str) -> str | None:
@@ -198,18 +213,23 @@ COMPAT_REFS = [
 ]
 
 
-@nox.session(venv_backend="venv", reuse_venv=True)
-def build(session: nox.Session) -> None:
-    """An sdist and a wheel of every package into dist/, each with its declared backend."""
-    _build_dists(session, ROOT, DIST)
+@nox.session(python=False)
+@nox.parametrize("python", ALL_PYTHONS)
+def build(session: nox.Session, python: str) -> None:
+    """An sdist and a wheel of every package into dist/X.Y/, built by Python X.Y, each with its
+    declared backend."""
+    _build_dists(session, ROOT, DIST / python, python)
 
 
-@nox.session(venv_backend="venv", reuse_venv=True)
-def install_check(session: nox.Session) -> None:
-    """Builds dist/, then installs perfetto-client, -service, -cmd and -heapprofd each alone
-    and uses them."""
-    _build_dists(session, ROOT, DIST)
-    session.run(sys.executable, "tools/install_check.py", str(DIST), external=True)
+@nox.session(python=False)
+@nox.parametrize("python", ALL_PYTHONS)
+def install_check(session: nox.Session, python: str) -> None:
+    """Builds dist/X.Y/, then installs perfetto-client, -service, -cmd and -heapprofd each alone
+    into a venv of Python X.Y and uses them."""
+    _build_dists(session, ROOT, DIST / python, python)
+    interpreter = ["--python", _require_interpreter(session, python)]
+    check = [sys.executable, "tools/install_check.py", *interpreter, str(DIST / python)]
+    session.run(*check, external=True)
 
 
 @nox.session(venv_backend="venv", reuse_venv=True)
@@ -251,12 +271,17 @@ def compat(session: nox.Session) -> None:
     session.run(sys.executable, *args, env=env, external=True)
 
 
-def _build_dists(session: nox.Session, tree: Path, out: Path) -> None:
-    session.install("build")
+def _build_dists(session: nox.Session, tree: Path, out: Path, python: str = "3.11") -> None:
+    """Builds `tree` into `out` with Python `python`, in the venv `.nox/build-X.Y`."""
+    venv = ROOT / ".nox" / f"build-{python}"
+    builder = venv / "bin" / "python"
+    if not builder.is_file():
+        interpreter = _require_interpreter(session, python)
+        session.run(interpreter, "-m", "venv", "--clear", str(venv), external=True)
+        session.run(str(builder), "-m", "pip", "install", "-q", "build", external=True)
     shutil.rmtree(out, ignore_errors=True)
-    session.run(
-        "python", str(ROOT / "tools" / "dists.py"), "build", str(out), "--source", str(tree)
-    )
+    dists = [str(ROOT / "tools" / "dists.py"), "build", str(out), "--source", str(tree)]
+    session.run(str(builder), *dists, external=True)
 
 
 def _compat_venv(session: nox.Session, tree: Path, work: Path) -> Path:
