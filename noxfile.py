@@ -5,8 +5,12 @@ Run them through `python3 tools/dev.py nox -s NAME` (or `nox -s NAME` inside `.v
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
+import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import nox
@@ -23,12 +27,22 @@ PACKAGE_DIRS: dict[str, Path] = {
     "heapprofd": ROOT / "packages" / "heapprofd",
 }
 TESTED = [name for name, path in PACKAGE_DIRS.items() if any(path.glob("tests/test_*.py"))]
+# The project's .venv runs 3.11; the others run in venvs nox makes (`tests_on`).
+OTHER_PYTHONS = ["3.12", "3.13"]
+ALL_PYTHONS = ["3.11", *OTHER_PYTHONS]
+# What the tests import or run (grpcio-tools and mypy-protobuf: tools/gen_protos.py's check;
+# ruff and mypy: the generated code's lint and type check).
+TEST_REQUIREMENTS = [
+    *("pytest", "pytest-randomly", "pytest-timeout", "hypothesis", "perfetto"),
+    *("grpcio-tools", "mypy-protobuf", "ruff", "mypy"),
+]
+BUILD_REQUIREMENTS = ["cython", "setuptools"]
 
 PURE = "PERFETTO_PY_PURE"
 EXPECT_COMPILED = "PERFETTO_PY_EXPECT_COMPILED"
 
 nox.options.default_venv_backend = "none"
-nox.options.sessions = ["lint", "typecheck", "protos_check", "layers", "tests"]
+nox.options.sessions = ["lint", "typecheck", "protos_check", "layers", "tests", "tests_on"]
 nox.options.error_on_missing_interpreters = True
 
 
@@ -78,6 +92,85 @@ def _has_compiled_modules(package: str, pattern: str) -> bool:
 
 
 @nox.session(python=False)
+@nox.parametrize("python", OTHER_PYTHONS)
+@nox.parametrize("package", ["repo", *TESTED])
+def tests_on(session: nox.Session, python: str, package: str) -> None:
+    """pytest for one package on another Python version, compiled only (`tests` runs 3.11):
+    `nox -s "tests_on(python='3.13', package='client')"`.
+
+    Every package's session of that version shares one venv, `.nox/develop-X.Y`: every package
+    in develop mode (compiled modules built in place for that interpreter, beside 3.11's) and
+    the test requirements at poetry.lock's versions.
+    """
+    bin_dir = _develop_venv(session, python) / "bin"
+    session.run(str(bin_dir / "python"), "tools/build_native.py", external=True)
+    path = ROOT / "tests" if package == "repo" else PACKAGE_DIRS[package] / "tests"
+    pytest = [str(bin_dir / "python"), "-m", "pytest", str(path), *session.posargs]
+    # The venv's scripts (traced, perfetto-trace, ...) first on PATH, as for an installed user.
+    path_env = os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])
+    session.run(*pytest, env={EXPECT_COMPILED: "1", "PATH": path_env}, external=True)
+
+
+def _develop_venv(session: nox.Session, python: str) -> Path:
+    """`.nox/develop-X.Y`, made with that interpreter and brought up to date: every package in
+    develop mode, once per change of the pyproject files, the lock or the requirements."""
+    venv = ROOT / ".nox" / f"develop-{python}"
+    interpreter = _require_interpreter(session, python)
+    inputs = [ROOT / "poetry.lock", *(path / "pyproject.toml" for path in PACKAGE_DIRS.values())]
+    stamp = venv / ".develop-installed"
+    requirements = _locked(TEST_REQUIREMENTS + BUILD_REQUIREMENTS)
+    digest = hashlib.sha256(" ".join(requirements).encode())
+    for path in inputs:
+        digest.update(path.read_bytes())
+    if stamp.is_file() and stamp.read_text() == digest.hexdigest():
+        return venv
+    session.run(interpreter, "-m", "venv", "--clear", str(venv), external=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
+    session.run(*pip, *requirements, external=True)
+    session.run(str(venv / "bin" / "python"), "tools/dev.py", "develop", external=True)
+    stamp.write_text(digest.hexdigest())
+    return venv
+
+
+def _locked(names: list[str]) -> list[str]:
+    """Requirements pinned to poetry.lock's versions (a name it does not lock stays bare)."""
+    lock = tomllib.loads((ROOT / "poetry.lock").read_text())
+    versions = {package["name"]: package["version"] for package in lock["package"]}
+    return [f"{name}=={versions[name]}" if name in versions else name for name in names]
+
+
+def _require_interpreter(session: nox.Session, version: str) -> str:
+    """Python `version`'s interpreter; the session fails in one line without it."""
+    interpreter = _interpreter(version)
+    if interpreter is None:
+        session.error(f"Python {version} not found (neither python{version} on PATH nor in pyenv)")
+    return interpreter
+
+
+def _interpreter(version: str) -> str | None:
+    """`pythonX.Y` from PATH, else pyenv's newest X.Y (pyenv's shim of a version that is not
+    selected does not count: it refuses to run)."""
+    root = ""
+    if shutil.which("pyenv") is not None:
+        run = subprocess.run(["pyenv", "root"], capture_output=True, text=True, check=False)
+        root = run.stdout.strip()
+    on_path = shutil.which(f"python{version}")
+    if on_path is not None and (not root or Path(on_path).parent != Path(root) / "shims"):
+        return on_path
+    candidates = [
+        p / "bin" / f"python{version}"
+        for p in (Path(root) / "versions").glob(f"{version}.*")
+        if root and (p / "bin" / f"python{version}").is_file()
+    ]
+    newest = max(
+        candidates,
+        key=lambda p: [int(x) for x in p.parent.parent.name.split(".") if x.isdigit()],
+        default=None,
+    )
+    return str(newest) if newest else None
+
+
+@nox.session(python=False)
 def protos(session: nox.Session) -> None:
     """Regenerates every generated file under protos/src from protos/perfetto/**.proto."""
     session.run("python", "tools/gen_protos.py")
@@ -120,18 +213,23 @@ COMPAT_REFS = [
 ]
 
 
-@nox.session(venv_backend="venv", reuse_venv=True)
-def build(session: nox.Session) -> None:
-    """An sdist and a wheel of every package into dist/, each with its declared backend."""
-    _build_dists(session, ROOT, DIST)
+@nox.session(python=False)
+@nox.parametrize("python", ALL_PYTHONS)
+def build(session: nox.Session, python: str) -> None:
+    """An sdist and a wheel of every package into dist/X.Y/, built by Python X.Y, each with its
+    declared backend."""
+    _build_dists(session, ROOT, DIST / python, python)
 
 
-@nox.session(venv_backend="venv", reuse_venv=True)
-def install_check(session: nox.Session) -> None:
-    """Builds dist/, then installs perfetto-client, -service, -cmd and -heapprofd each alone
-    and uses them."""
-    _build_dists(session, ROOT, DIST)
-    session.run(sys.executable, "tools/install_check.py", str(DIST), external=True)
+@nox.session(python=False)
+@nox.parametrize("python", ALL_PYTHONS)
+def install_check(session: nox.Session, python: str) -> None:
+    """Builds dist/X.Y/, then installs perfetto-client, -service, -cmd and -heapprofd each alone
+    into a venv of Python X.Y and uses them."""
+    _build_dists(session, ROOT, DIST / python, python)
+    interpreter = ["--python", _require_interpreter(session, python)]
+    check = [sys.executable, "tools/install_check.py", *interpreter, str(DIST / python)]
+    session.run(*check, external=True)
 
 
 @nox.session(venv_backend="venv", reuse_venv=True)
@@ -173,12 +271,17 @@ def compat(session: nox.Session) -> None:
     session.run(sys.executable, *args, env=env, external=True)
 
 
-def _build_dists(session: nox.Session, tree: Path, out: Path) -> None:
-    session.install("build")
+def _build_dists(session: nox.Session, tree: Path, out: Path, python: str = "3.11") -> None:
+    """Builds `tree` into `out` with Python `python`, in the venv `.nox/build-X.Y`."""
+    venv = ROOT / ".nox" / f"build-{python}"
+    builder = venv / "bin" / "python"
+    if not builder.is_file():
+        interpreter = _require_interpreter(session, python)
+        session.run(interpreter, "-m", "venv", "--clear", str(venv), external=True)
+        session.run(str(builder), "-m", "pip", "install", "-q", "build", external=True)
     shutil.rmtree(out, ignore_errors=True)
-    session.run(
-        "python", str(ROOT / "tools" / "dists.py"), "build", str(out), "--source", str(tree)
-    )
+    dists = [str(ROOT / "tools" / "dists.py"), "build", str(out), "--source", str(tree)]
+    session.run(str(builder), *dists, external=True)
 
 
 def _compat_venv(session: nox.Session, tree: Path, work: Path) -> Path:

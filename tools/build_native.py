@@ -5,9 +5,10 @@
 
 Each package with compiled modules (a `.pxd` beside the `.py`, or a `.pyx`) has a `build.py`,
 identical in every package, that the build backend also runs on `pip install`. This runs it
-for the packages whose `.so` files are missing or older than their `.py`/`.pxd`/`.pyx` (a
-no-op when all are up to date). The build must succeed: PERFETTO_PY_EXPECT_COMPILED=1 is
-set for it. See docs/native.md.
+for the packages whose `.so` files for the running interpreter are missing or older than their
+`.py`/`.pxd`/`.pyx` (a no-op when all are up to date). Run it with each Python version in use:
+the `.so` files carry the version in their name and coexist. The build must succeed:
+PERFETTO_PY_EXPECT_COMPILED=1 is set for it. See docs/native.md.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ import importlib.util
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CANONICAL_BUILD = ROOT / "packages" / "protozero" / "build.py"
+EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+"""The running interpreter's: the builds of other Python versions beside it are not looked at."""
 
 
 def native_packages() -> list[Path]:
@@ -52,7 +56,7 @@ def stale_modules(package: Path) -> list[Path]:
     for source in sorted(modules):
         if not source.is_file():
             continue
-        built = list(source.parent.glob(f"{source.stem}.*.so"))
+        built = list(source.parent.glob(source.stem + EXT_SUFFIX))
         newest_input = max(shared, source.stat().st_mtime)
         if not built or min(b.stat().st_mtime for b in built) < newest_input:
             stale.append(source)

@@ -18,15 +18,15 @@ import email.parser
 import subprocess
 import sys
 import tomllib
-import venv
 import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DIST_PREFIX = "perfetto-"
-CIMPORTED = ("perfetto-protozero", "perfetto-smb")
-"""The packages whose .pxd files other packages' compiled modules cimport at build time, each
-built (and installed for the builds that follow) before the packages that cimport it."""
+CIMPORTED = ("perfetto-protozero", "perfetto-protos", "perfetto-smb")
+"""The packages whose .pxd files other packages' compiled modules cimport at build time (and
+perfetto-protos, a dependency of perfetto-smb), each built and installed, with its
+dependencies, before the packages whose build requires it."""
 
 
 def package_dirs(tree: Path) -> list[Path]:
@@ -50,7 +50,12 @@ def build(tree: Path, out: Path) -> list[Path]:
     projects = {
         path: tomllib.loads((path / "pyproject.toml").read_text()) for path in package_dirs(tree)
     }
-    requires = {r for project in projects.values() for r in project["build-system"]["requires"]}
+    requires = {
+        r
+        for project in projects.values()
+        for r in project["build-system"]["requires"]
+        if not r.startswith(DIST_PREFIX)  # the siblings, built and installed here in turn
+    }
     # The cimported packages first, each installed here from its wheel: later builds cimport
     # their .pxd files.
     order = {name: i for i, name in enumerate(CIMPORTED)}
@@ -74,7 +79,8 @@ def build(tree: Path, out: Path) -> list[Path]:
         if name in CIMPORTED:
             pattern = name.replace("-", "_") + "-*.whl"
             wheel = max(out.glob(pattern), key=lambda w: w.stat().st_mtime)
-            subprocess.run([*pip, "--no-deps", "--force-reinstall", str(wheel)], check=True)
+            install = [*pip, "--find-links", str(out), "--force-reinstall", str(wheel)]
+            subprocess.run(install, check=True)
     return sorted(out.glob("*.whl"))
 
 
@@ -85,9 +91,12 @@ def wheel_metadata(wheel: Path) -> email.message.Message:
         return email.parser.Parser().parsestr(archive.read(name).decode())
 
 
-def make_venv(directory: Path, dists: Path, requirements: list[str]) -> Path:
-    """Creates a fresh venv in `directory` and installs `requirements` into it; its python."""
-    venv.create(directory, with_pip=True, clear=True)
+def make_venv(
+    directory: Path, dists: Path, requirements: list[str], interpreter: str = sys.executable
+) -> Path:
+    """Creates a fresh venv of `interpreter` in `directory` and installs `requirements` into
+    it; its python."""
+    subprocess.run([interpreter, "-m", "venv", "--clear", str(directory)], check=True)
     python = directory / "bin" / "python"
     ours = {wheel_metadata(w)["Name"]: wheel_metadata(w)["Version"] for w in dists.glob("*.whl")}
     subprocess.run(

@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """Installs each user-facing package alone from built distributions and checks it as a user would.
 
-    python tools/install_check.py DIST [PACKAGE...]
+    python tools/install_check.py [--python INTERPRETER] DIST [PACKAGE...]
 
-For each package (default: perfetto-client, -service, -cmd, -heapprofd), in a fresh venv
-in an empty directory: installs it from DIST (siblings from DIST, the rest from the index),
-checks that exactly the distributions it declares (transitively) got installed, that every
-installed perfetto module ships `py.typed` and is imported from the venv, that every module
-a wheel ships with a `.pxd` beside it loads compiled, that the console scripts are there,
-runs what a user of that package runs first (`traced` and a producer and a consumer; the
-client's track-event example; `perfetto --version`; `heap_profile` on the heap profiling
-example), then the package's own tests against the installed code. Prints one
+For each package (default: perfetto-client, -service, -cmd, -heapprofd), in a fresh venv of
+INTERPRETER (default: the running one) in an empty directory: installs it from DIST
+(siblings from DIST, the rest from the index), checks that exactly the distributions it
+declares (transitively) got installed, that every installed perfetto module ships `py.typed`
+and is imported from the venv, that every module a wheel ships with a `.pxd` beside it loads
+compiled, that the console scripts are there, runs what a user of that package runs first
+(`traced` and a producer and a consumer; the client's track-event example; `perfetto
+--version`; `heap_profile` on the heap profiling example), then the package's own tests
+against the installed code. Prints one
 `install_check:` line per check; exits 1 on a failure.
 """
 
@@ -301,11 +302,11 @@ def run_tests(package: str, python: Path, work: Path) -> None:
     say(package, f"its tests pass against the installed code: {summary}")
 
 
-def check(package: str, dists: Path) -> None:
+def check(package: str, dists: Path, interpreter: str) -> None:
     with tempfile.TemporaryDirectory(prefix=f"install-check-{package}-") as directory:
         work = Path(directory)
         venv = work / "venv"
-        python = make_venv(venv, dists, [package])
+        python = make_venv(venv, dists, [package], interpreter)
         check_install(package, python, venv)
         if package == "perfetto-service":
             run_traced(package, venv, work)
@@ -320,11 +321,14 @@ def check(package: str, dists: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
+    interpreter = sys.executable
+    if argv[:1] == ["--python"]:
+        interpreter, argv = argv[1], argv[2:]
     dists = Path(argv[0]).resolve()
     failed = False
     for package in argv[1:] or list(SOURCES):
         try:
-            check(package, dists)
+            check(package, dists, interpreter)
         except CheckError as exc:
             say(package, f"FAILED: {exc}")
             failed = True

@@ -88,7 +88,13 @@ def _skip(reason: str) -> int:
     if os.environ.get(EXPECT_COMPILED) == "1":
         print(f"build.py: {reason}, and {EXPECT_COMPILED}=1", file=sys.stderr)
         return 1
-    print(f"build.py: {reason}: {HERE.name} installs without compiled modules", file=sys.stderr)
+    missing = [module_name(p) for p in cython_sources()]
+    what = f"without {', '.join(missing)} (no pure form)" if missing else "as pure Python"
+    print(
+        f"WARNING: build.py: {reason}: {HERE.name} installs {what}, without compiled modules"
+        " (see docs/native.md)",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -97,9 +103,12 @@ def build() -> int:
     sources = compiled_sources()
     if not sources:
         return 0
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
     for source in sources:  # never ship or load a compiled module older than its source
         for stale in source.parent.glob(f"{source.stem}.*.so"):
-            stale.unlink()
+            # Other Python versions' builds stay while they are as new as their source.
+            if stale.name.endswith(suffix) or stale.stat().st_mtime < source.stat().st_mtime:
+                stale.unlink()
     try:
         from Cython.Build import cythonize
         from setuptools import Distribution, Extension

@@ -104,6 +104,51 @@ def test_an_uncaught_keyboard_interrupt_is_named_as_python_names_it(
     assert "uncaught KeyboardInterrupt" in [name for _, name in main.instants]
 
 
+@pytest.mark.parametrize("hook", HOOKS)
+def test_the_summary_says_which_hook_ran(tmp_path: Path, hook: str) -> None:
+    if hook == "compiled":
+        require_compiled_hook()
+    (tmp_path / "small.json").write_text('{"a": 1}')
+    options = ["--pure"] if hook == "pure" else []
+    proc = _run([*TRACE, *options, "-o", "t.pftrace", "-m", "json.tool", "small.json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    [wrote] = [
+        line for line in proc.stderr.splitlines() if line.startswith("perfetto-trace: wrote")
+    ]
+    assert wrote.endswith(f"({hook} hook)")
+    assert "running as pure Python" not in proc.stderr  # compiled, or pure as asked: no notice
+
+
+# As on 3.13 before its hook used only exported symbols: the .so is there but cannot load.
+_UNLOADABLE_HOOK = """
+import sys
+class Unloadable:
+    def find_spec(self, name, path, target=None):
+        if name == "perfetto_client._tracer._hook":
+            raise ImportError("undefined symbol: _PyEval_SetTrace")
+        return None
+sys.meta_path.insert(0, Unloadable())
+"""
+
+
+def test_a_compiled_hook_that_does_not_load_is_said_once(tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text(_UNLOADABLE_HOOK)
+    (tmp_path / "small.json").write_text('{"a": 1}')
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env.pop("PERFETTO_PY_PURE", None)
+    argv = [*TRACE, "-o", "t.pftrace", "-m", "json.tool", "small.json"]
+    proc = subprocess.run(
+        argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    notices = [line for line in proc.stderr.splitlines() if "running as pure Python" in line]
+    assert notices == [
+        "perfetto_client._tracer._hook: running as pure Python (undefined symbol: _PyEval_SetTrace)"
+    ]
+    [wrote] = [line for line in proc.stderr.splitlines() if "perfetto-trace: wrote" in line]
+    assert wrote.endswith("(pure hook)")
+
+
 def test_dev_trace_runs_the_program_where_the_caller_is(tmp_path: Path) -> None:
     (tmp_path / "prog.py").write_text("import os\ndef work():\n    print(os.getcwd())\nwork()\n")
     proc = _run([sys.executable, str(ROOT / "tools" / "dev.py"), "trace", "prog.py"], tmp_path, 600)

@@ -42,9 +42,13 @@ def hook_builds() -> list[str]:
 
 
 def require_compiled_hook() -> None:
-    """Fails the test in one line when the compiled hook is not importable."""
+    """Fails the test in one line when the compiled hook is not built or does not load."""
     if importlib.util.find_spec("perfetto_client._tracer._hook") is None:
         pytest.fail(NOT_BUILT, pytrace=False)
+    try:
+        importlib.import_module("perfetto_client._tracer._hook")
+    except ImportError as e:
+        pytest.fail(f"perfetto-trace's compiled hook does not load: {e}", pytrace=False)
 
 
 HOOKS = hook_builds()

@@ -8,6 +8,9 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
+import pytest
+from heapprofd import HeapprofdError
+from heapprofd._heap_profile import _start_notified
 from hp_testlib import heap_dumps
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -126,3 +129,22 @@ def test_a_program_killed_by_a_signal_is_said_so_and_exits_128_plus_it(tmp_path:
     assert result.returncode == 128 + 9, result.stderr
     assert "heap_profile: program killed by SIGKILL\n" in result.stderr
     assert result.stdout == ""
+
+
+_LONG_ERROR = "ImportError: {}: cannot open shared object file".format(
+    "/".join(["", *["directory"] * 40, "_native.so"])
+)
+
+
+def _fails_to_start(argv: list[str]) -> int:
+    sys.stderr.write(
+        "Traceback (most recent call last):\n" + '  File "x.py", line 1\n' * 20 + _LONG_ERROR + "\n"
+    )
+    sys.stderr.flush()
+    return 1
+
+
+def test_a_helper_that_fails_to_start_is_named_with_its_whole_error() -> None:
+    with pytest.raises(HeapprofdError) as info:
+        _start_notified("helper", _fails_to_start, dict(os.environ), "TEST_NOTIFY_FD")
+    assert str(info.value) == f"helper did not start: {_LONG_ERROR}"

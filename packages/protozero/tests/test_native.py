@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +48,18 @@ def test_pure_build_says_so_once_under_dev_mode() -> None:
     assert len(lines) == 1
     assert "protozero._message" in lines[0]
     assert f"{_native.PURE_ENV}=1" in lines[0]
+
+
+def test_an_install_without_compiled_modules_says_so_once_unasked(tmp_path: Path) -> None:
+    # protozero as a build without a C compiler installs it: the sources, no .so.
+    source = Path(_native.__file__).parent
+    shutil.copytree(source, tmp_path / "protozero", ignore=shutil.ignore_patterns("*.so"))
+    env = {"PYTHONPATH": str(tmp_path)}
+    result = _run(env)
+    assert not any(loaded for _, loaded in eval(result.stdout))
+    [line] = result.stderr.splitlines()
+    assert line.startswith("protozero: running as pure Python (no compiled modules were built)")
+    assert _run({**env, _native.PURE_ENV: "1"}).stderr == ""  # asked for: silent
 
 
 def test_compiled_build_says_nothing_when_it_loaded() -> None:

@@ -241,3 +241,20 @@ def test_unknown_flag_is_a_one_line_error() -> None:
     result = _run(["--bogus"], dict(os.environ))
     assert result.returncode == 2
     assert result.stderr == "traced: unrecognized arguments: --bogus (see traced --help)\n"
+
+
+def test_the_start_up_line_says_which_build_runs(directory: str) -> None:
+    producer, consumer = f"{directory}/p", f"{directory}/c"
+    process = subprocess.Popen(
+        [*TRACED], env=_env(producer, consumer), stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for(lambda: _accepts(consumer), TIMEOUT)
+    finally:
+        process.terminate()
+        process.wait(TIMEOUT)
+    assert process.stderr is not None
+    with process.stderr:
+        [started] = [line for line in process.stderr if "Started traced" in line]
+    build = "pure" if os.environ.get("PERFETTO_PY_PURE") == "1" else "compiled"
+    assert f"Started traced ({build} build), listening on {producer}" in started

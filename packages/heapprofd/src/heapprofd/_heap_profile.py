@@ -117,7 +117,10 @@ def _start_notified(name: str, main: _Main, env: dict[str, str], notify_env: str
             process.join()
             err = stderr.read()
             stderr.close()
-            raise HeapprofdError(f"{name} did not start: {err.decode().strip()[-300:]}")
+            # Its last line says why (a traceback ends with the exception), whole.
+            lines = err.decode(errors="replace").strip().splitlines()
+            why = lines[-1] if lines else f"exit status {process.exitcode}"
+            raise HeapprofdError(f"{name} did not start: {why}")
     finally:
         os.close(read_end)
     return process, stderr

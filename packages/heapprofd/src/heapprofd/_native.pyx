@@ -240,15 +240,23 @@ cdef extern from *:
         return -1;
     }
 
-    /* ---- Python stacks (CPython 3.11 interpreter frames) ---- */
+    /* ---- Python stacks (CPython's interpreter frames; 3.13 moved the current one into the
+       thread state and named its code f_executable) ---- */
+    #if PY_VERSION_HEX >= 0x030D0000
+    #define HP_CURRENT_FRAME(ts) ((ts)->current_frame)
+    #define HP_FRAME_CODE(f) ((PyObject *)(f)->f_executable)
+    #else
+    #define HP_CURRENT_FRAME(ts) ((ts)->cframe == NULL ? NULL : (ts)->cframe->current_frame)
+    #define HP_FRAME_CODE(f) ((PyObject *)(f)->f_code)
+    #endif
     static int hp_walk(PyObject **codes, int *lastis, int max) {
         PyThreadState *ts = _PyThreadState_UncheckedGet();
-        if (ts == NULL || ts->cframe == NULL) return 0;
-        _PyInterpreterFrame *f = ts->cframe->current_frame;
+        if (ts == NULL) return 0;
+        _PyInterpreterFrame *f = HP_CURRENT_FRAME(ts);
         int n = 0;
         while (f != NULL && n < max) {
-            if (!_PyFrame_IsIncomplete(f)) {
-                codes[n] = (PyObject *)f->f_code;
+            if (!_PyFrame_IsIncomplete(f) && PyCode_Check(HP_FRAME_CODE(f))) {
+                codes[n] = HP_FRAME_CODE(f);
                 lastis[n] = _PyInterpreterFrame_LASTI(f);
                 n++;
             }

@@ -8,8 +8,8 @@ Each package with compiled modules calls `select_build()` at the top of its `__i
 - a package whose `.pxd` files cimport another package that runs pure (e.g. protozero installed
   without a C compiler) loads its `.py` modules too: its compiled modules need the other
   package's compiled ones;
-- under `python -X dev` or PERFETTO_PY_NATIVE_NOTICE=1, a package whose compiled modules did
-  not load says so once, on stderr;
+- a package whose compiled modules did not load says so once, on stderr (when
+  PERFETTO_PY_PURE=1 asked for that, only under `python -X dev` or PERFETTO_PY_NATIVE_NOTICE=1);
 - `expectation_error()` tells tests whether the build that loaded is the one
   PERFETTO_PY_EXPECT_COMPILED=1 or PERFETTO_PY_PURE=1 asked for.
 
@@ -126,8 +126,9 @@ def _pxd_files(package: str) -> list[tuple[str, str]]:
 
 
 def report(package: str) -> None:
-    """Says once, under `-X dev` or PERFETTO_PY_NATIVE_NOTICE=1, if `package` runs pure."""
-    if package in _reported or not (sys.flags.dev_mode or os.environ.get(NOTICE_ENV) == "1"):
+    """Says once if `package` runs pure: always unless PERFETTO_PY_PURE=1 asked for it, and
+    then under `-X dev` or PERFETTO_PY_NATIVE_NOTICE=1."""
+    if package in _reported or (pure_requested() and not notice_requested()):
         return
     _reported.add(package)
     pure = [name for name, loaded in compiled_modules(package).items() if not loaded]
@@ -135,10 +136,21 @@ def report(package: str) -> None:
         why = _pure_because.get(package) or (
             f"{PURE_ENV}=1" if pure_requested() else "no compiled modules were built"
         )
-        print(
-            f"{package}: running as pure Python ({why}): {', '.join(pure)}",
-            file=sys.stderr,
-        )
+        print(f"{package}: running as pure Python ({why}): {', '.join(pure)}", file=sys.stderr)
+
+
+def report_pure_module(module: str, why: str) -> None:
+    """Says once that `module`, which has no `.pxd` (a `.pyx` with a pure twin), runs pure
+    although PERFETTO_PY_PURE=1 did not ask for it."""
+    if module in _reported or pure_requested():
+        return
+    _reported.add(module)
+    print(f"{module}: running as pure Python ({why})", file=sys.stderr)
+
+
+def notice_requested() -> bool:
+    """Whether `-X dev` or PERFETTO_PY_NATIVE_NOTICE=1 asks to hear which build runs."""
+    return sys.flags.dev_mode or os.environ.get(NOTICE_ENV) == "1"
 
 
 def expectation_error(package: str) -> str | None:

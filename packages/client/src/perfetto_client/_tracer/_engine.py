@@ -67,8 +67,10 @@ def hook_module(pure: bool = False) -> types.ModuleType:
             from perfetto_client._tracer import _hook  # type: ignore[attr-defined]
 
             return _hook  # type: ignore[no-any-return]
-        except ImportError:
-            pass
+        except ImportError as e:
+            from protozero import _native
+
+            _native.report_pure_module("perfetto_client._tracer._hook", f"{e}")
     from perfetto_client._tracer import _hook_pure
 
     return _hook_pure

@@ -39,7 +39,7 @@ cdef extern from *:
         return ((PyCFunctionObject*)o)->m_self;
     }
     static inline void* ptr_type_of(PyObject* o) { return o ? (void*)Py_TYPE(o) : NULL; }
-    /* The head of 3.11's (and 3.12's) PyFrameObject, up to f_trace_lines. */
+    /* The head of PyFrameObject up to f_trace_lines: the same in 3.11, 3.12 and 3.13. */
     typedef struct {
         PyObject_HEAD
         PyObject* f_back;
@@ -51,12 +51,39 @@ cdef extern from *:
     static inline void ptr_no_line_events(PyFrameObject* f) {
         ((ptr_frame_head*)f)->f_trace_lines = 0;
     }
-    static inline int ptr_tracing_with(void* tstate, ptr_tracefunc func) {
-        return ((PyThreadState*)tstate)->c_tracefunc == (Py_tracefunc)func;
-    }
     static inline int ptr_thread_traced(void) {
         return PyThreadState_Get()->c_tracefunc != NULL;
     }
+    #if PY_VERSION_HEX >= 0x030C0000
+    /* 3.12+ name the code-extra calls PyUnstable_* and set every thread's hooks with public
+       calls (3.13 no longer exports _PyEval_SetTrace). */
+    #define ptr_request_code_index PyUnstable_Eval_RequestCodeExtraIndex
+    #define ptr_code_get_extra PyUnstable_Code_GetExtra
+    #define ptr_code_set_extra PyUnstable_Code_SetExtra
+    static inline void ptr_clear_all_threads(ptr_tracefunc ours) {
+        int ours_seen = 0, foreign = 0;
+        PyThreadState* ts = PyInterpreterState_ThreadHead(PyInterpreterState_Get());
+        for (; ts != NULL; ts = PyThreadState_Next(ts)) {
+            if (ts->c_tracefunc == (Py_tracefunc)ours) ours_seen = 1;
+            else if (ts->c_tracefunc != NULL) foreign = 1;
+        }
+        PyEval_SetProfileAllThreads(NULL, NULL);
+        /* A debugger's trace function on any thread is left alone, and with it ours (whose
+           recorder the engine has deactivated). */
+        if (ours_seen && !foreign) PyEval_SetTraceAllThreads(NULL, NULL);
+    }
+    #else
+    #define ptr_request_code_index _PyEval_RequestCodeExtraIndex
+    #define ptr_code_get_extra _PyCode_GetExtra
+    #define ptr_code_set_extra _PyCode_SetExtra
+    static inline void ptr_clear_all_threads(ptr_tracefunc ours) {
+        PyThreadState* ts = PyInterpreterState_ThreadHead(PyInterpreterState_Get());
+        for (; ts != NULL; ts = PyThreadState_Next(ts)) {
+            _PyEval_SetProfile(ts, NULL, NULL);
+            if (ts->c_tracefunc == (Py_tracefunc)ours) _PyEval_SetTrace(ts, NULL, NULL);
+        }
+    }
+    #endif
     """
     ctypedef struct PyFrameObject
     ctypedef int (*ptr_tracefunc)(PyObject*, PyFrameObject*, int, PyObject*)
@@ -67,18 +94,13 @@ cdef extern from *:
     PyObject* ptr_cfunction_self(PyObject* o)
     void* ptr_type_of(PyObject* o)
     void ptr_no_line_events(PyFrameObject* f)
-    int ptr_tracing_with(void* tstate, ptr_tracefunc func)
     int ptr_thread_traced()
+    void ptr_clear_all_threads(ptr_tracefunc ours)
     void PyEval_SetTrace(ptr_tracefunc func, PyObject* obj)
-    int _PyEval_SetTrace(void* tstate, ptr_tracefunc func, PyObject* obj)
     void PyEval_SetProfile(ptr_tracefunc func, PyObject* obj)
-    int _PyEval_SetProfile(void* tstate, ptr_tracefunc func, PyObject* obj)
-    void* PyInterpreterState_Get()
-    void* PyInterpreterState_ThreadHead(void* interp)
-    void* PyThreadState_Next(void* tstate)
-    Py_ssize_t _PyEval_RequestCodeExtraIndex(void* free_func)
-    int _PyCode_GetExtra(PyObject* code, Py_ssize_t index, void** extra)
-    int _PyCode_SetExtra(PyObject* code, Py_ssize_t index, void* extra)
+    Py_ssize_t ptr_request_code_index(void* free_func)
+    int ptr_code_get_extra(PyObject* code, Py_ssize_t index, void** extra)
+    int ptr_code_set_extra(PyObject* code, Py_ssize_t index, void* extra)
     void Py_DECREF(PyObject*)
     int PyTrace_CALL, PyTrace_RETURN, PyTrace_C_CALL, PyTrace_C_RETURN, PyTrace_C_EXCEPTION
     int PyTrace_EXCEPTION
@@ -112,7 +134,7 @@ ctypedef struct CKey:
     void* owner
     uint32_t iid
 
-cdef Py_ssize_t _code_index = _PyEval_RequestCodeExtraIndex(NULL)
+cdef Py_ssize_t _code_index = ptr_request_code_index(NULL)
 cdef uint64_t _generation = 0
 cdef CKey* _ctable = NULL
 cdef Py_ssize_t _ctable_cap = 0
@@ -576,12 +598,12 @@ cdef class ThreadRecorder:
         cdef uintptr_t v
         cdef uint32_t iid
         Py_DECREF(code)
-        _PyCode_GetExtra(code, _code_index, &extra)
+        ptr_code_get_extra(code, _code_index, &extra)
         v = <uintptr_t>extra
         if (v >> 32) == _generation:
             return <uint32_t>(v & 0xFFFFFFFFu)
         iid = self.engine.intern_code(<object>code, <object>frame)
-        _PyCode_SetExtra(code, _code_index, <void*>((_generation << 32) | iid))
+        ptr_code_set_extra(code, _code_index, <void*>((_generation << 32) | iid))
         return iid
 
 
@@ -672,12 +694,7 @@ cdef class ThreadRecorder:
 
 def uninstall_all_threads():
     """Removes the profile hook from every thread of the interpreter."""
-    cdef void* ts = PyInterpreterState_ThreadHead(PyInterpreterState_Get())
-    while ts != NULL:
-        _PyEval_SetProfile(ts, NULL, NULL)
-        if ptr_tracing_with(ts, _trace):
-            _PyEval_SetTrace(ts, NULL, NULL)
-        ts = PyThreadState_Next(ts)
+    ptr_clear_all_threads(_trace)
 
 
 def split_packets(bytes batch):

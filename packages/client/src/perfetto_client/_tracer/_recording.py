@@ -33,6 +33,8 @@ class Summary:
     span_ns: int
     processes: int
     system: bool = False
+    build: str = ""
+    """Which profile hook ran: "compiled" or "pure"."""
 
     def lines(self) -> list[str]:
         """The summary as `perfetto-trace` prints it."""
@@ -40,14 +42,16 @@ class Summary:
         if not self.events_lost and self.lost_reason:
             lost = f"0 lost; {self.lost_reason}"
         procs = f" from {self.processes} processes" if self.processes > 1 else ""
+        build = f" ({self.build} hook)" if self.build else ""
         if self.system:
             return [
                 f"perfetto-trace: sent {self.events_written:,} events ({_size(self.size)}) to "
-                f"{self.path}, {lost}, spanning {self.span_ns / 1e9:.3f} s"
+                f"{self.path}, {lost}, spanning {self.span_ns / 1e9:.3f} s{build}"
             ]
         return [
             f"perfetto-trace: wrote {self.path} ({_size(self.size)}): "
-            f"{self.events_written:,} events{procs}, {lost}, spanning {self.span_ns / 1e9:.3f} s",
+            f"{self.events_written:,} events{procs}, {lost}, "
+            f"spanning {self.span_ns / 1e9:.3f} s{build}",
             f"perfetto-trace: open it by dragging {self.path} into https://ui.perfetto.dev",
         ]
 
@@ -159,6 +163,7 @@ class Recording:
             max(0, engine.stopped_ns - engine.started_ns),
             processes,
             self.options.system,
+            "compiled" if engine.hook.COMPILED else "pure",
         )
         return self.summary
 

@@ -28,6 +28,7 @@ from perfetto_wire import (
     parse_address,
     remove_stale_socket,
 )
+from protozero import _native
 
 from perfetto_service._errors import ServiceError
 from perfetto_service._interfaces import AsyncioTaskRunner
@@ -448,7 +449,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _error(str(exc))
     if not _report_status("ok"):
         logging.getLogger("perfetto_service").info(
-            "Started traced, listening on %s (producers) and %s (consumers)",
+            "Started traced (%s build), listening on %s (producers) and %s (consumers)",
+            "compiled" if all(_native.compiled_modules("perfetto_service").values()) else "pure",
             ", ".join(producers),
             consumer,
         )
