@@ -17,7 +17,15 @@ include "_hook.pyx"
 
 cdef extern from *:
     """
+    #if PY_VERSION_HEX >= 0x030D0000
+    /* 3.13 no longer exports it; no trace function is ever installed from this module. */
+    #define _PyEval_SetTrace(tstate, func, obj) 0
+    #endif
     static inline uint64_t ptr_thread_id(void) { return PyThreadState_Get()->id; }
+    /* The calling thread's recorder while ptr_tls_epoch is the module's epoch (initial-exec:
+       a read relative to the thread pointer, no __tls_get_addr call). */
+    static __thread uint64_t ptr_tls_epoch __attribute__((tls_model("initial-exec")));
+    static __thread PyObject* ptr_tls_recorder __attribute__((tls_model("initial-exec")));
     static inline int ptr_is_method_descr(PyObject* o) {
         return Py_IS_TYPE(o, &PyMethodDescr_Type);
     }
@@ -35,6 +43,8 @@ cdef extern from *:
     }
     """
     uint64_t ptr_thread_id()
+    uint64_t ptr_tls_epoch
+    PyObject* ptr_tls_recorder
     int ptr_is_method_descr(PyObject* o)
     void* ptr_descr_method(PyObject* o)
     PyObject* ptr_new_ref(PyObject* o)
@@ -69,8 +79,7 @@ ctypedef struct ThreadSlot:
 cdef ThreadSlot* _threads = NULL
 cdef Py_ssize_t _threads_cap = 0
 cdef Py_ssize_t _threads_used = 0
-cdef uint64_t _last_id = 0
-cdef PyObject* _last = NULL
+cdef uint64_t _epoch = 1  # a new epoch forgets every thread's cached recorder
 cdef uint64_t _callbacks = 0
 
 
@@ -88,16 +97,15 @@ cdef inline Py_ssize_t _thread_slot(uint64_t tid) noexcept:
 
 cdef inline PyObject* _current() noexcept:
     # The calling thread's recorder (borrowed), NULL if it has none.
-    global _last_id, _last
-    cdef uint64_t tid = ptr_thread_id()
-    if tid != _last_id:
-        _last_id = tid
-        _last = _threads[_thread_slot(tid)].recorder if _threads_cap else NULL
-    return _last
+    global ptr_tls_epoch, ptr_tls_recorder
+    if ptr_tls_epoch != _epoch:
+        ptr_tls_epoch = _epoch
+        ptr_tls_recorder = _threads[_thread_slot(ptr_thread_id())].recorder if _threads_cap else NULL
+    return ptr_tls_recorder
 
 
 cdef int _set_current(object recorder) except -1:
-    global _threads, _threads_cap, _threads_used, _last_id
+    global _threads, _threads_cap, _threads_used, ptr_tls_epoch, ptr_tls_recorder
     cdef ThreadSlot* old = _threads
     cdef Py_ssize_t old_cap = _threads_cap, i, j
     if 2 * (_threads_used + 1) > _threads_cap:
@@ -120,15 +128,16 @@ cdef int _set_current(object recorder) except -1:
     Py_INCREF(<PyObject*>recorder)
     _threads[i].id = ptr_thread_id()
     _threads[i].recorder = <PyObject*>recorder
-    _last_id = 0
+    ptr_tls_epoch, ptr_tls_recorder = _epoch, <PyObject*>recorder
     return 0
 
 
 cdef void _forget_threads() noexcept:
-    global _threads, _threads_cap, _threads_used, _last_id, _last
+    global _threads, _threads_cap, _threads_used, _epoch
     cdef ThreadSlot* table = _threads
     cdef Py_ssize_t i, cap = _threads_cap
-    _threads, _threads_cap, _threads_used, _last_id, _last = NULL, 0, 0, 0, NULL
+    _threads, _threads_cap, _threads_used = NULL, 0, 0
+    _epoch += 1
     for i in range(cap):
         if table[i].id != 0:
             Py_DECREF(table[i].recorder)
@@ -182,10 +191,21 @@ cdef PyObject* _on_unwind(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
 
 
 cdef PyObject* _on_call(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
+    # Most calls are of Python functions (PY_START follows): answered here, at once, and
+    # with DISABLE where the calling code is known not to be recorded.
+    cdef void* extra = NULL
+    cdef uintptr_t v
+    if not ptr_is_cfunction(args[2]) and not ptr_is_method_descr(args[2]):
+        _PyCode_GetExtra(args[0], _code_index, &extra)
+        v = <uintptr_t>extra
+        if (v >> 32) != _generation or (v & 0xFFFFFFFFu) != 0:
+            return ptr_new_ref(<PyObject*>None)
     return _event(C_CALL, args)
 
 
 cdef PyObject* _on_c_end(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
+    if not ptr_is_cfunction(args[2]) and not ptr_is_method_descr(args[2]):
+        return ptr_new_ref(<PyObject*>None)  # a class, or another callable that is not a builtin
     return _event(C_END, args)
 
 
