@@ -98,7 +98,7 @@ def main() -> None:
         return
     from perfetto_client._tracer import _engine
 
-    recorder = _engine.hook_module().__name__.rsplit(".", 1)[-1]
+    recorder = _engine.hook_module().ThreadRecorder.__module__.rsplit(".", 1)[-1]
     print(f"python {sys.version.split()[0]}, our recorder: {recorder}")
     tmp = tempfile.mkdtemp(prefix="bench-instructions-")
     for workload in WORKLOADS:
