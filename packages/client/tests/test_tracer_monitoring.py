@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 from tracer_support import HOOKS, Slice, decode, require_compiled_hook, run_traced
 
-MONITORING = pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
+MONITORING = pytest.mark.skipif(
+    sys.version_info < (3, 12) or "compiled" not in HOOKS,
+    reason="the sys.monitoring recorder is compiled, on 3.12+",
+)
 
 
 @MONITORING
