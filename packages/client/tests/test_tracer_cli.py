@@ -124,7 +124,7 @@ _UNLOADABLE_HOOK = """
 import sys
 class Unloadable:
     def find_spec(self, name, path, target=None):
-        if name == "perfetto_client._tracer._hook":
+        if name in ("perfetto_client._tracer._hook", "perfetto_client._tracer._monitor"):
             raise ImportError("undefined symbol: _PyEval_SetTrace")
         return None
 sys.meta_path.insert(0, Unloadable())
@@ -143,7 +143,8 @@ def test_a_compiled_hook_that_does_not_load_is_said_once(tmp_path: Path) -> None
     assert proc.returncode == 0, proc.stderr
     notices = [line for line in proc.stderr.splitlines() if "running as pure Python" in line]
     assert notices == [
-        "perfetto_client._tracer._hook: running as pure Python (undefined symbol: _PyEval_SetTrace)"
+        "perfetto_client._tracer._recorder: running as pure Python "
+        "(undefined symbol: _PyEval_SetTrace)"
     ]
     [wrote] = [line for line in proc.stderr.splitlines() if "perfetto-trace: wrote" in line]
     assert wrote.endswith("(pure hook)")

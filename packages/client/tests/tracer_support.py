@@ -46,7 +46,7 @@ def require_compiled_hook() -> None:
     if importlib.util.find_spec("perfetto_client._tracer._hook") is None:
         pytest.fail(NOT_BUILT, pytrace=False)
     try:
-        importlib.import_module("perfetto_client._tracer._hook")
+        importlib.import_module("perfetto_client._tracer._recorder")
     except ImportError as e:
         pytest.fail(f"perfetto-trace's compiled hook does not load: {e}", pytrace=False)
 

@@ -41,7 +41,7 @@ _RING_BATCH_BYTES = 64 << 10
 
 
 class Recorder(Protocol):
-    """A thread's recorder: `_hook.ThreadRecorder` (compiled) or `_hook_pure.ThreadRecorder`."""
+    """A thread's recorder: `_recorder.ThreadRecorder` (compiled) or `_hook_pure.ThreadRecorder`."""
 
     active: bool
     failed: bool
@@ -61,16 +61,16 @@ class Recorder(Protocol):
 
 
 def hook_module(pure: bool = False) -> types.ModuleType:
-    """The compiled hook when it is built and wanted, else the pure one."""
+    """The compiled recorder (`_recorder`) when it is built and wanted, else the pure hook."""
     if not pure and not os.environ.get("PERFETTO_PY_PURE"):
         try:
-            from perfetto_client._tracer import _hook  # type: ignore[attr-defined]
+            from perfetto_client._tracer import _recorder
 
-            return _hook  # type: ignore[no-any-return]
+            return _recorder
         except ImportError as e:
             from protozero import _native
 
-            _native.report_pure_module("perfetto_client._tracer._hook", f"{e}")
+            _native.report_pure_module("perfetto_client._tracer._recorder", f"{e}")
     from perfetto_client._tracer import _hook_pure
 
     return _hook_pure
@@ -380,6 +380,7 @@ class Engine:
         self._all.clear()
         sys.setprofile(None)
         threading.setprofile(None)
+        self.hook.uninstall_all_threads()
         if self._gc_callback in gc.callbacks:
             gc.callbacks.remove(self._gc_callback)
         _state.current = None

@@ -1,0 +1,128 @@
+"""Instructions per recorded call, perfetto-trace against viztracer, counted by callgrind.
+
+Run: `PYTHON packages/client/benchmarks/bench_tracer_instructions.py` (valgrind installed; run it
+with each interpreter to compare: 3.11's profile hook, 3.12+'s sys.monitoring recorder). The
+workloads are bench_tracer.py's (fib smaller: callgrind runs ~50x slower). Each tracer starts
+and stops in process; every case runs in its own process under callgrind, once with the
+workload and once without it, so imports, start and stop cancel out:
+
+    per call = ((traced with - traced without) - (untraced with - untraced without)) / calls
+
+where calls is what the tracer recorded (Python and builtin calls). viztracer's save() (its
+JSON) is not counted: that is the recording alone. Bytes per call: our trace file against
+viztracer's JSON, from a run outside callgrind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_tracer import fib, mix
+
+WORKLOADS: dict[str, Callable[[], object]] = {"fib(20)": lambda: fib(20), "mix": mix}
+CASES = ("untraced", "ours", "viztracer")
+
+
+def child(case: str, workload: str, out: str, save: bool) -> None:
+    """Runs one case and prints `calls bytes`."""
+    from perfetto_client._tracer import record
+    from viztracer import VizTracer  # type: ignore[import-untyped]
+
+    work = WORKLOADS[workload] if workload != "none" else (lambda: None)
+    calls = size = 0
+    if case == "untraced":
+        work()
+    elif case == "ours":
+        with record(out) as rec:
+            work()
+        assert rec.summary is not None
+        calls, size = rec.summary.events_written // 2, rec.summary.size
+    else:
+        tracer = VizTracer(output_file=out, verbose=0, tracer_entries=3_000_000)
+        tracer.start()
+        work()
+        tracer.stop()
+        if save:
+            tracer.save()
+            with open(out) as f:
+                calls = sum(1 for e in json.load(f)["traceEvents"] if e.get("ph") == "X")
+            size = os.path.getsize(out)
+    print(calls, size)
+
+
+def instructions(case: str, workload: str, out: str) -> int:
+    proc = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            __file__,
+            "--child",
+            case,
+            workload,
+            out,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    match = re.search(r"Collected : (\d+)", proc.stderr)
+    if match is None:
+        raise SystemExit(f"no instruction count from callgrind:\n{proc.stderr}")
+    return int(match.group(1))
+
+
+def sizes(case: str, workload: str, out: str) -> tuple[int, int]:
+    cmd = [sys.executable, __file__, "--child", case, workload, out, "--save"]
+    calls, size = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split()
+    return int(calls), int(size)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--child", nargs=3, metavar=("CASE", "WORKLOAD", "OUT"))
+    parser.add_argument("--save", action="store_true")
+    args = parser.parse_args()
+    if args.child:
+        case, workload, out = args.child
+        child(case, workload, out, args.save)
+        return
+    from perfetto_client._tracer import _engine
+
+    recorder = _engine.hook_module().ThreadRecorder.__module__.rsplit(".", 1)[-1]
+    print(f"python {sys.version.split()[0]}, our recorder: {recorder}")
+    tmp = tempfile.mkdtemp(prefix="bench-instructions-")
+    for workload in WORKLOADS:
+        counts = {}
+        for case in CASES:
+            out = os.path.join(tmp, f"{case}.{'json' if case == 'viztracer' else 'pftrace'}")
+            counts[case] = instructions(case, workload, out) - instructions(case, "none", out)
+        print(f"\n{workload}: untraced {counts['untraced']:,} instructions")
+        per_call = {}
+        for case in ("ours", "viztracer"):
+            out = os.path.join(tmp, f"{case}.{'json' if case == 'viztracer' else 'pftrace'}")
+            calls, size = sizes(case, workload, out)
+            per_call[case] = (counts[case] - counts["untraced"]) / calls
+            print(
+                f"  {case:<10} {calls:>8,} calls  {per_call[case]:>8,.0f} instructions/call"
+                f"  {size / calls:>6.1f} bytes/call"
+            )
+            if case == "ours":
+                ours_bytes = size / calls
+        print(
+            f"  ours / viztracer: {per_call['ours'] / per_call['viztracer']:.2f}x instructions"
+            f" per call, {ours_bytes / (size / calls):.3f}x bytes per call"
+        )
+
+
+if __name__ == "__main__":
+    main()

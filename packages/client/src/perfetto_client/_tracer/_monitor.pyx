@@ -1,0 +1,393 @@
+# cython: language_level=3, binding=False, boundscheck=False, wraparound=False
+# cython: initializedcheck=False, annotation_typing=False
+"""The recorder on `sys.monitoring` (Python 3.12+): the profile hook's recorder, fed by events.
+
+This module is `_hook.pyx` (included: one source for the batches, the stack, names and
+packets) plus `MonitoringRecorder`, whose `install` registers compiled callbacks for one
+`sys.monitoring` tool: PY_START / PY_RESUME / PY_THROW open a slice, PY_RETURN / PY_YIELD /
+PY_UNWIND close it (a generator's slice ends at each yield and begins again at each resume),
+CALL / C_RETURN / C_RAISE time builtin calls, RAISE names each exception's type where it is
+raised. Code that is not recorded (--include/--exclude, the tracer's runner) answers DISABLE
+at its code locations, so CPython stops calling back for it. Events are process-wide: each
+callback finds the calling thread's recorder by the thread state's unique id.
+`_recorder.py` picks this module on 3.12+.
+"""
+
+include "_hook.pyx"
+
+cdef extern from *:
+    """
+    #if PY_VERSION_HEX >= 0x030D0000
+    /* 3.13 no longer exports it; no trace function is ever installed from this module. */
+    #define _PyEval_SetTrace(tstate, func, obj) 0
+    #endif
+    static inline uint64_t ptr_thread_id(void) { return PyThreadState_Get()->id; }
+    /* The calling thread's recorder while ptr_tls_epoch is the module's epoch (initial-exec:
+       a read relative to the thread pointer, no __tls_get_addr call). */
+    static __thread uint64_t ptr_tls_epoch __attribute__((tls_model("initial-exec")));
+    static __thread PyObject* ptr_tls_recorder __attribute__((tls_model("initial-exec")));
+    static inline int ptr_is_method_descr(PyObject* o) {
+        return Py_IS_TYPE(o, &PyMethodDescr_Type);
+    }
+    static inline void* ptr_descr_method(PyObject* o) {
+        return (void*)((PyMethodDescrObject*)o)->d_method;
+    }
+    static inline PyObject* ptr_new_ref(PyObject* o) { Py_INCREF(o); return o; }
+    static PyMethodDef ptr_callbacks[8];
+    static PyObject* ptr_callback(int i, const char* name, void* f) {
+        ptr_callbacks[i].ml_name = name;
+        ptr_callbacks[i].ml_meth = (PyCFunction)(void (*)(void))f;
+        ptr_callbacks[i].ml_flags = METH_FASTCALL;
+        ptr_callbacks[i].ml_doc = NULL;
+        return PyCFunction_New(&ptr_callbacks[i], NULL);
+    }
+    """
+    uint64_t ptr_thread_id()
+    uint64_t ptr_tls_epoch
+    PyObject* ptr_tls_recorder
+    int ptr_is_method_descr(PyObject* o)
+    void* ptr_descr_method(PyObject* o)
+    PyObject* ptr_new_ref(PyObject* o)
+    object ptr_callback(int i, const char* name, void* f)
+    PyFrameObject* PyEval_GetFrame()
+    void Py_INCREF(PyObject*)
+
+import sys
+
+from perfetto_client._errors import TracingError
+
+# The events, grouped by what they do to the stack.
+cdef enum:
+    START = 0     # PY_START, PY_RESUME: a frame runs (DISABLE-able)
+    THROW = 1     # PY_THROW: a generator resumes with an exception
+    RETURN = 2    # PY_RETURN, PY_YIELD: a frame stops running (DISABLE-able)
+    UNWIND = 3    # PY_UNWIND: a frame is left by an exception
+    C_CALL = 4    # CALL
+    C_END = 5     # C_RETURN, C_RAISE
+    RAISED = 6    # RAISE
+
+cdef object _DISABLE = None
+cdef object _MISSING = None
+cdef int _tool = -1
+cdef list _registered = []  # the events given a callback
+
+# Thread state id -> recorder (a strong reference), open addressing; 0 marks a free slot.
+ctypedef struct ThreadSlot:
+    uint64_t id
+    PyObject* recorder
+
+cdef ThreadSlot* _threads = NULL
+cdef Py_ssize_t _threads_cap = 0
+cdef Py_ssize_t _threads_used = 0
+cdef uint64_t _epoch = 1  # a new epoch forgets every thread's cached recorder
+cdef uint64_t _callbacks = 0
+
+
+def callbacks():
+    """How many events CPython has delivered to this module's callbacks (in this process)."""
+    return _callbacks
+
+
+cdef inline Py_ssize_t _thread_slot(uint64_t tid) noexcept:
+    cdef Py_ssize_t i = <Py_ssize_t>((tid * 0x9E3779B97F4A7C15u) >> 40) & (_threads_cap - 1)
+    while _threads[i].id != 0 and _threads[i].id != tid:
+        i = (i + 1) & (_threads_cap - 1)
+    return i
+
+
+cdef inline PyObject* _current() noexcept:
+    # The calling thread's recorder (borrowed), NULL if it has none.
+    global ptr_tls_epoch, ptr_tls_recorder
+    if ptr_tls_epoch != _epoch:
+        ptr_tls_epoch = _epoch
+        ptr_tls_recorder = _threads[_thread_slot(ptr_thread_id())].recorder if _threads_cap else NULL
+    return ptr_tls_recorder
+
+
+cdef int _set_current(object recorder) except -1:
+    global _threads, _threads_cap, _threads_used, ptr_tls_epoch, ptr_tls_recorder
+    cdef ThreadSlot* old = _threads
+    cdef Py_ssize_t old_cap = _threads_cap, i, j
+    if 2 * (_threads_used + 1) > _threads_cap:
+        _threads_cap = max(64, 2 * old_cap)
+        _threads = <ThreadSlot*>malloc(_threads_cap * sizeof(ThreadSlot))
+        if _threads == NULL:
+            _threads, _threads_cap = old, old_cap
+            raise MemoryError()
+        memset(_threads, 0, _threads_cap * sizeof(ThreadSlot))
+        for i in range(old_cap):
+            if old[i].id != 0:
+                j = _thread_slot(old[i].id)
+                _threads[j] = old[i]
+        free(old)
+    i = _thread_slot(ptr_thread_id())
+    if _threads[i].id == 0:
+        _threads_used += 1
+    else:
+        Py_DECREF(_threads[i].recorder)
+    Py_INCREF(<PyObject*>recorder)
+    _threads[i].id = ptr_thread_id()
+    _threads[i].recorder = <PyObject*>recorder
+    ptr_tls_epoch, ptr_tls_recorder = _epoch, <PyObject*>recorder
+    return 0
+
+
+cdef void _forget_threads() noexcept:
+    global _threads, _threads_cap, _threads_used, _epoch
+    cdef ThreadSlot* table = _threads
+    cdef Py_ssize_t i, cap = _threads_cap
+    _threads, _threads_cap, _threads_used = NULL, 0, 0
+    _epoch += 1
+    for i in range(cap):
+        if table[i].id != 0:
+            Py_DECREF(table[i].recorder)
+    free(table)
+
+
+cdef PyObject* _event(int what, PyObject** args) noexcept:
+    # Every callback: the calling thread's recorder takes the event as the profile hook does.
+    global _callbacks
+    cdef PyObject* p = _current()
+    cdef MonitoringRecorder r
+    cdef int result = 0
+    _callbacks += 1
+    if p == NULL:
+        return ptr_new_ref(<PyObject*>None)
+    r = <MonitoringRecorder>p
+    if r.active and not r.in_hook:
+        r.in_hook = True
+        try:
+            result = r._on_event(what, args)
+        except Exception:
+            r.active = False
+            r.failed = True
+        except BaseException as exc:
+            # As in the profile hook: a signal handler raised outside a batch write.
+            r.active = False
+            r.interrupted = exc
+        r.in_hook = False
+    # What a signal handler raised reaches the program where a frame begins (the frame is
+    # then left by PY_UNWIND, as any frame an exception leaves) or a call is made.
+    if r.interrupted is not None and (what == START or (what == C_CALL and not r.active)):
+        r._deliver()
+        return NULL
+    return ptr_new_ref(<PyObject*>(_DISABLE if result else None))
+
+
+cdef PyObject* _on_start(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
+    return _event(START, args)
+
+
+cdef PyObject* _on_throw(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
+    return _event(THROW, args)
+
+
+cdef PyObject* _on_return(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
+    return _event(RETURN, args)
+
+
+cdef PyObject* _on_unwind(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
+    return _event(UNWIND, args)
+
+
+cdef PyObject* _on_call(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
+    # Most calls are of Python functions (PY_START follows): answered here, at once, and
+    # with DISABLE where the calling code is known not to be recorded.
+    cdef void* extra = NULL
+    cdef uintptr_t v
+    if not ptr_is_cfunction(args[2]) and not ptr_is_method_descr(args[2]):
+        _PyCode_GetExtra(args[0], _code_index, &extra)
+        v = <uintptr_t>extra
+        if (v >> 32) != _generation or (v & 0xFFFFFFFFu) != 0:
+            return ptr_new_ref(<PyObject*>None)
+    return _event(C_CALL, args)
+
+
+cdef PyObject* _on_c_end(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
+    if not ptr_is_cfunction(args[2]) and not ptr_is_method_descr(args[2]):
+        return ptr_new_ref(<PyObject*>None)  # a class, or another callable that is not a builtin
+    return _event(C_END, args)
+
+
+cdef PyObject* _on_raise(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
+    return _event(RAISED, args)
+
+
+cdef int _start_monitoring(object options) except -1:
+    # Takes a free tool id (the profiler's if free), registers the callbacks, turns events on.
+    global _tool, _DISABLE, _MISSING
+    monitoring = sys.monitoring
+    _DISABLE, _MISSING = monitoring.DISABLE, monitoring.MISSING
+    ids = [monitoring.PROFILER_ID] + [i for i in range(6) if i != monitoring.PROFILER_ID]
+    for tool in ids:
+        if monitoring.get_tool(tool) is None:
+            break
+    else:
+        raise TracingError("sys.monitoring has no free tool id: the program is not recorded")
+    monitoring.use_tool_id(tool, "perfetto-trace")
+    _tool = tool
+    E = monitoring.events
+    start = ptr_callback(0, "py_start", <void*>_on_start)
+    end = ptr_callback(1, "py_return", <void*>_on_return)
+    callbacks = [
+        (E.PY_START, start),
+        (E.PY_RESUME, start),
+        (E.PY_THROW, ptr_callback(2, "py_throw", <void*>_on_throw)),
+        (E.PY_RETURN, end),
+        (E.PY_YIELD, end),
+        (E.PY_UNWIND, ptr_callback(3, "py_unwind", <void*>_on_unwind)),
+    ]
+    if options.c_calls:
+        c_end = ptr_callback(4, "c_return", <void*>_on_c_end)
+        callbacks.append((E.CALL, ptr_callback(5, "call", <void*>_on_call)))
+        callbacks.append((E.C_RETURN, c_end))
+        callbacks.append((E.C_RAISE, c_end))
+    if options.exceptions:
+        callbacks.append((E.RAISE, ptr_callback(6, "raise", <void*>_on_raise)))
+    wanted = 0
+    for event, callback in callbacks:
+        monitoring.register_callback(tool, event, callback)
+        _registered.append(event)
+        wanted |= event
+    # Locations an earlier recording disabled may be recorded by this one.
+    monitoring.restart_events()
+    monitoring.set_events(tool, wanted)
+    return 0
+
+
+def uninstall():
+    """Stops the events, releases the tool id and forgets every thread's recorder."""
+    global _tool
+    uninstall_all_threads()  # the new-thread profile hooks still waiting on their first event
+    if _tool >= 0:
+        monitoring = sys.monitoring
+        monitoring.set_events(_tool, 0)
+        for event in _registered:
+            monitoring.register_callback(_tool, event, None)
+        _registered.clear()
+        monitoring.free_tool_id(_tool)
+        _tool = -1
+    _forget_threads()
+
+
+cdef class MonitoringRecorder(ThreadRecorder):
+    """Records one thread's calls, fed by `sys.monitoring` events."""
+
+    def install(self, Py_ssize_t own_frames=0, bint from_profile_hook=False):
+        """Makes this recorder the calling thread's; the first one starts the events.
+
+        `own_frames` of the tracer's frames are running and will return before the program's
+        next event; nothing is recorded until they have.
+        """
+        self.own_depth = own_frames
+        # RAISE gives each exception where it is raised: its type costs nothing more.
+        self.typed_exceptions = self.exception_iid != 0
+        if from_profile_hook:
+            PyEval_SetProfile(NULL, NULL)  # the engine's new-thread hook has done its part
+        if _tool < 0:
+            _start_monitoring(self.engine.options)
+        _set_current(self)
+
+    def call(self, frame):
+        """Nothing: the frame whose call reached the new-thread hook starts with PY_START."""
+
+    cdef uint32_t _iid_of(self, PyObject* code) except? 0xFFFFFFFE:
+        # _code_iid for the code object an event names (its frame is the running one).
+        cdef void* extra = NULL
+        cdef uintptr_t v
+        cdef uint32_t iid
+        _PyCode_GetExtra(code, _code_index, &extra)
+        v = <uintptr_t>extra
+        if (v >> 32) == _generation:
+            return <uint32_t>(v & 0xFFFFFFFFu)
+        iid = self.engine.intern_code(<object>code, <object><PyObject*>PyEval_GetFrame())
+        _PyCode_SetExtra(code, _code_index, <void*>((_generation << 32) | iid))
+        return iid
+
+    cdef int _on_event(self, int what, PyObject** args) except -1:
+        # 1: DISABLE this code location. Code not recorded (iid 0) never enters the stack.
+        cdef uint32_t iid
+        cdef PyObject* func
+        if what == START or what == THROW:
+            iid = self._iid_of(args[0])
+            if iid == 0:
+                return 1 if what == START else 0
+            if iid == OWN:
+                self.own_depth += 1
+                self._push_hidden(OWN)
+            elif self.own_depth:
+                self._push_hidden(0)
+            else:
+                self.unwinding = False
+                self._push(iid)
+        elif what == RETURN or what == UNWIND:
+            iid = self._iid_of(args[0])
+            if iid == 0:
+                return 1 if what == RETURN else 0
+            if self.depth == 0:
+                # A frame entered before recording started.
+                if self.own_depth and iid == OWN:
+                    self.own_depth -= 1
+            elif self.stack[self.depth - 1].state == HIDDEN:
+                self.depth -= 1
+                if self.stack[self.depth].iid == OWN:
+                    self.own_depth -= 1
+            else:
+                if what == UNWIND:
+                    self._on_exception()
+                else:
+                    self.unwinding = False
+                self._pop(ptr_now_ns())
+        elif what == C_CALL or what == C_END:
+            # Builtin functions and methods, as the profile hook sees them; other callables
+            # (Python functions, classes) are not C calls.
+            func = args[2]
+            if self._iid_of(args[0]) == 0:
+                return 1 if what == C_CALL else 0  # called by code that is not recorded
+            if not ptr_is_cfunction(func) and not ptr_is_method_descr(func):
+                return 0
+            if what == C_END:
+                if self.depth:
+                    if self.stack[self.depth - 1].state == HIDDEN:
+                        self.depth -= 1
+                    else:
+                        self._pop(ptr_now_ns())
+            elif self.own_depth:
+                self._push_hidden(0)
+            else:
+                self.unwinding = False
+                self._push(self._c_iid(func, args[3]))
+        elif what == RAISED:
+            exc = <object>args[2]
+            self._on_exception_raised((type(exc), exc, exc.__traceback__))
+        return 0
+
+    cdef uint32_t _c_iid(self, PyObject* func, PyObject* arg0) except? 0xFFFFFFFE:
+        # The iid of a builtin function, or of a method descriptor bound to `arg0`, keyed
+        # as the profile hook keys the bound builtin it is given.
+        global _ctable_used
+        cdef void* method
+        cdef void* owner
+        cdef Py_ssize_t slot
+        cdef uint32_t iid
+        if ptr_is_cfunction(func):
+            method = ptr_cfunction_def(func)
+            owner = ptr_type_of(ptr_cfunction_self(func))
+        else:
+            method = ptr_descr_method(func)
+            owner = NULL if <object>arg0 is _MISSING else ptr_type_of(arg0)
+        slot = _cslot(method, owner)
+        if _ctable[slot].method != NULL:
+            return _ctable[slot].iid
+        bound = <object>func
+        if not ptr_is_cfunction(func) and owner != NULL:
+            bound = bound.__get__(<object>arg0, type(<object>arg0))
+        iid = self.engine.intern_c_function(bound)
+        if 2 * (_ctable_used + 1) > _ctable_cap:
+            _cgrow()
+            slot = _cslot(method, owner)
+        _ctable[slot].method = method
+        _ctable[slot].owner = owner
+        _ctable[slot].iid = iid
+        _ctable_used += 1
+        return iid

@@ -1,0 +1,41 @@
+"""The compiled recorder for this interpreter: on `sys.monitoring` from 3.12, else the profile hook.
+
+Both modules have one interface (`ThreadRecorder`, `new_generation`, `uninstall_all_threads`,
+`split_packets`, `now_ns`); importing this one fails where they are not built.
+"""
+
+from __future__ import annotations
+
+import sys
+
+if sys.version_info >= (3, 12):
+    from perfetto_client._tracer._monitor import (  # type: ignore[import-not-found]
+        COMPILED,
+        new_generation,
+        now_ns,
+        split_packets,
+    )
+    from perfetto_client._tracer._monitor import (
+        MonitoringRecorder as ThreadRecorder,
+    )
+    from perfetto_client._tracer._monitor import (
+        uninstall as uninstall_all_threads,
+    )
+else:
+    from perfetto_client._tracer._hook import (  # type: ignore[import-not-found]
+        COMPILED,
+        ThreadRecorder,
+        new_generation,
+        now_ns,
+        split_packets,
+        uninstall_all_threads,
+    )
+
+__all__ = [
+    "COMPILED",
+    "ThreadRecorder",
+    "new_generation",
+    "now_ns",
+    "split_packets",
+    "uninstall_all_threads",
+]

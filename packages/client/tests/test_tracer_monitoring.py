@@ -1,0 +1,136 @@
+"""The recorder on sys.monitoring (3.12+): code not recorded costs nothing after its first
+event, generators and coroutines nest across yields and resumes, exceptions carry their type."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tracer_support import HOOKS, Slice, decode, require_compiled_hook, run_traced
+
+MONITORING = pytest.mark.skipif(
+    sys.version_info < (3, 12) or "compiled" not in HOOKS,
+    reason="the sys.monitoring recorder is compiled, on 3.12+",
+)
+
+
+@MONITORING
+def test_excluded_code_stops_calling_back_after_its_first_event(tmp_path: Path) -> None:
+    require_compiled_hook()
+    (tmp_path / "noisy.py").write_text(
+        "def leaf(i):\n    return abs(i)\ndef loop(n):\n    for i in range(n):\n        leaf(i)\n"
+    )
+    program = """
+import sys
+import noisy
+from perfetto_client._tracer import _monitor, record
+def kept():
+    return len("kept")
+with record(sys.argv[1], exclude=("noisy",)):
+    before = _monitor.callbacks()
+    noisy.loop(100_000)
+    after = _monitor.callbacks()
+    kept()
+    recorded = _monitor.callbacks() - after
+print(after - before, recorded)
+"""
+    (tmp_path / "prog.py").write_text(program)
+    out = tmp_path / "out.pftrace"
+    proc = subprocess.run(
+        [sys.executable, "prog.py", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    # 200,000 calls (leaf, abs): each location calls back once; kept() and len() call back.
+    excluded, recorded = map(int, proc.stdout.split())
+    assert excluded < 20
+    assert recorded >= 4
+    trace = decode(out)
+    assert trace.problems == []
+    names = trace.all_names()
+    assert "kept" in names
+    assert "len" in names
+    assert not [n for n in names if "noisy" in n or n in ("leaf", "loop", "abs")]
+
+
+def _parents(slices: list[Slice]) -> dict[int, Slice]:
+    return {id(c): s for s in slices for c in s.children}
+
+
+def _ancestors(s: Slice, parents: dict[int, Slice]) -> list[str]:
+    names = []
+    while id(s) in parents:
+        s = parents[id(s)]
+        names.append(s.name)
+    return names
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_generators_and_coroutines_nest_across_yields_and_resumes(
+    tmp_path: Path, hook: str
+) -> None:
+    program = """
+import asyncio
+def numbers(n):
+    for i in range(n):
+        yield i
+def consume():
+    return sum(numbers(3))
+async def leaf():
+    await asyncio.sleep(0)
+    return 1
+async def node():
+    return await leaf() + await leaf()
+consume()
+asyncio.run(node())
+"""
+    proc, out = run_traced(tmp_path, program, pure=hook == "pure")
+    assert proc.returncode == 0, proc.stderr
+    trace = decode(out)
+    assert trace.problems == []
+    [main] = trace.by_name("MainThread")
+    parents = _parents(main.slices)
+    numbers = [s for s in main.slices if s.name == "numbers"]
+    assert len(numbers) == 4  # three yields and the end
+    assert all("consume" in _ancestors(s, parents) for s in numbers)
+    # Each leaf suspends once (sleep(0)) and is resumed through node.
+    leaves = [s for s in main.slices if s.name == "leaf"]
+    assert len(leaves) == 4
+    assert all("node" in _ancestors(s, parents) for s in leaves)
+    assert len([s for s in main.slices if s.name == "node"]) == 3
+
+
+@MONITORING
+def test_exceptions_carry_their_type_by_default(tmp_path: Path) -> None:
+    program = """
+class Custom(Exception):
+    pass
+def fails():
+    raise Custom("x")
+def handles():
+    try:
+        fails()
+    except Custom:
+        pass
+    try:
+        {}["missing"]
+    except KeyError:
+        pass
+handles()
+"""
+    proc, out = run_traced(tmp_path, program)
+    assert proc.returncode == 0, proc.stderr
+    trace = decode(out)
+    assert trace.problems == []
+    [main] = trace.by_name("MainThread")
+    names = [name for _, name in main.instants if name.startswith("exception")]
+    assert names == ["exception Custom", "exception KeyError"]
+    [fails] = [s for s in main.slices if s.name == "fails"]
+    [custom_ts] = [ts for ts, name in main.instants if name == "exception Custom"]
+    assert fails.ts <= custom_ts <= fails.ts + fails.dur
