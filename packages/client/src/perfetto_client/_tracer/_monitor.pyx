@@ -17,10 +17,6 @@ include "_hook.pyx"
 
 cdef extern from *:
     """
-    #if PY_VERSION_HEX >= 0x030D0000
-    /* 3.13 no longer exports it; no trace function is ever installed from this module. */
-    #define _PyEval_SetTrace(tstate, func, obj) 0
-    #endif
     static inline uint64_t ptr_thread_id(void) { return PyThreadState_Get()->id; }
     /* The calling thread's recorder while ptr_tls_epoch is the module's epoch (initial-exec:
        a read relative to the thread pointer, no __tls_get_addr call). */
@@ -196,7 +192,7 @@ cdef PyObject* _on_call(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
     cdef void* extra = NULL
     cdef uintptr_t v
     if not ptr_is_cfunction(args[2]) and not ptr_is_method_descr(args[2]):
-        _PyCode_GetExtra(args[0], _code_index, &extra)
+        ptr_code_get_extra(args[0], _code_index, &extra)
         v = <uintptr_t>extra
         if (v >> 32) != _generation or (v & 0xFFFFFFFFu) != 0:
             return ptr_new_ref(<PyObject*>None)
@@ -296,12 +292,12 @@ cdef class MonitoringRecorder(ThreadRecorder):
         cdef void* extra = NULL
         cdef uintptr_t v
         cdef uint32_t iid
-        _PyCode_GetExtra(code, _code_index, &extra)
+        ptr_code_get_extra(code, _code_index, &extra)
         v = <uintptr_t>extra
         if (v >> 32) == _generation:
             return <uint32_t>(v & 0xFFFFFFFFu)
         iid = self.engine.intern_code(<object>code, <object><PyObject*>PyEval_GetFrame())
-        _PyCode_SetExtra(code, _code_index, <void*>((_generation << 32) | iid))
+        ptr_code_set_extra(code, _code_index, <void*>((_generation << 32) | iid))
         return iid
 
     cdef int _on_event(self, int what, PyObject** args) except -1:
