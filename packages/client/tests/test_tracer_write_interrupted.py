@@ -122,6 +122,7 @@ def test_a_full_disk_stops_recording_in_one_line(tmp_path: Path, hook: str) -> N
     summary = proc.stderr.splitlines()[1]
     assert "the trace is incomplete" in summary
     assert ": 0 events, " in summary
+    assert "open it" not in proc.stderr
     lost = re.search(r"([\d,]+) lost", summary)
     assert lost is not None
     assert int(lost.group(1).replace(",", "")) > 10_000  # at least the first buffer's

@@ -35,6 +35,8 @@ class Summary:
     system: bool = False
     build: str = ""
     """Which profile hook ran: "compiled" or "pure"."""
+    incomplete: bool = False
+    """A write error stopped the recording: the file is not offered for opening."""
 
     def lines(self) -> list[str]:
         """The summary as `perfetto-trace` prints it."""
@@ -48,10 +50,15 @@ class Summary:
                 f"perfetto-trace: sent {self.events_written:,} events ({_size(self.size)}) to "
                 f"{self.path}, {lost}, spanning {self.span_ns / 1e9:.3f} s{build}"
             ]
-        return [
+        wrote = (
             f"perfetto-trace: wrote {self.path} ({_size(self.size)}): "
             f"{self.events_written:,} events{procs}, {lost}, "
-            f"spanning {self.span_ns / 1e9:.3f} s{build}",
+            f"spanning {self.span_ns / 1e9:.3f} s{build}"
+        )
+        if self.incomplete:
+            return [wrote]
+        return [
+            wrote,
             f"perfetto-trace: open it by dragging {self.path} into https://ui.perfetto.dev",
         ]
 
@@ -164,6 +171,7 @@ class Recording:
             processes,
             self.options.system,
             "compiled" if engine.hook.COMPILED else "pure",
+            incomplete=bool(engine.write_error),
         )
         return self.summary
 
