@@ -93,15 +93,6 @@ class FileSink:
                 self.stats.events_lost += old_events
                 self.stats.lost_reason = "older than the ring buffer keeps"
 
-    def add_header(self, data: bytes) -> None:
-        """Descriptors that must survive the ring (written now, or at every dump)."""
-        with self._lock:
-            self._header += data
-            if self._file is not None and not self._unwritten_header:
-                interrupted = self._append(data)
-                if interrupted is not None:
-                    raise interrupted
-
     def _append_header(self) -> BaseException | None:
         if not self._unwritten_header:
             return None
