@@ -32,6 +32,7 @@ CATEGORY = "perfetto_trace"
 """The category a session's TrackEventConfig can disable to leave the calls out."""
 _CONNECT_TIMEOUT = 5.0
 _SESSION_WAIT = 1.0  # at the end, for a session that is about to start the data source
+_COMMIT_WAIT = 10.0  # at the end, for traced to take the last chunks
 _MAX_PENDING = 16 << 20  # batches kept while connected but before any session started
 _TRACK_EVENT = TracePacket.FIELD_TRACK_EVENT
 
@@ -134,7 +135,8 @@ class SystemSink:
         raise TracingError("--system records into traced: no flight recorder to snapshot")
 
     def close(self) -> SinkStats:
-        """Writes what is pending and commits every writer's chunks to `traced`."""
+        """Writes what is pending and commits every writer's chunks to `traced`, waiting until
+        it has them (the IPC thread dies with the process)."""
         deadline = time.monotonic() + _SESSION_WAIT
         while self._pending and time.monotonic() < deadline:
             with self._lock:
@@ -149,6 +151,13 @@ class SystemSink:
                     self._write_to(writers, data, events)
                 else:
                     self._lose(events)
-            for writer in writers:
-                writer.flush()
+            committed = [threading.Event() for _ in writers]
+            for writer, event in zip(writers, committed, strict=True):
+                writer.flush(event.set)
+        deadline = time.monotonic() + _COMMIT_WAIT
+        if not all(event.wait(max(0.0, deadline - time.monotonic())) for event in committed):
+            self.stats.lost_reason = (
+                f"traced did not confirm the last chunks within {_COMMIT_WAIT:g} s: "
+                "events may be missing"
+            )
         return self.stats
