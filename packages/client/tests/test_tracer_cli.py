@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tracer_support import HOOKS, ROOT, decode, require_compiled_hook
+from tracer_support import HOOKS, decode, require_compiled_hook
 
 TRACE = [sys.executable, "-m", "perfetto_client._tracer", "run"]
 
@@ -148,17 +148,6 @@ def test_a_compiled_hook_that_does_not_load_is_said_once(tmp_path: Path) -> None
     ]
     [wrote] = [line for line in proc.stderr.splitlines() if "perfetto-trace: wrote" in line]
     assert wrote.endswith("(pure hook)")
-
-
-def test_dev_trace_runs_the_program_where_the_caller_is(tmp_path: Path) -> None:
-    (tmp_path / "prog.py").write_text("import os\ndef work():\n    print(os.getcwd())\nwork()\n")
-    proc = _run([sys.executable, str(ROOT / "tools" / "dev.py"), "trace", "prog.py"], tmp_path, 600)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[-1] == str(tmp_path)
-    trace = tmp_path / "trace.pftrace"
-    assert f"wrote {trace} (" in proc.stderr
-    assert "work" in decode(trace).all_names()
-    assert not (ROOT / "prog.py").exists()
 
 
 def _on_a_terminal(args: list[str], cwd: Path, stdout_to_file: Path | None) -> str:
