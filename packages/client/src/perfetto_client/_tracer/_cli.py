@@ -23,6 +23,7 @@ USAGE = """\
 perfetto-trace run [options] script.py [args...]
        perfetto-trace run [options] -m module [args...]"""
 OPEN_USAGE = "perfetto-trace open [--port N] FILE"
+REPORT_USAGE = "perfetto-trace report [--limit N] [--json] FILE"
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(ns|us|µs|ms|s)?\s*$")
 _UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
@@ -69,6 +70,12 @@ def _parse_port(text: str) -> int:
     return int(text)
 
 
+def _parse_limit(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--limit takes a positive integer, not {text!r}")
+    return int(text)
+
+
 def _parse_depth(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"--max-depth takes a positive integer, not {text!r}")
@@ -101,7 +108,9 @@ def _parser() -> argparse.ArgumentParser:
         "(open it in https://ui.perfetto.dev).",
     )
     parser.add_argument("--version", action=_Version)
-    commands = parser.add_subparsers(dest="command", metavar="{run,open}", parser_class=_Parser)
+    commands = parser.add_subparsers(
+        dest="command", metavar="{run,open,report}", parser_class=_Parser
+    )
     run = commands.add_parser("run", usage=USAGE, help="run a program and trace it")
     run.add_argument("-o", "--output", default=DEFAULT_OUTPUT, help="trace file (%(default)s)")
     run.add_argument("-m", dest="module", help="run a library module as a script")
@@ -191,6 +200,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     open_.add_argument("file", help="the trace file")
     open_.add_argument("--port", type=_parse_port, default=DEFAULT_UI_PORT, help="(%(default)s)")
+    report = commands.add_parser(
+        "report",
+        usage=REPORT_USAGE,
+        help="print a trace's top functions by total and self time and its slowest calls",
+    )
+    report.add_argument("file", help="the trace file")
+    report.add_argument(
+        "--limit", type=_parse_limit, default=20, metavar="N", help="rows per table (%(default)s)"
+    )
+    report.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
 
 
@@ -249,8 +268,10 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     if args.command == "open":
         return _serve(args.file, args.port)
+    if args.command == "report":
+        return _report(args.file, args.limit, args.json)
     if args.command != "run":
-        print(f"usage: {USAGE}\n       {OPEN_USAGE}", file=sys.stderr)
+        print(f"usage: {USAGE}\n       {OPEN_USAGE}\n       {REPORT_USAGE}", file=sys.stderr)
         return 1
     if args.module is None and not args.program:
         print("perfetto-trace: run needs a script or -m module", file=sys.stderr)
@@ -298,6 +319,17 @@ def _serve(path: str, port: int) -> int:
     from perfetto_client._tracer._open_in_ui import serve_once  # http.server: only for this
 
     return serve_once(path, port)
+
+
+def _report(path: str, limit: int, as_json: bool) -> int:
+    from perfetto_client._tracer._report import ReportError, print_report
+
+    try:
+        print_report(path, limit, as_json, sys.stdout)
+    except ReportError as exc:
+        print(f"perfetto-trace: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _run(
