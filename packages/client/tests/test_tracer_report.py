@@ -123,7 +123,7 @@ def test_the_table_from_another_directory(recorded: Path, tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith(f"{recorded}: ")
-    assert " calls on 1 threads, spanning " in lines[0]
+    assert " calls on 1 thread, spanning " in lines[0]
     for title in (
         "Functions by total time (top 3):",
         "Functions by self time (top 3):",

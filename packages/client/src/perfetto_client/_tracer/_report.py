@@ -126,9 +126,10 @@ def _function_rows(title: str, functions: list[dict[str, Any]]) -> list[str]:
 
 def format_report(report: dict[str, Any], limit: int) -> str:
     """The report as `perfetto-trace report` prints it."""
+    threads = report["threads"]
     out = [
-        f"{report['trace']}: {report['calls']:,} calls on {report['threads']} threads, "
-        f"spanning {report['span_ns'] / 1e9:.3f} s",
+        f"{report['trace']}: {report['calls']:,} calls on {threads} "
+        f"thread{'' if threads == 1 else 's'}, spanning {report['span_ns'] / 1e9:.3f} s",
     ]
     out += _function_rows(f"Functions by total time (top {limit}):", report["functions_by_total"])
     out += _function_rows(f"Functions by self time (top {limit}):", report["functions_by_self"])
