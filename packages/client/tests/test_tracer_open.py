@@ -223,3 +223,21 @@ def test_run_open_does_not_go_with_system(tmp_path: Path) -> None:
     assert (
         proc.stderr == "perfetto-trace: --open does not go with --system (traced has the trace)\n"
     )
+
+
+def test_run_open_does_not_serve_an_incomplete_trace(tmp_path: Path) -> None:
+    (tmp_path / "prog.py").write_text("for i in range(100_000):\n    abs(i)\n")
+    port = str(_free_port())
+    proc = subprocess.run(
+        [PERFETTO_TRACE, "run", "--open", "--port", port, "-o", "/dev/full", "prog.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(PERFETTO_TRACE_NO_BROWSER="1"),
+        check=False,
+    )
+    assert proc.returncode == 0  # the program's
+    assert "recording stopped: writing /dev/full" in proc.stderr
+    assert "serving" not in proc.stderr
+    assert "ui.perfetto.dev" not in proc.stderr
