@@ -213,3 +213,43 @@ def test_a_missing_file_and_a_bad_limit_are_one_line(tmp_path: Path) -> None:
         "perfetto-trace: argument --limit: --limit takes a positive integer, not '0' "
         "(see perfetto-trace report --help)\n"
     )
+
+
+def test_slices_nest_within_their_own_sequence(tmp_path: Path) -> None:
+    """The file holds each sequence in time order, not the sequences: an event of another
+    sequence on the same track (the program's own track events beside its calls) written
+    while an unrelated call is open is not that call's child."""
+    from perfetto_protos.upstream import upstream_message_class
+
+    trace: Any = upstream_message_class("perfetto.protos.Trace")()
+
+    def event(
+        seq: int, ts: int, kind: int, iid: int = 0, names: dict[int, str] | None = None
+    ) -> None:
+        packet = trace.packet.add()
+        packet.trusted_packet_sequence_id = seq
+        packet.timestamp = ts
+        if names is not None:
+            packet.sequence_flags = 1  # SEQ_INCREMENTAL_STATE_CLEARED
+            for name_iid, name in names.items():
+                packet.interned_data.event_names.add(iid=name_iid, name=name)
+        packet.track_event.type = kind
+        packet.track_event.track_uuid = 7
+        if iid:
+            packet.track_event.name_iid = iid
+
+    event(1, 100, 1, 1, {1: "a", 2: "b"})
+    event(1, 200, 2)
+    event(1, 300, 1, 2)
+    event(2, 150, 1, 1, {1: "event"})  # inside a, written while b is open
+    event(2, 160, 2)
+    event(1, 400, 2)
+    path = tmp_path / "two-sequences.pftrace"
+    path.write_bytes(trace.SerializeToString())
+    report = _json_report(path)
+    got = {
+        f["name"]: (f["calls"], f["total_ns"], f["self_ns"]) for f in report["functions_by_total"]
+    }
+    assert got == {"a": (1, 100, 100), "b": (1, 100, 100), "event": (1, 10, 10)}
+    assert report["threads"] == 1
+    assert report["unfinished_calls"] == report["ends_without_begin"] == 0

@@ -88,7 +88,7 @@ def report_json(path: str, reader: SliceReader, limit: int) -> dict[str, Any]:
     return {
         "trace": path,
         "calls": reader.calls,
-        "threads": sum(1 for track in reader.tracks.values() if track.frames),
+        "threads": len({track.uuid for track in reader.stacks if track.frames}),
         "span_ns": max(0, reader.last_ns - start),
         "functions_by_total": [
             _function_json(f) for f in sorted(functions, key=lambda f: -f.total_ns)[:limit]

@@ -9,7 +9,7 @@ cdef class Function:
     cdef public long long self_ns
     cdef public long long max_ns
     cdef public long long active
-    cdef public unsigned long long active_track
+    cdef public Py_ssize_t active_stack
     cdef public dict others
 
 
@@ -23,6 +23,7 @@ cdef class Frame:
 
 cdef class Track:
     cdef public unsigned long long uuid
+    cdef public Py_ssize_t key
     cdef public list frames
     cdef public Py_ssize_t depth
 
@@ -30,6 +31,8 @@ cdef class Track:
 cdef class _Sequence:
     cdef public dict functions
     cdef public dict locations
+    cdef public dict tracks
+    cdef public Track track
     cdef public unsigned long long default_track
     cdef public long long default_clock
     cdef public long long clock_id
@@ -38,7 +41,7 @@ cdef class _Sequence:
 
 cdef class SliceReader:
     cdef public dict functions
-    cdef public dict tracks
+    cdef public list stacks
     cdef public dict threads
     cdef public dict processes
     cdef public list slowest
@@ -55,7 +58,6 @@ cdef class SliceReader:
     cdef dict _sequences
     cdef long long _seq_id
     cdef _Sequence _seq
-    cdef Track _track
     cdef Py_ssize_t _at
     cdef bytes _data
 
@@ -80,7 +82,7 @@ cdef class SliceReader:
         uuid="unsigned long long", name_at=Py_ssize_t, name_end=Py_ssize_t, tag="unsigned long long",
         value="unsigned long long", size="unsigned long long", field_id="unsigned long long",
         wire_type=int, track=Track, known=Track, func=Function, interned=Function, frame=Frame, frames=list, depth=Py_ssize_t,
-        others=dict, open_here=Py_ssize_t,
+        others=dict, open_here=Py_ssize_t, key=Py_ssize_t,
     )
     cdef _event(self, const unsigned char[::1] buf, Py_ssize_t pos, Py_ssize_t end, long long ts, _Sequence seq)
     @cython.locals(depth=Py_ssize_t, frame=Frame, func=Function, duration="long long", parent=Frame, others=dict, open_here=Py_ssize_t)

@@ -4,10 +4,12 @@
 incomplete one starts) and decodes every TracePacket field by field with protozero's wire
 format: incremental state per sequence (interned event names and source locations, packet
 defaults, the incremental clock of a clock snapshot), then TYPE_SLICE_BEGIN / TYPE_SLICE_END
-on each track's stack. Each ended slice adds to its function (by name): calls, self time,
-the longest call, and total time counted once per outermost call (a recursive function's
-inner calls are inside it already). The longest `limit` slices are kept. Upstream's field
-numbers.
+on a stack per track and sequence (the slices of one sequence nest with each other only:
+perfetto-trace's calls with calls, the program's own track events with its own events; a
+file holds each sequence in time order, not the sequences). Each ended slice adds to its
+function (by name): calls, self time, the longest call, and total time counted once per
+outermost call (a recursive function's inner calls are inside it already). The longest
+`limit` slices are kept. Upstream's field numbers.
 
 Compiled with Cython's pure-Python mode (`_slices.pxd`); runs as is where it was not built.
 """
@@ -37,9 +39,9 @@ class Function:
         self.total_ns = 0
         self.self_ns = 0
         self.max_ns = 0
-        self.active = 0  # its open slices on `active_track`
-        self.active_track = 0
-        self.others: dict[int, int] | None = None  # open slices on other tracks meanwhile
+        self.active = 0  # its open slices on the stack `active_stack`
+        self.active_stack = 0
+        self.others: dict[int, int] | None = None  # open slices on other stacks meanwhile
 
 
 class Frame:
@@ -57,10 +59,12 @@ _NO_FUNCTION = Function("")
 
 
 class Track:
-    """A track's stack of open slices (the frames above `depth` are kept for reuse)."""
+    """The stack of open slices of one sequence on one track (the frames above `depth` are
+    kept for reuse); `key` numbers the stacks."""
 
-    def __init__(self, uuid: int) -> None:
+    def __init__(self, uuid: int, key: int) -> None:
         self.uuid = uuid
+        self.key = key
         self.frames: list[Frame] = []
         self.depth = 0
 
@@ -71,6 +75,8 @@ class _Sequence:
     def __init__(self) -> None:
         self.functions: dict[int, Function] = {}
         self.locations: dict[int, str] = {}
+        self.tracks: dict[int, Track] = {}
+        self.track: Track | None = None  # the last one used
         self.default_track = 0
         self.default_clock = 0
         self.clock_id = -1
@@ -82,7 +88,7 @@ class SliceReader:
 
     def __init__(self, limit: int) -> None:
         self.functions: dict[str, Function] = {}
-        self.tracks: dict[int, Track] = {}
+        self.stacks: list[Track] = []
         self.threads: dict[int, tuple[int, int, str]] = {}  # track uuid -> (pid, tid, name)
         self.processes: dict[int, str] = {}
         self.slowest: list[tuple[int, int, int, str, int]] = []  # (dur, n, begin, name, track)
@@ -99,7 +105,6 @@ class SliceReader:
         self._sequences: dict[int, _Sequence] = {}
         self._seq_id = -1
         self._seq = _Sequence()
-        self._track = self.tracks[0] = Track(0)
         self._at = 0
         self._data = b""
 
@@ -362,12 +367,13 @@ class SliceReader:
         if self.first_ns < 0 or ts < self.first_ns:
             self.first_ns = ts
         self.last_ns = max(self.last_ns, ts)
-        track = self._track
-        if track.uuid != uuid:
-            known = self.tracks.get(uuid)
+        track = seq.track
+        if track is None or track.uuid != uuid:
+            known = seq.tracks.get(uuid)
             if known is None:
-                known = self.tracks[uuid] = Track(uuid)
-            self._track = track = known
+                known = seq.tracks[uuid] = Track(uuid, len(self.stacks))
+                self.stacks.append(known)
+            seq.track = track = known
         if kind == _SLICE_END:
             self._end(track, ts)
             return
@@ -393,20 +399,21 @@ class SliceReader:
         frame.begin = ts
         frame.children_ns = 0
         others = func.others
-        if func.active and func.active_track == uuid:
+        key = track.key
+        if func.active and func.active_stack == key:
             func.active += 1
             frame.outer = False
             frame.counted_in_others = False
-        elif not func.active and (others is None or uuid not in others):
+        elif not func.active and (others is None or key not in others):
             func.active = 1
-            func.active_track = uuid
+            func.active_stack = key
             frame.outer = True
             frame.counted_in_others = False
         else:
             if others is None:
                 others = func.others = {}
-            open_here = others.get(uuid, 0)
-            others[uuid] = open_here + 1
+            open_here = others.get(key, 0)
+            others[key] = open_here + 1
             frame.outer = open_here == 0
             frame.counted_in_others = True
 
@@ -429,11 +436,11 @@ class SliceReader:
         if frame.counted_in_others:
             others = func.others
             if others is not None:
-                open_here = others[track.uuid] - 1
+                open_here = others[track.key] - 1
                 if open_here:
-                    others[track.uuid] = open_here
+                    others[track.key] = open_here
                 else:
-                    del others[track.uuid]
+                    del others[track.key]
         else:
             func.active -= 1
         if depth:
@@ -580,6 +587,6 @@ class SliceReader:
     def open_slices(self) -> int:
         """The slices that had begun and not ended when the trace did."""
         count = 0
-        for track in self.tracks.values():
+        for track in self.stacks:
             count += track.depth
         return count
