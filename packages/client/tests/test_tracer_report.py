@@ -253,3 +253,17 @@ def test_slices_nest_within_their_own_sequence(tmp_path: Path) -> None:
     assert got == {"a": (1, 100, 100), "b": (1, 100, 100), "event": (1, 10, 10)}
     assert report["threads"] == 1
     assert report["unfinished_calls"] == report["ends_without_begin"] == 0
+
+
+def test_a_loss_is_said_but_not_the_mark_on_each_sequences_first_packet(tmp_path: Path) -> None:
+    from perfetto_protos.upstream import upstream_message_class
+
+    trace: Any = upstream_message_class("perfetto.protos.Trace")()
+    for seq, dropped in ((1, 1), (2, 1), (1, 0), (1, 1), (2, 0)):
+        packet = trace.packet.add(trusted_packet_sequence_id=seq, timestamp=seq)
+        packet.previous_packet_dropped = dropped  # traced sets it on each sequence's first
+    path = tmp_path / "lossy.pftrace"
+    path.write_bytes(trace.SerializeToString())
+    assert _json_report(path)["packets_after_loss"] == 1
+    text = _report(str(path), cwd=tmp_path).stdout
+    assert text.endswith("\n1 packets follow data lost on their sequence\n")

@@ -284,6 +284,7 @@ class SliceReader:
             found = self._sequences.get(sequence_id)
             if found is None:
                 found = self._sequences[sequence_id] = _Sequence()
+                dropped = 0  # traced marks the first packet of every sequence so
             self._seq = seq = found
             self._seq_id = sequence_id
         if dropped:
