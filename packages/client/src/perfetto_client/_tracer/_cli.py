@@ -15,13 +15,15 @@ from typing import Any, NoReturn
 from perfetto_client._errors import TracingError
 from perfetto_client._trace_command import release_snapshot_signal
 from perfetto_client._tracer._engine import TRANSPARENT, on_fork_in_child
-from perfetto_client._tracer._options import DEFAULT_OUTPUT, TraceOptions
+from perfetto_client._tracer._options import DEFAULT_OUTPUT, DEFAULT_UI_PORT, TraceOptions
 from perfetto_client._tracer._recording import Recording
 from perfetto_client._tracer._runner import Program, without_own_frames
 
 USAGE = """\
 perfetto-trace run [options] script.py [args...]
        perfetto-trace run [options] -m module [args...]"""
+OPEN_USAGE = "perfetto-trace open [--port N] FILE"
+REPORT_USAGE = "perfetto-trace report [--limit N] [--json] FILE"
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(ns|us|µs|ms|s)?\s*$")
 _UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
@@ -62,6 +64,18 @@ def _parse_megabytes(text: str) -> float:
     return value
 
 
+def _parse_port(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"--port takes a port number (1-65535), not {text!r}")
+    return int(text)
+
+
+def _parse_limit(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"--limit takes a positive integer, not {text!r}")
+    return int(text)
+
+
 def _parse_depth(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"--max-depth takes a positive integer, not {text!r}")
@@ -70,7 +84,8 @@ def _parse_depth(text: str) -> int:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        self.exit(1, f"perfetto-trace: {message} (see perfetto-trace run --help)\n")
+        command = self.prog if self.prog != "perfetto-trace" else "perfetto-trace run"
+        self.exit(1, f"perfetto-trace: {message} (see {command} --help)\n")
 
 
 class _Version(argparse.Action):
@@ -93,7 +108,9 @@ def _parser() -> argparse.ArgumentParser:
         "(open it in https://ui.perfetto.dev).",
     )
     parser.add_argument("--version", action=_Version)
-    commands = parser.add_subparsers(dest="command", metavar="run", parser_class=_Parser)
+    commands = parser.add_subparsers(
+        dest="command", metavar="{run,open,report}", parser_class=_Parser
+    )
     run = commands.add_parser("run", usage=USAGE, help="run a program and trace it")
     run.add_argument("-o", "--output", default=DEFAULT_OUTPUT, help="trace file (%(default)s)")
     run.add_argument("-m", dest="module", help="run a library module as a script")
@@ -164,12 +181,35 @@ def _parser() -> argparse.ArgumentParser:
         "get them",
     )
     run.add_argument("--pure", action="store_true", help="use the pure-Python hook")
+    run.add_argument(
+        "--open",
+        action="store_true",
+        help="then serve the trace once to https://ui.perfetto.dev on 127.0.0.1 and open it there",
+    )
+    run.add_argument(
+        "--port", type=_parse_port, default=DEFAULT_UI_PORT, help="--open's port (%(default)s)"
+    )
     run.add_argument("-q", "--quiet", action="store_true", help="print no summary")
     run.add_argument(
         "program",
         nargs=argparse.REMAINDER,
         help="the script and its arguments (or the module's arguments)",
     )
+    open_ = commands.add_parser(
+        "open", usage=OPEN_USAGE, help="serve a trace once to https://ui.perfetto.dev and open it"
+    )
+    open_.add_argument("file", help="the trace file")
+    open_.add_argument("--port", type=_parse_port, default=DEFAULT_UI_PORT, help="(%(default)s)")
+    report = commands.add_parser(
+        "report",
+        usage=REPORT_USAGE,
+        help="print a trace's top functions by total and self time and its slowest calls",
+    )
+    report.add_argument("file", help="the trace file")
+    report.add_argument(
+        "--limit", type=_parse_limit, default=20, metavar="N", help="rows per table (%(default)s)"
+    )
+    report.add_argument("--json", action="store_true", help="print the report as JSON")
     return parser
 
 
@@ -226,11 +266,21 @@ def main(argv: list[str] | None = None) -> int:
         args.module, args.program = module, program_args
     else:
         args = parser.parse_args(argv)
+    if args.command == "open":
+        return _serve(args.file, args.port)
+    if args.command == "report":
+        return _report(args.file, args.limit, args.json)
     if args.command != "run":
-        print(f"usage: {USAGE}", file=sys.stderr)
+        print(f"usage: {USAGE}\n       {OPEN_USAGE}\n       {REPORT_USAGE}", file=sys.stderr)
         return 1
     if args.module is None and not args.program:
         print("perfetto-trace: run needs a script or -m module", file=sys.stderr)
+        return 1
+    if args.open and args.system:
+        print(
+            "perfetto-trace: --open does not go with --system (traced has the trace)",
+            file=sys.stderr,
+        )
         return 1
     if args.snapshot_trigger and not args.ring:
         print("perfetto-trace: --snapshot-trigger needs --ring", file=sys.stderr)
@@ -262,10 +312,29 @@ def main(argv: list[str] | None = None) -> int:
         # As python shows it: the error's own block, none of perfetto-trace's frames.
         sys.excepthook(type(exc), exc.with_traceback(None), None)
         return 1
-    return _run(program, options, args.duration, args.quiet)
+    return _run(program, options, args.duration, args.quiet, args.port if args.open else 0)
 
 
-def _run(program: Program, options: TraceOptions, duration: float, quiet: bool) -> int:
+def _serve(path: str, port: int) -> int:
+    from perfetto_client._tracer._open_in_ui import serve_once  # http.server: only for this
+
+    return serve_once(path, port)
+
+
+def _report(path: str, limit: int, as_json: bool) -> int:
+    from perfetto_client._tracer._report import ReportError, print_report
+
+    try:
+        print_report(path, limit, as_json, sys.stdout)
+    except ReportError as exc:
+        print(f"perfetto-trace: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run(
+    program: Program, options: TraceOptions, duration: float, quiet: bool, open_port: int = 0
+) -> int:
     recording = Recording(options)
 
     def on_sigterm(signum: int, frame: types.FrameType | None) -> None:
@@ -336,6 +405,8 @@ def _run(program: Program, options: TraceOptions, duration: float, quiet: bool) 
     if reraise_signal:
         signal.signal(reraise_signal, signal.SIG_DFL)
         os.kill(os.getpid(), reraise_signal)
+    if open_port and not summary.system and not summary.incomplete:
+        return _serve(summary.path, open_port) or exit_code
     return exit_code
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 DEFAULT_OUTPUT = "trace.pftrace"
+DEFAULT_UI_PORT = 9001
+"""Where `--open` serves the trace: the port ui.perfetto.dev may fetch from (upstream's)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,168 @@
+"""`perfetto-trace report FILE`: the top functions by total and self time, and the slowest calls.
+
+Read from the trace itself (`_slices.SliceReader`, no trace_processor), in chunks, so memory
+stays bounded by the chunk size and the number of functions. The JSON form's schema is in
+docs/perfetto-trace.md.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TextIO
+
+from perfetto_client._tracer._slices import CorruptTraceError, Function, SliceReader
+
+__all__ = ["ReportError", "print_report", "read_trace"]
+
+CHUNK_SIZE = 16 << 20
+
+
+class ReportError(Exception):
+    """The trace cannot be reported on; the message is the one line to print."""
+
+
+def read_trace(path: str, limit: int) -> SliceReader:
+    """Decodes the trace at `path`, keeping the `limit` slowest calls."""
+    reader = SliceReader(limit)
+    try:
+        with open(path, "rb") as file:
+            chunk = file.read(CHUNK_SIZE)
+            if not chunk:
+                raise ReportError(f"{path} is empty")
+            if chunk[0] != 0x0A:  # Trace.packet: what upstream's trace_processor checks first
+                raise ReportError(
+                    f"{path} is not a Perfetto trace (it begins with byte 0x{chunk[0]:02x})"
+                )
+            pending = b""
+            base = 0  # the file offset of pending[0]
+            while chunk:
+                data = pending + chunk if pending else chunk
+                pos = reader.feed(data, 0, len(data), base)
+                pending = data[pos:]
+                base += pos
+                chunk = file.read(CHUNK_SIZE)
+    except OSError as exc:
+        raise ReportError(f"cannot read {path}: {exc.strerror}") from None
+    except CorruptTraceError as exc:
+        raise ReportError(f"{path} is corrupt: {exc}") from None
+    if pending:
+        raise ReportError(
+            f"{path} is truncated: the packet at offset {base} ends past the end of the file "
+            f"({len(pending)} bytes of it are there)"
+        )
+    return reader
+
+
+def _thread(reader: SliceReader, uuid: int) -> tuple[int, int, str]:
+    return reader.threads.get(uuid, (0, 0, f"track {uuid}"))
+
+
+def _function_json(func: Function) -> dict[str, Any]:
+    return {
+        "name": func.name,
+        "location": func.location,
+        "calls": func.calls,
+        "total_ns": func.total_ns,
+        "self_ns": func.self_ns,
+        "max_ns": func.max_ns,
+    }
+
+
+def report_json(path: str, reader: SliceReader, limit: int) -> dict[str, Any]:
+    """The report as the JSON object `--json` prints."""
+    functions = [f for f in reader.functions.values() if f.calls]
+    start = max(reader.first_ns, 0)
+    slowest = []
+    for duration, _, begin, name, uuid in sorted(reader.slowest, reverse=True):
+        pid, tid, thread = _thread(reader, uuid)
+        slowest.append(
+            {
+                "name": name,
+                "duration_ns": duration,
+                "start_ns": begin - start,
+                "pid": pid,
+                "tid": tid,
+                "thread": thread,
+            }
+        )
+    return {
+        "trace": path,
+        "calls": reader.calls,
+        "threads": len({track.uuid for track in reader.stacks if track.frames}),
+        "span_ns": max(0, reader.last_ns - start),
+        "functions_by_total": [
+            _function_json(f) for f in sorted(functions, key=lambda f: -f.total_ns)[:limit]
+        ],
+        "functions_by_self": [
+            _function_json(f) for f in sorted(functions, key=lambda f: -f.self_ns)[:limit]
+        ],
+        "slowest_calls": slowest,
+        "unfinished_calls": reader.open_slices(),
+        "ends_without_begin": reader.unmatched_ends,
+        "events_without_clock": reader.unclocked,
+        "names_not_interned": reader.unnamed,
+        "packets_after_loss": reader.packets_after_loss,
+    }
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:,.3f}"
+
+
+def _function_rows(title: str, functions: list[dict[str, Any]]) -> list[str]:
+    rows = [
+        "",
+        title,
+        f"{'CALLS':>12} {'TOTAL ms':>12} {'SELF ms':>12} {'MAX ms':>11}  FUNCTION",
+    ]
+    for f in functions:
+        where = f"  ({f['location']})" if f["location"] else ""
+        rows.append(
+            f"{f['calls']:>12,} {_ms(f['total_ns']):>12} {_ms(f['self_ns']):>12} "
+            f"{_ms(f['max_ns']):>11}  {f['name']}{where}"
+        )
+    return rows
+
+
+def format_report(report: dict[str, Any], limit: int) -> str:
+    """The report as `perfetto-trace report` prints it."""
+    threads = report["threads"]
+    out = [
+        f"{report['trace']}: {report['calls']:,} calls on {threads} "
+        f"thread{'' if threads == 1 else 's'}, spanning {report['span_ns'] / 1e9:.3f} s",
+    ]
+    out += _function_rows(f"Functions by total time (top {limit}):", report["functions_by_total"])
+    out += _function_rows(f"Functions by self time (top {limit}):", report["functions_by_self"])
+    out += ["", f"Slowest calls (top {limit}):"]
+    out.append(f"{'DURATION ms':>12} {'START s':>10}  {'THREAD':<24} FUNCTION")
+    for call in report["slowest_calls"]:
+        thread = f"{call['thread']} ({call['tid']})" if call["tid"] else call["thread"]
+        out.append(
+            f"{_ms(call['duration_ns']):>12} {call['start_ns'] / 1e9:>10.6f}  {thread:<24} "
+            f"{call['name']}"
+        )
+    notes = [
+        (
+            "unfinished_calls",
+            "calls had not returned when the trace ended (the program was stopped?): "
+            "they are not counted above",
+        ),
+        ("ends_without_begin", "returns without their call (the trace lost its beginning)"),
+        ("events_without_clock", "events on a clock never set by a clock snapshot: left out"),
+        ("names_not_interned", "calls whose name was never interned"),
+        ("packets_after_loss", "packets follow data lost on their sequence"),
+    ]
+    lines = [f"{report[key]:,} {text}" for key, text in notes if report[key]]
+    if lines:
+        out += ["", *lines]
+    return "\n".join(out) + "\n"
+
+
+def print_report(path: str, limit: int, as_json: bool, out: TextIO) -> None:
+    """Reads the trace at `path` and prints its report to `out` (raises `ReportError`)."""
+    report = report_json(path, read_trace(path, limit), limit)
+    if as_json:
+        json.dump(report, out, indent=2)
+        out.write("\n")
+    else:
+        out.write(format_report(report, limit))
