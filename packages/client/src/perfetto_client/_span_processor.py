@@ -29,21 +29,27 @@ __all__ = ["OTEL_CATEGORY", "PerfettoSpanProcessor"]
 
 OTEL_CATEGORY = Category("otel", description="OpenTelemetry spans (PerfettoSpanProcessor)")
 
-_spans_tracks: dict[int, NamedTrack] = {}
-"""Each thread's spans track, by the uuid of the thread's track."""
+_FLOW_ID = b"\xf9\x02"  # TrackEvent.flow_ids (47, fixed64)
+_NO_IIDS: list[int] = []
+
+_spans_tracks: dict[int, tuple[NamedTrack, bytes]] = {}
+"""Each thread's spans track and its track_uuid field, by the uuid of the thread's track."""
+_ERROR = StatusCode.ERROR
 
 
-def _spans_track() -> Track:
-    """The calling thread's track for spans: the running asyncio task's track in a task,
-    else a track named `spans` under the thread's track."""
+def _spans_track(event_type: int) -> tuple[Track, bytes]:
+    """The calling thread's track for spans, and the fields putting an event of
+    `event_type` on it: the running asyncio task's track in a task, else a track named
+    `spans` under the thread's track."""
     task = _task_track()
     if task is not None:
-        return task
+        return task, task.event_fields(event_type)
     thread = thread_state().track
-    track = _spans_tracks.get(thread.uuid)
-    if track is None or track.parent is not thread:
-        track = _spans_tracks[thread.uuid] = NamedTrack("spans", parent=thread)
-    return track
+    found = _spans_tracks.get(thread.uuid)
+    if found is None or found[0].parent is not thread:
+        track = NamedTrack("spans", parent=thread)
+        found = _spans_tracks[thread.uuid] = (track, track.uuid_field())
+    return found
 
 
 class PerfettoSpanProcessor(SpanProcessor):
@@ -68,17 +74,15 @@ class PerfettoSpanProcessor(SpanProcessor):
         if not writers:
             return
         ts = now()
-        track = _spans_track()
+        track, extra = _spans_track(TYPE_SLICE_BEGIN)
         span_id: int = span.context.span_id
-        extra = track.event_fields(TYPE_SLICE_BEGIN)
-        links = span.links
-        extra += flow_fields(
-            (span_id,), tuple(link.context.span_id for link in links) if links else ()
-        )
+        extra += _FLOW_ID + span_id.to_bytes(8, "little")
+        if getattr(span, "_links", True):  # the SDK's own list: no copy when it is empty
+            extra += flow_fields((), tuple(link.context.span_id for link in span.links))
         key = category.keys.get(span.name)
         if key is None:
             key = category.event_key(span.name)
-        write_event(writers, key, TYPE_SLICE_BEGIN, ts, track, extra, [])
+        write_event(writers, key, TYPE_SLICE_BEGIN, ts, track, extra, _NO_IIDS)
         self._open[span_id] = (track, category.instances, ts)
 
     def on_end(self, span: ReadableSpan) -> None:
@@ -99,16 +103,16 @@ class PerfettoSpanProcessor(SpanProcessor):
                 return
         writers = thread_writers(mask)
         ts = now()
-        if span.events:
+        if getattr(span, "_events", True):  # the SDK's own list: no copy when it is empty
             _write_events(writers, span, track, begin_ts, ts)
-        args: dict[str, object] = dict(span.attributes) if span.attributes else {}
+        args = _attributes(span)
         status = span.status
-        if status.status_code is StatusCode.ERROR:
+        if status.status_code is _ERROR:
             args["otel.status_code"] = "ERROR"
             if status.description:
                 args["otel.status_description"] = status.description
         extra = track.event_fields(TYPE_SLICE_END)
-        iids: list[int] = []
+        iids = _NO_IIDS
         if args:
             encoded, iids = encode_annotations(args)
             extra += encoded
@@ -121,6 +125,15 @@ class PerfettoSpanProcessor(SpanProcessor):
         """Nothing is buffered here: events are in the sessions' buffers once written."""
         del timeout_millis
         return True
+
+
+def _attributes(span: ReadableSpan) -> dict[str, object]:
+    """A copy of the span's attributes (read from the SDK's own mapping, immutable once the
+    span ended, when it has one: its public view copies them under a lock)."""
+    inner = getattr(getattr(span, "_attributes", None), "_dict", None)
+    if isinstance(inner, dict):
+        return dict(inner)
+    return dict(span.attributes or {})
 
 
 def _write_events(writers: Any, span: ReadableSpan, track: Track, begin: int, end: int) -> None:
