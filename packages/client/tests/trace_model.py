@@ -34,6 +34,18 @@ class Event:
     counter: float | None = None
     flows: list[int] = field(default_factory=list)
     terminating_flows: list[int] = field(default_factory=list)
+    log: LogMessage | None = None
+
+
+@dataclass
+class LogMessage:
+    """A TrackEvent's log_message, its body and source location resolved."""
+
+    body: str
+    file: str
+    function: str
+    line: int
+    prio: int
 
 
 @dataclass
@@ -46,6 +58,7 @@ class Slice:
     begin: int
     end: int | None
     args: dict[str, Any]
+    """The args of the slice's begin event, and of its end event."""
     categories: list[str]
     flows: list[int] = field(default_factory=list)
     """Flow ids on the slice's begin or end event (the trace processor links both)."""
@@ -59,6 +72,8 @@ class _SeqState:
     cats: dict[int, str] = field(default_factory=dict)
     names: dict[int, str] = field(default_factory=dict)
     ann_names: dict[int, str] = field(default_factory=dict)
+    locations: dict[int, Any] = field(default_factory=dict)
+    log_bodies: dict[int, str] = field(default_factory=dict)
     default_track: int = 0
     default_clock: int = 0
     last_ts: int | None = None
@@ -125,6 +140,8 @@ class TraceModel:
                 state.cats.update({e.iid: e.name for e in interned.event_categories})
                 state.names.update({e.iid: e.name for e in interned.event_names})
                 state.ann_names.update({e.iid: e.name for e in interned.debug_annotation_names})
+                state.locations.update({e.iid: e for e in interned.source_locations})
+                state.log_bodies.update({e.iid: e.body for e in interned.log_message_body})
             if packet.HasField("clock_snapshot") and seq_id == state_seq(packet):
                 for clock in packet.clock_snapshot.clocks:
                     if clock.clock_id == CLOCK_INCREMENTAL:
@@ -163,6 +180,17 @@ class TraceModel:
             elif te.HasField("double_counter_value"):
                 counter = te.double_counter_value
             track = te.track_uuid if te.HasField("track_uuid") else state.default_track
+            log = None
+            if te.log_message.body_iid:  # else the trace processor drops it too
+                message = te.log_message
+                location = state.locations[message.source_location_iid]
+                log = LogMessage(
+                    state.log_bodies[message.body_iid],
+                    location.file_name,
+                    location.function_name,
+                    location.line_number,
+                    message.prio,
+                )
             self.events.append(
                 Event(
                     seq_id,
@@ -176,6 +204,7 @@ class TraceModel:
                     counter,
                     list(te.flow_ids),
                     list(te.terminating_flow_ids),
+                    log,
                 )
             )
 
@@ -194,7 +223,7 @@ class TraceModel:
                     len(stack),
                     event.ts,
                     None,
-                    event.args,
+                    dict(event.args),
                     event.categories,
                 )
                 stack.append(item)
@@ -202,6 +231,7 @@ class TraceModel:
             elif event.kind == "E" and stack:
                 item = stack.pop()
                 item.end = event.ts
+                item.args.update(event.args)  # as the trace processor, which merges them
             elif event.kind == "I":
                 item = Slice(
                     event.track,

@@ -26,6 +26,9 @@ cdef class TrackEventWriter:
     cdef set _emitted_names
     cdef set _emitted_categories
     cdef set _emitted_annotation_names
+    cdef set _emitted_locations
+    cdef dict _log_bodies
+    cdef long long _last_log_body_iid
     cdef public set seen_tracks
     cdef public object thread_name
 
@@ -42,6 +45,8 @@ cdef class TrackEventWriter:
     cpdef slice_end(self, long long ts)
     @cython.locals(head_key=Py_ssize_t, fields=bytes, size=Py_ssize_t, delta="long long", stamp=bytes, stamp_value=bytes, packet=bytes)
     cpdef event(self, Py_ssize_t key, int event_type, long long ts, bytes extra_fields, bytes interned)
+    @cython.locals(bodies=dict, message=bytes)
+    cpdef log_message(self, Py_ssize_t key, long long ts, Py_ssize_t location_iid, str body, int priority)
     cpdef ensure_state(self, long long ts)
     cpdef ensure_track(self, object uuid, object descriptor, long long ts)
     cpdef write_raw(self, bytes fields)

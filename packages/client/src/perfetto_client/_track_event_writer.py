@@ -35,6 +35,7 @@ __all__ = [
     "event_keys",
     "intern_debug_annotation_name",
     "load_encoders",
+    "source_location_entry",
     "varint",
 ]
 
@@ -71,6 +72,11 @@ _END_TAIL = _TRACK_EVENT + bytes((len(_END_EVENT),)) + _END_EVENT + _NEEDS_STATE
 _INTERNED_CATEGORY = b"\x0a"  # InternedData.event_categories (1)
 _INTERNED_NAME = b"\x12"  # InternedData.event_names (2)
 _INTERNED_ANNOTATION_NAME = b"\x1a"  # InternedData.debug_annotation_names (3)
+_INTERNED_SOURCE_LOCATION = b"\x22"  # InternedData.source_locations (4)
+_INTERNED_LOG_BODY = b"\xa2\x01"  # InternedData.log_message_body (20)
+_LOG_MESSAGE = b"\xaa\x01"  # TrackEvent.log_message (21)
+_MAX_LOG_BODIES = 1024
+"""Log message bodies a sequence remembers (and reuses the iids of) at most."""
 _MAX_CACHED_TAILS = 50_000
 
 _U64 = 0xFFFF_FFFF_FFFF_FFFF
@@ -136,6 +142,21 @@ def _interned_entry(tag: bytes, iid: int, name: str) -> bytes:
     return _field_bytes(tag, body)
 
 
+def source_location_entry(iid: int, file: str, function: str, line: int) -> bytes:
+    """The encoded InternedData.source_locations field of one SourceLocation."""
+    if not SHORT_VARINTS:  # perfetto-trace interns locations without initializing tracing
+        load_encoders()
+    body = (
+        b"\x08"
+        + varint(iid)
+        + _field_bytes(b"\x12", file.encode("utf-8", "surrogatepass"))
+        + _field_bytes(b"\x1a", function.encode("utf-8", "surrogatepass"))
+        + b"\x20"
+        + varint(line)
+    )
+    return _field_bytes(_INTERNED_SOURCE_LOCATION, body)
+
+
 class EventKeys:
     """Global interning: event names, categories and (category, name) event keys.
 
@@ -151,6 +172,9 @@ class EventKeys:
         self.category_list: list[str] = [""]
         self._keys: dict[tuple[str | None, bool, str], int] = {}
         self.key_list: list[tuple[str | None, bool, str]] = [(None, False, "")]
+        self._locations: dict[tuple[str, str, int], int] = {}
+        self.location_entries: list[bytes] = [b""]
+        """Each source location's encoded InternedData entry, by iid."""
 
     def reset_locks_after_fork(self) -> None:
         """In a forked child: locks another parent thread held would never be released."""
@@ -180,6 +204,19 @@ class EventKeys:
                     iid = len(self.category_list)
                     self.category_list.append(name)
                     self.categories[name] = iid
+        return iid
+
+    def source_location_iid(self, file: str, function: str, line: int) -> int:
+        """The interning id of a source location (a log record's file, function and line)."""
+        location = (file, function, line)
+        iid = self._locations.get(location)
+        if iid is None:
+            with self._lock:
+                iid = self._locations.get(location)
+                if iid is None:
+                    iid = len(self.location_entries)
+                    self.location_entries.append(source_location_entry(iid, *location))
+                    self._locations[location] = iid
         return iid
 
     def key(self, category: str | None, name: str, *, dynamic_category: bool = False) -> int:
@@ -262,6 +299,9 @@ class TrackEventWriter:
         self._emitted_names: set[int] = set()
         self._emitted_categories: set[int] = set()
         self._emitted_annotation_names: set[int] = set()
+        self._emitted_locations: set[int] = set()
+        self._log_bodies: dict[str, int] = {}
+        self._last_log_body_iid = 0
         self.seen_tracks: set[int] = set()
         self.thread_name = ""
 
@@ -281,6 +321,9 @@ class TrackEventWriter:
         self._emitted_names.clear()
         self._emitted_categories.clear()
         self._emitted_annotation_names.clear()
+        self._emitted_locations.clear()
+        self._log_bodies.clear()
+        self._last_log_body_iid = 0
         self.seen_tracks.clear()
         self.last_ts = ts
         for packet in self._reset_packets(self, ts):
@@ -431,6 +474,33 @@ class TrackEventWriter:
             )
         )
         self._write(packet)
+
+    def log_message(self, key: int, ts: int, location_iid: int, body: str, priority: int) -> None:
+        """Writes an instant of `key` on the thread's track carrying a LogMessage: the
+        interned `body`, source location `location_iid` and LogMessage.Priority `priority`.
+
+        Bodies are interned per sequence; the last `_MAX_LOG_BODIES` distinct ones are
+        remembered, a body seen again among them reuses its iid.
+        """
+        if self.cleared:
+            self._reset(ts)
+        interned = b""
+        if location_iid not in self._emitted_locations:
+            self._emitted_locations.add(location_iid)
+            interned = event_keys.location_entries[location_iid]
+        bodies = self._log_bodies
+        body_iid = bodies.get(body)
+        if body_iid is None:
+            if len(bodies) >= _MAX_LOG_BODIES:
+                bodies.clear()  # the iids go on increasing: none is ever redefined
+            self._last_log_body_iid += 1
+            body_iid = bodies[body] = self._last_log_body_iid
+            interned += _interned_entry(_INTERNED_LOG_BODY, body_iid, body)
+        message = b"\x08" + varint(location_iid) + b"\x10" + varint(body_iid) + b"\x18"
+        message += SHORT_VARINTS[priority]
+        self.event(
+            key, TYPE_INSTANT, ts, _LOG_MESSAGE + SHORT_VARINTS[len(message)] + message, interned
+        )
 
     def ensure_state(self, ts: int) -> None:
         """Re-emits the incremental state if it was cleared (before computing interned data)."""

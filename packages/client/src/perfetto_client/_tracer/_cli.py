@@ -76,6 +76,18 @@ def _parse_limit(text: str) -> int:
     return int(text)
 
 
+def _parse_level(text: str) -> int:
+    import logging
+
+    level = int(text) if text.isdigit() else logging.getLevelNamesMapping().get(text.upper())
+    if level is None:
+        raise argparse.ArgumentTypeError(
+            f"--logging takes a level (DEBUG, INFO, WARNING, ERROR, CRITICAL or a number), "
+            f"not {text!r}"
+        )
+    return level
+
+
 def _parse_depth(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"--max-depth takes a positive integer, not {text!r}")
@@ -179,6 +191,20 @@ def _parser() -> argparse.ArgumentParser:
         help="instead of a file, send the calls to the system's traced "
         "(PERFETTO_PRODUCER_SOCK_NAME or the default socket): sessions recording track_event "
         "get them",
+    )
+    run.add_argument(
+        "--otel",
+        action="store_true",
+        help="record the program's OpenTelemetry spans: every SDK TracerProvider it creates "
+        "gets perfetto_client.otel.PerfettoSpanProcessor (needs perfetto-client[otel])",
+    )
+    run.add_argument(
+        "--logging",
+        type=_parse_level,
+        default=None,
+        metavar="LEVEL",
+        help="record the root logger's records from LEVEL on as log messages "
+        "(perfetto_client.logging.PerfettoLogHandler)",
     )
     run.add_argument("--pure", action="store_true", help="use the pure-Python hook")
     run.add_argument(
@@ -285,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.snapshot_trigger and not args.ring:
         print("perfetto-trace: --snapshot-trigger needs --ring", file=sys.stderr)
         return 1
+    if args.system and (args.otel or args.logging is not None):
+        print(
+            "perfetto-trace: --otel and --logging record into a file, not --system", file=sys.stderr
+        )
+        return 1
     options = TraceOptions(
         output=args.output,
         include=tuple(args.include),
@@ -298,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         snapshot_triggers=tuple(args.snapshot_trigger),
         follow_children=args.follow_children,
         system=args.system,
+        otel=args.otel,
+        log_level=args.logging,
         pure=args.pure,
     )
     try:

@@ -49,6 +49,11 @@ class ClientEvents:
         initialize.__doc__ = original.__doc__
         _tracing.Tracing.initialize = staticmethod(initialize)  # type: ignore[method-assign]
 
+    def start_now(self) -> None:
+        """Starts our session now, without waiting for the program to initialize tracing."""
+        with self._engine.threads_not_recorded():
+            self._start()
+
     def _start(self) -> None:
         if self._session is not None:
             return

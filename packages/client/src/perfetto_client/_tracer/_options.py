@@ -21,8 +21,9 @@ class TraceOptions:
     each of the program's `Tracing.activate_triggers` naming one of `snapshot_triggers`
     writes a snapshot (as upstream's CLONE_SNAPSHOT trigger mode: the recording goes on).
     `client_events` also records the program's own track events (perfetto_client API) once
-    it initializes tracing. `system` sends the calls to the system's `traced` instead of
-    `output` (see `_system_sink.py`).
+    it initializes tracing; `otel` (OpenTelemetry spans) and `log_level` (records of the
+    root logger from that level on) start that session at once. `system` sends the calls
+    to the system's `traced` instead of `output` (see `_system_sink.py`).
     """
 
     output: str = DEFAULT_OUTPUT
@@ -39,4 +40,6 @@ class TraceOptions:
     follow_children: bool = False
     system: bool = False
     client_events: bool = True
+    otel: bool = False
+    log_level: int | None = None
     pure: bool = False

@@ -13,6 +13,7 @@ from perfetto_protos.trace.trace_packet_pbzero import TracePacket
 from perfetto_protos.trace.trace_pbzero import Trace
 from protozero import HeapBuffered, encode_tag, encode_varint
 
+from perfetto_client._track_event_writer import source_location_entry
 from perfetto_client._tracks import process_uuid
 
 BOOTTIME = 6
@@ -92,10 +93,6 @@ def interned_name(iid: int, name: str, file: str | None = None, line: int = 0) -
     event_name = hb.msg.add_event_names()
     event_name.set_iid(iid)
     event_name.set_name(name)
-    if file is not None:
-        location = hb.msg.add_source_locations()
-        location.set_iid(iid)
-        location.set_file_name(file)
-        location.set_function_name(name)
-        location.set_line_number(line)
-    return hb.serialize()
+    if file is None:
+        return hb.serialize()
+    return hb.serialize() + source_location_entry(iid, file, name, line)

@@ -10,7 +10,7 @@ import sys
 import tempfile
 import threading
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfetto_client._errors import TracingError
 from perfetto_client._tracer import _children, _packets
@@ -19,6 +19,9 @@ from perfetto_client._tracer._engine import Engine, current, hook_module
 from perfetto_client._tracer._options import DEFAULT_OUTPUT, TraceOptions
 from perfetto_client._tracer._sink import FileSink, Sink, SinkStats
 from perfetto_client._tracer._triggers import SnapshotTriggers
+
+if TYPE_CHECKING:
+    from perfetto_client._tracer._bridges import Bridges
 
 
 @dataclasses.dataclass
@@ -88,6 +91,7 @@ class Recording:
         self._children: _children.Children | None = None
         self._client: ClientEvents | None = None
         self._triggers: SnapshotTriggers | None = None
+        self._bridges: Bridges | None = None
         self._snapshots = 0
 
     @property
@@ -101,6 +105,16 @@ class Recording:
             raise TracingError("this recording has already started")
         if current() is not None:
             raise TracingError("a recording is already running in this process")
+        bridges = None
+        if self.options.otel or self.options.log_level is not None:
+            if self.options.system or not self.options.client_events:
+                raise TracingError(
+                    "--otel and --logging record into the trace file "
+                    "(not with --system, nor without the program's track events)"
+                )
+            from perfetto_client._tracer._bridges import Bridges  # loads logging, maybe the SDK
+
+            bridges = Bridges(self.options.otel, self.options.log_level)
         header = _packets.process_descriptor(os.getpid(), process_name(sys.argv), list(sys.argv), 0)
         ring = int(self.options.ring_mb * (1 << 20))
         sink: Sink
@@ -135,6 +149,10 @@ class Recording:
             os.close(fd)
             self._client = ClientEvents(part, self.engine)
             self._client.enable()
+            if bridges is not None:
+                self._client.start_now()
+                bridges.install()
+                self._bridges = bridges
         if self.options.snapshot_triggers and ring:
             self._triggers = SnapshotTriggers(self.options.snapshot_triggers, self._on_trigger)
             self._triggers.enable()
@@ -148,6 +166,9 @@ class Recording:
         if self._triggers is not None:
             self._triggers.disable()
             self._triggers = None
+        if self._bridges is not None:
+            self._bridges.uninstall()
+            self._bridges = None
         client_part = self._client.finish() if self._client is not None else None
         stats: SinkStats = engine.stop()
         if self._client is not None:
@@ -219,7 +240,7 @@ class record(contextlib.ContextDecorator):  # noqa: N801 (used like a function)
     `with perfetto_client.record("out.pftrace"):` or `@perfetto_client.record("out.pftrace")`;
     the keyword arguments are `TraceOptions` fields (`include`, `exclude`, `max_depth`,
     `min_duration_ns`, `c_calls`, `gc`, `exceptions`, `exception_types`, `ring_mb`,
-    `snapshot_triggers`, `follow_children`).
+    `snapshot_triggers`, `follow_children`, `otel`, `log_level`).
     After the block, `.summary` says what was written.
     """
 

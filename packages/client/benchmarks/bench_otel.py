@@ -1,0 +1,133 @@
+"""Cost per span of `PerfettoSpanProcessor`, against the SDK's own `SimpleSpanProcessor` with an
+`InMemorySpanExporter`, measured in the same run; and per record of `PerfettoLogHandler`,
+against a `logging.StreamHandler` writing to /dev/null.
+
+Run: `.venv/bin/python packages/client/benchmarks/bench_otel.py` (compiled build) and with
+`PERFETTO_PY_PURE=1` (pure). Each figure is the median over 7 rounds of the CPU time (this
+thread) of N spans (`with tracer.start_as_current_span("step", attributes={"a": i, "b": 2})`)
+or N `logger.info("step %d", i)` records, per span or record, over the same loop with a
+TracerProvider without processors (a logger without handlers). Rounds interleave the cases;
+the Perfetto cases record into an in-process session with a 64 MiB ring buffer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from perfetto_client import Backend, Tracing
+from perfetto_client.logging import PerfettoLogHandler
+from perfetto_client.otel import PerfettoSpanProcessor
+
+N = 20_000
+ROUNDS = 7
+clock = time.thread_time_ns
+
+
+def span_loop(
+    provider: TracerProvider, after: Callable[[], None] = lambda: None
+) -> Callable[[], int]:
+    span = provider.get_tracer("bench").start_as_current_span
+
+    def loop() -> int:
+        start = clock()
+        for i in range(N):
+            with span("step", attributes={"a": i, "b": 2}):
+                pass
+        elapsed = clock() - start
+        after()
+        return elapsed
+
+    return loop
+
+
+def log_loop(name: str, handler: logging.Handler | None) -> Callable[[], int]:
+    logger = logging.getLogger(name)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    if handler is not None:
+        logger.addHandler(handler)
+
+    def loop() -> int:
+        info = logger.info
+        start = clock()
+        for i in range(N):
+            info("step %d", i)
+        return clock() - start
+
+    return loop
+
+
+def main() -> None:
+    Tracing.initialize(Backend.IN_PROCESS)
+    session = Tracing.new_trace()
+    session.setup(
+        {
+            "buffers": [{"size_kb": 65536, "fill_policy": "RING_BUFFER"}],
+            "data_sources": [
+                {
+                    "config": {
+                        "name": "track_event",
+                        "track_event_config": {"enabled_categories": ["otel", "log"]},
+                    }
+                }
+            ],
+        }
+    )
+    session.start()
+    bare = TracerProvider()
+    simple = TracerProvider()
+    exporter = InMemorySpanExporter()
+    simple.add_span_processor(SimpleSpanProcessor(exporter))
+    perfetto = TracerProvider()
+    perfetto.add_span_processor(PerfettoSpanProcessor())
+    devnull = open(os.devnull, "w")  # noqa: SIM115 - open for the whole run
+    cases = {
+        "bare": span_loop(bare),
+        "simple": span_loop(simple, exporter.clear),
+        "perfetto": span_loop(perfetto),
+        "no handler": log_loop("bench.none", None),
+        "stream": log_loop("bench.stream", logging.StreamHandler(devnull)),
+        "perfetto log": log_loop("bench.perfetto", PerfettoLogHandler()),
+    }
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(ROUNDS):
+        for name, case in cases.items():
+            samples[name].append(case() / N)
+    session.stop()
+    session.close()
+    med = {name: statistics.median(values) for name, values in samples.items()}
+    build = "compiled" if _compiled() else "pure"
+    ours = med["perfetto"] - med["bare"]
+    theirs = med["simple"] - med["bare"]
+    log_ours = med["perfetto log"] - med["no handler"]
+    log_theirs = med["stream"] - med["no handler"]
+    print(f"OpenTelemetry and logging bridges ({build} build), CPU ns, median of {ROUNDS}")
+    print(f"| per | {build} | reference in the same run | ratio |")
+    print("|---|---|---|---|")
+    print(
+        f"| span, PerfettoSpanProcessor | +{ours:.0f} ns | SimpleSpanProcessor + "
+        f"InMemorySpanExporter +{theirs:.0f} ns (span without processors {med['bare']:.0f} ns) "
+        f"| {ours / max(theirs, 1):.2f}x |"
+    )
+    print(
+        f"| record, PerfettoLogHandler | +{log_ours:.0f} ns | StreamHandler to /dev/null "
+        f"+{log_theirs:.0f} ns (no handler {med['no handler']:.0f} ns) "
+        f"| {log_ours / max(log_theirs, 1):.2f}x |"
+    )
+
+
+def _compiled() -> bool:
+    from perfetto_client import _track_event_writer
+
+    return not _track_event_writer.__file__.endswith(".py")
+
+
+if __name__ == "__main__":
+    main()
