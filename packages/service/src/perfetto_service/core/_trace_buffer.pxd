@@ -93,7 +93,7 @@ cdef class TraceBuffer:
     cdef Py_ssize_t _read_slot
 
     cdef object _allocate(self, object capacity)
-    @cython.locals(fields="long long[::1]", mask=Py_ssize_t, slot=Py_ssize_t, state="long long")
+    @cython.locals(mask=Py_ssize_t, slot=Py_ssize_t, state="long long")
     cdef Py_ssize_t _find(self, unsigned long long key) except -2
     @cython.locals(
         fields="long long[::1]", mask=Py_ssize_t, slot=Py_ssize_t, grow=bint, base=Py_ssize_t

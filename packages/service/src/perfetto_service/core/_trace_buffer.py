@@ -538,11 +538,10 @@ class TraceBuffer:
     def _find(self, key: int) -> int:
         """The slot of the chunk with `key`, or -1 if it is not in the buffer."""
         if cython.compiled:
-            fields = self._f
             mask = self._capacity - 1
             slot = (key * _GOLDEN) >> self._shift
             while True:
-                state = fields[slot * _STRIDE + _F_STATE]
+                state = self._f[slot * _STRIDE + _F_STATE]
                 if not state:
                     return -1
                 if state & _USED and self._key_view[slot] == key:
