@@ -988,9 +988,11 @@ class TraceBuffer:
         for slot in removed:
             self._forget_chunk(self._key_view[slot])
         stats = self._stats
-        stats.chunks_overwritten += overwritten
-        stats.bytes_overwritten += overwritten_bytes
-        stats.padding_bytes_cleared += padding_cleared
+        if overwritten:
+            stats.chunks_overwritten += overwritten
+            stats.bytes_overwritten += overwritten_bytes
+        if padding_cleared:
+            stats.padding_bytes_cleared += padding_cleared
         return pos - end
 
     def _forget_chunk(self, key: int) -> None:
