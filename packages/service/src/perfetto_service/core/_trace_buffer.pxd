@@ -30,8 +30,6 @@ cdef unsigned long long _GOLDEN
 cdef unsigned long long _chunk_key(
     unsigned long long producer_id, unsigned long long writer_id, unsigned long long chunk_id
 ) noexcept
-@cython.locals(chunk_id="unsigned long long")
-cdef unsigned long long _record_key(const unsigned char[::1] data, Py_ssize_t pos) noexcept
 
 cdef bint _before(Py_ssize_t chunk_id, Py_ssize_t other) noexcept
 
@@ -152,7 +150,7 @@ cdef class TraceBuffer:
         pos=Py_ssize_t, end=Py_ssize_t, overwritten=Py_ssize_t, overwritten_bytes=Py_ssize_t,
         padding_cleared=Py_ssize_t, record_size=Py_ssize_t, flags=Py_ssize_t,
         fields="long long[::1]", view="unsigned char[::1]", slot=Py_ssize_t, base=Py_ssize_t,
-        removed=list,
+        removed=list, chunk_id="unsigned long long", producer_id=Py_ssize_t, writer_id=Py_ssize_t,
     )
     cdef Py_ssize_t _delete_next_chunks_for(self, Py_ssize_t bytes_to_clear) except -2
     @cython.locals(

@@ -49,7 +49,6 @@ _HEADER = struct.Struct("<IHHHHB3s")
 _HEADER_MARK = b"CHU"
 _ZEROS = bytes(RECORD_HEADER_SIZE)
 _U32 = struct.Struct("<I")
-_RECORD_IDS = struct.Struct("<IHH")
 _POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14
 _POPULATE_STEP = 1 << 20
 """Pages are committed this many bytes at a time ahead of the writes (one call, no faults)."""
@@ -270,18 +269,6 @@ _EMPTY_SLOT = bytes(8 * _STRIDE)
 def _chunk_key(producer_id: int, writer_id: int, chunk_id: int) -> int:
     """The chunk index's key of a chunk (ids checked to be u16, u16, u32)."""
     return (producer_id << 48) | (writer_id << 32) | chunk_id
-
-
-def _record_key(data: memoryview, pos: int) -> int:
-    """The chunk index's key of the chunk record whose header is at `pos`."""
-    if cython.compiled:
-        chunk_id = data[pos + 3]
-        chunk_id = (chunk_id << 24) | (data[pos + 2] << 16) | (data[pos + 1] << 8) | data[pos]
-        return _chunk_key(
-            data[pos + 4] | (data[pos + 5] << 8), data[pos + 6] | (data[pos + 7] << 8), chunk_id
-        )
-    chunk_id, producer_id, writer_id = _RECORD_IDS.unpack_from(data, pos)
-    return _chunk_key(producer_id, writer_id, chunk_id)
 
 
 class _Sequence:
@@ -966,14 +953,21 @@ class TraceBuffer:
                 view = self._bytes
                 record_size = view[pos + 10] | (view[pos + 11] << 8)
                 flags = view[pos + 12]
+                chunk_id = view[pos + 3]  # the u32 in C: shifted 24 bits as an int, it overflows
+                chunk_id = (chunk_id << 24) | (view[pos + 2] << 16) | (view[pos + 1] << 8)
+                chunk_id |= view[pos]
+                producer_id = view[pos + 4] | (view[pos + 5] << 8)
+                writer_id = view[pos + 6] | (view[pos + 7] << 8)
             else:
-                _, _, _, _, record_size, flags, _ = _HEADER.unpack_from(data, pos)
+                chunk_id, producer_id, writer_id, _, record_size, flags, _ = _HEADER.unpack_from(
+                    data, pos
+                )
             if record_size == 0:
                 return 0
             if flags & _PADDING_BIT:
                 padding_cleared += record_size
             else:
-                slot = self._find(_record_key(self._bytes, pos))
+                slot = self._find(_chunk_key(producer_id, writer_id, chunk_id))
                 if slot >= 0:
                     base = slot * _STRIDE
                     if fields[base + _F_READ] < fields[base + _F_FRAGMENTS]:
