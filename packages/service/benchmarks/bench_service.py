@@ -39,6 +39,7 @@ from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.trace.trace_packet_pb2 import TracePacket
 from perfetto_service import ConsumerIPCClient, ProducerIPCClient, TracePacketSlices
+from perfetto_smb import BufferExhaustedPolicy
 from protozero import encode_varint
 
 PRODUCERS = 4
@@ -70,8 +71,11 @@ def track_event_packet(size: int) -> bytes:
 class BenchProducer:
     """Writes `count` packets from a writer thread once the data source starts."""
 
-    def __init__(self, socket: str, name: str, count: int, size: int) -> None:
+    def __init__(
+        self, socket: str, name: str, count: int, size: int, policy: BufferExhaustedPolicy
+    ) -> None:
         self.count = count
+        self.policy = policy
         self.payload = track_event_packet(size)
         self.started = threading.Event()
         self.done = threading.Event()
@@ -106,7 +110,7 @@ class BenchProducer:
         """No incremental state."""
 
     def write(self) -> None:
-        writer = self.client.create_trace_writer(self.target_buffer)
+        writer = self.client.create_trace_writer(self.target_buffer, self.policy)
         write_packet = writer.write_packet
         payload = self.payload
         for _ in range(self.count):
@@ -122,8 +126,8 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
-def producer_main(socket: str, name: str, count: int, size: int) -> None:
-    producer = BenchProducer(socket, name, count, size)
+def producer_main(socket: str, name: str, count: int, size: int, policy: str) -> None:
+    producer = BenchProducer(socket, name, count, size, BufferExhaustedPolicy[policy])
     if producer.started.wait(TIMEOUT):
         producer.write()
     sys.stdin.read()
@@ -175,10 +179,19 @@ class Traced:
 class Producers:
     """Producer subprocesses running this script with --producer."""
 
-    def __init__(self, socket: str, count: int, size: int) -> None:
+    def __init__(self, socket: str, count: int, size: int, policy: str) -> None:
         self.processes = [
             subprocess.Popen(
-                [sys.executable, __file__, "--producer", socket, f"p{n}", str(count), str(size)],
+                [
+                    sys.executable,
+                    __file__,
+                    "--producer",
+                    socket,
+                    f"p{n}",
+                    str(count),
+                    str(size),
+                    policy,
+                ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -212,10 +225,13 @@ class Producers:
 class Reader:
     """A consumer that counts (or writes to a file) what ReadBuffers returns."""
 
-    def __init__(self, output: IO[bytes] | None = None) -> None:
+    def __init__(self, output: IO[bytes] | None, event: bytes) -> None:
         self.output = output
+        self.event = event
         self.bytes = 0
         self.packets = 0
+        self.events = 0
+        """Packets the producers wrote (the rest are the service's)."""
         self.done = threading.Event()
         self.disabled = threading.Event()
         self.connected = threading.Event()
@@ -235,6 +251,7 @@ class Reader:
         for packet in packets:
             size = sum(map(len, packet))
             total += size
+            self.events += self.event in b"".join(packet)
             parts.append(b"\x0a" + encode_varint(size))
             parts.extend(packet)
         self.bytes += total
@@ -264,11 +281,11 @@ def _config(buffer_kb: int) -> TraceConfig:
     return config
 
 
-def _session(
-    traced: Traced, buffer_kb: int, count: int, size: int, output: IO[bytes] | None
+def _session(  # noqa: PLR0917 - the benchmark's options
+    traced: Traced, buffer_kb: int, count: int, size: int, output: IO[bytes] | None, policy: str
 ) -> tuple[dict[str, float], Reader]:
-    producers = Producers(traced.producer_socket, count, size)
-    reader = Reader(output)
+    producers = Producers(traced.producer_socket, count, size, policy)
+    reader = Reader(output, track_event_packet(size))
     consumer = ConsumerIPCClient(traced.consumer_socket, reader)
     consumer.connect()
     try:
@@ -333,6 +350,12 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=64, help="bytes per ingest packet")
     parser.add_argument("--ring-mib", type=int, default=64)
     parser.add_argument("--runs", type=int, default=3, help="sessions of each kind (median)")
+    parser.add_argument(
+        "--policy",
+        choices=[policy.name for policy in BufferExhaustedPolicy],
+        default="STALL",
+        help="what the producers' writers do when their SMB is full (DROP: packets are lost)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as directory:
         traced = Traced(directory)
@@ -340,11 +363,12 @@ def main() -> None:
             written = len(track_event_packet(args.size)) * args.packets * PRODUCERS
             buffer_kb = max(4096, written * 3 // 2 // 1024)
             runs = [
-                _session(traced, buffer_kb, args.packets, args.size, output=None)
+                _session(traced, buffer_kb, args.packets, args.size, None, args.policy)
                 for _ in range(args.runs)
             ]
             figures = _median(run[0] for run in runs)
             reader = runs[0][1]
+            read_events = sorted(run[1].events for run in runs)
             ingest_mb = written / MB
             read_mb = reader.bytes / MB
             ring_kb = args.ring_mib * 1024
@@ -353,7 +377,7 @@ def main() -> None:
             ring_runs = []
             for _ in range(args.runs):
                 with tempfile.TemporaryFile(dir=directory) as output:
-                    ring_runs.append(_session(traced, ring_kb, overfill, big, output))
+                    ring_runs.append(_session(traced, ring_kb, overfill, big, output, "STALL"))
                     file_mb = output.seek(0, os.SEEK_END) / MB
             ring = _median(run[0] for run in ring_runs)
             ring_reader = ring_runs[0][1]
@@ -362,7 +386,15 @@ def main() -> None:
     baseline = baseline_cpu_per_mb(int(ingest_mb * MB))
     ingest_cpu_mb = figures["ingest_cpu"] / ingest_mb
     read_cpu_mb = figures["read_cpu"] / read_mb
-    print(f"producers: {PRODUCERS} processes x {args.packets} packets of {args.size} B")
+    print(
+        f"producers: {PRODUCERS} processes x {args.packets} packets of {args.size} B, "
+        f"{args.policy} when their SMB is full"
+    )
+    sent = args.packets * PRODUCERS
+    print(
+        f"producers' packets read back per session: {read_events} of {sent} written "
+        f"(median {100 * (1 - statistics.median(read_events) / sent):.1f} % lost)"
+    )
     print(
         f"ingest:      {ingest_mb / figures['ingest_wall']:8.1f} MB/s  "
         f"{args.packets * PRODUCERS / figures['ingest_wall']:10.0f} packets/s  "
@@ -389,6 +421,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--producer":
-        producer_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+        producer_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
     else:
         main()

@@ -4,7 +4,7 @@ Run under each build (compiled, PERFETTO_PY_PURE=1) to compare: for every stream
 the trace-file bytes read back, the packets read as slices and as ReadBuffers replies, and the
 buffer's counters.
 
-    python native_probe.py SEED STREAMS
+    python native_probe.py SEED STREAMS [churn]
 """
 
 from __future__ import annotations
@@ -130,11 +130,56 @@ def run_stream(rng: random.Random) -> list[str]:
     return lines
 
 
+def run_churn(rng: random.Random) -> list[str]:
+    """Many writers of small chunks through a ring that wraps many times, read in between.
+
+    The chunk index grows, collides, forgets overwritten chunks and rehashes.
+    """
+    policy = rng.choice(list(OverwritePolicy))
+    buffer = TraceBuffer(rng.choice((8192, 65536)), policy)
+    count = rng.randrange(20, 80)
+    writers = [(rng.choice((1, 2, 0xFFFF)), rng.randrange(1, 0x10000)) for _ in range(count)]
+    packers = {
+        key: ChunkPacker(rng.choice((24, 40, 100)), first_chunk_id=rng.choice((0, 0xFFFFFFF0)))
+        for key in writers
+    }
+    lines: list[str] = []
+    trusted = TrustedFieldsWriter()
+    for _ in range(rng.randrange(20, 60)):
+        for _ in range(rng.randrange(0, 200)):
+            packers[rng.choice(writers)].add(_packet(rng))
+        for (producer, writer), packer in packers.items():
+            chunks, packer.chunks = packer.chunks, []
+            for chunk in chunks:
+                buffer.copy_chunk_untrusted(
+                    seq(producer=producer, writer=writer),
+                    chunk.chunk_id,
+                    chunk.num_fragments,
+                    chunk.flags | (PATCH if rng.randrange(50) == 0 else 0),
+                    chunk.payload,
+                    chunk_complete=rng.randrange(40) != 0,
+                )
+                if rng.randrange(30) == 0:
+                    buffer.try_patch_chunk_contents(
+                        producer, writer, chunk.chunk_id, [Patch(0, rng.randbytes(4))], False
+                    )
+        if rng.randrange(3) == 0:
+            result = read_producer_packets_as_trace(buffer, trusted, rng.choice((300, 1 << 20)))
+            lines.append(f"trace {result.trace.hex()} {result[1:]}")
+    result = read_producer_packets_as_trace(buffer, trusted, 1 << 30)
+    lines.append(f"trace {result.trace.hex()} {result[1:]}")
+    lines.append(f"stats {buffer.stats.as_dict()}")
+    histograms = sorted((key, h.counts, h.sums) for key, h in buffer.writer_stats.items())
+    lines.append(f"writers {histograms}")
+    return lines
+
+
 def main() -> None:
     seed, streams = int(sys.argv[1]), int(sys.argv[2])
+    stream = run_churn if sys.argv[3:] == ["churn"] else run_stream
     rng = random.Random(seed)
     for _ in range(streams):
-        for line in run_stream(rng):
+        for line in stream(rng):
             print(line)
 
 

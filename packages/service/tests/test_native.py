@@ -36,3 +36,12 @@ def test_both_builds_read_back_the_same_bytes_from_random_chunk_streams() -> Non
     assert sum(line.startswith("stats") for line in compiled) == 60
     assert any(line.startswith("trace 0a") for line in compiled)  # some packets were read
     assert compiled == pure
+
+
+def test_both_builds_keep_the_same_chunks_through_a_ring_that_wraps_many_times() -> None:
+    compiled = _run({}, "20261127", "6", "churn")
+    pure = _run({_native.PURE_ENV: "1"}, "20261127", "6", "churn")
+    stats = [line for line in compiled if line.startswith("stats")]
+    assert len(stats) == 6
+    assert any("'chunks_overwritten': 0," not in line for line in stats)  # the ring wrapped
+    assert compiled == pure

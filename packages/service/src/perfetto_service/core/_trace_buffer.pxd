@@ -12,6 +12,24 @@ cdef Py_ssize_t _FIRST_CONTINUES
 cdef Py_ssize_t _LAST_CONTINUES
 cdef Py_ssize_t _NEEDS_PATCHING
 cdef Py_ssize_t _POPULATE_STEP
+cdef Py_ssize_t _F_OFFSET
+cdef Py_ssize_t _F_SIZE
+cdef Py_ssize_t _F_FRAGMENTS
+cdef Py_ssize_t _F_FLAGS
+cdef Py_ssize_t _F_READ
+cdef Py_ssize_t _F_CUR
+cdef Py_ssize_t _F_STATE
+cdef Py_ssize_t _STRIDE
+cdef long long _USED
+cdef long long _TOMBSTONE
+cdef long long _COMPLETE
+cdef long long _SKIPPED
+cdef Py_ssize_t _MIN_CAPACITY
+cdef unsigned long long _GOLDEN
+
+cdef unsigned long long _chunk_key(
+    unsigned long long producer_id, unsigned long long writer_id, unsigned long long chunk_id
+) noexcept
 
 cdef bint _before(Py_ssize_t chunk_id, Py_ssize_t other) noexcept
 
@@ -27,20 +45,6 @@ cdef tuple _scan_fragments(
     const unsigned char[::1] data, Py_ssize_t pos, Py_ssize_t record_end, Py_ssize_t reads,
     Py_ssize_t whole_end, Py_ssize_t max_bytes, list offsets,
 )
-
-
-@cython.final
-@cython.no_gc
-cdef class _ChunkMeta:
-    cdef public bint complete
-    cdef public Py_ssize_t cur_offset
-    cdef public Py_ssize_t flags
-    cdef public Py_ssize_t fragments_read
-    cdef public Py_ssize_t num_fragments
-    cdef public object props
-    cdef public Py_ssize_t record_offset
-    cdef public Py_ssize_t record_size
-    cdef public bint skipped
 
 
 @cython.final
@@ -64,7 +68,17 @@ cdef class TraceBuffer:
     cdef object _policy
     cdef Py_ssize_t _max_record_size
     cdef Py_ssize_t _wptr
-    cdef dict _index
+    cdef object _keys
+    cdef unsigned long long[::1] _key_view
+    cdef object _fields
+    cdef long long[::1] _f
+    cdef list _props
+    cdef Py_ssize_t _capacity
+    cdef Py_ssize_t _shift
+    cdef Py_ssize_t _live
+    cdef Py_ssize_t _tombstones
+    cdef dict _slot_of
+    cdef list _free
     cdef readonly dict _sequences
     cdef bint _discard_writes
     cdef bint _has_data
@@ -74,14 +88,33 @@ cdef class TraceBuffer:
     cdef Py_ssize_t _read_pos
     cdef _Sequence _read_seq
     cdef Py_ssize_t _read_chunk_id
-    cdef _ChunkMeta _read_meta
+    cdef Py_ssize_t _read_slot
+
+    cdef object _allocate(self, object capacity)
+    @cython.locals(mask=Py_ssize_t, slot=Py_ssize_t, state="long long")
+    cdef Py_ssize_t _find(self, unsigned long long key) except -2
+    @cython.locals(
+        fields="long long[::1]", mask=Py_ssize_t, slot=Py_ssize_t, grow=bint, base=Py_ssize_t
+    )
+    cdef object _insert(
+        self, unsigned long long key, object props, Py_ssize_t offset, Py_ssize_t record_size,
+        Py_ssize_t num_fragments, Py_ssize_t flags, bint complete,
+    )
+    cdef object _remove(self, Py_ssize_t slot)
+    @cython.locals(
+        old_keys="unsigned long long[::1]", old_fields="long long[::1]", old_props=list,
+        old_capacity=Py_ssize_t, keys="unsigned long long[::1]", fields="long long[::1]",
+        mask=Py_ssize_t, old=Py_ssize_t, key="unsigned long long", slot=Py_ssize_t,
+        field=Py_ssize_t,
+    )
+    cdef object _rehash(self, Py_ssize_t capacity)
 
     cdef object _copy_chunk(
         self, object sequence, object chunk_id, object num_fragments, object chunk_flags,
         object payload, bint chunk_complete,
     )
     @cython.locals(
-        stats=object, key=tuple, existing=_ChunkMeta, size_to_end=Py_ssize_t, offset=Py_ssize_t,
+        stats=object, key="unsigned long long", existing=Py_ssize_t, size_to_end=Py_ssize_t, offset=Py_ssize_t,
         data="unsigned char[::1]", padding=Py_ssize_t, start=Py_ssize_t, seq=_Sequence,
     )
     cdef object _store_chunk(
@@ -90,11 +123,13 @@ cdef class TraceBuffer:
         Py_ssize_t size, Py_ssize_t record_size, bint chunk_complete,
     )
     @cython.locals(
-        size=Py_ssize_t, record_size=Py_ssize_t, first_packet_new=bint, offset=Py_ssize_t
+        size=Py_ssize_t, record_size=Py_ssize_t, first_packet_new=bint, offset=Py_ssize_t,
+        fields="long long[::1]", base=Py_ssize_t, old_fragments=Py_ssize_t, old_flags=Py_ssize_t,
+        following=Py_ssize_t, seq=_Sequence,
     )
     cdef object _recommit(
-        self, _ChunkMeta meta, tuple key, Py_ssize_t num_fragments, Py_ssize_t chunk_flags,
-        object payload, bint complete,
+        self, Py_ssize_t slot, Py_ssize_t producer_id, Py_ssize_t writer_id, Py_ssize_t chunk_id,
+        Py_ssize_t num_fragments, Py_ssize_t chunk_flags, object payload, bint complete,
     )
     @cython.locals(start=Py_ssize_t, rounding=Py_ssize_t)
     cdef object _write_record(
@@ -113,23 +148,44 @@ cdef class TraceBuffer:
     cdef object _discard_write(self)
     @cython.locals(
         pos=Py_ssize_t, end=Py_ssize_t, overwritten=Py_ssize_t, overwritten_bytes=Py_ssize_t,
-        padding_cleared=Py_ssize_t, record_size=Py_ssize_t, flags=Py_ssize_t, meta=_ChunkMeta,
-        index=dict, removed=list,
+        padding_cleared=Py_ssize_t, record_size=Py_ssize_t, flags=Py_ssize_t,
+        fields="long long[::1]", view="unsigned char[::1]", slot=Py_ssize_t, base=Py_ssize_t,
+        removed=list, chunk_id="unsigned long long", producer_id=Py_ssize_t, writer_id=Py_ssize_t,
     )
     cdef Py_ssize_t _delete_next_chunks_for(self, Py_ssize_t bytes_to_clear) except -2
-    @cython.locals(seq=_Sequence, index=dict)
-    cdef object _forget_chunk(self, tuple key)
+    @cython.locals(
+        seq=_Sequence, producer_id=Py_ssize_t, writer_id=Py_ssize_t, chunk_id=Py_ssize_t,
+        sequence_key="unsigned long long",
+    )
+    cdef object _forget_chunk(self, unsigned long long key)
     cdef object _end_read_pass(self)
-    @cython.locals(payload_start=Py_ssize_t, whole_end=Py_ssize_t, reads=Py_ssize_t, pos=Py_ssize_t, bad_size=Py_ssize_t)
-    cdef tuple _read_whole_fragments(self, _ChunkMeta meta, object max_bytes)
-    @cython.locals(index=dict, meta=_ChunkMeta)
+    @cython.locals(
+        payload_start=Py_ssize_t, whole_end=Py_ssize_t, reads=Py_ssize_t, pos=Py_ssize_t,
+        bad_size=Py_ssize_t, fields="long long[::1]", base=Py_ssize_t, record_offset=Py_ssize_t,
+        record_size=Py_ssize_t, num_fragments=Py_ssize_t,
+    )
+    cdef tuple _read_whole_fragments(self, Py_ssize_t slot, object max_bytes)
+    @cython.locals(sequence_key="unsigned long long", slot=Py_ssize_t)
     cdef bint _enter_sequence(self, _Sequence seq) except -1
-    @cython.locals(meta=_ChunkMeta, seq=_Sequence, chunk_id=Py_ssize_t, following=Py_ssize_t)
+    @cython.locals(
+        slot=Py_ssize_t, seq=_Sequence, chunk_id=Py_ssize_t, following=Py_ssize_t,
+        fields="long long[::1]", base=Py_ssize_t,
+    )
     cdef object _move_next(self)
-    @cython.locals(seq=_Sequence, meta=_ChunkMeta, ahead=_ChunkMeta, found=_ChunkMeta, current=_ChunkMeta, index=dict)
+    @cython.locals(
+        seq=_Sequence, fields="long long[::1]", sequence_key="unsigned long long",
+        last_written=Py_ssize_t, ahead_id=Py_ssize_t, ahead=Py_ssize_t, num_fragments=Py_ssize_t,
+        flags=Py_ssize_t, current=Py_ssize_t,
+    )
     cdef tuple _read_ahead(self)
-    @cython.locals(record_end=Py_ssize_t, payload_start=Py_ssize_t, pos=Py_ssize_t, size=Py_ssize_t, start=Py_ssize_t, following=Py_ssize_t)
-    cdef bint _read_fragment(self, _ChunkMeta meta, list slices) except -1
-    cdef object _chunk_read(self, _ChunkMeta meta)
-    cdef object _fragment_error(self, _ChunkMeta meta, Py_ssize_t size)
-    cdef object _give_up_chunk(self, _ChunkMeta meta)
+    @cython.locals(
+        record_end=Py_ssize_t, payload_start=Py_ssize_t, pos=Py_ssize_t, size=Py_ssize_t,
+        start=Py_ssize_t, following=Py_ssize_t, fields="long long[::1]", base=Py_ssize_t,
+        record_offset=Py_ssize_t,
+    )
+    cdef bint _read_fragment(self, Py_ssize_t slot, list slices) except -1
+    @cython.locals(fields="long long[::1]", base=Py_ssize_t, key="unsigned long long")
+    cdef object _chunk_read(self, Py_ssize_t slot)
+    cdef object _fragment_error(self, Py_ssize_t slot, Py_ssize_t size)
+    @cython.locals(fields="long long[::1]", base=Py_ssize_t)
+    cdef object _give_up_chunk(self, Py_ssize_t slot)

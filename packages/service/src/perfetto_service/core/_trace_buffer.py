@@ -8,6 +8,7 @@ payload raises out of this module: bad input is dropped and counted in `BufferSt
 
 from __future__ import annotations
 
+import array
 import bisect
 import copy
 import enum
@@ -237,41 +238,37 @@ class ChunkPayloadHistogram:
         self.sums[bucket] += value
 
 
-class _ChunkMeta:
-    """Index entry of one chunk record."""
+# The chunk index. Each chunk record in the ring has a slot: its key (producer, writer and
+# chunk id packed in 64 bits) in `_keys` and _STRIDE integer fields in `_fields`. Compiled,
+# the slots are an open-addressed table (linear probing, tombstones) probed in C; pure, a
+# dict maps keys to slots. Slots move only when an insertion rehashes the table, and every
+# insertion ends the read pass first, so the read cursor can hold a slot number.
+_F_OFFSET = 0
+"""Where the chunk's record starts in the ring."""
+_F_SIZE = 1
+"""The record's size (header included)."""
+_F_FRAGMENTS = 2
+_F_FLAGS = 3
+_F_READ = 4
+"""Fragments read (or skipped) so far."""
+_F_CUR = 5
+"""Offset of the next fragment to read, from the start of the record's payload."""
+_F_STATE = 6
+_STRIDE = 7
+_USED = 1
+_TOMBSTONE = 2
+_COMPLETE = 4
+_SKIPPED = 8
+"""The last fragment consumed from the chunk was skipped (lost)."""
+_MIN_CAPACITY = 256
+_GOLDEN = 0x9E3779B97F4A7C15
+"""Fibonacci hashing's multiplier: the top bits of key * _GOLDEN pick a key's first slot."""
+_EMPTY_SLOT = bytes(8 * _STRIDE)
 
-    __slots__ = (
-        "complete",
-        "cur_offset",
-        "flags",
-        "fragments_read",
-        "num_fragments",
-        "props",
-        "record_offset",
-        "record_size",
-        "skipped",
-    )
 
-    def __init__(  # noqa: PLR0917 - private, built once per chunk
-        self,
-        record_offset: int,
-        record_size: int,
-        num_fragments: int,
-        flags: int,
-        props: PacketSequenceProperties,
-        complete: bool,
-    ) -> None:
-        self.record_offset = record_offset
-        self.record_size = record_size
-        self.num_fragments = num_fragments
-        self.complete = complete
-        self.flags = flags
-        self.props = props
-        self.fragments_read = 0
-        # Offset of the next fragment to read, from the start of the record's payload.
-        self.cur_offset = 0
-        # Whether the last fragment consumed from this chunk was skipped (lost).
-        self.skipped = False
+def _chunk_key(producer_id: int, writer_id: int, chunk_id: int) -> int:
+    """The chunk index's key of a chunk (ids checked to be u16, u16, u32)."""
+    return (producer_id << 48) | (writer_id << 32) | chunk_id
 
 
 class _Sequence:
@@ -420,7 +417,19 @@ class TraceBuffer:
         self._policy = overwrite_policy
         self._max_record_size = min(size, _MAX_RECORD_SIZE)
         self._wptr = 0
-        self._index: dict[tuple[int, int, int], _ChunkMeta] = {}
+        self._keys: array.array[int] = array.array("Q")
+        self._key_view = self._keys
+        self._fields: array.array[int] = array.array("q")
+        self._f = self._fields
+        self._props: list[PacketSequenceProperties | None] = []
+        self._capacity = 0
+        self._shift = 0
+        self._live = 0
+        self._tombstones = 0
+        self._slot_of: dict[int, int] = {}
+        self._free: list[int] = []
+        if cython.compiled:
+            self._allocate(_MIN_CAPACITY)
         self._sequences: dict[tuple[int, int], _Sequence] = {}
         self._discard_writes = False
         self._has_data = False
@@ -431,7 +440,7 @@ class TraceBuffer:
         self._read_pos = 0
         self._read_seq: _Sequence | None = None
         self._read_chunk_id = 0
-        self._read_meta: _ChunkMeta | None = None
+        self._read_slot = -1
 
     @property
     def size(self) -> int:
@@ -470,27 +479,140 @@ class TraceBuffer:
         clone._has_data = self._has_data
         clone._read_pos = self._read_pos
         clone._read_chunk_id = self._read_chunk_id
+        clone._read_slot = self._read_slot
+        clone._capacity = self._capacity
+        clone._shift = self._shift
+        clone._live = self._live
+        clone._tombstones = self._tombstones
+        clone._keys = array.array("Q", self._keys)
+        clone._key_view = clone._keys
+        clone._fields = array.array("q", self._fields)
+        clone._f = clone._fields
+        clone._props = list(self._props)
+        clone._slot_of = dict(self._slot_of)
+        clone._free = list(self._free)
         # One deep copy, so that the read cursor and the sequences keep pointing at each other.
         (
-            clone._index,
             clone._sequences,
             clone._stats,
             clone._writer_stats,
             clone._read_order,
             clone._read_seq,
-            clone._read_meta,
         ) = copy.deepcopy(
             (
-                self._index,
                 self._sequences,
                 self._stats,
                 self._writer_stats,
                 self._read_order,
                 self._read_seq,
-                self._read_meta,
             )
         )
         return clone
+
+    # The chunk index -------------------------------------------------------------------
+
+    def _allocate(self, capacity: int) -> None:
+        """Replaces the (compiled) table by an empty one of `capacity` slots, a power of 2."""
+        self._keys = array.array("Q", bytes(8 * capacity))
+        self._key_view = self._keys
+        self._fields = array.array("q", bytes(8 * _STRIDE * capacity))
+        self._f = self._fields
+        self._props = [None] * capacity
+        self._capacity = capacity
+        self._shift = 65 - capacity.bit_length()
+        self._tombstones = 0
+
+    def _find(self, key: int) -> int:
+        """The slot of the chunk with `key`, or -1 if it is not in the buffer."""
+        if cython.compiled:
+            mask = self._capacity - 1
+            slot = (key * _GOLDEN) >> self._shift
+            while True:
+                state = self._f[slot * _STRIDE + _F_STATE]
+                if not state:
+                    return -1
+                if state & _USED and self._key_view[slot] == key:
+                    return slot
+                slot = (slot + 1) & mask
+        return self._slot_of.get(key, -1)
+
+    def _insert(  # noqa: PLR0917 - private, a new chunk's fields
+        self,
+        key: int,
+        props: PacketSequenceProperties,
+        offset: int,
+        record_size: int,
+        num_fragments: int,
+        flags: int,
+        complete: bool,
+    ) -> None:
+        """Adds the chunk with `key` (not in the buffer) to the index, nothing read yet."""
+        if cython.compiled:
+            if (self._live + self._tombstones + 1) * 2 > self._capacity:
+                grow = (self._live + 1) * 4 > self._capacity
+                self._rehash(self._capacity * 2 if grow else self._capacity)
+            fields = self._f
+            mask = self._capacity - 1
+            slot = (key * _GOLDEN) >> self._shift
+            while fields[slot * _STRIDE + _F_STATE] & _USED:
+                slot = (slot + 1) & mask
+            if fields[slot * _STRIDE + _F_STATE]:
+                self._tombstones -= 1
+        elif self._free:
+            slot = self._free.pop()
+        else:
+            slot = len(self._props)
+            self._props.append(None)
+            self._keys.append(0)
+            self._fields.frombytes(_EMPTY_SLOT)
+        if not cython.compiled:
+            self._slot_of[key] = slot
+        self._live += 1
+        self._key_view[slot] = key
+        self._props[slot] = props
+        fields = self._f
+        base = slot * _STRIDE
+        fields[base + _F_OFFSET] = offset
+        fields[base + _F_SIZE] = record_size
+        fields[base + _F_FRAGMENTS] = num_fragments
+        fields[base + _F_FLAGS] = flags
+        fields[base + _F_READ] = 0
+        fields[base + _F_CUR] = 0
+        fields[base + _F_STATE] = _USED | _COMPLETE if complete else _USED
+
+    def _remove(self, slot: int) -> None:
+        """Takes the chunk in `slot` out of the index."""
+        if cython.compiled:
+            self._f[slot * _STRIDE + _F_STATE] = _TOMBSTONE
+            self._tombstones += 1
+        else:
+            del self._slot_of[self._keys[slot]]
+            self._f[slot * _STRIDE + _F_STATE] = 0
+            self._free.append(slot)
+        self._props[slot] = None
+        self._live -= 1
+
+    def _rehash(self, capacity: int) -> None:
+        """Moves every chunk into a new (compiled) table of `capacity` slots, no tombstones."""
+        old_keys = self._key_view
+        old_fields = self._f
+        old_props = self._props
+        old_capacity = self._capacity
+        self._allocate(capacity)
+        keys = self._key_view
+        fields = self._f
+        mask = capacity - 1
+        for old in range(old_capacity):
+            if not old_fields[old * _STRIDE + _F_STATE] & _USED:
+                continue
+            key = old_keys[old]
+            slot = (key * _GOLDEN) >> self._shift
+            while fields[slot * _STRIDE + _F_STATE]:
+                slot = (slot + 1) & mask
+            keys[slot] = key
+            self._props[slot] = old_props[old]
+            for field in range(_STRIDE):
+                fields[slot * _STRIDE + field] = old_fields[old * _STRIDE + field]
 
     # Writing ---------------------------------------------------------------------------
 
@@ -577,10 +699,19 @@ class TraceBuffer:
             num_fragments -= 1
             chunk_flags &= ~(_LAST_CONTINUES | _NEEDS_PATCHING)
 
-        key = (producer_id, writer_id, chunk_id)
-        existing = self._index.get(key)
-        if existing is not None:
-            self._recommit(existing, key, num_fragments, chunk_flags, payload, chunk_complete)
+        key = _chunk_key(producer_id, writer_id, chunk_id)
+        existing = self._find(key)
+        if existing >= 0:
+            self._recommit(
+                existing,
+                producer_id,
+                writer_id,
+                chunk_id,
+                num_fragments,
+                chunk_flags,
+                payload,
+                chunk_complete,
+            )
             return
         if self._discard_writes:
             self._discard_write()
@@ -610,9 +741,7 @@ class TraceBuffer:
 
         stats.chunks_written += 1
         stats.bytes_written += record_size
-        self._index[key] = _ChunkMeta(
-            offset, record_size, num_fragments, chunk_flags, sequence, chunk_complete
-        )
+        self._insert(key, sequence, offset, record_size, num_fragments, chunk_flags, chunk_complete)
         self._write_record(
             offset,
             record_size,
@@ -652,8 +781,10 @@ class TraceBuffer:
 
     def _recommit(  # noqa: PLR0917 - private, a chunk's fields
         self,
-        meta: _ChunkMeta,
-        key: tuple[int, int, int],
+        slot: int,
+        producer_id: int,
+        writer_id: int,
+        chunk_id: int,
         num_fragments: int,
         chunk_flags: int,
         payload: BytesLike,
@@ -662,32 +793,39 @@ class TraceBuffer:
         stats = self._stats
         size = _byte_size(payload)
         record_size = (size + RECORD_HEADER_SIZE + 15) & ~15
+        fields = self._f
+        base = slot * _STRIDE
+        old_fragments = fields[base + _F_FRAGMENTS]
+        old_flags = fields[base + _F_FLAGS]
         if (
-            meta.record_size != record_size
-            or meta.num_fragments > num_fragments
-            or (meta.flags & chunk_flags) != meta.flags
+            fields[base + _F_SIZE] != record_size
+            or old_fragments > num_fragments
+            or (old_flags & chunk_flags) != old_flags
         ):
             stats.abi_violations += 1
             return
-        if meta.num_fragments == num_fragments:
+        if old_fragments == num_fragments:
             return
-        producer_id, writer_id, chunk_id = key
-        following = self._index.get((producer_id, writer_id, (chunk_id + 1) & _CHUNK_ID_MASK))
-        if following is not None and following.fragments_read > 0:
+        following = self._find(_chunk_key(producer_id, writer_id, (chunk_id + 1) & _CHUNK_ID_MASK))
+        if following >= 0 and fields[following * _STRIDE + _F_READ] > 0:
             # Reading already moved past this chunk; rewriting it would reorder packets.
             stats.abi_violations += 1
             return
-        if meta.fragments_read > meta.num_fragments:
+        if fields[base + _F_READ] > old_fragments:
             return
-        first_packet_new = meta.num_fragments == 0
-        meta.num_fragments = num_fragments
-        meta.flags = chunk_flags
-        meta.complete = complete
+        first_packet_new = old_fragments == 0
+        fields[base + _F_FRAGMENTS] = num_fragments
+        fields[base + _F_FLAGS] = chunk_flags
+        if complete:
+            fields[base + _F_STATE] |= _COMPLETE
+        else:
+            fields[base + _F_STATE] &= ~_COMPLETE
         seq = self._sequences[(producer_id, writer_id)]
         if seq.resume is not None and _before(chunk_id, seq.resume):
             seq.resume = None
+        offset = fields[base + _F_OFFSET]
         self._write_record(
-            meta.record_offset,
+            offset,
             record_size,
             producer_id,
             writer_id,
@@ -698,7 +836,6 @@ class TraceBuffer:
             size,
         )
         stats.chunks_rewritten += 1
-        offset = meta.record_offset
         if (
             first_packet_new
             and not chunk_flags & _FIRST_CONTINUES
@@ -804,65 +941,80 @@ class TraceBuffer:
         forbids overwriting an unread chunk.
         """
         data = self._data
-        index = self._index
+        fields = self._f
         pos = self._wptr
         end = pos + bytes_to_clear
-        removed: list[tuple[int, int, int]] = []
+        removed: list[int] = []
         overwritten = 0
         overwritten_bytes = 0
         padding_cleared = 0
         while pos < end:
-            chunk_id, producer_id, writer_id, _, record_size, flags, _ = _HEADER.unpack_from(
-                data, pos
-            )
+            if cython.compiled:
+                view = self._bytes
+                record_size = view[pos + 10] | (view[pos + 11] << 8)
+                flags = view[pos + 12]
+                chunk_id = view[pos + 3]  # the u32 in C: shifted 24 bits as an int, it overflows
+                chunk_id = (chunk_id << 24) | (view[pos + 2] << 16) | (view[pos + 1] << 8)
+                chunk_id |= view[pos]
+                producer_id = view[pos + 4] | (view[pos + 5] << 8)
+                writer_id = view[pos + 6] | (view[pos + 7] << 8)
+            else:
+                chunk_id, producer_id, writer_id, _, record_size, flags, _ = _HEADER.unpack_from(
+                    data, pos
+                )
             if record_size == 0:
                 return 0
             if flags & _PADDING_BIT:
                 padding_cleared += record_size
             else:
-                key = (producer_id, writer_id, chunk_id)
-                meta = index.get(key)
-                if meta is not None:
-                    if meta.fragments_read < meta.num_fragments:
+                slot = self._find(_chunk_key(producer_id, writer_id, chunk_id))
+                if slot >= 0:
+                    base = slot * _STRIDE
+                    if fields[base + _F_READ] < fields[base + _F_FRAGMENTS]:
                         if self._policy is OverwritePolicy.DISCARD:
                             return -1
                         overwritten += 1
                         overwritten_bytes += record_size
-                    removed.append(key)
+                    removed.append(slot)
             pos += record_size
-        for key in removed:
-            del index[key]
-            self._forget_chunk(key)
+        for slot in removed:
+            self._remove(slot)
+        for slot in removed:
+            self._forget_chunk(self._key_view[slot])
         stats = self._stats
-        stats.chunks_overwritten += overwritten
-        stats.bytes_overwritten += overwritten_bytes
-        stats.padding_bytes_cleared += padding_cleared
+        if overwritten:
+            stats.chunks_overwritten += overwritten
+            stats.bytes_overwritten += overwritten_bytes
+        if padding_cleared:
+            stats.padding_bytes_cleared += padding_cleared
         return pos - end
 
-    def _forget_chunk(self, key: tuple[int, int, int]) -> None:
-        producer_id, writer_id, chunk_id = key
+    def _forget_chunk(self, key: int) -> None:
+        """Updates the sequence of the chunk with `key`, just taken out of the index."""
+        producer_id = key >> 48
+        writer_id = (key >> 32) & _U16_MAX
+        chunk_id = key & _CHUNK_ID_MASK
         seq = self._sequences[(producer_id, writer_id)]
         seq.chunk_ids.discard(chunk_id)
         resume = seq.resume
         if resume is None:
             return
-        index = self._index
+        sequence_key = key - chunk_id
         if chunk_id == resume:
             # Overwritten before being read. With nothing read before it, the oldest chunk
             # left, where the next read starts, is its successor if that one is here.
             following = (resume + 1) & _CHUNK_ID_MASK
-            if (producer_id, writer_id, (resume - 1) & _CHUNK_ID_MASK) not in index and (
-                producer_id,
-                writer_id,
-                following,
-            ) in index:
+            if (
+                self._find(sequence_key | ((resume - 1) & _CHUNK_ID_MASK)) < 0
+                and self._find(sequence_key | following) >= 0
+            ):
                 seq.resume = following
                 seq.resume_dropped = True
                 seq.resume_source = None
             return
         if not _before(chunk_id, resume):
             return
-        if (producer_id, writer_id, (chunk_id - 1) & _CHUNK_ID_MASK) in index:
+        if self._find(sequence_key | ((chunk_id - 1) & _CHUNK_ID_MASK)) >= 0:
             # A hole in the middle of the already-read prefix: recompute on the next read.
             seq.resume = None
         elif seq.resume_source == chunk_id:
@@ -871,6 +1023,9 @@ class TraceBuffer:
 
     # Patching --------------------------------------------------------------------------
 
+    @cython.locals(  # type: ignore[untyped-decorator]
+        fields="long long[::1]", slot=cython.Py_ssize_t, base=cython.Py_ssize_t
+    )
     def try_patch_chunk_contents(
         self,
         producer_id: int,
@@ -884,12 +1039,21 @@ class TraceBuffer:
         Without `other_patches_pending` the chunk stops waiting for patches and can be read.
         """
         stats = self._stats
-        meta = self._index.get((producer_id, writer_id, chunk_id))
-        if meta is None:
+        slot = (
+            self._find(_chunk_key(producer_id, writer_id, chunk_id))
+            if 0 <= producer_id <= _U16_MAX
+            and 0 <= writer_id <= _U16_MAX
+            and 0 <= chunk_id <= _CHUNK_ID_MASK
+            else -1
+        )
+        if slot < 0:
             stats.patches_failed += 1
             return False
-        payload_start = meta.record_offset + RECORD_HEADER_SIZE
-        payload_size = meta.record_size - RECORD_HEADER_SIZE
+        fields = self._f
+        base = slot * _STRIDE
+        record_offset = fields[base + _F_OFFSET]
+        payload_start = record_offset + RECORD_HEADER_SIZE
+        payload_size = fields[base + _F_SIZE] - RECORD_HEADER_SIZE
         data = self._data
         for offset, patch_data in patches:
             if (
@@ -904,8 +1068,8 @@ class TraceBuffer:
             data[pos : pos + PATCH_SIZE] = patch_data
         stats.patches_succeeded += len(patches)
         if not other_patches_pending:
-            meta.flags &= ~_NEEDS_PATCHING
-            data[meta.record_offset + 12] = meta.flags
+            fields[base + _F_FLAGS] &= ~_NEEDS_PATCHING
+            data[record_offset + 12] = fields[base + _F_FLAGS]
         return True
 
     # Reading ---------------------------------------------------------------------------
@@ -919,12 +1083,12 @@ class TraceBuffer:
         ]
         self._read_pos = 0
         self._read_seq = None
-        self._read_meta = None
+        self._read_slot = -1
 
     def _end_read_pass(self) -> None:
         self._read_order = []
         self._read_seq = None
-        self._read_meta = None
+        self._read_slot = -1
 
     def read_next_trace_packet(self) -> BufferedPacket | None:
         """Returns the next whole packet of the current read pass, or None when none is left.
@@ -953,59 +1117,74 @@ class TraceBuffer:
         packets = [view[offsets[i] : offsets[i + 1]] for i in range(0, len(offsets), 2)]
         return PacketRun(packets, sequence, dropped)
 
+    @cython.locals(  # type: ignore[untyped-decorator]
+        fields="long long[::1]",
+        slot=cython.Py_ssize_t,
+        base=cython.Py_ssize_t,
+        flags=cython.Py_ssize_t,
+        fragments_read=cython.Py_ssize_t,
+        num_fragments=cython.Py_ssize_t,
+        seq=_Sequence,
+    )
     def read_next_packet_spans(self, max_bytes: int) -> PacketSpans | None:
         """`read_next_packets` returning offsets instead of views, for bulk consumers."""
         max_bytes = max(max_bytes, 1)
         prev_dropped = True
+        fields = self._f
         while True:
-            meta = self._read_meta
-            if meta is None:
+            slot = self._read_slot
+            if slot < 0:
                 if self._read_pos >= len(self._read_order):
                     return None
                 seq = self._read_order[self._read_pos]
                 self._read_pos += 1
                 self._read_seq = seq
                 prev_dropped = self._enter_sequence(seq)
-                meta = self._read_meta
-                if meta is None:
+                slot = self._read_slot
+                if slot < 0:
                     continue
+            base = slot * _STRIDE
+            flags = fields[base + _F_FLAGS]
 
-            if meta.flags & _NEEDS_PATCHING:
-                self._read_meta = None
+            if flags & _NEEDS_PATCHING:
+                self._read_slot = -1
                 continue
 
-            if meta.fragments_read > 0:
-                prev_dropped = meta.skipped
+            if fields[base + _F_READ] > 0:
+                prev_dropped = bool(fields[base + _F_STATE] & _SKIPPED)
 
-            while meta.fragments_read < meta.num_fragments:
-                if meta.fragments_read == 0:
-                    if meta.flags & _FIRST_CONTINUES:
+            while fields[base + _F_READ] < fields[base + _F_FRAGMENTS]:
+                fragments_read = fields[base + _F_READ]
+                num_fragments = fields[base + _F_FRAGMENTS]
+                if fragments_read == 0:
+                    if flags & _FIRST_CONTINUES:
                         # Continuation of a packet whose start is lost: skip it for good.
-                        self._read_fragment(meta, None)
-                        meta.skipped = True
+                        self._read_fragment(slot, None)
+                        fields[base + _F_STATE] |= _SKIPPED
                         prev_dropped = True
                         continue
-                    read_ahead = meta.num_fragments == 1 and bool(meta.flags & _LAST_CONTINUES)
+                    read_ahead = num_fragments == 1 and bool(flags & _LAST_CONTINUES)
                 else:
-                    read_ahead = meta.fragments_read == meta.num_fragments - 1 and bool(
-                        meta.flags & _LAST_CONTINUES
+                    read_ahead = fragments_read == num_fragments - 1 and bool(
+                        flags & _LAST_CONTINUES
                     )
 
                 if not read_ahead:
-                    offsets, failed = self._read_whole_fragments(meta, max_bytes)
+                    offsets, failed = self._read_whole_fragments(slot, max_bytes)
                     if failed:
                         # The chunk is given up; whoever reads it next sees the loss.
-                        meta.skipped = True
+                        fields[base + _F_STATE] |= _SKIPPED
                     if offsets:
-                        return PacketSpans(
-                            self._data, offsets, meta.props, 1 if prev_dropped else 0
-                        )
+                        props = self._props[slot]
+                        assert props is not None
+                        return PacketSpans(self._data, offsets, props, 1 if prev_dropped else 0)
                     if failed:
                         prev_dropped = True
                         break
                     continue
 
-                props = meta.props
+                props = self._props[slot]
+                assert props is not None
                 ahead, ahead_slices = self._read_ahead()
                 if ahead == _AHEAD_OK:
                     self._stats.readaheads_succeeded += 1
@@ -1013,61 +1192,63 @@ class TraceBuffer:
                     return PacketSpans(joined, [0, len(joined)], props, 1 if prev_dropped else 0)
                 if ahead == _AHEAD_NEXT_SEQUENCE:
                     self._stats.readaheads_failed += 1
-                    self._read_meta = None
+                    self._read_slot = -1
                     break
-                current = self._read_meta
-                assert current is not None
-                meta = current
-                meta.skipped = True
+                slot = self._read_slot
+                base = slot * _STRIDE
+                flags = fields[base + _F_FLAGS]
+                fields[base + _F_STATE] |= _SKIPPED
                 prev_dropped = True
 
             self._move_next()
 
-    def _read_whole_fragments(self, meta: _ChunkMeta, max_bytes: int) -> tuple[list[int], bool]:
+    def _read_whole_fragments(self, slot: int, max_bytes: int) -> tuple[list[int], bool]:
         """Reads the chunk's next fragments that are whole packets, up to `max_bytes`.
 
         Returns the (start, end) offsets of the non-empty packets read, flattened, and
         whether a bad fragment made the chunk be given up.
         """
-        payload_start = meta.record_offset + RECORD_HEADER_SIZE
-        whole_end = meta.num_fragments
-        if meta.flags & _LAST_CONTINUES:
+        fields = self._f
+        base = slot * _STRIDE
+        record_offset = fields[base + _F_OFFSET]
+        record_size = fields[base + _F_SIZE]
+        num_fragments = fields[base + _F_FRAGMENTS]
+        payload_start = record_offset + RECORD_HEADER_SIZE
+        whole_end = num_fragments
+        if fields[base + _F_FLAGS] & _LAST_CONTINUES:
             whole_end -= 1
         offsets: list[int] = []
         reads, pos, bad_size = _scan_fragments(
             self._data,
-            payload_start + meta.cur_offset,
-            meta.record_offset + meta.record_size,
-            meta.fragments_read,
+            payload_start + fields[base + _F_CUR],
+            record_offset + record_size,
+            fields[base + _F_READ],
             whole_end,
-            min(max_bytes, meta.record_size),  # a record holds less than its size
+            min(max_bytes, record_size),  # a record holds less than its size
             offsets,
         )
+        fields[base + _F_READ] = reads
         if bad_size >= 0:
-            meta.fragments_read = reads
-            self._fragment_error(meta, bad_size)
+            self._fragment_error(slot, bad_size)
             return offsets, True
-        meta.fragments_read = reads
-        meta.cur_offset = pos - payload_start
-        if reads == meta.num_fragments and meta.complete:
-            self._chunk_read(meta)
-        meta.skipped = False
+        fields[base + _F_CUR] = pos - payload_start
+        if reads == num_fragments and fields[base + _F_STATE] & _COMPLETE:
+            self._chunk_read(slot)
+        fields[base + _F_STATE] &= ~_SKIPPED
         return offsets, False
 
     def _enter_sequence(self, seq: _Sequence) -> bool:
         """Positions the read cursor on `seq`; returns the drop flag carried into it."""
-        index = self._index
-        producer_id = seq.producer_id
-        writer_id = seq.writer_id
+        sequence_key = _chunk_key(seq.producer_id, seq.writer_id, 0)
         resume = seq.resume
         if resume is not None:
-            meta = index.get((producer_id, writer_id, resume))
-            if meta is not None:
+            slot = self._find(sequence_key | resume)
+            if slot >= 0:
                 self._read_chunk_id = resume
-                self._read_meta = meta
+                self._read_slot = slot
                 return seq.resume_dropped
-            if (producer_id, writer_id, (resume - 1) & _CHUNK_ID_MASK) in index:
-                self._read_meta = None
+            if self._find(sequence_key | ((resume - 1) & _CHUNK_ID_MASK)) >= 0:
+                self._read_slot = -1
                 return True
         last = seq.last_written
         start = min(seq.chunk_ids, key=lambda cid: (cid - last - 1) & _CHUNK_ID_MASK)
@@ -1075,63 +1256,62 @@ class TraceBuffer:
         seq.resume_dropped = True
         seq.resume_source = None
         self._read_chunk_id = start
-        self._read_meta = index[(producer_id, writer_id, start)]
+        self._read_slot = self._find(sequence_key | start)
         return True
 
     def _move_next(self) -> None:
         """Moves the read cursor to the next chunk of its sequence (SequenceIterator::MoveNext)."""
-        meta = self._read_meta
+        slot = self._read_slot
         seq = self._read_seq
-        if meta is None or seq is None:
+        if slot < 0 or seq is None:
             return
+        fields = self._f
+        base = slot * _STRIDE
         chunk_id = self._read_chunk_id
-        if chunk_id == seq.last_written or not meta.complete:
-            self._read_meta = None
+        if chunk_id == seq.last_written or not fields[base + _F_STATE] & _COMPLETE:
+            self._read_slot = -1
             return
         following = (chunk_id + 1) & _CHUNK_ID_MASK
         # Leaving a chunk means it is complete and fully read: it joins the read prefix.
         seq.resume = following
-        if meta.fragments_read > 0:
-            seq.resume_dropped = meta.skipped
+        if fields[base + _F_READ] > 0:
+            seq.resume_dropped = bool(fields[base + _F_STATE] & _SKIPPED)
             seq.resume_source = chunk_id
         self._read_chunk_id = following
-        self._read_meta = self._index.get((seq.producer_id, seq.writer_id, following))
+        self._read_slot = self._find(_chunk_key(seq.producer_id, seq.writer_id, following))
 
     def _read_ahead(self) -> tuple[int, list[memoryview]]:
         """Gathers a packet that continues over the next chunks, if all of them are here."""
         seq = self._read_seq
-        meta = self._read_meta
         assert seq is not None
-        assert meta is not None
-        index = self._index
-        producer_id = seq.producer_id
-        writer_id = seq.writer_id
+        fields = self._f
+        sequence_key = _chunk_key(seq.producer_id, seq.writer_id, 0)
         last_written = seq.last_written
         ahead_id = self._read_chunk_id
-        ahead = meta
+        ahead = self._read_slot
         while True:
-            if ahead_id == last_written or not ahead.complete:
+            if ahead_id == last_written or not fields[ahead * _STRIDE + _F_STATE] & _COMPLETE:
                 return _AHEAD_NEXT_SEQUENCE, []
             ahead_id = (ahead_id + 1) & _CHUNK_ID_MASK
-            found = index.get((producer_id, writer_id, ahead_id))
-            if found is None:
+            ahead = self._find(sequence_key | ahead_id)
+            if ahead < 0:
                 return _AHEAD_NEXT_SEQUENCE, []
-            ahead = found
-            if ahead.num_fragments == 0:
+            num_fragments = fields[ahead * _STRIDE + _F_FRAGMENTS]
+            if num_fragments == 0:
                 continue
-            flags = ahead.flags
+            flags = fields[ahead * _STRIDE + _F_FLAGS]
             if not flags & _FIRST_CONTINUES or flags & _NEEDS_PATCHING:
                 return _AHEAD_NEXT_SEQUENCE, []
-            if ahead.num_fragments == 1 and flags & _LAST_CONTINUES:
+            if num_fragments == 1 and flags & _LAST_CONTINUES:
                 continue
             break
 
         slices: list[memoryview] = []
         corrupted = False
         while True:
-            current = self._read_meta
-            assert current is not None
-            if current.num_fragments > 0:
+            current = self._read_slot
+            assert current >= 0
+            if fields[current * _STRIDE + _F_FRAGMENTS] > 0:
                 corrupted |= not self._read_fragment(current, slices)
             if self._read_chunk_id == ahead_id:
                 break
@@ -1140,59 +1320,69 @@ class TraceBuffer:
             return _AHEAD_STAY, []
         return _AHEAD_OK, slices
 
-    def _read_fragment(self, meta: _ChunkMeta, slices: list[memoryview] | None) -> bool:
-        """Consumes the next fragment of `meta`'s chunk, appending its bytes to `slices`.
+    def _read_fragment(self, slot: int, slices: list[memoryview] | None) -> bool:
+        """Consumes the next fragment of the chunk in `slot`, appending its bytes to `slices`.
 
         Returns False, having counted it, for a fragment that overruns its chunk.
         """
-        if meta.fragments_read >= meta.num_fragments:
+        fields = self._f
+        base = slot * _STRIDE
+        if fields[base + _F_READ] >= fields[base + _F_FRAGMENTS]:
             # Only a producer rewriting chunks behind the reader can lead here.
             self._stats.abi_violations += 1
             return False
-        record_end = meta.record_offset + meta.record_size
-        payload_start = meta.record_offset + RECORD_HEADER_SIZE
-        pos = payload_start + meta.cur_offset
+        record_offset = fields[base + _F_OFFSET]
+        record_end = record_offset + fields[base + _F_SIZE]
+        payload_start = record_offset + RECORD_HEADER_SIZE
+        pos = payload_start + fields[base + _F_CUR]
         if pos < record_end:
             size, start = _fragment_header(self._data, pos, record_end)
         else:
             size, start = 0, pos
         following = start + size
         if following <= pos or following > record_end:
-            self._fragment_error(meta, size)
+            self._fragment_error(slot, size)
             return False
 
-        meta.cur_offset = following - payload_start
-        meta.fragments_read += 1
-        if meta.fragments_read == meta.num_fragments and meta.complete:
-            self._chunk_read(meta)
-        meta.skipped = False
+        fields[base + _F_CUR] = following - payload_start
+        fields[base + _F_READ] += 1
+        if (
+            fields[base + _F_READ] == fields[base + _F_FRAGMENTS]
+            and fields[base + _F_STATE] & _COMPLETE
+        ):
+            self._chunk_read(slot)
+        fields[base + _F_STATE] &= ~_SKIPPED
         if size and slices is not None:
             slices.append(self._data[start:following])
         return True
 
-    def _chunk_read(self, meta: _ChunkMeta) -> None:
+    def _chunk_read(self, slot: int) -> None:
         """Accounts for a complete chunk whose last fragment was just read."""
+        fields = self._f
+        base = slot * _STRIDE
         self._stats.chunks_read += 1
-        self._stats.bytes_read += meta.record_size
-        props = meta.props
-        key = (props.producer_id, props.writer_id)
-        histogram = self._writer_stats.get(key)
+        self._stats.bytes_read += fields[base + _F_SIZE]
+        key = self._key_view[slot]
+        writer = (key >> 48, (key >> 32) & _U16_MAX)
+        histogram = self._writer_stats.get(writer)
         if histogram is None:
-            histogram = self._writer_stats[key] = ChunkPayloadHistogram()
-        histogram.add(meta.cur_offset)
+            histogram = self._writer_stats[writer] = ChunkPayloadHistogram()
+        histogram.add(fields[base + _F_CUR])
 
-    def _fragment_error(self, meta: _ChunkMeta, size: int) -> None:
+    def _fragment_error(self, slot: int, size: int) -> None:
         """Counts a fragment that overruns its chunk and gives the chunk up."""
         if size == PACKET_SIZE_DROP_PACKET:
             self._stats.trace_writer_packet_loss += 1
         else:
             self._stats.abi_violations += 1
-        self._give_up_chunk(meta)
+        self._give_up_chunk(slot)
 
-    def _give_up_chunk(self, meta: _ChunkMeta) -> None:
+    def _give_up_chunk(self, slot: int) -> None:
         """Marks a chunk with a bad fragment as fully read so it is never parsed again."""
-        meta.cur_offset = 0
-        meta.fragments_read = meta.num_fragments
-        if meta.complete:
+        fields = self._f
+        base = slot * _STRIDE
+        fields[base + _F_CUR] = 0
+        fields[base + _F_READ] = fields[base + _F_FRAGMENTS]
+        if fields[base + _F_STATE] & _COMPLETE:
             self._stats.chunks_read += 1
-            self._stats.bytes_read += meta.record_size
+            self._stats.bytes_read += fields[base + _F_SIZE]
