@@ -610,6 +610,11 @@ cdef frame_entry_t *_frames = NULL
 cdef uint64_t _frames_cap = 0
 cdef uint64_t _frames_count = 0
 cdef uint64_t _next_frame_id = 1
+# Frames a thread without the GIL added to the table: their code objects get the table's
+# reference at the next lookup made with the GIL (the sampled thread's own frames hold them
+# until then).
+cdef PyObject *_pending_refs[1024]
+cdef int _pending_count = 0
 cdef uint64_t _sampled_total = 0
 cdef uint64_t _dropped = 0
 cdef SharedRingBuffer _ring_owner = None
@@ -768,9 +773,18 @@ cdef void _wake() noexcept nogil:
 cdef int _frame_lookup(PyObject *code, int lasti, uint64_t *out) noexcept:
     """Finds or adds the frame (code, lasti); 1 when it is new (and must be sent)."""
     hp_frames_lock()
+    _take_pending_refs()
     cdef int found = _frame_lookup_locked(code, lasti, out)
     hp_frames_unlock()
     return found
+
+cdef inline void _take_pending_refs() noexcept:
+    """With the GIL and the table's lock: the references of frames added without the GIL."""
+    global _pending_count
+    cdef int i
+    for i in range(_pending_count):
+        Py_INCREF(<object>_pending_refs[i])
+    _pending_count = 0
 
 cdef int _frame_lookup_locked(PyObject *code, int lasti, uint64_t *out) noexcept:
     global _frames, _frames_cap, _frames_count, _next_frame_id
@@ -837,12 +851,13 @@ ctypedef void (*set_python_frames_fn)(python_frames_fn fn) noexcept nogil
 cdef int _native_python_frames(uint64_t *ids, int max_ids) noexcept nogil:
     """This thread's Python frame ids, innermost first, for a sample of the native client
     (which shares this connection), with or without the GIL. A frame not yet in the table is
-    described with a fresh id (the table only grows with the GIL). 0 when none can be had."""
-    global _next_frame_id
+    described with a new id and added when the table has room (it grows only with the GIL).
+    0 when none can be had."""
+    global _next_frame_id, _frames_count, _pending_count
     cdef PyObject *codes[MAX_FRAMES]
     cdef int lastis[MAX_FRAMES]
     cdef int n, i
-    cdef uint64_t mask, j, fid
+    cdef uint64_t mask, j = 0, fid
     cdef bint found
     if not _active or hp_get_in_hook():
         return 0
@@ -863,6 +878,15 @@ cdef int _native_python_frames(uint64_t *ids, int max_ids) noexcept nogil:
         if not found:
             fid = _next_frame_id
             _next_frame_id += 1
+            # interned when there is room without growing the table (no allocation here)
+            if (_frames_cap and (_frames_count + 1) * 2 <= _frames_cap
+                    and _pending_count < 1024):
+                _frames[j].code = codes[i]
+                _frames[j].lasti = lastis[i]
+                _frames[j].frame_id = fid
+                _frames_count += 1
+                _pending_refs[_pending_count] = codes[i]
+                _pending_count += 1
         hp_frames_unlock()
         if not found:
             if not _send_frame_nogil(fid, codes[i], lastis[i]):
@@ -1018,7 +1042,7 @@ def activate(SharedRingBuffer ring, int sock, intervals: list, bint block_client
              uint64_t block_client_timeout_us) -> None:
     """Starts writing into `ring`; `intervals[i]` is heap i's interval (0: disabled)."""
     global _ring, _ring_owner, _sock, _block_client, _max_tries, _active
-    global _next_frame_id, _frames_count
+    global _next_frame_id, _frames_count, _pending_count
     cdef uint32_t i
     cdef uint64_t interval
     _active = False
@@ -1037,6 +1061,7 @@ def activate(SharedRingBuffer ring, int sock, intervals: list, bint block_client
         memset(_frames, 0, _frames_cap * sizeof(frame_entry_t))
     _frames_count = 0
     _next_frame_id = 1
+    _pending_count = 0  # dropped from the table before they got its reference
     hp_frames_unlock()
     _ring_owner = ring
     _ring = &ring.ring

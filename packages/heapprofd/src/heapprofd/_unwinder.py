@@ -116,6 +116,7 @@ class Unwinder:
         self._maps_text = b""
         self._maps: list[tuple[int, int, int, str]] = []  # (start, end, offset, path), sorted
         self._native_frames: dict[NativeFrame, int] = {}
+        self._native_stacks: dict[tuple[int, ...], tuple[list[int], int, int]] = {}  # by pcs
         self._corrupt = False
         self._ended = False
         self._thread = threading.Thread(
@@ -257,27 +258,18 @@ class Unwinder:
             regs = record[_REGISTERS_OFFSET : _REGISTERS_OFFSET + _REGISTERS_SIZE]
             stack = record[_MALLOC_PAYLOAD : _MALLOC_PAYLOAD + stack_len]
             pcs, error = unwinder.unwind(regs, stack, sp)
-            if any(unwinder.symbolize(pc) is None for pc in pcs) and self._reload_maps():
+            if (
+                tuple(pcs) not in self._native_stacks
+                and any(unwinder.symbolize(pc) is None for pc in pcs)
+                and self._reload_maps()
+            ):
                 pcs, error = unwinder.unwind(regs, stack, sp)  # a library loaded since
-        frames = [self._native_frame(batch, pc) for pc in pcs]
-        # the preload library's own frames, except its malloc hook, are not the program's
-        while (
-            len(frames) > 1
-            and frames[0][1][0].endswith(PRELOAD_LIBRARY)
-            and frames[1][1][0].endswith(PRELOAD_LIBRARY)
-        ):
-            frames.pop(0)
-        if error or not frames:
+        if error or not pcs:
             batch.unwinding_errors += 1
-        ids = []
-        for frame in frames:
-            fid = self._native_frames.get(frame)
-            if fid is None:
-                fid = self._native_frames[frame] = NATIVE_FRAME_BASE + len(self._native_frames)
-                batch.native_frames.append((fid, frame))
-            ids.append(fid)
-        if python_ids:
-            ids = self._merge_python(batch, frames, ids, python_ids)
+        ids, first_loop, last_loop = self._native_stack(batch, pcs)
+        if python_ids and first_loop >= 0:
+            python = self._python_stack(batch, python_ids)
+            ids = ids[:first_loop] + python + ids[last_loop + 1 :]
         key = b"N" + struct.pack(f"<{len(ids)}Q", *ids)
         cs = self._callstacks.get(key)
         if cs is None:
@@ -285,19 +277,39 @@ class Unwinder:
             batch.callstacks.append((cs, tuple(reversed(ids))))
         return cs
 
-    def _merge_python(
-        self, batch: RecordBatch, frames: list[NativeFrame], ids: list[int], python_ids: bytes
-    ) -> list[int]:
-        """Innermost first: the native frames, with the part of the stack that runs the
-        interpreter's evaluation loop replaced by the thread's Python frames."""
-        python = list(struct.unpack(f"<{len(python_ids) // 8}Q", python_ids))
+    def _native_stack(self, batch: RecordBatch, pcs: list[int]) -> tuple[list[int], int, int]:
+        """The frame ids of a native stack, innermost first, and where the interpreter's
+        evaluation loop runs in it (first and last index, -1 when it does not)."""
+        key = tuple(pcs)
+        cached = self._native_stacks.get(key)
+        if cached is not None:
+            return cached
+        frames = [self._native_frame(pc) for pc in pcs]
+        # the preload library's own frames, except its malloc hook, are not the program's
+        while (
+            len(frames) > 1
+            and frames[0][1][0].endswith(PRELOAD_LIBRARY)
+            and frames[1][1][0].endswith(PRELOAD_LIBRARY)
+        ):
+            frames.pop(0)
+        ids = []
+        for frame in frames:
+            fid = self._native_frames.get(frame)
+            if fid is None:
+                fid = self._native_frames[frame] = NATIVE_FRAME_BASE + len(self._native_frames)
+                batch.native_frames.append((fid, frame))
+            ids.append(fid)
+        loops = [i for i, frame in enumerate(frames) if frame[0] in EVAL_LOOP_FUNCTIONS]
+        cached = (ids, loops[0], loops[-1]) if loops else (ids, -1, -1)
+        self._native_stacks[key] = cached
+        return cached
+
+    def _python_stack(self, batch: RecordBatch, python_ids: bytes) -> list[int]:
+        """A native sample's Python frames (innermost first), by their first ids."""
+        python = struct.unpack(f"<{len(python_ids) // 8}Q", python_ids)
         if any(fid not in self._frames for fid in python):
             batch.unwinding_errors += 1
-        python = [self._frames.get(fid, 0) for fid in python]
-        loops = [i for i, frame in enumerate(frames) if frame[0] in EVAL_LOOP_FUNCTIONS]
-        if not loops:
-            return ids
-        return ids[: loops[0]] + python + ids[loops[-1] + 1 :]
+        return [self._frames.get(fid, 0) for fid in python]
 
     def _native_unwinder(self) -> Any:
         """This client's NativeUnwinder, None when libdw is unavailable or cannot attach."""
@@ -326,6 +338,7 @@ class Unwinder:
             self._maps_gone = True
             return False
         self._read_maps(text)
+        self._native_stacks.clear()
         return True
 
     def _read_maps(self, text: bytes) -> None:
@@ -346,7 +359,7 @@ class Unwinder:
             )
         self._maps = sorted(maps)
 
-    def _native_frame(self, batch: RecordBatch, pc: int) -> NativeFrame:
+    def _native_frame(self, pc: int) -> NativeFrame:
         info = self._native.symbolize(pc)
         function, path, build_id, rel_pc = info if info is not None else ("", "", "", pc)
         index = bisect.bisect_right(self._maps, (pc, 1 << 64)) - 1
