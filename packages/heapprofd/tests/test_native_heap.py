@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +155,23 @@ def test_a_python_program_shows_alloc_native_over_ctypes(tmp_path: Path) -> None
     assert stack[position][1] == str(tmp_path / "prog.py")
     below = paths[position + 1 :]
     assert any("libffi" in p or "_ctypes" in p for p in below), below
+
+
+def test_children_of_the_program_do_not_wait_for_a_session(tmp_path: Path) -> None:
+    # each child inherits the preload library; none is targeted by the session
+    start = time.monotonic()
+    result = _heap_profile(
+        "--native",
+        "--",
+        "/bin/sh",
+        "-c",
+        "/bin/true; /bin/true; echo done",
+        cwd=tmp_path,
+        env=_private_env(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "done\n"
+    assert time.monotonic() - start < 15  # a child waiting for a session would take 20 s
 
 
 def test_native_without_the_unwinder_is_one_line(tmp_path: Path) -> None:

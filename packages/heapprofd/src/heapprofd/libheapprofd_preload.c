@@ -425,6 +425,8 @@ __attribute__((constructor)) static void hp_start(void) {
         path = access("/dev/socket", W_OK) == 0 ? "/dev/socket/heapprofd" : "/tmp/perfetto-heapprofd";
     const char *wait = getenv("HEAPPROFD_WAIT_S");
     double wait_s = wait ? atof(wait) : 0;
+    /* the program's children inherit LD_PRELOAD, not the wait: each tries once */
+    unsetenv("HEAPPROFD_WAIT_S");
     uint64_t deadline = hp_coarse_ns() + (uint64_t)(wait_s * 1e9);
     hp_in_hook = 1;
     int rc;
