@@ -46,6 +46,7 @@
 #define HP_MAX_STACK (64u * 1024u)
 #define HP_RESEND_BACKOFF_US 100
 #define HP_MAX_PYTHON_FRAMES 128
+#define HP_LOCK_RETRIES 64
 #define HP_EXIT_WAIT_US (5u * 1000u * 1000u)
 
 typedef int (*hp_python_frames_fn)(uint64_t *ids, int max_ids);
@@ -170,6 +171,7 @@ static void hp_deactivate(void) { hp_active = 0; }
 static int64_t hp_send(const void *a, uint64_t la, const void *b, uint64_t lb, const void *c,
                        uint64_t lc) {
     uint64_t waited_us = 0;
+    int lock_retries = 0;
     for (;;) {
         if (hp_ring.meta->shutting_down) { hp_deactivate(); return -1; }
         int64_t res = hp_ring_write(&hp_ring, a, la, b, lb, c, lc);
@@ -180,7 +182,8 @@ static int64_t hp_send(const void *a, uint64_t la, const void *b, uint64_t lb, c
             waited_us += HP_RESEND_BACKOFF_US;
             continue;
         }
-        if (!hp_block && res == -2) continue; /* the other writer holds the lock briefly */
+        /* the Python client of the process writes too: a busy lock is retried a few times */
+        if (!hp_block && res == -2 && ++lock_retries < HP_LOCK_RETRIES) continue;
         break;
     }
     if (!hp_peer_closed(hp_sock))
