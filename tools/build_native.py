@@ -49,14 +49,17 @@ def stale_modules(package: Path) -> list[Path]:
     (its `.py`, the `.pxd` files of its own and of the packages it cimports, `build.py`)."""
     declarations = sorted((package / "src").rglob("*.pxd"))
     cimported = [p for d in include_path(package) for p in sorted(d.rglob("*.pxd"))]
-    shared = max(p.stat().st_mtime for p in [package / "build.py", *cimported])
+    headers = sorted((package / "src").rglob("*.h"))
+    shared = max(p.stat().st_mtime for p in [package / "build.py", *cimported, *headers])
     modules = [pxd.with_suffix(".py") for pxd in declarations]  # .pxd alone: C declarations
     modules += (package / "src").rglob("*.pyx")
+    modules += (package / "src").rglob("lib*.c")  # shared libraries: lib*.so
     stale = []
     for source in sorted(modules):
         if not source.is_file():
             continue
-        built = list(source.parent.glob(source.stem + EXT_SUFFIX))
+        suffix = ".so" if source.suffix == ".c" else EXT_SUFFIX
+        built = list(source.parent.glob(source.stem + suffix))
         newest_input = max(shared, source.stat().st_mtime)
         if not built or min(b.stat().st_mtime for b in built) < newest_input:
             stale.append(source)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -81,6 +82,23 @@ def _fingerprint() -> str:
     return digest.hexdigest()
 
 
+SYSTEM_PACKAGES = {"libdw-dev": Path("/usr/include/elfutils/libdwfl.h")}
+"""Debian packages the full build needs (elfutils' libdw: heapprofd's native unwinder), each
+with a file that tells whether it is installed."""
+
+
+def ensure_system_packages() -> None:
+    """Installs the missing SYSTEM_PACKAGES with apt-get when running as root where it exists
+    (CI's machines); elsewhere the build goes on without them (docs/heapprofd.md)."""
+    missing = [name for name, marker in SYSTEM_PACKAGES.items() if not marker.exists()]
+    if not missing or os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return
+    print(f"dev: installing {' '.join(missing)} with apt-get", flush=True)
+    quiet = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], env=quiet, check=True)
+    subprocess.run(["apt-get", "install", "-y", "-qq", *missing], env=quiet, check=True)
+
+
 def ensure_environment() -> None:
     """Creates `.tools` (poetry) and `.venv` (the project) if they are missing or stale."""
     poetry = _bin(TOOLS, "poetry")
@@ -137,6 +155,8 @@ def main(argv: list[str]) -> int:
     if command == "develop":  # for the nox sessions of other Python versions: no poetry there
         develop_install(Path(sys.executable))
         return 0
+    if command == "test":
+        ensure_system_packages()
     ensure_environment()
     if command == "test":
         built = run(["python", "tools/build_native.py"])

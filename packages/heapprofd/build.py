@@ -6,15 +6,22 @@ compiler it builds nothing and the package installs and runs as pure Python (a `
 having no pure form, is then missing). With PERFETTO_PY_EXPECT_COMPILED=1 any of those, or a
 failed compilation, is an error instead.
 
+It also compiles every `lib*.c` under `src/` into a plain shared library `lib*.so` beside it
+(e.g. an LD_PRELOAD library). A `.pyx` whose header has a `# build: optional` line is built on
+its own, and a failure to build it (e.g. missing -dev headers of a library it links) is a
+warning, even with PERFETTO_PY_EXPECT_COMPILED=1: the package works without it.
+
 Every package with compiled modules carries an identical copy of this file.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import re
 import shutil
+import subprocess
 import sys
 import sysconfig
 from pathlib import Path
@@ -79,9 +86,31 @@ def include_path(source: Path = SOURCE) -> list[Path]:
     return path
 
 
+def _compiler() -> list[str]:
+    return (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
+
+
 def _have_compiler() -> bool:
-    configured = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
-    return shutil.which(configured) is not None
+    return shutil.which(_compiler()[0]) is not None
+
+
+def is_optional(path: Path) -> bool:
+    """Whether a `.pyx` module says `# build: optional` in its header."""
+    with path.open() as f:
+        return any(line.startswith("# build: optional") for line in itertools.islice(f, 5))
+
+
+def shared_libraries(source: Path = SOURCE) -> list[Path]:
+    """The `lib*.c` sources to compile into `lib*.so` beside them."""
+    return sorted(source.rglob("lib*.c"))
+
+
+def _build_shared_library(c_source: Path) -> None:
+    """Compiles one `lib*.c` into its `lib*.so` (raises CalledProcessError on failure)."""
+    target = c_source.with_suffix(".so")
+    command = [*_compiler(), *CFLAGS, "-shared", "-fPIC", "-fvisibility=hidden", "-pthread"]
+    command += [f"-I{c_source.parent}", "-o", str(target), str(c_source), "-lm"]
+    subprocess.run(command, check=True)
 
 
 def _skip(reason: str) -> int:
@@ -101,7 +130,8 @@ def _skip(reason: str) -> int:
 def build() -> int:
     """Compiles every module of `compiled_sources()` into a `.so` beside its `.py`."""
     sources = compiled_sources()
-    if not sources:
+    libraries = shared_libraries()
+    if not sources and not libraries:
         return 0
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     for source in sources:  # never ship or load a compiled module older than its source
@@ -116,12 +146,22 @@ def build() -> int:
         return _skip(f"{e.name} is not installed")
     if not _have_compiler():
         return _skip("no C compiler found")
-    extensions = [
-        Extension(module_name(p), [str(p.relative_to(HERE))], extra_compile_args=CFLAGS)
-        for p in sources
-    ]
-    build_dir = HERE / "build" / "native"
     try:
+        for library in libraries:
+            _build_shared_library(library)
+    except (OSError, subprocess.CalledProcessError) as e:
+        return _skip(f"compilation failed ({e})")
+
+    def extension(p: Path) -> Extension:
+        return Extension(
+            module_name(p),
+            [str(p.relative_to(HERE))],
+            extra_compile_args=CFLAGS,
+            include_dirs=[str(SOURCE)],
+        )
+
+    def compile_modules(extensions: list[Extension]) -> None:
+        build_dir = HERE / "build" / "native"
         modules = cythonize(
             extensions,
             build_dir=str(build_dir / "c"),
@@ -139,8 +179,22 @@ def build() -> int:
         )
         dist.parse_command_line()
         dist.run_commands()
+
+    required = [p for p in sources if p.suffix != ".pyx" or not is_optional(p)]
+    try:
+        if required:
+            compile_modules([extension(p) for p in required])
     except (Exception, SystemExit) as e:  # a failed compilation must not break a pure install
         return _skip(f"compilation failed ({e})")
+    for optional in sorted(set(sources) - set(required)):
+        try:
+            compile_modules([extension(optional)])
+        except (Exception, SystemExit) as e:
+            print(
+                f"WARNING: build.py: {module_name(optional)} not built ({e}); {HERE.name} works"
+                " without it (see docs/native.md)",
+                file=sys.stderr,
+            )
     return 0
 
 

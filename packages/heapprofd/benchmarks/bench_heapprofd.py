@@ -10,8 +10,13 @@
 3. With --callgrind, the same workloads' instruction counts under callgrind (the workload's
    alone: a run of N rounds minus a run of none), which a loaded machine does not disturb.
 
+4. With --native ROUNDS, instead: a workload allocating through a C extension (sqlite3,
+   `native_workload.py`) unprofiled, under `heap_profile --native`'s setup (the preload
+   library, heaps python and libc.malloc, block_client) at 4096-byte sampling, and under
+   `memray run --native`; then the daemon's CPU per native sample and the unwinding errors.
+
     python packages/heapprofd/benchmarks/bench_heapprofd.py [--repeat N] [--rounds N]
-        [--callgrind ROUNDS]
+        [--callgrind ROUNDS] [--native ROUNDS]
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from perfetto_protos.upstream import parse_upstream_trace
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = str(HERE / "alloc_workload.py")
+NATIVE_WORKLOAD = str(HERE / "native_workload.py")
 TIMEOUT = 120.0
 
 
@@ -119,12 +125,17 @@ class Stack:
         self.daemon = _start([sys.executable, "-m", "heapprofd"], self.env, "HEAPPROFD_NOTIFY_FD")
 
     def profiled(
-        self, rounds: int, prefix: tuple[str, ...] = (), **options: Any
+        self,
+        rounds: int,
+        prefix: tuple[str, ...] = (),
+        workload: str = WORKLOAD,
+        env: dict[str, str] | None = None,
+        **options: Any,
     ) -> tuple[float, bytes]:
         """Runs the workload under a session; returns its CPU time and the trace."""
-        env = {**self.env, "HEAPPROFD_WAIT_S": "120"}
+        env = {**self.env, **(env or {}), "HEAPPROFD_WAIT_S": "120"}
         target = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "heapprofd", "run", "--", WORKLOAD, str(rounds)],
+            [*prefix, sys.executable, "-m", "heapprofd", "run", "--", workload, str(rounds)],
             env=env,
             stdout=subprocess.PIPE,
             text=True,
@@ -203,11 +214,63 @@ def _callgrind(stack: Stack, directory: str, rounds: int) -> None:
     print(f"  heapprofd overhead / memray overhead = {overhead / memray_overhead:.2f}")
 
 
+def _native(stack: Stack, directory: str, rounds: int, repeat: int) -> None:
+    """Overhead of native profiling on a C-extension workload, and the daemon's unwinding."""
+    from heapprofd._preload import NATIVE_HEAP, library_path
+
+    env = dict(os.environ)
+    preload = {"LD_PRELOAD": str(library_path())}
+    heaps = ("python", NATIVE_HEAP)
+    plain, profiled, memray, per_sample, error_rates = [], [], [], [], []
+    for _ in range(repeat):
+        plain.append(_workload_cpu([sys.executable, NATIVE_WORKLOAD, str(rounds)], env))
+        before = _cpu_seconds(stack.daemon.pid)
+        cpu, trace = stack.profiled(
+            rounds, workload=NATIVE_WORKLOAD, env=preload, heaps=heaps, block_client=True
+        )
+        spent = _cpu_seconds(stack.daemon.pid) - before
+        profiled.append(cpu)
+        samples, errors = _native_samples(trace)
+        per_sample.append(spent / max(samples, 1) * 1e6)
+        error_rates.append(errors / max(samples, 1))
+        out = os.path.join(directory, "memray-native.bin")
+        argv = [sys.executable, "-m", "memray", "run", "--native", "-f", "-q", "-o", out]
+        memray.append(_workload_cpu([*argv, NATIVE_WORKLOAD, str(rounds)], env))
+        print(f"  run: {samples} native samples, {errors} unwinding errors, daemon {spent:.2f} s")
+    base = statistics.median(plain)
+    print(f"C-extension workload (sqlite3, {rounds} rounds), CPU medians of {repeat} runs:")
+    print(f"  unprofiled                 {base:8.3f} s   1.00x")
+    for name, runs in (("heapprofd --native @4096", profiled), ("memray --native", memray)):
+        value = statistics.median(runs)
+        print(
+            f"  {name:26} {value:8.3f} s   {value / base:4.2f}x "
+            f"(overhead {100 * (value / base - 1):+.1f}%)"
+        )
+    overhead = statistics.median(profiled) / base - 1
+    memray_overhead = statistics.median(memray) / base - 1
+    print(f"  heapprofd overhead / memray overhead = {overhead / memray_overhead:.2f}")
+    print(f"  daemon CPU per native sample: {statistics.median(per_sample):.0f} us")
+    print(f"  unwinding errors: {100 * statistics.median(error_rates):.2f}% of native samples")
+
+
+def _native_samples(trace: bytes) -> tuple[int, int]:
+    """The libc.malloc heap's samples and unwinding errors in a trace."""
+    parsed: Any = parse_upstream_trace(trace)
+    samples = errors = 0
+    for packet in parsed.packet:
+        for dump in packet.profile_packet.process_dumps:
+            if dump.heap_name == "libc.malloc":
+                samples = max(samples, dump.stats.heap_samples)
+                errors = max(errors, dump.stats.unwinding_errors)
+    return samples, errors
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=200_000)
     parser.add_argument("--callgrind", type=int, metavar="ROUNDS", default=0)
+    parser.add_argument("--native", type=int, metavar="ROUNDS", default=0)
     args = parser.parse_args()
     _build()
     env = dict(os.environ)
@@ -218,6 +281,9 @@ def main() -> None:
         try:
             if args.callgrind:
                 _callgrind(stack, directory, args.callgrind)
+                return
+            if args.native:
+                _native(stack, directory, args.native, args.repeat)
                 return
             plain, hooked, floor, profiled, memray = [], [], [], [], []
             samples: list[int] = []

@@ -185,7 +185,7 @@ def heap_dumps(trace: bytes) -> list[HeapDump]:
     """Every heap dump in `trace`, parsed with upstream's schema."""
     parsed: Any = parse_upstream_trace(trace)
     strings: dict[tuple[int, int], str] = {}
-    mappings: dict[tuple[int, int], int] = {}
+    mappings: dict[tuple[int, int], str] = {}
     frames: dict[tuple[int, int], tuple[str, str, int]] = {}
     stacks: dict[tuple[int, int], list[tuple[str, str, int]]] = {}
     dumps: list[HeapDump] = []
@@ -197,12 +197,12 @@ def heap_dumps(trace: bytes) -> list[HeapDump]:
         for s in profile.strings:
             strings[seq, s.iid] = s.str.decode()
         for m in profile.mappings:
-            mappings[seq, m.iid] = m.iid
+            mappings[seq, m.iid] = "/" + "/".join(strings[seq, i] for i in m.path_string_ids)
         for f in profile.frames:
-            assert (seq, f.mapping_id) in mappings
+            # a native frame has no source path: its mapping's path stands for it
             frames[seq, f.iid] = (
-                strings[seq, f.function_name_id],
-                strings[seq, f.source_path_iid],
+                strings.get((seq, f.function_name_id), ""),
+                strings.get((seq, f.source_path_iid)) or mappings[seq, f.mapping_id],
                 f.line_number,
             )
         for c in profile.callstacks:

@@ -71,6 +71,10 @@ class ProcessState:
     connection_id: int
     heaps: dict[int, HeapTracker] = field(default_factory=dict)
     frames: dict[int, tuple[str, str, int]] = field(default_factory=dict)
+    # native frame id -> (function, (path, build id, start, end, offset), rel_pc)
+    native_frames: dict[int, tuple[str, tuple[str, str, int, int, int], int]] = field(
+        default_factory=dict
+    )
     callstacks: dict[int, tuple[int, ...]] = field(default_factory=dict)
     unwinding_errors: int = 0
     disconnected: bool = False

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from types import FrameType, ModuleType
 
 from heapprofd._errors import HeapprofdError
+from heapprofd._preload import preload_connection
 from heapprofd._process_matcher import PROFILING_SIGNAL
 from heapprofd._wire import ClientConfiguration, client_handshake, default_socket_path
 
@@ -191,7 +192,8 @@ def connect(path: str | None = None) -> bool:
     with _lock:
         if _state.connection is not None and native.is_active():
             return True
-        sock, config, ring_fd = client_handshake(path or default_socket_path())
+        shared = preload_connection()
+        sock, config, ring_fd = shared or client_handshake(path or default_socket_path())
         try:
             ring = native.SharedRingBuffer.attach(ring_fd)
         except (OSError, ValueError):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
+from perfetto_protos.trace.profiling.profile_common_pb2 import Mapping
 from perfetto_protos.trace.profiling.profile_packet_pb2 import ProfilePacket
 from perfetto_protos.trace.trace_packet_pb2 import TracePacket
 
@@ -28,6 +29,8 @@ class DumpState:
         self._strings: dict[str, int] = {}
         self._mappings: dict[str, int] = {}
         self._frames: dict[tuple[str, str, int], int] = {}
+        self._native_mappings: dict[tuple[str, str, int, int, int], int] = {}
+        self._native_frames: dict[tuple[str, tuple[str, str, int, int, int], int], int] = {}
         self._callstacks: dict[tuple[int, ...], int] = {}
         self._process_callstacks: dict[tuple[int, int], int] = {}
         self._index = 0
@@ -123,12 +126,45 @@ class DumpState:
     def _mapping(self, path: str) -> int:
         iid = self._mappings.get(path)
         if iid is None:
-            parts = [self._string(part) for part in path.split("/") if part] or [self._string(path)]
-            iid = self._mappings[path] = len(self._mappings) + 1
-            mapping = self._packet.mappings.add()
-            mapping.iid = iid
-            mapping.path_string_ids.extend(parts)
-            self._size += 8 + 2 * len(parts)
+            iid = self._mappings[path] = self._add_mapping(path).iid
+        return iid
+
+    def _add_mapping(self, path: str) -> Mapping:
+        parts = [self._string(part) for part in path.split("/") if part] or [self._string(path)]
+        mapping = self._packet.mappings.add()
+        mapping.iid = len(self._mappings) + len(self._native_mappings) + 1
+        mapping.path_string_ids.extend(parts)
+        self._size += 8 + 2 * len(parts)
+        return mapping
+
+    def _native_mapping(self, key: tuple[str, str, int, int, int]) -> int:
+        """A /proc/PID/maps entry: path, build id, start, end and file offset."""
+        iid = self._native_mappings.get(key)
+        if iid is None:
+            path, build_id, start, end, offset = key
+            mapping = self._add_mapping(path)
+            if build_id:
+                mapping.build_id = self._string(build_id)
+            mapping.start = start
+            mapping.end = end
+            mapping.exact_offset = offset
+            mapping.start_offset = offset
+            iid = self._native_mappings[key] = mapping.iid
+            self._size += 32
+        return iid
+
+    def _native_frame(self, content: tuple[str, tuple[str, str, int, int, int], int]) -> int:
+        iid = self._native_frames.get(content)
+        if iid is None:
+            function, mapping, rel_pc = content
+            frame = self._packet.frames.add()
+            frame.iid = iid = len(self._frames) + len(self._native_frames) + 1
+            if function:
+                frame.function_name_id = self._string(function)
+            frame.mapping_id = self._native_mapping(mapping)
+            frame.rel_pc = rel_pc
+            self._native_frames[content] = iid
+            self._size += 24
         return iid
 
     def _frame(self, content: tuple[str, str, int]) -> int:
@@ -138,7 +174,7 @@ class DumpState:
             name_id = self._string(function)
             mapping_id = self._mapping(path)
             source_id = self._string(path)
-            iid = self._frames[content] = len(self._frames) + 1
+            iid = self._frames[content] = len(self._frames) + len(self._native_frames) + 1
             frame = self._packet.frames.add()
             frame.iid = iid
             frame.function_name_id = name_id
@@ -155,8 +191,12 @@ class DumpState:
         if iid is not None:
             return iid
         frames = process.frames
+        native = process.native_frames
         stack = tuple(
-            self._frame(frames.get(fid, UNKNOWN)) for fid in process.callstacks[client_cs]
+            self._native_frame(native[fid])
+            if fid in native
+            else self._frame(frames.get(fid, UNKNOWN))
+            for fid in process.callstacks[client_cs]
         )
         iid = self._callstacks.get(stack)
         if iid is None:

@@ -28,6 +28,7 @@ from perfetto_service import consumer_socket_name
 
 from heapprofd._command_line import Parser
 from heapprofd._errors import HeapprofdError
+from heapprofd._preload import NATIVE_HEAP, library_path, native_unavailable
 from heapprofd._recorder import Recorder
 from heapprofd._wire import SOCKET_ENV, default_socket_path
 
@@ -46,8 +47,10 @@ def trace_config(
     shmem_size: int = 0,
     continuous_dump_ms: int = 0,
     buffer_kb: int = 64 * 1024,
+    heaps: tuple[str, ...] = (),
 ) -> TraceConfig:
-    """A session with one `android.heapprofd` data source for `pid`."""
+    """A session with one `android.heapprofd` data source for `pid` (`heaps` empty: the
+    default heap, `python`)."""
     config = TraceConfig()
     config.buffers.add(size_kb=buffer_kb)
     source = config.data_sources.add().config
@@ -56,6 +59,7 @@ def trace_config(
     heap.sampling_interval_bytes = interval
     heap.pid.append(pid)
     heap.all_heaps = all_heaps
+    heap.heaps.extend(heaps)
     heap.block_client = block_client
     heap.shmem_size_bytes = shmem_size
     if continuous_dump_ms:
@@ -137,6 +141,11 @@ def _stop(daemon: _Daemon) -> None:
     stderr.close()
 
 
+def _is_python(program: list[str]) -> bool:
+    """Whether `program` is `-m module` or a `.py` script (run with the Python client)."""
+    return program[0] == "-m" or program[0].endswith(".py")
+
+
 def record(args: argparse.Namespace) -> int:
     env = dict(os.environ)
     started: list[_Daemon] = []
@@ -160,18 +169,24 @@ def record(args: argparse.Namespace) -> int:
             started.append(_start_notified("heapprofd", _daemon.main, env, "HEAPPROFD_NOTIFY_FD"))
         recorder = Recorder(consumer_socket)
         env["HEAPPROFD_WAIT_S"] = _PROFILE_WAIT_S
-        target = subprocess.Popen(
-            [sys.executable, "-m", "heapprofd", "run", "--", *args.program], env=env
-        )
+        command = [sys.executable, "-m", "heapprofd", "run", "--", *args.program]
+        if args.native:
+            env["LD_PRELOAD"] = " ".join(filter(None, [str(library_path()), env.get("LD_PRELOAD")]))
+            if not _is_python(args.program):
+                command = args.program
+        target = subprocess.Popen(command, env=env)
         try:
             recorder.start(
                 trace_config(
                     target.pid,
                     args.interval,
                     all_heaps=args.all_heaps,
-                    block_client=args.block_client,
+                    # as upstream's heap_profile: the daemon unwinds each native sample, and a
+                    # program allocating at full speed outruns it
+                    block_client=args.block_client or args.native,
                     shmem_size=args.shmem_size,
                     continuous_dump_ms=args.continuous_dump,
+                    heaps=("python", NATIVE_HEAP) if args.native and not args.all_heaps else (),
                 )
             )
             status = target.wait()
@@ -216,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--continuous-dump", type=int, default=0, metavar="MS", help="also dump every MS ms"
     )
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="also profile malloc and its family (heap libc.malloc) and block the client;"
+        " runs any program",
+    )
     parser.add_argument("program", nargs=argparse.REMAINDER, help="-- script.py [args]")
     args = parser.parse_args(argv)
     if args.program and args.program[0] == "--":
@@ -226,8 +247,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.interval <= 0:
         print("heap_profile: the interval must be a positive number of bytes", file=sys.stderr)
         return 1
-    if args.program[0] != "-m" and not os.path.exists(args.program[0]):
-        print(f"heap_profile: no such file: {args.program[0]}", file=sys.stderr)
+    if args.native and (reason := native_unavailable()) is not None:
+        print(f"heap_profile: --native: {reason}", file=sys.stderr)
+        return 1
+    program = args.program[0]
+    # with --native, a program on PATH (`heap_profile --native -- ls`) is found there
+    on_path = args.native and not _is_python(args.program) and shutil.which(program)
+    if program != "-m" and not os.path.exists(program) and not on_path:
+        print(f"heap_profile: no such file: {program}", file=sys.stderr)
         return 1
     try:
         return record(args)

@@ -18,8 +18,10 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
 cdef extern from *:
     """
+    #include <dlfcn.h>
     #include <errno.h>
     #include <math.h>
+    #include <sched.h>
     #include <stdint.h>
     #include <string.h>
     #include <sys/mman.h>
@@ -32,213 +34,7 @@ cdef extern from *:
     #include "internal/pycore_frame.h"
     #undef Py_BUILD_CORE
 
-    /* ---- upstream's SharedRingBuffer::MetadataPage (144 bytes) ---- */
-    typedef struct {
-        uint8_t spinlock_locked;
-        uint8_t spinlock_poisoned;
-        uint8_t _pad0[6];
-        uint64_t read_pos;
-        uint64_t write_pos;
-        uint64_t client_spinlock_blocked_us;
-        uint64_t failed_spinlocks;
-        uint64_t error_state;
-        uint8_t shutting_down; uint8_t _pad1[7];
-        uint8_t reader_paused; uint8_t _pad2[7];
-        uint64_t bytes_written;
-        uint64_t num_writes_succeeded;
-        uint64_t num_writes_corrupt;
-        uint64_t num_writes_overflow;
-        uint64_t num_reads_succeeded;
-        uint64_t num_reads_corrupt;
-        uint64_t num_reads_nodata;
-        uint64_t stats_failed_spinlocks;
-        uint64_t stats_client_spinlock_blocked_us;
-        uint64_t stats_error_state;
-    } hp_meta_t;
-    _Static_assert(sizeof(hp_meta_t) == 144, "metadata page layout");
-
-    #define HP_GUARD_SIZE (64ull * 1024 * 1024)
-    #define HP_HEADER 8
-    #define HP_ALIGN(x) (((x) + 7ull) & ~7ull)
-    #define HP_LOCK_TRIES 1024
-
-    typedef struct {
-        hp_meta_t *meta;
-        uint8_t *mem;
-        uint64_t size;
-        uint64_t mask;
-        uint64_t page;
-        int fd;
-    } hp_ring_t;
-
-    static int hp_ring_map(hp_ring_t *r, int fd) {
-        struct stat st;
-        uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-        if (fstat(fd, &st) != 0 || st.st_size <= 0) return -1;
-        uint64_t with_meta = (uint64_t)st.st_size;
-        if (with_meta < 2 * page) return -2;
-        uint64_t size = with_meta - page;
-        if (size % page || (size & (size - 1))) return -2;
-        uint64_t outer = page + size * 2 + HP_GUARD_SIZE;
-        uint8_t *region = mmap(NULL, outer, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (region == MAP_FAILED) return -1;
-        void *a = mmap(region, with_meta, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
-        void *b = mmap(region + with_meta, size, PROT_READ | PROT_WRITE,
-                       MAP_SHARED | MAP_FIXED, fd, (off_t)page);
-        if (a != region || b != region + with_meta) { munmap(region, outer); return -1; }
-        r->meta = (hp_meta_t *)region;
-        r->mem = region + page;
-        r->size = size;
-        r->mask = size - 1;
-        r->page = page;
-        r->fd = fd;
-        return 0;
-    }
-
-    static void hp_ring_unmap(hp_ring_t *r) {
-        if (r->meta) munmap(r->meta, r->page + r->size * 2 + HP_GUARD_SIZE);
-        r->meta = NULL; r->mem = NULL;
-    }
-
-    static int hp_try_lock(hp_ring_t *r) {
-        hp_meta_t *m = r->meta;
-        if (__atomic_load_n(&m->spinlock_poisoned, __ATOMIC_RELAXED)) return 0;
-        for (int i = 0; i < HP_LOCK_TRIES; i++) {
-            if (!__atomic_exchange_n(&m->spinlock_locked, 1, __ATOMIC_ACQUIRE)) return 1;
-        }
-        __atomic_fetch_add(&m->failed_spinlocks, 1, __ATOMIC_RELAXED);
-        return 0;
-    }
-
-    static void hp_unlock(hp_ring_t *r) {
-        __atomic_store_n(&r->meta->spinlock_locked, 0, __ATOMIC_RELEASE);
-    }
-
-    /* Positions are valid when write >= read, their distance fits and both are aligned. */
-    static int hp_positions(hp_ring_t *r, uint64_t *rd, uint64_t *wr) {
-        *wr = __atomic_load_n(&r->meta->write_pos, __ATOMIC_ACQUIRE);
-        *rd = __atomic_load_n(&r->meta->read_pos, __ATOMIC_RELAXED);
-        return !(*wr < *rd || *wr - *rd > r->size || (*wr % 8) || (*rd % 8));
-    }
-
-    /* Writes one record made of up to three parts; returns bytes free before the write,
-       -1 when the buffer is full, -2 when the lock is busy, -3 when it is corrupt or
-       the record can never fit. */
-    static int64_t hp_ring_write(hp_ring_t *r, const void *a, uint64_t la, const void *b,
-                                 uint64_t lb, const void *c, uint64_t lc) {
-        uint64_t size = la + lb + lc;
-        if (size > r->size || size > 0xffffffffull) return -3;
-        if (!hp_try_lock(r)) return -2;
-        uint64_t rd, wr;
-        hp_meta_t *m = r->meta;
-        if (!hp_positions(r, &rd, &wr)) { m->num_writes_corrupt++; hp_unlock(r); return -3; }
-        uint64_t with_header = HP_ALIGN(size + HP_HEADER);
-        uint64_t avail = r->size - (wr - rd);
-        if (with_header > avail) { m->num_writes_overflow++; hp_unlock(r); return -1; }
-        uint8_t *p = r->mem + (wr & r->mask);
-        m->bytes_written += size;
-        m->num_writes_succeeded++;
-        __atomic_store_n((uint32_t *)p, 0, __ATOMIC_RELAXED);
-        __atomic_fetch_add(&m->write_pos, with_header, __ATOMIC_RELEASE);
-        hp_unlock(r);
-        uint8_t *d = p + HP_HEADER;
-        if (la) memcpy(d, a, la);
-        if (lb) memcpy(d + la, b, lb);
-        if (lc) memcpy(d + la + lb, c, lc);
-        __atomic_store_n((uint32_t *)p, (uint32_t)size, __ATOMIC_RELEASE);
-        return (int64_t)avail;
-    }
-
-    /* Starts reading the next record: 1 with *data/*size set, 0 when none is complete,
-       -1 when the buffer is corrupt. */
-    static int hp_ring_begin_read(hp_ring_t *r, uint8_t **data, uint64_t *size) {
-        uint64_t rd, wr;
-        hp_meta_t *m = r->meta;
-        if (!hp_positions(r, &rd, &wr)) { m->num_reads_corrupt++; return -1; }
-        uint64_t avail = wr - rd;
-        if (avail < HP_HEADER) { m->num_reads_nodata++; return 0; }
-        uint8_t *p = r->mem + (rd & r->mask);
-        uint64_t sz = __atomic_load_n((uint32_t *)p, __ATOMIC_ACQUIRE);
-        if (sz == 0) { m->num_reads_nodata++; return 0; }
-        if (HP_ALIGN(sz + HP_HEADER) > avail) { m->num_reads_corrupt++; return -1; }
-        *data = p + HP_HEADER;
-        *size = sz;
-        return 1;
-    }
-
-    /* Batched reading: positions are loaded once and the read position is published once
-       per batch, so the reader dirties the metadata page once per drain, not per record. */
-    typedef struct { uint64_t rd; uint64_t wr; uint64_t start; uint64_t count; } hp_cursor_t;
-
-    static int hp_cursor_open(hp_ring_t *r, hp_cursor_t *c) {
-        if (!hp_positions(r, &c->rd, &c->wr)) { r->meta->num_reads_corrupt++; return -1; }
-        c->start = c->rd;
-        c->count = 0;
-        return 0;
-    }
-
-    /* 1 with the next record, 0 when none is complete, -1 when corrupt. */
-    static int hp_cursor_next(hp_ring_t *r, hp_cursor_t *c, uint8_t **data, uint64_t *size) {
-        uint64_t avail = c->wr - c->rd;
-        if (avail < HP_HEADER) {
-            uint64_t wr = __atomic_load_n(&r->meta->write_pos, __ATOMIC_ACQUIRE);
-            if (wr < c->wr || wr - c->start > r->size || (wr % 8)) {
-                r->meta->num_reads_corrupt++; return -1;
-            }
-            c->wr = wr;
-            avail = wr - c->rd;
-            if (avail < HP_HEADER) return 0;
-        }
-        uint8_t *p = r->mem + (c->rd & r->mask);
-        uint64_t sz = __atomic_load_n((uint32_t *)p, __ATOMIC_ACQUIRE);
-        if (sz == 0) return 0;
-        if (HP_ALIGN(sz + HP_HEADER) > avail) { r->meta->num_reads_corrupt++; return -1; }
-        *data = p + HP_HEADER;
-        *size = sz;
-        c->rd += HP_ALIGN(sz + HP_HEADER);
-        c->count++;
-        return 1;
-    }
-
-    static void hp_cursor_close(hp_ring_t *r, hp_cursor_t *c) {
-        if (c->count == 0) { r->meta->num_reads_nodata++; return; }
-        __atomic_fetch_add(&r->meta->read_pos, c->rd - c->start, __ATOMIC_RELEASE);
-        r->meta->num_reads_succeeded += c->count;
-    }
-
-    static void hp_ring_end_read(hp_ring_t *r, uint64_t size) {
-        __atomic_fetch_add(&r->meta->read_pos, HP_ALIGN(size + HP_HEADER), __ATOMIC_RELAXED);
-        r->meta->num_reads_succeeded++;
-    }
-
-    static uint64_t hp_coarse_ns(void) {
-        struct timespec ts;
-        if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0) return 0;
-        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    }
-
-    static int hp_memfd(uint64_t size) {
-        int fd = (int)syscall(SYS_memfd_create, "heapprofd_ringbuf", 1u /* MFD_CLOEXEC */);
-        if (fd < 0) return -1;
-        if (ftruncate(fd, (off_t)size) != 0) { close(fd); return -1; }
-        return fd;
-    }
-
-    /* Nonzero when the peer closed the socket. */
-    static int hp_peer_closed(int fd) {
-        char c;
-        ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT | MSG_PEEK);
-        if (n == 0) return 1;
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return 1;
-        return 0;
-    }
-
-    /* 0 sent or the socket is full (the daemon will wake anyway); -1 disconnected. */
-    static int hp_send_byte(int fd) {
-        ssize_t n = send(fd, "x", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n == 1 || errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-        return -1;
-    }
+    #include "heapprofd/_ring.h"
 
     /* ---- Python stacks (CPython's interpreter frames; 3.13 moved the current one into the
        thread state and named its code f_executable) ---- */
@@ -249,8 +45,7 @@ cdef extern from *:
     #define HP_CURRENT_FRAME(ts) ((ts)->cframe == NULL ? NULL : (ts)->cframe->current_frame)
     #define HP_FRAME_CODE(f) ((PyObject *)(f)->f_code)
     #endif
-    static int hp_walk(PyObject **codes, int *lastis, int max) {
-        PyThreadState *ts = _PyThreadState_UncheckedGet();
+    static int hp_walk_thread(PyThreadState *ts, PyObject **codes, int *lastis, int max) {
         if (ts == NULL) return 0;
         _PyInterpreterFrame *f = HP_CURRENT_FRAME(ts);
         int n = 0;
@@ -264,6 +59,35 @@ cdef extern from *:
         }
         return n;
     }
+
+    static int hp_walk(PyObject **codes, int *lastis, int max) {
+        return hp_walk_thread(_PyThreadState_UncheckedGet(), codes, lastis, max);
+    }
+
+    /* This thread's frames, with or without the GIL: a thread without it is in C code, so
+       its frames (and the code objects they hold) stay as they are. */
+    static int hp_walk_this_thread(PyObject **codes, int *lastis, int max) {
+        return hp_walk_thread(PyGILState_GetThisThreadState(), codes, lastis, max);
+    }
+
+    /* A str's UTF-8 without the GIL: compact ASCII strings only, else NULL. */
+    static const char *hp_ascii(PyObject *s, Py_ssize_t *len) {
+        if (!PyUnicode_Check(s) || !PyUnicode_IS_COMPACT_ASCII(s)) return NULL;
+        *len = PyUnicode_GET_LENGTH(s);
+        return (const char *)(((PyASCIIObject *)s) + 1);
+    }
+    static PyObject *hp_code_qualname(PyObject *code) { return ((PyCodeObject *)code)->co_qualname; }
+    static PyObject *hp_code_filename(PyObject *code) { return ((PyCodeObject *)code)->co_filename; }
+
+    /* The frame table's lock: the native client's thread may read it without the GIL. */
+    static uint8_t hp_frames_locked;
+    static int hp_frames_trylock(void) {
+        for (int i = 0; i < 4096; i++)
+            if (!__atomic_exchange_n(&hp_frames_locked, 1, __ATOMIC_ACQUIRE)) return 1;
+        return 0;
+    }
+    static void hp_frames_lock(void) { while (!hp_frames_trylock()) sched_yield(); }
+    static void hp_frames_unlock(void) { __atomic_store_n(&hp_frames_locked, 0, __ATOMIC_RELEASE); }
 
     static int hp_code_line(PyObject *code, int lasti) {
         return PyCode_Addr2Line((PyCodeObject *)code, lasti * (int)sizeof(_Py_CODEUNIT));
@@ -516,7 +340,16 @@ cdef extern from *:
     int hp_peer_closed(int fd) nogil
     int hp_send_byte(int fd) nogil
     int hp_walk(PyObject **codes, int *lastis, int maxn)
-    int hp_code_line(PyObject *code, int lasti)
+    int hp_walk_this_thread(PyObject **codes, int *lastis, int maxn) nogil
+    const char *hp_ascii(PyObject *s, Py_ssize_t *length) nogil
+    PyObject *hp_code_qualname(PyObject *code) nogil
+    PyObject *hp_code_filename(PyObject *code) nogil
+    int hp_frames_trylock() nogil
+    void hp_frames_lock() nogil
+    void hp_frames_unlock() nogil
+    int hp_code_line(PyObject *code, int lasti) nogil
+    void *dlsym(void *handle, const char *name) nogil
+    void *RTLD_DEFAULT
     int hp_get_in_hook() nogil
     void hp_set_in_hook(int v) nogil
     uint64_t __atomic_load_n(uint64_t *p, int order) nogil
@@ -777,6 +610,11 @@ cdef frame_entry_t *_frames = NULL
 cdef uint64_t _frames_cap = 0
 cdef uint64_t _frames_count = 0
 cdef uint64_t _next_frame_id = 1
+# Frames a thread without the GIL added to the table: their code objects get the table's
+# reference at the next lookup made with the GIL (the sampled thread's own frames hold them
+# until then).
+cdef PyObject *_pending_refs[1024]
+cdef int _pending_count = 0
 cdef uint64_t _sampled_total = 0
 cdef uint64_t _dropped = 0
 cdef SharedRingBuffer _ring_owner = None
@@ -934,6 +772,21 @@ cdef void _wake() noexcept nogil:
 
 cdef int _frame_lookup(PyObject *code, int lasti, uint64_t *out) noexcept:
     """Finds or adds the frame (code, lasti); 1 when it is new (and must be sent)."""
+    hp_frames_lock()
+    _take_pending_refs()
+    cdef int found = _frame_lookup_locked(code, lasti, out)
+    hp_frames_unlock()
+    return found
+
+cdef inline void _take_pending_refs() noexcept:
+    """With the GIL and the table's lock: the references of frames added without the GIL."""
+    global _pending_count
+    cdef int i
+    for i in range(_pending_count):
+        Py_INCREF(<object>_pending_refs[i])
+    _pending_count = 0
+
+cdef int _frame_lookup_locked(PyObject *code, int lasti, uint64_t *out) noexcept:
     global _frames, _frames_cap, _frames_count, _next_frame_id
     cdef uint64_t mask, j, i, new_cap
     cdef frame_entry_t *table
@@ -991,6 +844,82 @@ cdef bint _send_frame(uint64_t frame_id, object code, int lasti) noexcept:
     cdef bytes blob = (<char *>&rtype)[:8] + (<char *>header)[:PYTHON_FRAME_SIZE] + \
         name[:name_len] + filename[:file_len]
     return _send(<const char *>blob, len(blob), NULL, 0, NULL, 0) >= 0
+
+ctypedef int (*python_frames_fn)(uint64_t *ids, int max_ids) noexcept nogil
+ctypedef void (*set_python_frames_fn)(python_frames_fn fn) noexcept nogil
+
+cdef int _native_python_frames(uint64_t *ids, int max_ids) noexcept nogil:
+    """This thread's Python frame ids, innermost first, for a sample of the native client
+    (which shares this connection), with or without the GIL. A frame not yet in the table is
+    described with a new id and added when the table has room (it grows only with the GIL).
+    0 when none can be had."""
+    global _next_frame_id, _frames_count, _pending_count
+    cdef PyObject *codes[MAX_FRAMES]
+    cdef int lastis[MAX_FRAMES]
+    cdef int n, i
+    cdef uint64_t mask, j = 0, fid
+    cdef bint found
+    if not _active or hp_get_in_hook():
+        return 0
+    n = hp_walk_this_thread(codes, lastis, max_ids if max_ids < MAX_FRAMES else MAX_FRAMES)
+    for i in range(n):
+        if not hp_frames_trylock():
+            return 0  # this thread is inside the table's own allocation
+        found = False
+        if _frames_cap:
+            mask = _frames_cap - 1
+            j = _mix(<uint64_t>codes[i] ^ (<uint64_t>lastis[i] << 48)) & mask
+            while _frames[j].code != NULL:
+                if _frames[j].code == codes[i] and _frames[j].lasti == lastis[i]:
+                    ids[i] = _frames[j].frame_id
+                    found = True
+                    break
+                j = (j + 1) & mask
+        if not found:
+            fid = _next_frame_id
+            _next_frame_id += 1
+            # interned when there is room without growing the table (no allocation here)
+            if (_frames_cap and (_frames_count + 1) * 2 <= _frames_cap
+                    and _pending_count < 1024):
+                _frames[j].code = codes[i]
+                _frames[j].lasti = lastis[i]
+                _frames[j].frame_id = fid
+                _frames_count += 1
+                _pending_refs[_pending_count] = codes[i]
+                _pending_count += 1
+        hp_frames_unlock()
+        if not found:
+            if not _send_frame_nogil(fid, codes[i], lastis[i]):
+                return 0
+            ids[i] = fid
+    return n
+
+cdef bint _send_frame_nogil(uint64_t frame_id, PyObject *code, int lasti) noexcept nogil:
+    """A PythonFrame record made without the GIL (names that are not ASCII are replaced)."""
+    cdef uint64_t rec[4]
+    cdef Py_ssize_t name_len = 0, file_len = 0
+    cdef const char *name = hp_ascii(hp_code_qualname(code), &name_len)
+    cdef const char *filename = hp_ascii(hp_code_filename(code), &file_len)
+    if name == NULL:
+        name = "<non-ascii name>"
+        name_len = 16
+    if filename == NULL:
+        filename = "<non-ascii path>"
+        file_len = 16
+    rec[0] = RECORD_PYTHON_FRAME
+    rec[1] = frame_id
+    (<uint32_t *>&rec[2])[0] = <uint32_t>max(hp_code_line(code, lasti), 0)
+    (<uint32_t *>&rec[2])[1] = <uint32_t>name_len
+    (<uint32_t *>&rec[3])[0] = <uint32_t>file_len
+    (<uint32_t *>&rec[3])[1] = 0
+    return _send(rec, 8 + PYTHON_FRAME_SIZE, name, name_len, filename, file_len) >= 0
+
+cdef void _share_python_frames() noexcept nogil:
+    """Gives the native preload library, when loaded, this thread's Python frames."""
+    cdef set_python_frames_fn set_fn = <set_python_frames_fn>dlsym(
+        RTLD_DEFAULT, "heapprofd_preload_set_python_frames")
+    if set_fn != NULL:
+        set_fn(_native_python_frames)
 
 cdef void _record_malloc(heap_t *h, uint64_t addr, uint64_t size, uint64_t sample_size) noexcept:
     cdef PyObject *codes[MAX_FRAMES]
@@ -1113,7 +1042,7 @@ def activate(SharedRingBuffer ring, int sock, intervals: list, bint block_client
              uint64_t block_client_timeout_us) -> None:
     """Starts writing into `ring`; `intervals[i]` is heap i's interval (0: disabled)."""
     global _ring, _ring_owner, _sock, _block_client, _max_tries, _active
-    global _next_frame_id, _frames_count
+    global _next_frame_id, _frames_count, _pending_count
     cdef uint32_t i
     cdef uint64_t interval
     _active = False
@@ -1127,10 +1056,13 @@ def activate(SharedRingBuffer ring, int sock, intervals: list, bint block_client
             _heaps[i].rate = 1.0 / interval
             _heaps[i].to_next = _next_interval(&_heaps[i])
     # a new connection starts a new frame table: frames are sent again
+    hp_frames_lock()
     if _frames != NULL:
         memset(_frames, 0, _frames_cap * sizeof(frame_entry_t))
     _frames_count = 0
     _next_frame_id = 1
+    _pending_count = 0  # dropped from the table before they got its reference
+    hp_frames_unlock()
     _ring_owner = ring
     _ring = &ring.ring
     _sock = sock
@@ -1144,6 +1076,7 @@ def activate(SharedRingBuffer ring, int sock, intervals: list, bint block_client
         _max_tries = max(1, block_client_timeout_us // RESEND_BACKOFF_US)
     _active = True
     hp_set_python_interval(_heaps[0].interval)
+    _share_python_frames()
 
 
 def deactivate() -> None:
@@ -1215,7 +1148,7 @@ def set_heap_interval(int heap, uint64_t interval) -> None:
 def read_events(SharedRingBuffer ring, int max_records, dict callstacks) -> tuple:
     """Reads up to `max_records` records as bookkeeping events, in order.
 
-    A Malloc whose stack (the payload bytes) is in `callstacks` becomes
+    A Malloc with a Python stack (arch 0) whose payload bytes are in `callstacks` becomes
     `(heap_id, address, sample_size, callstack_id)`, a Free `(heap_id, address)`; any other
     record is left as its bytes and its index is listed in `slow`. Returns
     (events, slow, corrupt).
@@ -1242,7 +1175,8 @@ def read_events(SharedRingBuffer ring, int max_records, dict callstacks) -> tupl
             break
         words = <uint64_t *>data
         kind = words[0] if size >= 8 else 0xffffffffffffffffULL
-        if kind == RECORD_MALLOC and size >= 8 + ALLOC_METADATA_SIZE and size % 8 == 0:
+        if (kind == RECORD_MALLOC and size >= 8 + ALLOC_METADATA_SIZE and size % 8 == 0
+                and (<uint32_t *>(data + 8 + 324))[0] == 0):  # arch 0: a Python stack
             key = (<char *>data)[8 + ALLOC_METADATA_SIZE:size]
             cs = callstacks.get(key)
             if cs is not None:

@@ -23,6 +23,7 @@ from perfetto_service import ProducerIPCClient
 
 from heapprofd._bookkeeping import HeapTracker, ProcessState, monotonic_coarse_ns
 from heapprofd._dump import DumpState
+from heapprofd._preload import NATIVE_HEAP
 from heapprofd._process_matcher import (
     PROFILING_SIGNAL,
     cmdline_matches,
@@ -417,7 +418,13 @@ class HeapprofdProducer:
             runner.post_task(lambda: self._on_end(instance, state, end))
 
         unwinder = Unwinder(
-            pid, conn, ring=ring, proc_fds=proc_fds, post_batch=post_batch, post_end=post_end
+            pid,
+            conn,
+            ring=ring,
+            proc_fds=proc_fds,
+            post_batch=post_batch,
+            post_end=post_end,
+            native=instance.client_config.interval_for(NATIVE_HEAP) > 0,
         )
         instance.unwinders[pid] = unwinder
         unwinder.start()
@@ -434,6 +441,8 @@ class HeapprofdProducer:
                 named.name, named.interval = name, interval
         for fid, name, path, line in batch.frames:
             state.frames[fid] = (name, path, line)
+        for fid, native_frame in batch.native_frames:
+            state.native_frames[fid] = native_frame
         for cs, stack in batch.callstacks:
             state.callstacks[cs] = stack
         state.unwinding_errors += batch.unwinding_errors

@@ -7,6 +7,7 @@ batches. Nothing it owns is touched by another thread.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import os
@@ -15,8 +16,9 @@ import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from heapprofd._errors import UnwindError
 from heapprofd._native import read_events
 from heapprofd._task_runner import TaskRunner
 from heapprofd._wire import (
@@ -28,7 +30,7 @@ from heapprofd._wire import (
 if TYPE_CHECKING:
     from heapprofd._native import SharedRingBuffer
 
-__all__ = ["ClientEnd", "RecordBatch", "Unwinder"]
+__all__ = ["ClientEnd", "NativeFrame", "NativeMapping", "RecordBatch", "Unwinder"]
 
 _log = logging.getLogger("heapprofd")
 
@@ -38,10 +40,27 @@ _TYPE = struct.Struct("<Q")
 _MALLOC = struct.Struct("<QQQQQQ")  # seq, size, sample_size, address, sp, timestamp
 _MALLOC_HEAP = struct.Struct("<I")
 _MALLOC_HEAP_OFFSET = 8 + 320
+_MALLOC_ARCH_OFFSET = 8 + 324
+_REGISTERS_OFFSET = 8 + 48
+_REGISTERS_SIZE = 17 * 8  # x86-64: rax..r15 and rip, in DWARF order
+ARCH_X86_64 = 4  # upstream's (unwindstack's) ArchEnum
+NATIVE_FRAME_BASE = 1 << 63
+"""Native frame ids start here, apart from the client's Python frame ids."""
+PRELOAD_LIBRARY = "libheapprofd_preload.so"
+EVAL_LOOP_FUNCTIONS = frozenset({"_PyEval_EvalFrameDefault", "_PyEval_EvalFrame"})
+"""CPython's evaluation loop, where a mixed stack's Python frames go."""
+_NATIVE_LENGTHS = struct.Struct("<QQ")  # the stack's bytes, the Python frame ids after it
+_NATIVE_LENGTHS_OFFSET = _REGISTERS_OFFSET + _REGISTERS_SIZE
 _MALLOC_PAYLOAD = 8 + 328
 _FREE = struct.Struct("<QQI")
 _HEAP_NAME = struct.Struct("<QI64s")  # then 4 bytes of padding
 _PYTHON_FRAME = struct.Struct("<QIII4x")
+
+
+NativeMapping = tuple[str, str, int, int, int]
+"""(path, build id in hex, start, end, file offset) of one /proc/PID/maps entry."""
+NativeFrame = tuple[str, NativeMapping, int]
+"""(function, mapping, pc relative to the ELF file's addresses)."""
 
 
 @dataclass
@@ -49,6 +68,7 @@ class RecordBatch:
     """What one drain produced, in record order."""
 
     frames: list[tuple[int, str, str, int]] = field(default_factory=list)
+    native_frames: list[tuple[int, NativeFrame]] = field(default_factory=list)
     callstacks: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
     heap_names: list[tuple[int, str, int]] = field(default_factory=list)
     # (heap_id, address, sample_size, callstack_id) for a Malloc, (heap_id, address) a Free
@@ -77,16 +97,26 @@ class Unwinder:
         proc_fds: tuple[int, int],
         post_batch: Callable[[RecordBatch], None],
         post_end: Callable[[ClientEnd], None],
+        native: bool = False,
     ) -> None:
         self.pid = pid
+        self._expect_native = native
         self._sock = sock
         self._ring = ring
         self._proc_fds = proc_fds
         self._post_batch = post_batch
         self._post_end = post_end
         self._runner = TaskRunner()
-        self._frames: dict[int, int] = {}  # client frame id -> itself, once described
+        self._frames: dict[int, int] = {}  # client frame id -> the first id of its content
+        self._frame_ids: dict[tuple[str, str, int], int] = {}  # frame content -> first id
         self._callstacks: dict[bytes, int] = {}  # Malloc payload -> callstack id
+        self._native: Any = None  # the NativeUnwinder, made at the first native sample
+        self._native_failed = False
+        self._maps_gone = False
+        self._maps_text = b""
+        self._maps: list[tuple[int, int, int, str]] = []  # (start, end, offset, path), sorted
+        self._native_frames: dict[NativeFrame, int] = {}
+        self._native_stacks: dict[tuple[int, ...], tuple[list[int], int, int]] = {}  # by pcs
         self._corrupt = False
         self._ended = False
         self._thread = threading.Thread(
@@ -106,6 +136,8 @@ class Unwinder:
     # On the unwinder thread.
 
     def _run(self) -> None:
+        if self._expect_native:  # the maps and ELF files while the process surely lives
+            self._native_unwinder()
         self._sock.setblocking(False)
         self._runner.add_fd_watch(self._sock.fileno(), self._on_readable)
         self._runner.post_delayed_task(self._poll, POLL_MS)
@@ -141,6 +173,8 @@ class Unwinder:
 
     def _drain_all(self) -> None:
         ring = self._ring
+        if self._native is not None:  # libraries loaded since, while the process surely lives
+            self._reload_maps()
         while not self._corrupt:
             events, slow, corrupt = read_events(ring, _MAX_RECORDS_PER_DRAIN, self._callstacks)
             self._corrupt = corrupt
@@ -174,6 +208,9 @@ class Unwinder:
         if kind == RECORD_MALLOC:
             _seq, _size, sample, address, _sp, _ts = _MALLOC.unpack_from(record, 8)
             (heap,) = _MALLOC_HEAP.unpack_from(record, _MALLOC_HEAP_OFFSET)
+            (arch,) = _MALLOC_HEAP.unpack_from(record, _MALLOC_ARCH_OFFSET)
+            if arch:
+                return (heap, address, sample, self._native_callstack(batch, record, arch, _sp))
             key = record[_MALLOC_PAYLOAD:]
             if len(key) % 8:
                 raise ValueError("malloc payload is not a list of frame ids")
@@ -182,7 +219,7 @@ class Unwinder:
                 stack = struct.unpack(f"<{len(key) // 8}Q", key)[::-1]
                 if any(fid not in self._frames for fid in stack):
                     batch.unwinding_errors += 1
-                    stack = tuple(fid if fid in self._frames else 0 for fid in stack)
+                stack = tuple(self._frames.get(fid, 0) for fid in stack)
                 cs = self._callstacks[key] = len(self._callstacks) + 1
                 batch.callstacks.append((cs, stack))
             return (heap, address, sample, cs)
@@ -194,8 +231,11 @@ class Unwinder:
                 raise ValueError("bad python frame record")
             name = record[start : start + name_len].decode(errors="replace")
             path = record[start + name_len : end].decode(errors="replace")
-            self._frames[fid] = fid
-            batch.frames.append((fid, name, path, line))
+            # a frame described again (by a native sample's thread without the GIL) is one
+            canonical = self._frame_ids.setdefault((name, path, line), fid)
+            self._frames[fid] = canonical
+            if canonical == fid:
+                batch.frames.append((fid, name, path, line))
             return ()
         if kind == RECORD_HEAP_NAME and len(record) == 8 + _HEAP_NAME.size + 4:
             interval, heap, raw = _HEAP_NAME.unpack_from(record, 8)
@@ -204,6 +244,130 @@ class Unwinder:
             )
             return ()
         raise ValueError(f"unknown or malformed record (type {kind}, {len(record)} bytes)")
+
+    def _native_callstack(self, batch: RecordBatch, record: bytes, arch: int, sp: int) -> int:
+        """Unwinds a native sample (raw stack and registers); returns its callstack id."""
+        pcs: list[int] = []
+        error = True
+        stack_len, python_count = _NATIVE_LENGTHS.unpack_from(record, _NATIVE_LENGTHS_OFFSET)
+        python_ids = record[_MALLOC_PAYLOAD + stack_len :]
+        if len(python_ids) != 8 * python_count:  # not our layout: the payload is the stack
+            stack_len, python_ids = len(record) - _MALLOC_PAYLOAD, b""
+        unwinder = self._native_unwinder() if arch == ARCH_X86_64 else None
+        if unwinder is not None:
+            regs = record[_REGISTERS_OFFSET : _REGISTERS_OFFSET + _REGISTERS_SIZE]
+            stack = record[_MALLOC_PAYLOAD : _MALLOC_PAYLOAD + stack_len]
+            pcs, error = unwinder.unwind(regs, stack, sp)
+            if (
+                tuple(pcs) not in self._native_stacks
+                and any(unwinder.symbolize(pc) is None for pc in pcs)
+                and self._reload_maps()
+            ):
+                pcs, error = unwinder.unwind(regs, stack, sp)  # a library loaded since
+        if error or not pcs:
+            batch.unwinding_errors += 1
+        ids, first_loop, last_loop = self._native_stack(batch, pcs)
+        if python_ids and first_loop >= 0:
+            python = self._python_stack(batch, python_ids)
+            ids = ids[:first_loop] + python + ids[last_loop + 1 :]
+        key = b"N" + struct.pack(f"<{len(ids)}Q", *ids)
+        cs = self._callstacks.get(key)
+        if cs is None:
+            cs = self._callstacks[key] = len(self._callstacks) + 1
+            batch.callstacks.append((cs, tuple(reversed(ids))))
+        return cs
+
+    def _native_stack(self, batch: RecordBatch, pcs: list[int]) -> tuple[list[int], int, int]:
+        """The frame ids of a native stack, innermost first, and where the interpreter's
+        evaluation loop runs in it (first and last index, -1 when it does not)."""
+        key = tuple(pcs)
+        cached = self._native_stacks.get(key)
+        if cached is not None:
+            return cached
+        frames = [self._native_frame(pc) for pc in pcs]
+        # the preload library's own frames, except its malloc hook, are not the program's
+        while (
+            len(frames) > 1
+            and frames[0][1][0].endswith(PRELOAD_LIBRARY)
+            and frames[1][1][0].endswith(PRELOAD_LIBRARY)
+        ):
+            frames.pop(0)
+        ids = []
+        for frame in frames:
+            fid = self._native_frames.get(frame)
+            if fid is None:
+                fid = self._native_frames[frame] = NATIVE_FRAME_BASE + len(self._native_frames)
+                batch.native_frames.append((fid, frame))
+            ids.append(fid)
+        loops = [i for i, frame in enumerate(frames) if frame[0] in EVAL_LOOP_FUNCTIONS]
+        cached = (ids, loops[0], loops[-1]) if loops else (ids, -1, -1)
+        self._native_stacks[key] = cached
+        return cached
+
+    def _python_stack(self, batch: RecordBatch, python_ids: bytes) -> list[int]:
+        """A native sample's Python frames (innermost first), by their first ids."""
+        python = struct.unpack(f"<{len(python_ids) // 8}Q", python_ids)
+        if any(fid not in self._frames for fid in python):
+            batch.unwinding_errors += 1
+        return [self._frames.get(fid, 0) for fid in python]
+
+    def _native_unwinder(self) -> Any:
+        """This client's NativeUnwinder, None when libdw is unavailable or cannot attach."""
+        if self._native is None and not self._native_failed:
+            try:
+                from heapprofd._dwunwind import NativeUnwinder
+
+                self._native = NativeUnwinder(self.pid, *self._proc_fds)
+                self._read_maps(self._native.maps())
+            except (ImportError, OSError, UnwindError) as exc:  # ImportError: no libdw
+                _log.warning("pid %d: cannot unwind native stacks: %s", self.pid, exc)
+                self._native_failed = True
+        return self._native
+
+    def _reload_maps(self) -> bool:
+        """Re-reads the maps; True when they changed (False too when they cannot be read: the
+        process has exited)."""
+        if self._maps_gone:
+            return False
+        try:
+            text = self._native.maps()
+            if text == self._maps_text:
+                return False
+            self._native.report(text)
+        except (OSError, UnwindError):
+            self._maps_gone = True
+            return False
+        self._read_maps(text)
+        self._native_stacks.clear()
+        return True
+
+    def _read_maps(self, text: bytes) -> None:
+        self._maps_text = text
+        maps = []
+        for line in text.decode(errors="replace").splitlines():
+            parts = line.split(maxsplit=5)
+            if len(parts) < 5:
+                continue
+            start, _, end = parts[0].partition("-")
+            maps.append(
+                (
+                    int(start, 16),
+                    int(end, 16),
+                    int(parts[2], 16),
+                    parts[5].strip() if len(parts) > 5 else "",
+                )
+            )
+        self._maps = sorted(maps)
+
+    def _native_frame(self, pc: int) -> NativeFrame:
+        info = self._native.symbolize(pc)
+        function, path, build_id, rel_pc = info if info is not None else ("", "", "", pc)
+        index = bisect.bisect_right(self._maps, (pc, 1 << 64)) - 1
+        start, end, offset, map_path = (
+            self._maps[index] if index >= 0 and self._maps[index][1] > pc else (0, 0, 0, "")
+        )
+        function = function.partition("@")[0]  # a versioned symbol: name@@VERSION
+        return (function, (path or map_path, build_id, start, end, offset), rel_pc)
 
     def _end(self, by_daemon: bool) -> None:
         if self._ended:
