@@ -19,6 +19,7 @@ from perfetto_client._tracer._engine import Engine, current, hook_module
 from perfetto_client._tracer._options import DEFAULT_OUTPUT, TraceOptions
 from perfetto_client._tracer._sink import FileSink, Sink, SinkStats
 from perfetto_client._tracer._triggers import SnapshotTriggers
+from perfetto_client._tracks import given_process_name
 
 
 @dataclasses.dataclass
@@ -72,7 +73,10 @@ def _size(n: int) -> str:
 
 
 def process_name(argv: list[str]) -> str:
-    """The name a process track gets: the program's file or module name."""
+    """The name a process track gets: the program's file or module name (or the name given
+    with `_tracks.set_process_name`)."""
+    if given_process_name():
+        return given_process_name()
     if "--multiprocessing-fork" in argv:
         return "multiprocessing child"
     return os.path.basename(argv[0]) if argv and argv[0] else "python"
