@@ -8,23 +8,37 @@ tracks the recorder's calls use, so the two nest in one timeline.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Callable
 
-from protozero import ProtoDecoder, encode_varint
+from protozero import ProtoDecoder, encode_tag, encode_varint
 
 from perfetto_client._categories import registry
-from perfetto_client._tracer._packets import sequence_field
 from perfetto_client._tracer._sink import Sink
 from perfetto_client._track_event import TrackEventInstance, watch_thread_names
 from perfetto_client._track_event_writer import load_encoders
 
 _PACKET_TAG = b"\x0a"  # Trace.packet (1), length-delimited
+_SEQUENCE_ID_TAG = encode_tag(10, 0)  # TracePacket.trusted_packet_sequence_id (10), varint
 _TRACK_EVENT_FIELD = 11  # TracePacket.track_event
 _BATCH_BYTES = 64 << 10
 _SEQUENCE_IDS = (1 << 14) - 1
 """Sequence ids 1..16383: below the recorder's own (its threads' batches)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _EveryCategory:
+    """The TrackEventConfig fields a track_event instance reads: every category and tag, no
+    thread time (the generated protobuf class costs more to import than a small test run)."""
+
+    enabled_categories: tuple[str, ...] = ("*",)
+    disabled_categories: tuple[str, ...] = ()
+    enabled_tags: tuple[str, ...] = ("*",)
+    disabled_tags: tuple[str, ...] = ()
+    enable_thread_time_sampling: bool = False
+    thread_time_subsampling_ns: int = 0
 
 
 class _Sequence:
@@ -33,7 +47,7 @@ class _Sequence:
     def __init__(self, owner: SinkTrackEvents, sequence_id: int) -> None:
         self.on_resume: Callable[[], None] | None = None  # the sink never drops and resumes
         self._owner = owner
-        self._seq = sequence_field(sequence_id)
+        self._seq = _SEQUENCE_ID_TAG + encode_varint(sequence_id)
         self._parts: list[bytes] = []
         self._size = 0
         self._events = 0
@@ -83,8 +97,6 @@ class SinkTrackEvents:
     """
 
     def __init__(self, sink: Sink, first_sequence_id: int = 1) -> None:
-        from perfetto_protos.config.track_event.track_event_config_pb2 import TrackEventConfig
-
         self.sink = sink
         self.stopped = False
         self.late_events = 0
@@ -93,8 +105,7 @@ class SinkTrackEvents:
         self._next_id = first_sequence_id - 1
         self._sequences: list[_Sequence] = []
         self._lock = threading.Lock()
-        config = TrackEventConfig(enabled_categories=["*"], enabled_tags=["*"])
-        self.instance = TrackEventInstance(0, config, self._new_sequence)
+        self.instance = TrackEventInstance(0, _EveryCategory(), self._new_sequence)
 
     def _new_sequence(self) -> _Sequence:
         with self._lock:

@@ -17,14 +17,15 @@ import shutil
 import sys
 import time
 from collections.abc import Generator
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pytest
 
-from perfetto_client._errors import TracingError
-from perfetto_client._tracer._options import TraceOptions
-from perfetto_client._tracer._recording import Recording, Summary
 from perfetto_client._tracer._sink import FileSink, Sink
+from perfetto_client._tracer._summary import Summary
+
+if TYPE_CHECKING:
+    from perfetto_client._tracer._recording import Recording
 
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 _MESSAGE_CHARS = 1000
@@ -85,7 +86,6 @@ class _TestRun:
     def start(self) -> None:
         from perfetto_client import _tracks
         from perfetto_client._categories import Category
-        from perfetto_client._tracer import _packets
         from perfetto_client._tracer._sink_track_events import SinkTrackEvents
 
         # `pytest`, `python -m pytest` or a worker's `python -c ...`: named after what it runs.
@@ -93,6 +93,11 @@ class _TestRun:
         _tracks.set_process_name(name)
         self._category = Category("pytest", "pytest's run: tests and their phases")
         if self.calls:
+            # The recorder loads only here: its modules cost more than a small test run.
+            from perfetto_client._errors import TracingError
+            from perfetto_client._tracer._options import TraceOptions
+            from perfetto_client._tracer._recording import Recording
+
             # No builtin calls: pluggy runs the hook wrappers that begin and end the test
             # slices through next() and send(), whose slices they would straddle.
             options = TraceOptions(output=self.output, client_events=False, c_calls=False)
@@ -104,9 +109,9 @@ class _TestRun:
             assert self._recording.engine is not None
             sink: Sink = self._recording.engine.sink
         else:
-            header = _packets.process_descriptor(os.getpid(), name, list(sys.argv), 0)
             try:
-                sink = FileSink(self.output, header)
+                # No header: the track events' sequences describe the process themselves.
+                sink = FileSink(self.output, b"")
             except OSError as exc:
                 raise pytest.UsageError(
                     f"--perfetto: can't write {self.output!r}: {exc.strerror or exc}"
