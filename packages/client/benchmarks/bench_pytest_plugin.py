@@ -2,8 +2,11 @@
 
 Each case is pytest's own command from a scratch directory holding the tests, in a fresh
 process; its figure is the CPU time (user + system) of the process, median of N runs, the
-cases interleaved (the machine is shared). The bytecode caches are written by a first run
-that is not counted. The goal: `--perfetto` within 10 % of untraced.
+cases interleaved (the machine is shared). The bytecode caches (and pytest's rewritten ones:
+it rewrites the asserts of the modules of a distribution with a pytest11 entry point, so
+perfetto_client's) are written by a first run that is not counted, as an installed package
+has them: PYTHONDONTWRITEBYTECODE would make every run compile them again. The goal:
+`--perfetto` within 10 % of untraced.
 
     python packages/client/benchmarks/bench_pytest_plugin.py [--runs N] [--tests N]
 """
@@ -62,7 +65,11 @@ def main() -> None:
             for i in range(args.tests)
         )
         Path(scratch, "test_many.py").write_text(TESTS + body)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("PYTEST_") and k != "PYTHONDONTWRITEBYTECODE"
+        }
         env["PYTHONPYCACHEPREFIX"] = os.path.join(scratch, "pycache")
         base = [PYTEST, "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "test_many.py"]
         samples: dict[str, list[float]] = {label: [] for label in CASES}
