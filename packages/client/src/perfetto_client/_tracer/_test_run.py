@@ -26,6 +26,7 @@ from perfetto_client._tracer._summary import Summary
 
 if TYPE_CHECKING:
     from perfetto_client._tracer._recording import Recording
+    from perfetto_client._tracer._sink_track_events import SinkTrackEvents
 
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 _MESSAGE_CHARS = 1000
@@ -81,7 +82,7 @@ class _TestRun:
         self._recording: Recording | None = None
         self._sink: Sink | None = None
         self._started_ns = self._stopped_ns = 0
-        self._events: Any = None
+        self._events: SinkTrackEvents | None = None
 
     def start(self) -> None:
         from perfetto_client import _tracks
