@@ -249,6 +249,23 @@ def test_a_mistake_is_one_line(tmp_path: Path, args: list[str], message: str) ->
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_a_trace_that_cannot_be_written_fails_the_run(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+
+    result = _pytest(project, "--perfetto", "/dev/full", "tests/test_sample.py::test_passes")
+
+    assert result.returncode == 3, result.stdout + result.stderr  # the test passed
+    assert "Traceback" not in result.stdout + result.stderr
+    wrote = _wrote(result.stdout)
+    assert (wrote["size"], wrote["events"]) == ("0 bytes", "0")
+    # collection, the test and its three phases: each a begin and an end
+    assert wrote["lost"] == (
+        "10 lost (recording stopped: writing /dev/full: No space left on device; "
+        "the trace is incomplete)"
+    )
+    assert "open it by dragging" not in result.stdout
+
+
 @pytest.mark.skipif(importlib.util.find_spec("xdist") is None, reason="pytest-xdist not installed")
 def test_xdist_workers_make_one_trace(tmp_path: Path) -> None:
     project = _project(tmp_path)

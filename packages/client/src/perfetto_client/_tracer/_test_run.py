@@ -67,6 +67,12 @@ def _print_summary(summary: Summary, terminal: Any) -> None:
         terminal.write_line(line)
 
 
+def _fail_if_incomplete(session: pytest.Session, summary: Summary | None) -> None:
+    """A run whose trace could not be written whole does not exit 0 (pytest's status 3)."""
+    if summary is not None and summary.incomplete and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+
 class _TestRun:
     """The recording of one process that runs tests (pytest itself, or an xdist worker)."""
 
@@ -225,6 +231,7 @@ class _TestRun:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.stop()
+        _fail_if_incomplete(session, self.summary)
         if self.worker is not None and self.summary is not None:
             s = self.summary
             self.config.workeroutput["perfetto"] = {  # type: ignore[attr-defined]
@@ -277,6 +284,7 @@ class _Controller:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         self.join()
+        _fail_if_incomplete(session, self.summary)
 
     def join(self) -> None:
         """Writes the workers' parts into the trace, in worker order (once)."""
