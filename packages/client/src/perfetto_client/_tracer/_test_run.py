@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pytest
 
+from perfetto_client import begin, end, instant, trace_event
 from perfetto_client._tracer._sink import FileSink, Sink
 from perfetto_client._tracer._summary import Summary
 
@@ -171,8 +172,6 @@ class _TestRun:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_collection(self, session: pytest.Session) -> Generator[None, object, object]:
-        from perfetto_client import trace_event
-
         with trace_event(self._category, "collection"):
             return (yield)
 
@@ -180,8 +179,6 @@ class _TestRun:
     def pytest_runtest_protocol(
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> Generator[None, object, object]:
-        from perfetto_client import begin, end
-
         self._outcome = "passed"
         begin(self._category, item.nodeid)
         try:
@@ -204,8 +201,6 @@ class _TestRun:
         return (yield from self._phase("teardown"))
 
     def _phase(self, name: str) -> Generator[None, object, object]:
-        from perfetto_client import begin, end, instant
-
         begin(self._category, name)
         try:
             return (yield)
