@@ -33,7 +33,7 @@ ALL_PYTHONS = ["3.11", *OTHER_PYTHONS]
 # What the tests import or run (grpcio-tools and mypy-protobuf: tools/gen_protos.py's check;
 # ruff and mypy: the generated code's lint and type check).
 TEST_REQUIREMENTS = [
-    *("pytest", "pytest-randomly", "pytest-timeout", "hypothesis", "perfetto"),
+    *("pytest", "pytest-randomly", "pytest-timeout", "pytest-xdist", "hypothesis", "perfetto"),
     *("grpcio-tools", "mypy-protobuf", "ruff", "mypy"),
 ]
 BUILD_REQUIREMENTS = ["cython", "setuptools"]

@@ -106,6 +106,23 @@ def test_begin_end_instant_and_explicit_timestamps(record: Recorder) -> None:
     assert slices[0].end >= slices[2].end
 
 
+def test_the_end_of_a_slice_carries_its_args_and_flows(record: Recorder) -> None:
+    flow = pc.Flow(5)
+
+    def body() -> None:
+        pc.begin(CAT, "work", flow=flow)
+        pc.end(CAT, outcome="passed")
+        pc.begin(CAT, "next")
+        pc.end(CAT, terminating_flow=flow)
+
+    trace = record(body)
+    ends = [e for e in trace.events if e.kind == "E"]
+    assert ends[0].args == {"outcome": "passed"}  # trace_processor adds them to the slice's
+    assert ends[1].terminating_flows == [flow.id]
+    [(first, second)] = trace.flow_links()
+    assert (first.name, second.name) == ("work", "next")
+
+
 def test_explicit_timestamps_are_kept(record: Recorder) -> None:
     import time
 

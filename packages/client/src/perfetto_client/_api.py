@@ -254,7 +254,14 @@ def _event(  # noqa: PLR0917 - positional: a call with ten keywords costs more t
     if track is None:
         track = _task_track()
     key = cat.event_key(name) if name else 0
-    if key == 0 and event_type == TYPE_SLICE_END and track is None:
+    if (
+        key == 0
+        and event_type == TYPE_SLICE_END
+        and track is None
+        and not args
+        and flow is None
+        and terminating_flow is None
+    ):
         for writer in writers:
             writer.slice_end(ts)
         return

@@ -19,8 +19,10 @@ __all__ = [
     "ThreadTimeTrack",
     "ThreadTrack",
     "Track",
+    "given_process_name",
     "process_uuid",
     "reset_process_uuid",
+    "set_process_name",
 ]
 
 _U64 = (1 << 64) - 1
@@ -45,7 +47,23 @@ def _hash64(*parts: object) -> int:
     return int.from_bytes(digest, "little")
 
 
+_process_name_override = ""
+
+
+def set_process_name(name: str) -> None:
+    """Names this process's track `name` instead of after its program ("": the program)."""
+    global _process_name_override  # noqa: PLW0603 - one name per process
+    _process_name_override = name
+
+
+def given_process_name() -> str:
+    """The name `set_process_name` gave this process ("" if none)."""
+    return _process_name_override
+
+
 def _process_name() -> str:
+    if _process_name_override:
+        return _process_name_override
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] else sys.executable
     return os.path.basename(argv0) or "python"
 

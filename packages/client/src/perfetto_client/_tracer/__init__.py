@@ -1,10 +1,37 @@
 """perfetto-trace: records every Python call of a program as Perfetto track events.
 
 `perfetto-trace run` is `_cli.main`; from Python, `record(...)` (a context manager and a
-decorator). The profile hook is `_hook` (compiled) or `_hook_pure`.
+decorator). The profile hook is `_hook` (compiled) or `_hook_pure`. The names below load on
+first use: the recorder's modules are not loaded by importing one of the others (the pytest
+plugin writes into `_sink` without them).
 """
 
-from perfetto_client._tracer._options import TraceOptions
-from perfetto_client._tracer._recording import Summary, record
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perfetto_client._tracer._options import TraceOptions
+    from perfetto_client._tracer._recording import record
+    from perfetto_client._tracer._summary import Summary
+
+_LAZY = {
+    "Summary": "perfetto_client._tracer._summary",
+    "TraceOptions": "perfetto_client._tracer._options",
+    "record": "perfetto_client._tracer._recording",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Loads `record`, `Summary` and `TraceOptions` on first use."""
+    import importlib
+
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'perfetto_client._tracer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = ["Summary", "TraceOptions", "record"]

@@ -1,0 +1,55 @@
+"""What a finished recording wrote, and the lines `perfetto-trace` prints about it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass
+class Summary:
+    """What a finished recording wrote."""
+
+    path: str
+    size: int
+    events_written: int
+    events_lost: int
+    lost_reason: str
+    span_ns: int
+    processes: int
+    system: bool = False
+    build: str = ""
+    """Which profile hook ran: "compiled" or "pure"."""
+    incomplete: bool = False
+    """A write error stopped the recording: the file is not offered for opening."""
+
+    def lines(self) -> list[str]:
+        """The summary as `perfetto-trace` prints it."""
+        lost = f"{self.events_lost:,} lost ({self.lost_reason})" if self.events_lost else "0 lost"
+        if not self.events_lost and self.lost_reason:
+            lost = f"0 lost; {self.lost_reason}"
+        procs = f" from {self.processes} processes" if self.processes > 1 else ""
+        build = f" ({self.build} hook)" if self.build else ""
+        if self.system:
+            return [
+                f"perfetto-trace: sent {self.events_written:,} events ({_size(self.size)}) to "
+                f"{self.path}, {lost}, spanning {self.span_ns / 1e9:.3f} s{build}"
+            ]
+        wrote = (
+            f"perfetto-trace: wrote {self.path} ({_size(self.size)}): "
+            f"{self.events_written:,} events{procs}, {lost}, "
+            f"spanning {self.span_ns / 1e9:.3f} s{build}"
+        )
+        if self.incomplete:
+            return [wrote]
+        return [
+            wrote,
+            f"perfetto-trace: open it by dragging {self.path} into https://ui.perfetto.dev",
+        ]
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB"):
+        if n < 1024 or unit == "MiB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    raise AssertionError

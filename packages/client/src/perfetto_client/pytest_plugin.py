@@ -1,0 +1,42 @@
+"""The pytest plugin: `pytest --perfetto OUT.pftrace` records the test run into a Perfetto trace.
+
+pytest loads it in every run where perfetto-client is installed (entry point `pytest11`,
+name `perfetto`); without `--perfetto` it only adds its options. The recording itself is
+`perfetto_client._tracer._test_run`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """`--perfetto OUT.pftrace` and `--perfetto-calls`."""
+    group = parser.getgroup("perfetto", "Perfetto trace of the run (perfetto-client)")
+    group.addoption(
+        "--perfetto",
+        metavar="OUT.pftrace",
+        default=None,
+        help="record the run into a Perfetto trace: a slice per test (setup, call, teardown) "
+        "with its outcome; open it in https://ui.perfetto.dev",
+    )
+    group.addoption(
+        "--perfetto-calls",
+        action="store_true",
+        default=False,
+        help="with --perfetto: also record every Python call (as perfetto-trace run; slower)",
+    )
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist has said whether this process runs tests
+def pytest_configure(config: pytest.Config) -> None:
+    """Starts the recording when `--perfetto` is given."""
+    output = config.getoption("perfetto")
+    calls = bool(config.getoption("perfetto_calls"))
+    if not output:
+        if calls:
+            raise pytest.UsageError("--perfetto-calls needs --perfetto OUT.pftrace")
+        return
+    from perfetto_client._tracer._test_run import start_test_run
+
+    start_test_run(config, output, calls)

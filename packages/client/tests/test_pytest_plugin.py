@@ -1,0 +1,289 @@
+"""`pytest --perfetto OUT.pftrace`: real pytest runs on a test directory written here.
+
+Each run is pytest's own command in a subprocess, from another directory; the trace is read
+with upstream's schema for what a user looks at in the UI: a slice per test named by its node
+id with `setup`, `call` and `teardown` inside, its outcome, the failure's exception, the
+process and thread tracks, and the end-of-run line's numbers.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from trace_model import TraceModel
+from tracer_support import decode
+
+PYTEST = str(Path(sys.executable).parent / "pytest")
+TIMEOUT = 300  # generous: a loaded 2-core machine
+
+SAMPLE = """
+import pytest
+
+
+def helper_function(n):
+    return sum(range(n))
+
+
+def test_passes():
+    assert helper_function(10) == 45
+
+
+def test_fails():
+    assert helper_function(3) == 4, "helper_function is off"
+
+
+@pytest.mark.skip(reason="not today")
+def test_skipped():
+    pass
+
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("fixture broke")
+
+
+def test_errors(broken):
+    pass
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_param(n):
+    assert n
+"""
+NODE_IDS = {
+    "tests/test_sample.py::test_passes": "passed",
+    "tests/test_sample.py::test_fails": "failed",
+    "tests/test_sample.py::test_skipped": "skipped",
+    "tests/test_sample.py::test_errors": "error",
+    "tests/test_sample.py::test_param[1]": "passed",
+    "tests/test_sample.py::test_param[2]": "passed",
+}
+WROTE = re.compile(
+    r"^perfetto-trace: wrote (?P<path>\S+) \((?P<size>[\d.]+ \w+)\): (?P<events>[\d,]+) events"
+    r"(?: from (?P<procs>\d+) processes)?, (?P<lost>.*?), spanning [\d.]+ s",
+    re.MULTILINE,
+)
+
+
+@dataclass
+class RunSlice:
+    name: str
+    track: int
+    outcome: str | None = None
+    children: list[str] = field(default_factory=list)
+    instants: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    """(name, the phase it is in, args)."""
+
+
+def _project(tmp_path: Path) -> Path:
+    project = tmp_path / "project"
+    (project / "tests").mkdir(parents=True)
+    (project / "tests" / "test_sample.py").write_text(SAMPLE)
+    return project
+
+
+def _pytest(
+    cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """pytest's own command, as a user runs it (no plugin of the repository's conftest)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    return subprocess.run(
+        [PYTEST, "-p", "no:cacheprovider", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+        env={**clean, **(env or {})},
+    )
+
+
+def _test_slices(model: TraceModel) -> dict[str, RunSlice]:
+    """The slices whose name is a node id, with their phases, end args and instants."""
+    out: dict[str, RunSlice] = {}
+    stacks: dict[int, list[tuple[str, RunSlice | None]]] = {}
+    for event in sorted(model.events, key=lambda e: e.ts):
+        stack = stacks.setdefault(event.track, [])
+        if event.kind == "B":
+            test = stack[0][1] if stack else None
+            if "::" in event.name and not stack:
+                test = out[event.name] = RunSlice(event.name, event.track)
+            elif test is not None and len(stack) == 1:
+                test.children.append(event.name)
+            stack.append((event.name, test))
+        elif event.kind == "E":
+            name, test = stack.pop()
+            if test is not None and name == test.name:
+                test.outcome = event.args.get("outcome")
+        elif event.kind == "I" and stack and stack[0][1] is not None:
+            test = stack[0][1]
+            assert test is not None
+            test.instants.append((event.name, stack[-1][0], event.args))
+    assert all(not stack for stack in stacks.values()), "a slice never ended"
+    return out
+
+
+def _wrote(output: str) -> re.Match[str]:
+    match = WROTE.search(output)
+    assert match is not None, output
+    return match
+
+
+def test_each_test_is_a_slice_with_its_phases_and_outcome(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = elsewhere / "run.pftrace"
+
+    result = _pytest(project, "--perfetto", str(out), "tests")
+
+    assert result.returncode == 1, result.stdout + result.stderr  # test_fails failed
+    assert "Traceback" not in result.stderr
+    wrote = _wrote(result.stdout)
+    assert wrote["path"] == str(out)
+    assert wrote["lost"] == "0 lost"
+    model = TraceModel(out.read_bytes())
+    assert int(wrote["events"].replace(",", "")) == len(model.events)
+    assert f"open it by dragging {out} into https://ui.perfetto.dev" in result.stdout
+
+    tests = _test_slices(model)
+    assert {name: t.outcome for name, t in tests.items()} == NODE_IDS
+    assert tests["tests/test_sample.py::test_passes"].children == ["setup", "call", "teardown"]
+    assert tests["tests/test_sample.py::test_fails"].children == ["setup", "call", "teardown"]
+    # A failing setup: pytest runs no call, only the teardown.
+    assert tests["tests/test_sample.py::test_errors"].children == ["setup", "teardown"]
+    [(name, phase, args)] = tests["tests/test_sample.py::test_fails"].instants
+    assert (name, phase) == ("AssertionError", "call")
+    assert args["message"].startswith("helper_function is off")
+    [(name, phase, args)] = tests["tests/test_sample.py::test_errors"].instants
+    assert (name, phase, args) == ("RuntimeError", "setup", {"message": "fixture broke"})
+    assert tests["tests/test_sample.py::test_skipped"].instants == []  # a skip is no failure
+    assert not any(t.instants for n, t in tests.items() if NODE_IDS[n] == "passed")
+
+    # Every test on the main thread's track, under the pytest process.
+    [track] = {t.track for t in tests.values()}
+    desc = model.tracks[track]
+    assert desc.thread.thread_name == "MainThread"
+    processes = [d for d in model.tracks.values() if d.HasField("process")]
+    assert [(p.process.process_name, p.uuid) for p in processes] == [("pytest", desc.parent_uuid)]
+    assert "collection" in [e.name for e in model.events if e.kind == "B"]
+
+
+def test_calls_nest_in_the_test_slices(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    out = tmp_path / "calls.pftrace"
+
+    result = _pytest(
+        project, "--perfetto", str(out), "--perfetto-calls", "tests/test_sample.py::test_passes"
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    wrote = _wrote(result.stdout)
+    assert wrote["lost"] == "0 lost"
+    decoded = decode(out)
+    assert decoded.problems == []
+    [main] = decoded.by_name("MainThread")
+    [test] = [s for s in main.slices if s.name == "tests/test_sample.py::test_passes"]
+    assert test.depth > 0  # inside pytest's own calls (main, the hooks)
+
+    def below(s: Any) -> list[Any]:
+        return [c for child in s.children for c in [child, *below(child)]]
+
+    # The phases inside the test (with pytest's hook calls in between), the test's own
+    # functions inside its call.
+    phases = [s for s in below(test) if s.name in ("setup", "call", "teardown")]
+    assert [s.name for s in phases] == ["setup", "call", "teardown"]
+    inside_call = [s.name for s in below(phases[1])]
+    assert "test_sample.test_passes" in inside_call
+    assert "test_sample.helper_function" in inside_call
+    events = sum(len(t.slices) + len(t.instants) for t in decoded.threads.values())
+    assert events * 2 >= int(wrote["events"].replace(",", "")) >= events
+
+
+def test_without_the_flag_only_the_options_are_added(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    (project / "tests" / "test_loaded.py").write_text(
+        "import sys\n\n\n"
+        "def test_nothing_of_the_recorder_is_loaded():\n"
+        "    assert 'perfetto_client.pytest_plugin' in sys.modules\n"
+        "    assert 'perfetto_client._tracer._test_run' not in sys.modules\n"
+        "    assert 'perfetto_client._tracer' not in sys.modules\n"
+    )
+
+    result = _pytest(project, "tests/test_loaded.py")
+    helped = _pytest(project, "--help")
+    disabled = _pytest(project, "-p", "no:perfetto", "--help")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "perfetto-trace" not in result.stdout + result.stderr
+    assert sorted(p.name for p in project.iterdir()) == ["tests"]
+    assert "--perfetto=OUT.pftrace" in helped.stdout
+    assert "--perfetto-calls" in helped.stdout
+    assert disabled.returncode == 0
+    assert "--perfetto" not in disabled.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--perfetto-calls"], "ERROR: --perfetto-calls needs --perfetto OUT.pftrace"),
+        (["--perfetto", "no/such/dir/out.pftrace"], "ERROR: --perfetto: can't write"),
+    ],
+)
+def test_a_mistake_is_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    project = _project(tmp_path)
+
+    result = _pytest(project, *args, "tests")
+
+    assert result.returncode == 4  # pytest's usage error
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().startswith(message), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_trace_that_cannot_be_written_fails_the_run(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+
+    result = _pytest(project, "--perfetto", "/dev/full", "tests/test_sample.py::test_passes")
+
+    assert result.returncode == 3, result.stdout + result.stderr  # the test passed
+    assert "Traceback" not in result.stdout + result.stderr
+    wrote = _wrote(result.stdout)
+    assert (wrote["size"], wrote["events"]) == ("0 bytes", "0")
+    # collection, the test and its three phases: each a begin and an end
+    assert wrote["lost"] == (
+        "10 lost (recording stopped: writing /dev/full: No space left on device; "
+        "the trace is incomplete)"
+    )
+    assert "open it by dragging" not in result.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xdist") is None, reason="pytest-xdist not installed")
+def test_xdist_workers_make_one_trace(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    out = project / "xdist.pftrace"
+
+    result = _pytest(project, "-n", "2", "--perfetto", "xdist.pftrace", "tests")
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    wrote = _wrote(result.stdout)
+    assert wrote["path"] == str(out)
+    assert wrote["procs"] == "2"
+    assert wrote["lost"] == "0 lost"
+    assert sorted(p.name for p in project.iterdir()) == ["tests", "xdist.pftrace"]  # no parts
+    model = TraceModel(out.read_bytes())
+    assert int(wrote["events"].replace(",", "")) == len(model.events)
+    tests = _test_slices(model)
+    assert {name: t.outcome for name, t in tests.items()} == NODE_IDS
+    names = {d.uuid: d.process.process_name for d in model.tracks.values() if d.HasField("process")}
+    assert sorted(names.values()) == ["pytest-xdist worker gw0", "pytest-xdist worker gw1"]
+    processes_used = {model.tracks[t.track].parent_uuid for t in tests.values()}
+    assert processes_used <= set(names)
