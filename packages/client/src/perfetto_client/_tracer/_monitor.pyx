@@ -320,20 +320,7 @@ cdef class MonitoringRecorder(ThreadRecorder):
             iid = self._iid_of(args[0])
             if iid == 0:
                 return 1 if what == RETURN else 0
-            if self.depth == 0:
-                # A frame entered before recording started.
-                if self.own_depth and iid == OWN:
-                    self.own_depth -= 1
-            elif self.stack[self.depth - 1].state == HIDDEN:
-                self.depth -= 1
-                if self.stack[self.depth].iid == OWN:
-                    self.own_depth -= 1
-            else:
-                if what == UNWIND:
-                    self._on_exception()
-                else:
-                    self.unwinding = False
-                self._pop(ptr_now_ns())
+            self._leave(NULL, iid, what == UNWIND)
         elif what == C_CALL or what == C_END:
             # Builtin functions and methods, as the profile hook sees them; other callables
             # (Python functions, classes) are not C calls.
