@@ -528,7 +528,7 @@ cdef class ThreadRecorder:
         return 0
 
     cdef int _push(self, uint32_t iid) except -1:
-        cdef uint64_t ts = ptr_now_ns()
+        cdef uint64_t ts
         cdef Entry* e
         if self.depth == self.stack_cap:
             self._grow_stack()
@@ -536,11 +536,12 @@ cdef class ThreadRecorder:
             iid = 0
         e = &self.stack[self.depth]
         self.depth += 1
-        e.ts = ts
         e.iid = iid
         if iid == 0:
             e.state = NOT_RECORDED
             return 0
+        ts = ptr_now_ns()
+        e.ts = ts
         self.recorded_depth += 1
         if self.min_duration_ns == 0:
             e.state = EMITTED
@@ -584,7 +585,8 @@ cdef class ThreadRecorder:
                 self._on_exception()
             else:
                 self.unwinding = False
-            self._pop(ptr_now_ns())
+            # A frame deeper than --max-depth needs no timestamp.
+            self._pop(ptr_now_ns() if self.stack[self.depth - 1].state != NOT_RECORDED else 0)
         return 0
 
     cdef int _emit_pending(self) except -1:
