@@ -3,10 +3,11 @@
 Run: `PYTHON packages/client/benchmarks/bench_tracer_instructions.py` (valgrind installed; run it
 with each interpreter to compare: 3.11's profile hook, 3.12+'s sys.monitoring recorder). The
 workloads are bench_tracer.py's (fib smaller: callgrind runs ~50x slower). Each tracer starts
-and stops in process; every case runs in its own process under callgrind, once with the
-workload and once without it, so imports, start and stop cancel out:
+and stops in process; every case runs in its own process under callgrind, which counts only
+inside the call that runs the workload (it is run through `itertools.starmap`, and callgrind
+collects inside `starmap_next` alone), so imports, start and stop are not counted:
 
-    per call = ((traced with - traced without) - (untraced with - untraced without)) / calls
+    per call = (traced - untraced) / calls
 
 where calls is what the tracer recorded (Python and builtin calls). viztracer's save() (its
 JSON) is not counted: that is the recording alone. Bytes per call: our trace file against
@@ -16,6 +17,7 @@ viztracer's JSON, from a run outside callgrind.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -36,7 +38,11 @@ def child(case: str, workload: str, out: str, save: bool) -> None:
     from perfetto_client._tracer import record
     from viztracer import VizTracer  # type: ignore[import-untyped]
 
-    work = WORKLOADS[workload] if workload != "none" else (lambda: None)
+    workload_only = WORKLOADS[workload]
+
+    def work() -> None:
+        list(itertools.starmap(workload_only, [()]))  # what callgrind counts
+
     calls = size = 0
     if case == "untraced":
         work()
@@ -63,6 +69,7 @@ def instructions(case: str, workload: str, out: str) -> int:
         [
             "valgrind",
             "--tool=callgrind",
+            "--toggle-collect=starmap_next",
             "--callgrind-out-file=/dev/null",
             sys.executable,
             __file__,
@@ -105,7 +112,7 @@ def main() -> None:
         counts = {}
         for case in CASES:
             out = os.path.join(tmp, f"{case}.{'json' if case == 'viztracer' else 'pftrace'}")
-            counts[case] = instructions(case, workload, out) - instructions(case, "none", out)
+            counts[case] = instructions(case, workload, out)
         print(f"\n{workload}: untraced {counts['untraced']:,} instructions")
         per_call = {}
         for case in ("ours", "viztracer"):

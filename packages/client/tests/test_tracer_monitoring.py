@@ -59,6 +59,65 @@ print(after - before, recorded)
     assert not [n for n in names if "noisy" in n or n in ("leaf", "loop", "abs")]
 
 
+@MONITORING
+def test_calls_of_python_functions_cost_two_callbacks_and_builtins_stay_recorded(
+    tmp_path: Path,
+) -> None:
+    # The call site of a Python function answers CALL with DISABLE: each later call costs
+    # only its PY_START and PY_RETURN; a site calling a builtin keeps its CALL and C_RETURN.
+    # (The callback count counts every callback, a CALL answered at once included.)
+    require_compiled_hook()
+    program = """
+import sys
+from perfetto_client._tracer import _monitor, record
+def leaf(i):
+    return i
+def python_calls(n):
+    for i in range(n):
+        leaf(i)
+def builtin_calls(n):
+    for i in range(n):
+        abs(i)
+def one_site(functions):
+    for f in functions:
+        f(-1)
+with record(sys.argv[1]):
+    start = _monitor.callbacks()
+    python_calls(10_000)
+    middle = _monitor.callbacks()
+    builtin_calls(10_000)
+    end = _monitor.callbacks()
+    one_site([leaf, abs, hex])
+print(middle - start, end - middle)
+"""
+    (tmp_path / "prog.py").write_text(program)
+    out = tmp_path / "out.pftrace"
+    proc = subprocess.run(
+        [sys.executable, "prog.py", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    python, builtin = map(int, proc.stdout.split())
+    assert 20_000 <= python < 20_100  # PY_START and PY_RETURN of each leaf (was 30,000)
+    assert 20_000 <= builtin < 20_100  # CALL and C_RETURN of each abs
+    trace = decode(out)
+    assert trace.problems == []
+    [main] = trace.by_name("MainThread")
+    names = main.names()
+    assert names.count("leaf") == 10_001
+    assert names.count("abs") == 10_000
+    [python_calls] = [s for s in main.slices if s.name == "python_calls"]
+    assert [c.name for c in python_calls.children] == ["leaf"] * 10_000
+    # The price, as documented: a site that called a Python function first records no
+    # builtin it calls later.
+    [one_site] = [s for s in main.slices if s.name == "one_site"]
+    assert [c.name for c in one_site.children] == ["leaf"]
+
+
 def _parents(slices: list[Slice]) -> dict[int, Slice]:
     return {id(c): s for s in slices for c in s.children}
 

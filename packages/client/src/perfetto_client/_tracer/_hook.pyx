@@ -218,20 +218,7 @@ cdef int _hook(PyObject* obj, PyFrameObject* frame, int what, PyObject* arg) noe
                 r.unwinding = False
                 r._push(iid)
         elif what == PyTrace_RETURN:
-            if r.depth == 0:
-                # A frame entered before recording started.
-                if r.own_depth and r._code_iid(frame) == OWN:
-                    r.own_depth -= 1
-            elif r.stack[r.depth - 1].state == HIDDEN:
-                r.depth -= 1
-                if r.stack[r.depth].iid == OWN:
-                    r.own_depth -= 1
-            else:
-                if arg == NULL:
-                    r._on_exception()
-                else:
-                    r.unwinding = False
-                r._pop(ptr_now_ns())
+            r._leave(frame, 0, arg == NULL)
         elif what == PyTrace_C_CALL:
             if r.c_calls:
                 if r.own_depth:
@@ -541,7 +528,7 @@ cdef class ThreadRecorder:
         return 0
 
     cdef int _push(self, uint32_t iid) except -1:
-        cdef uint64_t ts = ptr_now_ns()
+        cdef uint64_t ts
         cdef Entry* e
         if self.depth == self.stack_cap:
             self._grow_stack()
@@ -549,11 +536,12 @@ cdef class ThreadRecorder:
             iid = 0
         e = &self.stack[self.depth]
         self.depth += 1
-        e.ts = ts
         e.iid = iid
         if iid == 0:
             e.state = NOT_RECORDED
             return 0
+        ts = ptr_now_ns()
+        e.ts = ts
         self.recorded_depth += 1
         if self.min_duration_ns == 0:
             e.state = EMITTED
@@ -579,6 +567,26 @@ cdef class ThreadRecorder:
             self._emit(SLICE_END, 0, now)
         if self.first_pending > self.depth:
             self.first_pending = self.depth
+        return 0
+
+    cdef int _leave(self, PyFrameObject* frame, uint32_t iid, bint unwound) except -1:
+        # A frame returns (unwound: an exception leaves it): its slice ends. Its code's iid
+        # is `iid`, or is looked up from `frame` where it matters (a frame entered before
+        # recording started, while the tracer's own frames run).
+        if self.depth == 0:
+            if self.own_depth and (self._code_iid(frame) if frame != NULL else iid) == OWN:
+                self.own_depth -= 1
+        elif self.stack[self.depth - 1].state == HIDDEN:
+            self.depth -= 1
+            if self.stack[self.depth].iid == OWN:
+                self.own_depth -= 1
+        else:
+            if unwound:
+                self._on_exception()
+            else:
+                self.unwinding = False
+            # A frame deeper than --max-depth needs no timestamp.
+            self._pop(ptr_now_ns() if self.stack[self.depth - 1].state != NOT_RECORDED else 0)
         return 0
 
     cdef int _emit_pending(self) except -1:

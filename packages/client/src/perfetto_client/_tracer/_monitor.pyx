@@ -8,7 +8,8 @@ packets) plus `MonitoringRecorder`, whose `install` registers compiled callbacks
 PY_UNWIND close it (a generator's slice ends at each yield and begins again at each resume),
 CALL / C_RETURN / C_RAISE time builtin calls, RAISE names each exception's type where it is
 raised. Code that is not recorded (--include/--exclude, the tracer's runner) answers DISABLE
-at its code locations, so CPython stops calling back for it. Events are process-wide: each
+at its code locations, so CPython stops calling back for it, and so does a call site whose
+callee is not a builtin (a Python function: its PY_START follows). Events are process-wide: each
 callback finds the calling thread's recorder by the thread state's unique id.
 `_recorder.py` picks this module on 3.12+.
 """
@@ -29,6 +30,10 @@ cdef extern from *:
         return (void*)((PyMethodDescrObject*)o)->d_method;
     }
     static inline PyObject* ptr_new_ref(PyObject* o) { Py_INCREF(o); return o; }
+    typedef int (*ptr_event_fn)(PyObject*, int, PyObject**);
+    static inline int ptr_call_event(ptr_event_fn f, PyObject* r, int what, PyObject** args) {
+        return f(r, what, args);
+    }
     static PyMethodDef ptr_callbacks[8];
     static PyObject* ptr_callback(int i, const char* name, void* f) {
         ptr_callbacks[i].ml_name = name;
@@ -44,6 +49,8 @@ cdef extern from *:
     int ptr_is_method_descr(PyObject* o)
     void* ptr_descr_method(PyObject* o)
     PyObject* ptr_new_ref(PyObject* o)
+    ctypedef int (*ptr_event_fn)(PyObject*, int, PyObject**) noexcept
+    int ptr_call_event(ptr_event_fn f, PyObject* r, int what, PyObject** args) noexcept
     object ptr_callback(int i, const char* name, void* f)
     PyFrameObject* PyEval_GetFrame()
     void Py_INCREF(PyObject*)
@@ -140,6 +147,26 @@ cdef void _forget_threads() noexcept:
     free(table)
 
 
+cdef int _run_event(PyObject* recorder, int what, PyObject** args) except -1:
+    return (<MonitoringRecorder>recorder)._on_event(what, args)
+
+
+cdef int _raised() except -1:
+    return -1  # the exception _run_event raised is still set
+
+
+cdef void _event_failed(MonitoringRecorder r) noexcept:
+    try:
+        _raised()
+    except Exception:
+        r.active = False
+        r.failed = True
+    except BaseException as exc:
+        # As in the profile hook: a signal handler raised outside a batch write.
+        r.active = False
+        r.interrupted = exc
+
+
 cdef PyObject* _event(int what, PyObject** args) noexcept:
     # Every callback: the calling thread's recorder takes the event as the profile hook does.
     global _callbacks
@@ -152,15 +179,12 @@ cdef PyObject* _event(int what, PyObject** args) noexcept:
     r = <MonitoringRecorder>p
     if r.active and not r.in_hook:
         r.in_hook = True
-        try:
-            result = r._on_event(what, args)
-        except Exception:
-            r.active = False
-            r.failed = True
-        except BaseException as exc:
-            # As in the profile hook: a signal handler raised outside a batch write.
-            r.active = False
-            r.interrupted = exc
+        # Called as a C function that cannot fail: a try block here would save and restore
+        # the handled exception on every event; an error (-1) is taken by _event_failed.
+        result = ptr_call_event(<ptr_event_fn>_run_event, p, what, args)
+        if result < 0:
+            _event_failed(r)
+            result = 0
         r.in_hook = False
     # What a signal handler raised reaches the program where a frame begins (the frame is
     # then left by PY_UNWIND, as any frame an exception leaves) or a call is made.
@@ -187,15 +211,12 @@ cdef PyObject* _on_unwind(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
 
 
 cdef PyObject* _on_call(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
-    # Most calls are of Python functions (PY_START follows): answered here, at once, and
-    # with DISABLE where the calling code is known not to be recorded.
-    cdef void* extra = NULL
-    cdef uintptr_t v
+    # Most calls are of Python functions (PY_START follows): their call site answers DISABLE
+    # here, at once, and then costs nothing.
+    global _callbacks
     if not ptr_is_cfunction(args[2]) and not ptr_is_method_descr(args[2]):
-        ptr_code_get_extra(args[0], _code_index, &extra)
-        v = <uintptr_t>extra
-        if (v >> 32) != _generation or (v & 0xFFFFFFFFu) != 0:
-            return ptr_new_ref(<PyObject*>None)
+        _callbacks += 1
+        return ptr_new_ref(<PyObject*>_DISABLE)
     return _event(C_CALL, args)
 
 
@@ -320,20 +341,7 @@ cdef class MonitoringRecorder(ThreadRecorder):
             iid = self._iid_of(args[0])
             if iid == 0:
                 return 1 if what == RETURN else 0
-            if self.depth == 0:
-                # A frame entered before recording started.
-                if self.own_depth and iid == OWN:
-                    self.own_depth -= 1
-            elif self.stack[self.depth - 1].state == HIDDEN:
-                self.depth -= 1
-                if self.stack[self.depth].iid == OWN:
-                    self.own_depth -= 1
-            else:
-                if what == UNWIND:
-                    self._on_exception()
-                else:
-                    self.unwinding = False
-                self._pop(ptr_now_ns())
+            self._leave(NULL, iid, what == UNWIND)
         elif what == C_CALL or what == C_END:
             # Builtin functions and methods, as the profile hook sees them; other callables
             # (Python functions, classes) are not C calls.
