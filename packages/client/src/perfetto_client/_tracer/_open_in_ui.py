@@ -126,12 +126,12 @@ def serve_once(path: str, port: int = DEFAULT_UI_PORT, err: TextIO | None = None
                 "perfetto-trace: no browser to start here: open that link in one on this machine",
                 file=err,
             )
-        print(
-            f"perfetto-trace: serving {path} once on 127.0.0.1:{port} (Ctrl-C to stop)",
-            file=err,
-            flush=True,
-        )
-        try:
+        try:  # from before the line that tells a person (or a test) that Ctrl-C stops it
+            print(
+                f"perfetto-trace: serving {path} once on 127.0.0.1:{port} (Ctrl-C to stop)",
+                file=err,
+                flush=True,
+            )
             while not server.served:
                 server.handle_request()
         except KeyboardInterrupt:
