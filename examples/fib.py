@@ -4,8 +4,8 @@ python3 tools/dev.py trace examples/fib.py     perfetto-trace records it (trace.
 python examples/fib.py out.pftrace             it records itself with perfetto_client.record
 
 `parse` raises a ValueError that `parse_or_zero` catches: the trace marks it with an
-`exception` instant on `parse`'s slice (`exception ValueError` with `--exception-types`;
-the pure hook records no caught exceptions).
+`exception` instant on `parse`'s slice (`exception ValueError` with `--exception-types`,
+and always on 3.12+; the pure hook records no caught exceptions).
 """
 
 import sys

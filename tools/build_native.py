@@ -20,6 +20,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 CANONICAL_BUILD = ROOT / "packages" / "protozero" / "build.py"
@@ -33,15 +34,29 @@ def native_packages() -> list[Path]:
     return [d for d in dirs if any((d / "src").rglob("*.pxd")) or any((d / "src").rglob("*.pyx"))]
 
 
-def include_path(package: Path) -> list[Path]:
-    """Where `package`'s build finds `.pxd` files: its `src/` and the packages it cimports."""
+def build_script(package: Path) -> ModuleType:
+    """`package`'s `build.py`, imported."""
     spec = importlib.util.spec_from_file_location(f"_build_{package.name}", package / "build.py")
     assert spec is not None
     assert spec.loader is not None
-    build_script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build_script)
-    path: list[Path] = build_script.include_path(package / "src")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def include_path(package: Path) -> list[Path]:
+    """Where `package`'s build finds `.pxd` files: its `src/` and the packages it cimports."""
+    path: list[Path] = build_script(package).include_path(package / "src")
     return path
+
+
+def compiled_module_names(package: Path) -> list[str]:
+    """The dotted names of the modules `package`'s build compiles, on every Python version
+    (none without a `build.py`)."""
+    if not (package / "build.py").is_file():
+        return []
+    script, source = build_script(package), package / "src"
+    return [script.module_name(p, source) for p in script.compiled_sources(source)]
 
 
 def stale_modules(package: Path) -> list[Path]:

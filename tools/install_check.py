@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 """Installs each user-facing package alone from built distributions and checks it as a user would.
 
-    python tools/install_check.py [--python INTERPRETER] DIST [PACKAGE...]
+    python tools/install_check.py [--python INTERPRETER] [--no-tests] DIST [PACKAGE...]
 
 For each package (default: perfetto-client, -service, -cmd, -heapprofd), in a fresh venv of
 INTERPRETER (default: the running one) in an empty directory: installs it from DIST
 (siblings from DIST, the rest from the index), checks that exactly the distributions it
 declares (transitively) got installed, that every installed perfetto module ships `py.typed`
-and is imported from the venv, that every module a wheel ships with a `.pxd` beside it loads
-compiled, that the console scripts are there, runs what a user of that package runs first
-(`traced` and a producer and a consumer; the client's track-event example; `perfetto
---version`; `heap_profile` on the heap profiling example), then the package's own tests
-against the installed code. Prints one
+and is imported from the venv, that each wheel ships exactly the compiled modules its source
+declares (the same on every Python version) and that they load compiled, that the console
+scripts are there, runs what a user of that package runs first (`traced` and a producer and a
+consumer; the client's track-event example and `perfetto-trace run`; `perfetto --version`;
+`heap_profile --version` and `heap_profile` on the heap profiling example), then, unless
+`--no-tests`, the package's own tests against the installed code. Prints one
 `install_check:` line per check; exits 1 on a failure.
 """
 
@@ -33,6 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from build_native import compiled_module_names
 from dists import installed_distributions, make_venv
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,11 +71,6 @@ for dist in m.distributions():
             for f in files
             if f.endswith(".so")
         },
-        "sources": sorted(
-            f[: -len(".pxd")].replace("/", ".")
-            for f in files
-            if f.endswith(".pxd") and f[: -len(".pxd")] + ".py" in files
-        ),
     }
 print(json.dumps(found))
 """
@@ -148,16 +145,23 @@ def check_install(package: str, python: Path, venv: Path) -> None:
         if missing or sorted(declared) != sorted(info["scripts"]):
             raise CheckError(f"{name}: console scripts {info['scripts']}, declared {declared}")
     say(package, "modules import from the venv, ship py.typed; console scripts present")
+    counts = []
     for name, info in sorted(found.items()):
-        missing = sorted(set(info["sources"]) - set(info["compiled"]))
-        if missing:
-            raise CheckError(f"{name}: its wheel was built without the compiled {missing}")
+        source = _source_dir(name)
+        declared = set(compiled_module_names(source)) if source is not None else set()
+        shipped = set(info["compiled"])
+        if shipped != declared:
+            missing, extra = sorted(declared - shipped), sorted(shipped - declared)
+            raise CheckError(f"{name}: its wheel lacks the compiled {missing}, has {extra} besides")
+        if declared:
+            counts.append(f"{name} {len(declared)}")
     compiled = {m: f for info in found.values() for m, f in info["compiled"].items()}
     pure = sorted(m for m, path in compiled.items() if not str(path).endswith(".so"))
     if pure:
         raise CheckError(f"compiled modules shipped but the pure ones loaded: {pure}")
     if compiled:
-        say(package, f"{len(compiled)} compiled modules load: {', '.join(sorted(compiled))}")
+        names = ", ".join(sorted(compiled))
+        say(package, f"{len(compiled)} compiled modules load ({', '.join(counts)}): {names}")
 
 
 def _source_dir(name: str) -> Path | None:
@@ -223,10 +227,10 @@ def run_example(package: str, python: Path, work: Path, example: Path) -> None:
     say(package, f"{what} recorded {len(written)} events ({len(trace.packet)} packets)")
 
 
-def run_version(package: str, venv: Path, work: Path) -> None:
-    """`perfetto --version`: the installed command runs and knows its version."""
+def run_version(package: str, venv: Path, work: Path, script: str) -> None:
+    """`SCRIPT --version`: the installed command runs and knows its version."""
     result = subprocess.run(
-        [str(venv / "bin" / "perfetto"), "--version"],
+        [str(venv / "bin" / script), "--version"],
         check=False,
         capture_output=True,
         text=True,
@@ -234,8 +238,32 @@ def run_version(package: str, venv: Path, work: Path) -> None:
     )
     expected = version_of(venv / "bin" / "python", package)
     if result.returncode != 0 or expected not in result.stdout:
-        raise CheckError(f"perfetto --version failed: {(result.stdout + result.stderr).strip()}")
-    say(package, f"perfetto --version: {result.stdout.strip()}")
+        output = (result.stdout + result.stderr).strip()
+        raise CheckError(f"{script} --version failed: {output}")
+    say(package, f"{script} --version: {result.stdout.strip()}")
+
+
+def run_perfetto_trace(package: str, venv: Path, work: Path) -> None:
+    """`perfetto-trace run` records a program's calls with the compiled recorder."""
+    from perfetto_protos.upstream import parse_upstream_trace
+
+    (work / "prog.py").write_text("def work():\n    return 1\nwork()\n")
+    out = work / "prog.pftrace"
+    command = [str(venv / "bin" / "perfetto-trace"), "run", "-o", str(out), "prog.py"]
+    result = subprocess.run(
+        command, check=False, capture_output=True, text=True, cwd=work, timeout=TIMEOUT
+    )
+    wrote = [s for s in result.stderr.splitlines() if s.startswith("perfetto-trace: wrote")]
+    summary = wrote[0] if wrote else ""
+    if result.returncode != 0 or not out.is_file():
+        raise CheckError(f"perfetto-trace run failed: {result.stderr.strip()}")
+    if not summary.endswith("(compiled hook)"):
+        raise CheckError(f"perfetto-trace run did not record compiled: {summary}")
+    trace: Any = parse_upstream_trace(out.read_bytes())
+    names = {n.name for p in trace.packet for n in p.interned_data.event_names}
+    if "work" not in {name.split(".")[-1] for name in names}:
+        raise CheckError(f"perfetto-trace run's trace lacks the call of work: {sorted(names)}")
+    say(package, f"perfetto-trace run: {summary}")
 
 
 def version_of(python: Path, distribution: str) -> str:
@@ -302,7 +330,7 @@ def run_tests(package: str, python: Path, work: Path) -> None:
     say(package, f"its tests pass against the installed code: {summary}")
 
 
-def check(package: str, dists: Path, interpreter: str) -> None:
+def check(package: str, dists: Path, interpreter: str, tests: bool) -> None:
     with tempfile.TemporaryDirectory(prefix=f"install-check-{package}-") as directory:
         work = Path(directory)
         venv = work / "venv"
@@ -313,22 +341,27 @@ def check(package: str, dists: Path, interpreter: str) -> None:
             run_example(package, python, work, ROOT / "examples" / "producer_and_consumer.py")
         elif package == "perfetto-client":
             run_example(package, python, work, ROOT / "examples" / "track_events.py")
+            run_perfetto_trace(package, venv, work)
         elif package == "perfetto-cmd":
-            run_version(package, venv, work)
+            run_version(package, venv, work, "perfetto")
         elif package == "perfetto-heapprofd":
+            run_version(package, venv, work, "heap_profile")
             run_heap_profile(package, venv, work)
-        run_tests(package, python, work)
+        if tests:
+            run_tests(package, python, work)
 
 
 def main(argv: list[str]) -> int:
     interpreter = sys.executable
     if argv[:1] == ["--python"]:
         interpreter, argv = argv[1], argv[2:]
+    tests = argv[:1] != ["--no-tests"]
+    argv = argv[0 if tests else 1 :]
     dists = Path(argv[0]).resolve()
     failed = False
     for package in argv[1:] or list(SOURCES):
         try:
-            check(package, dists, interpreter)
+            check(package, dists, interpreter, tests)
         except CheckError as exc:
             say(package, f"FAILED: {exc}")
             failed = True

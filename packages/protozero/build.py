@@ -135,10 +135,8 @@ def build() -> int:
         return 0
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     for source in sources:  # never ship or load a compiled module older than its source
-        for stale in source.parent.glob(f"{source.stem}.*.so"):
-            # Other Python versions' builds stay while they are as new as their source.
-            if stale.name.endswith(suffix) or stale.stat().st_mtime < source.stat().st_mtime:
-                stale.unlink()
+        # Only this interpreter's: other Python versions' builds are theirs to rebuild.
+        source.with_name(source.stem + suffix).unlink(missing_ok=True)
     try:
         from Cython.Build import cythonize
         from setuptools import Distribution, Extension

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -87,11 +86,6 @@ def test_a_forked_child_is_not_traced_without_follow_children(tmp_path: Path) ->
     assert "in_child" not in trace.all_names()
 
 
-@pytest.mark.xfail(
-    sys.version_info[:2] == (3, 12),
-    reason="3.12: no thread of the trace records the child's child_work; not yet understood",
-    strict=True,
-)
 def test_subprocess_python_children_are_traced(tmp_path: Path) -> None:
     (tmp_path / "child.py").write_text("def child_work():\n    return 1\nchild_work()\n")
     program = """
@@ -184,12 +178,6 @@ else:
 """
 
 
-@pytest.mark.xfail(
-    sys.version_info[:2] >= (3, 12),
-    reason="3.12 and 3.13: the child blocked in a multiprocessing Lock is not ended by the"
-    " SIGTERM the watchdog delivers again (with either hook); not yet understood",
-    strict=True,
-)
 def test_a_sigterm_the_main_thread_never_sees_still_ends_the_child(tmp_path: Path) -> None:
     # Python runs handlers on the main thread only when it returns to the interpreter; a child
     # blocked in C (a Pool worker waiting for the queue's lock) used to wait there forever.

@@ -46,12 +46,7 @@ def _check_fib_tree(s: Slice, n: int) -> None:
 
 
 @pytest.mark.parametrize("hook", HOOKS)
-def test_every_call_is_a_nested_slice(
-    tmp_path: Path, hook: str, request: pytest.FixtureRequest
-) -> None:
-    if hook == "pure" and sys.version_info[:2] == (3, 12):
-        reason = "3.12: the pure hook's trace has more than one root slice; not yet understood"
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
+def test_every_call_is_a_nested_slice(tmp_path: Path, hook: str) -> None:
     proc, out = run_traced(tmp_path, FIB, "12", pure=hook == "pure")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "144\n"
@@ -153,12 +148,6 @@ handles()
     ]
 
 
-@pytest.mark.xfail(
-    sys.version_info[:2] == (3, 12),
-    reason="3.12: the module's slice lacks inner and outer, and the compiled hook records no"
-    " 'exception' instants; not yet understood",
-    strict=True,
-)
 @pytest.mark.parametrize("hook", HOOKS)
 def test_an_escaping_exception_looks_as_without_the_tracer(tmp_path: Path, hook: str) -> None:
     program = """

@@ -181,7 +181,10 @@ def _write_aside(fd: int, data: bytes) -> tuple[OSError | None, BaseException | 
         finally:
             finished.release()
 
-    _thread.start_new_thread(write, ())  # a bare thread: not recorded
+    try:
+        _thread.start_new_thread(write, ())  # a bare thread: not recorded
+    except RuntimeError:  # no new threads at interpreter shutdown (atexit callbacks, 3.12)
+        return _write_all(fd, data), None
     interrupted: BaseException | None = None
     while not outcome:
         try:
