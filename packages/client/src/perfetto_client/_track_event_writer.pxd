@@ -5,6 +5,8 @@ cpdef bytes varint(object value)
 
 @cython.locals(size_a=Py_ssize_t, size_b=Py_ssize_t, out=bytes, p="char *")
 cdef bytes _concat3(bytes a, bytes b, bytes c)
+@cython.locals(total=Py_ssize_t, piece=bytes, out=bytes, p="char *")
+cdef bytes _join(tuple pieces)
 cdef bytes _field_bytes(bytes tag, bytes data)
 cpdef bytes counter_value_field(object value)
 
@@ -47,7 +49,7 @@ cdef class TrackEventWriter:
     @cython.locals(head_key=Py_ssize_t, fields=bytes)
     cpdef event(self, Py_ssize_t key, int event_type, long long ts, bytes extra_fields, bytes interned)
     cpdef counter(self, bytes track_field, object value, long long ts)
-    @cython.locals(size=Py_ssize_t, delta="long long", stamp=bytes, stamp_value=bytes, packet=bytes)
+    @cython.locals(size=Py_ssize_t, delta="long long", stamp=bytes, stamp_value=bytes, pieces=tuple)
     cdef _write_event(self, long long ts, bytes interned, bytes fields, bytes extra, bytes extra2, bytes extra3)
     @cython.locals(bodies=dict, message=bytes)
     cpdef log_message(self, Py_ssize_t key, long long ts, Py_ssize_t location_iid, str body, int priority)

@@ -129,6 +129,21 @@ def _concat3(a: bytes, b: bytes, c: bytes) -> bytes:
     return a + b + c
 
 
+def _join(pieces: tuple[bytes, ...]) -> bytes:
+    """`b"".join(pieces)`."""
+    if cython.compiled:
+        total = 0
+        for piece in pieces:
+            total += len(piece)
+        out: bytes = PyBytes_FromStringAndSize(cython.NULL, total)
+        p = PyBytes_AS_STRING(out)
+        for piece in pieces:
+            memcpy(p, PyBytes_AS_STRING(piece), len(piece))
+            p += len(piece)
+        return out
+    return b"".join(pieces)
+
+
 def _field_bytes(tag: bytes, data: bytes) -> bytes:
     size = len(data)
     if size < 16384:
@@ -489,21 +504,19 @@ class TrackEventWriter:
         else:
             stamp = self._timestamp(ts)
             stamp_value = b""
-        packet = b"".join(
-            (
-                stamp,
-                stamp_value,
-                _field_bytes(_INTERNED_DATA, interned) if interned else b"",
-                _TRACK_EVENT,
-                SHORT_VARINTS[size] if size < 16384 else varint(size),
-                fields,
-                extra,
-                extra2,
-                extra3,
-                _NEEDS_STATE,
-            )
+        pieces = (
+            stamp,
+            stamp_value,
+            _field_bytes(_INTERNED_DATA, interned) if interned else b"",
+            _TRACK_EVENT,
+            SHORT_VARINTS[size] if size < 16384 else varint(size),
+            fields,
+            extra,
+            extra2,
+            extra3,
+            _NEEDS_STATE,
         )
-        self._write(packet)
+        self._write(_join(pieces))
 
     def log_message(self, key: int, ts: int, location_iid: int, body: str, priority: int) -> None:
         """Writes an instant of `key` on the thread's track carrying a LogMessage: the
