@@ -4,7 +4,8 @@ Run: `.venv/bin/python packages/client/benchmarks/bench_client.py`. Each figure 
 median over 7 rounds of the CPU time (this thread) of N calls, per call; rounds interleave
 the cases (the machine is shared). The enabled cases record into an in-process session with
 a 64 MiB ring buffer. References: a plain call of the same function, viztracer recording the
-same calls, an OpenTelemetry SDK span with two attributes (no exporter), a bare interpreter.
+same calls, viztracer's own `add_instant` / `add_counter`, an OpenTelemetry SDK span with two
+attributes (no exporter), a bare interpreter.
 """
 
 from __future__ import annotations
@@ -91,8 +92,41 @@ def loop_counter() -> int:
     return clock() - start
 
 
-def loop_viztracer() -> int:
+def loop_instant() -> int:
+    instant = pc.instant
+    start = clock()
+    for _ in range(N):
+        instant(ON, "step")
+    return clock() - start
+
+
+def _viztracer_api(method: str, *args: object) -> int:
+    """CPU ns of N calls of viztracer's own `method(*args)` while it records (C calls not
+    logged: the call itself is the only event)."""
     from viztracer import VizTracer  # type: ignore[import-untyped]
+
+    tracer = VizTracer(verbose=0, tracer_entries=4 * N + 1000, ignore_c_function=True)
+    tracer.start()
+    call = getattr(tracer, method)
+    start = clock()
+    for _ in range(N):
+        call(*args)
+    elapsed = clock() - start
+    tracer.stop()
+    tracer.clear()
+    return elapsed
+
+
+def loop_viztracer_instant() -> int:
+    return _viztracer_api("add_instant", "step")
+
+
+def loop_viztracer_counter() -> int:
+    return _viztracer_api("add_counter", "bench counter", {"value": 1})
+
+
+def loop_viztracer() -> int:
+    from viztracer import VizTracer
 
     tracer = VizTracer(verbose=0, tracer_entries=4 * N + 1000)
     f = plain
@@ -162,6 +196,9 @@ def main() -> None:
         "empty": loop_empty_with,
         "trace_event": loop_trace_event,
         "counter": loop_counter,
+        "instant": loop_instant,
+        "viztracer_instant": loop_viztracer_instant,
+        "viztracer_counter": loop_viztracer_counter,
         "viztracer": loop_viztracer,
         "otel": make_otel(),
     }
@@ -192,7 +229,16 @@ def main() -> None:
             med["traced_off"] - per_plain,
             f"plain call {per_plain:.0f} ns",
         ),
-        ("counter(...)", med["counter"] - med["empty"], "-"),
+        (
+            'instant(cat, "n")',
+            med["instant"] - med["empty"],
+            f"viztracer add_instant {med['viztracer_instant'] - med['empty']:.0f} ns",
+        ),
+        (
+            "counter(cat, track, i)",
+            med["counter"] - med["empty"],
+            f"viztracer add_counter {med['viztracer_counter'] - med['empty']:.0f} ns",
+        ),
     ]
     print(f"perfetto_client hot paths ({build} build), CPU ns per call, median of {ROUNDS}")
     print(f"| path | {build} | reference in the same run |")
@@ -205,7 +251,17 @@ def main() -> None:
     )
     ratio_viz = (med["viztracer"] - per_plain) / max(med["traced_on"] - per_plain, 1)
     ratio_otel = (med["otel"] - med["empty"]) / max(med["trace_event"] - med["empty"], 1)
+    ratio_instant = (med["viztracer_instant"] - med["empty"]) / max(
+        med["instant"] - med["empty"], 1
+    )
+    ratio_counter = (med["viztracer_counter"] - med["empty"]) / max(
+        med["counter"] - med["empty"], 1
+    )
     print(f"viztracer/@trace overhead ratio: {ratio_viz:.2f}; OTel/trace_event: {ratio_otel:.2f}")
+    print(
+        f"viztracer add_instant/instant: {ratio_instant:.2f}; "
+        f"add_counter/counter: {ratio_counter:.2f}"
+    )
 
 
 def _compiled() -> bool:

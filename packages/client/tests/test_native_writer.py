@@ -21,9 +21,10 @@ def _pure_module() -> ModuleType:
     return module
 
 
-def _write_sequence(
+def _new_writer(
     module: Any, monkeypatch: pytest.MonkeyPatch, *, thread_time: bool
-) -> list[bytes]:
+) -> tuple[Any, Any, list[bytes]]:
+    """A writer of `module` appending to the returned list, with fresh interning tables."""
     module.load_encoders()
     packets: list[bytes] = []
     keys = module.EventKeys()
@@ -44,6 +45,13 @@ def _write_sequence(
         reset_packets=reset,
         close=lambda: None,
     )
+    return writer, keys, packets
+
+
+def _write_sequence(
+    module: Any, monkeypatch: pytest.MonkeyPatch, *, thread_time: bool
+) -> list[bytes]:
+    writer, keys, packets = _new_writer(module, monkeypatch, thread_time=thread_time)
     first = keys.key("cat", "first")
     second = keys.key("cat", "second", dynamic_category=True)
     writer.slice_begin(first, 1_000)
@@ -55,6 +63,11 @@ def _write_sequence(
     interned = writer.interned_for(0, 0, [annotation])
     writer.event(first, 3, 1_000_000_100, b"\x58\x09" + b"\x22\x02\x08\x01", interned)
     writer.event(0, 4, 1_000_000_200, b"\x58\x09" + module.counter_value_field(2.5), b"")
+    writer.instant(first, 1_000_000_250)
+    writer.instant(first, 1_000_000_260)
+    writer.instant(second, 1_000_000_270)
+    for value in (7, 1 << 20, -3, 2.5, True):
+        writer.counter(b"\x58\x09", value, 1_000_000_280)
     writer.clear_incremental_state()
     writer.slice_end(1_000_000_300)
     return packets
@@ -69,6 +82,38 @@ class _FixedThreadTime:
     def thread_time_ns(self) -> int:
         self.now += 1000
         return self.now
+
+
+@pytest.mark.parametrize("thread_time", [False, True])
+def test_instants_and_counters_write_the_bytes_of_the_general_event(
+    thread_time: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast, general = (
+        _write_events(loaded, monkeypatch, thread_time=thread_time, general=general)
+        for general in (False, True)
+    )
+    assert fast == general
+    assert len(fast) == 10
+
+
+def _write_events(
+    module: Any, monkeypatch: pytest.MonkeyPatch, *, thread_time: bool, general: bool
+) -> list[bytes]:
+    """Instants and counters written by the writer's own methods or as general events."""
+    writer, keys, packets = _new_writer(module, monkeypatch, thread_time=thread_time)
+    key = keys.key("cat", "mark")
+    for ts in (1_000, 1_010, 500, 1_000_000):  # 500: before the last, written absolute
+        if general:
+            writer.event(key, module.TYPE_INSTANT, ts, b"", b"")
+        else:
+            writer.instant(key, ts)
+    for value in (7, 1 << 20, -3, 2.5, True):
+        if general:
+            fields = b"\x58\x09" + module.counter_value_field(value)
+            writer.event(0, module.TYPE_COUNTER, 2_000_000, fields, b"")
+        else:
+            writer.counter(b"\x58\x09", value, 2_000_000)
+    return packets
 
 
 @pytest.mark.parametrize("thread_time", [False, True])

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any
 
 import perfetto_client as pc
+import pytest
 from conftest import Recorder
+from perfetto_client import _track_event
+from perfetto_client._track_event import thread_state
+from perfetto_client._track_event_writer import TYPE_COUNTER, counter_value_field
 from perfetto_protos.trace.track_event.track_event_pb2 import TrackEvent
 
 CAT = pc.Category("test.events", description="events of the tests")
@@ -121,6 +126,57 @@ def test_the_end_of_a_slice_carries_its_args_and_flows(record: Recorder) -> None
     assert ends[1].terminating_flows == [flow.id]
     [(first, second)] = trace.flow_links()
     assert (first.name, second.name) == ("work", "next")
+
+
+def test_instants_and_counters_without_options_write_what_the_general_path_writes(
+    record: Recorder,
+) -> None:
+    track = pc.CounterTrack("same")
+
+    def body() -> None:
+        pc.instant(CAT, "mark")  # no options: the writer's own instant
+        pc.instant(CAT, "mark", flow=())  # an empty flow list: the general path
+        pc.instant(CAT, "other")
+        pc.instant(CAT, "other", terminating_flow=())
+        for value in (5, 1 << 40, -2, 0.5):
+            pc.counter(CAT, track, value)  # the writer's own counter
+            for writer in thread_state().writers.values():  # the general event
+                assert writer is not None
+                fields = track.uuid_field() + counter_value_field(value)
+                writer.event(0, TYPE_COUNTER, writer.now(), fields, b"")
+
+    trace = record(body)
+    packets = [p for p in trace.trace.packet if p.HasField("track_event")]
+    events = [p.track_event for p in packets]
+    assert len(events) == 12
+    for fast, general in zip(events[::2], events[1::2], strict=True):
+        assert fast == general
+    assert [s.name for s in trace.slices()] == ["mark", "mark", "other", "other"]
+    assert trace.counters("same") == [5, 5, 1 << 40, 1 << 40, -2, -2, 0.5, 0.5]
+    names = [e.name for p in packets for e in p.interned_data.event_names]
+    assert names == ["mark", "other"]
+
+
+def test_compiled_instant_runs_no_python_code_of_the_client(record: Recorder) -> None:
+    if not (_track_event.__file__ or "").endswith(".so"):
+        pytest.skip("the pure build runs the client's Python code")
+    entered: list[str] = []
+
+    def profile(frame: Any, event: str, arg: object) -> None:
+        if event == "call" and "perfetto_client" in frame.f_code.co_filename:
+            entered.append(frame.f_code.co_qualname)
+
+    def body() -> None:
+        pc.instant(CAT, "mark")  # interns the name
+        sys.setprofile(profile)
+        try:
+            pc.instant(CAT, "mark")
+        finally:
+            sys.setprofile(None)
+
+    trace = record(body)
+    assert [s.name for s in trace.slices()] == ["mark", "mark"]
+    assert entered == []
 
 
 def test_explicit_timestamps_are_kept(record: Recorder) -> None:

@@ -15,6 +15,7 @@ from perfetto_client._errors import TracingError
 from perfetto_client._track_event import (
     Slice,
     counter,
+    instant,
     now,
     set_trace_clock,
     slice_enter,
@@ -24,7 +25,6 @@ from perfetto_client._track_event import (
     write_event,
 )
 from perfetto_client._track_event_writer import (
-    TYPE_INSTANT,
     TYPE_SLICE_BEGIN,
     TYPE_SLICE_END,
     flow_fields,
@@ -246,7 +246,8 @@ def _event(  # noqa: PLR0917 - positional: a call with ten keywords costs more t
     proto: Callable[[TrackEvent], None] | None,
     args: dict[str, object],
 ) -> None:
-    """Writes one event of an enabled category on the calling thread's writers."""
+    """Writes one event of an enabled category on the calling thread's writers (the general
+    path of begin, end and instant)."""
     writers = thread_writers(cat.mask)
     if not writers:
         return
@@ -365,36 +366,6 @@ def end(
     """Ends the innermost open slice of the thread's track (or of `track`)."""
     _record(
         TYPE_SLICE_END, category, "", track, timestamp, flow, terminating_flow, None, None, args
-    )
-
-
-def instant(
-    category: str | Category,
-    name: str,
-    /,
-    *,
-    track: Track | None = None,
-    timestamp: int | None = None,
-    flow: FlowArg = None,
-    terminating_flow: FlowArg = None,
-    correlation_id: int | str | None = None,
-    proto: Callable[[TrackEvent], None] | None = None,
-    **args: object,
-) -> None:
-    """Records an instant event `name` on the thread's track (or `track`)."""
-    if not name:
-        raise TracingError("an instant event needs a name")
-    _record(
-        TYPE_INSTANT,
-        category,
-        name,
-        track,
-        timestamp,
-        flow,
-        terminating_flow,
-        correlation_id,
-        proto,
-        args,
     )
 
 

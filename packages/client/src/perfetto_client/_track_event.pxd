@@ -1,6 +1,6 @@
 import cython
 
-from perfetto_client._track_event_writer cimport TrackEventWriter, counter_fields
+from perfetto_client._track_event_writer cimport TrackEventWriter
 
 cdef object _clock
 cdef int _posix_clock

@@ -19,14 +19,14 @@ except ImportError:  # installed without Cython: runs as pure Python
 
 from perfetto_client._categories import Category, category_of, registry
 from perfetto_client._debug_annotations import encode_annotations
+from perfetto_client._errors import TracingError
 from perfetto_client._track_event_writer import (
-    TYPE_COUNTER,
+    TYPE_INSTANT,
     TYPE_SLICE_BEGIN,
     TYPE_SLICE_END,
     ThreadTimeWriter,
     TrackEventWriter,
     clock_snapshot_packet,
-    counter_fields,
 )
 from perfetto_client._tracks import CounterTrack, ProcessTrack, ThreadTrack, Track
 
@@ -61,6 +61,7 @@ __all__ = [
     "ThreadState",
     "TrackEventInstance",
     "counter",
+    "instant",
     "now",
     "set_trace_clock",
     "slice_enter",
@@ -540,10 +541,65 @@ def _in_running_loop() -> bool:
     return asyncio is not None and asyncio._get_running_loop() is not None
 
 
+@cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long")  # type: ignore[untyped-decorator]
+def instant(
+    category: str | Category,
+    name: str,
+    /,
+    *,
+    track: Track | None = None,
+    timestamp: int | None = None,
+    flow: FlowArg = None,
+    terminating_flow: FlowArg = None,
+    correlation_id: int | str | None = None,
+    proto: Callable[[TrackEvent], None] | None = None,
+    **args: object,
+) -> None:
+    """Records an instant event `name` on the thread's track (or `track`)."""
+    cat = category if type(category) is Category else category_of(category)
+    if (
+        cat.enabled
+        and name
+        and track is None
+        and flow is None
+        and terminating_flow is None
+        and correlation_id is None
+        and proto is None
+        and not args
+        and not _in_running_loop()
+    ):
+        key = cat.keys.get(name)
+        if key is None:
+            key = cat.event_key(name)
+        writers = thread_writers(cat.mask)
+        ts = (now() if cython.compiled else _clock()) if timestamp is None else timestamp
+        for writer in writers:
+            writer.instant(key, ts)
+        return
+    if not name:
+        raise TracingError("an instant event needs a name")
+    if not cat.enabled:
+        return
+    from perfetto_client._api import _event
+
+    _event(
+        cat,
+        name,
+        TYPE_INSTANT,
+        track,
+        timestamp,
+        flow,
+        terminating_flow,
+        correlation_id,
+        proto,
+        args,
+    )
+
+
 _counter_tracks: dict[str, CounterTrack] = {}
 
 
-@cython.locals(writers=tuple, ts="long long", extra=bytes, writer=TrackEventWriter)  # type: ignore[untyped-decorator]
+@cython.locals(writers=tuple, ts="long long", field=bytes, writer=TrackEventWriter)  # type: ignore[untyped-decorator]
 def counter(
     category: str | Category,
     track: CounterTrack | str,
@@ -565,14 +621,14 @@ def counter(
         track = found
     writers = thread_writers(cat.mask)
     ts = (now() if cython.compiled else _clock()) if timestamp is None else timestamp
-    extra = counter_fields(track.uuid_field(), value)
+    field = track.uuid_field()
     uuid = track.uuid
     for writer in writers:
         if writer.cleared:
             writer.ensure_state(ts)
         if uuid not in writer.seen_tracks:  # else its ancestors were described before it
             _describe(writer, track, ts)
-        writer.event(0, TYPE_COUNTER, ts, extra, b"")
+        writer.counter(field, value, ts)
 
 
 def _describe(writer: TrackEventWriter, track: Track, ts: int) -> None:

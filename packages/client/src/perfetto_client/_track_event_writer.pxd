@@ -5,9 +5,10 @@ cpdef bytes varint(object value)
 
 @cython.locals(size_a=Py_ssize_t, size_b=Py_ssize_t, out=bytes, p="char *")
 cdef bytes _concat3(bytes a, bytes b, bytes c)
+@cython.locals(total=Py_ssize_t, piece=bytes, out=bytes, p="char *")
+cdef bytes _join(tuple pieces)
 cdef bytes _field_bytes(bytes tag, bytes data)
 cpdef bytes counter_value_field(object value)
-cpdef bytes counter_fields(bytes track_field, object value)
 
 
 cdef class TrackEventWriter:
@@ -21,7 +22,7 @@ cdef class TrackEventWriter:
     cdef public long long last_ts
     cdef public bint cleared
     cdef public bint closed
-    cdef dict _begin_tails
+    cdef dict _tails
     cdef dict _heads
     cdef set _emitted_names
     cdef set _emitted_categories
@@ -38,13 +39,18 @@ cdef class TrackEventWriter:
     @cython.locals(delta="long long")
     cdef bytes _timestamp(self, long long ts)
     cdef tuple _event_head(self, Py_ssize_t key, int event_type)
-    @cython.locals(tail=bytes, delta="long long")
     cpdef slice_begin(self, Py_ssize_t key, long long ts)
-    cdef bytes _new_begin_tail(self, Py_ssize_t key, long long ts)
+    cpdef instant(self, Py_ssize_t key, long long ts)
+    @cython.locals(head_key=Py_ssize_t, tail=bytes, delta="long long")
+    cdef _thread_event(self, Py_ssize_t key, int event_type, long long ts)
+    cdef bytes _new_tail(self, Py_ssize_t key, int event_type, long long ts)
     @cython.locals(delta="long long")
     cpdef slice_end(self, long long ts)
-    @cython.locals(head_key=Py_ssize_t, fields=bytes, size=Py_ssize_t, delta="long long", stamp=bytes, stamp_value=bytes, packet=bytes)
+    @cython.locals(head_key=Py_ssize_t, fields=bytes)
     cpdef event(self, Py_ssize_t key, int event_type, long long ts, bytes extra_fields, bytes interned)
+    cpdef counter(self, bytes track_field, object value, long long ts)
+    @cython.locals(size=Py_ssize_t, delta="long long", stamp=bytes, stamp_value=bytes, pieces=tuple)
+    cdef _write_event(self, long long ts, bytes interned, bytes fields, bytes extra, bytes extra2, bytes extra3)
     @cython.locals(bodies=dict, message=bytes)
     cpdef log_message(self, Py_ssize_t key, long long ts, Py_ssize_t location_iid, str body, int priority)
     cpdef ensure_state(self, long long ts)

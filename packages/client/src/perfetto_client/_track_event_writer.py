@@ -31,7 +31,6 @@ __all__ = [
     "EventKeys",
     "ThreadTimeWriter",
     "TrackEventWriter",
-    "counter_fields",
     "event_keys",
     "intern_debug_annotation_name",
     "load_encoders",
@@ -68,6 +67,7 @@ _TERMINATING_FLOW_ID = b"\x81\x03"  # TrackEvent.terminating_flow_ids (48, fixed
 _EXTRA_COUNTER_VALUE = b"\x60"  # TrackEvent.extra_counter_values (12, varint)
 _END_EVENT = _TYPE + bytes((TYPE_SLICE_END,))
 _TYPE_FIELDS = tuple(_TYPE + bytes((t,)) for t in range(8))
+_COUNTER_TYPE = _TYPE_FIELDS[TYPE_COUNTER]
 _END_TAIL = _TRACK_EVENT + bytes((len(_END_EVENT),)) + _END_EVENT + _NEEDS_STATE
 _INTERNED_CATEGORY = b"\x0a"  # InternedData.event_categories (1)
 _INTERNED_NAME = b"\x12"  # InternedData.event_names (2)
@@ -127,6 +127,21 @@ def _concat3(a: bytes, b: bytes, c: bytes) -> bytes:
         memcpy(p + size_a + size_b, PyBytes_AS_STRING(c), len(c))
         return out
     return a + b + c
+
+
+def _join(pieces: tuple[bytes, ...]) -> bytes:
+    """`b"".join(pieces)`."""
+    if cython.compiled:
+        total = 0
+        for piece in pieces:
+            total += len(piece)
+        out: bytes = PyBytes_FromStringAndSize(cython.NULL, total)
+        p = PyBytes_AS_STRING(out)
+        for piece in pieces:
+            memcpy(p, PyBytes_AS_STRING(piece), len(piece))
+            p += len(piece)
+        return out
+    return b"".join(pieces)
 
 
 def _field_bytes(tag: bytes, data: bytes) -> bytes:
@@ -269,8 +284,8 @@ class TrackEventWriter:
 
     Fast internal API (used by the tracer of `perfetto-trace`):
     `key = event_keys.key(category_name, function_name)` once, then
-    `writer.slice_begin(key, ts)` / `writer.slice_end(ts)` with `ts = writer.now()`; both
-    write one packet on the thread's track.
+    `writer.slice_begin(key, ts)` / `writer.slice_end(ts)` / `writer.instant(key, ts)` with
+    `ts = writer.now()`; each writes one packet on the thread's track.
     """
 
     def __init__(
@@ -294,7 +309,7 @@ class TrackEventWriter:
         self.cleared = True
         """True when the incremental state must be re-emitted before the next event."""
         self.closed = False
-        self._begin_tails: dict[int, bytes] = {}
+        self._tails: dict[int, bytes] = {}
         self._heads: dict[int, bytes] = {}
         self._emitted_names: set[int] = set()
         self._emitted_categories: set[int] = set()
@@ -316,7 +331,7 @@ class TrackEventWriter:
 
     def _reset(self, ts: int) -> None:
         self.cleared = False
-        self._begin_tails.clear()
+        self._tails.clear()
         self._heads.clear()
         self._emitted_names.clear()
         self._emitted_categories.clear()
@@ -385,11 +400,20 @@ class TrackEventWriter:
 
     def slice_begin(self, key: int, ts: int) -> None:
         """Begins a slice named by event key `key` on the thread's track at `ts` (trace ns)."""
+        self._thread_event(key, TYPE_SLICE_BEGIN, ts)
+
+    def instant(self, key: int, ts: int) -> None:
+        """Writes an instant event named by event key `key` on the thread's track at `ts`."""
+        self._thread_event(key, TYPE_INSTANT, ts)
+
+    def _thread_event(self, key: int, event_type: int, ts: int) -> None:
+        """Writes an event of `key` and `event_type` with no other field on the thread's track."""
         if self.cleared:
             self._reset(ts)
-        tail = self._begin_tails.get(key)
+        head_key = key << 3 | event_type
+        tail = self._tails.get(head_key)
         if tail is None:
-            tail = self._new_begin_tail(key, ts)
+            tail = self._new_tail(key, event_type, ts)
             if not tail:
                 return
         delta = ts - self.last_ts
@@ -402,13 +426,13 @@ class TrackEventWriter:
         else:
             self._write(self._timestamp(ts) + tail)
 
-    def _new_begin_tail(self, key: int, ts: int) -> bytes:
-        """Caches the encoding of `key`'s begin event; writes it (and returns b"") if it needs
-        interned data first."""
-        interned, fields = self._event_head(key, TYPE_SLICE_BEGIN)
+    def _new_tail(self, key: int, event_type: int, ts: int) -> bytes:
+        """Caches the encoding of `key`'s event of `event_type` on the thread's track; writes
+        it (and returns b"") if it needs interned data first."""
+        interned, fields = self._event_head(key, event_type)
         tail = _field_bytes(_TRACK_EVENT, fields) + _NEEDS_STATE
-        if len(self._begin_tails) < _MAX_CACHED_TAILS:
-            self._begin_tails[key] = tail
+        if len(self._tails) < _MAX_CACHED_TAILS:
+            self._tails[key << 3 | event_type] = tail
         if interned:
             self._write(self._timestamp(ts) + _field_bytes(_INTERNED_DATA, interned) + tail)
             return b""
@@ -452,7 +476,26 @@ class TrackEventWriter:
             else:
                 fields = _TYPE_FIELDS[event_type]
             self._heads[head_key] = fields
-        size = len(fields) + len(extra_fields)
+        self._write_event(ts, interned, fields, extra_fields, b"", b"")
+
+    def counter(self, track_field: bytes, value: float, ts: int) -> None:
+        """Writes a point `value` at `ts` on the counter track whose TrackEvent.track_uuid
+        field is `track_field` (described already): an int as counter_value, else a double."""
+        if self.cleared:
+            self._reset(ts)
+        if type(value) is int and 0 <= value < 16384:
+            self._write_event(
+                ts, b"", _COUNTER_TYPE, track_field, _COUNTER_VALUE, SHORT_VARINTS[value]
+            )
+        else:
+            self._write_event(ts, b"", _COUNTER_TYPE, track_field, counter_value_field(value), b"")
+
+    def _write_event(  # noqa: PLR0917 - positional: the hot paths call it
+        self, ts: int, interned: bytes, fields: bytes, extra: bytes, extra2: bytes, extra3: bytes
+    ) -> None:
+        """Writes a packet at `ts` holding InternedData body `interned` and a TrackEvent of
+        encoded `fields` followed by `extra`, `extra2` and `extra3`."""
+        size = len(fields) + len(extra) + len(extra2) + len(extra3)
         delta = ts - self.last_ts
         if 0 <= delta < 16384:
             self.last_ts = ts
@@ -461,19 +504,19 @@ class TrackEventWriter:
         else:
             stamp = self._timestamp(ts)
             stamp_value = b""
-        packet = b"".join(
-            (
-                stamp,
-                stamp_value,
-                _field_bytes(_INTERNED_DATA, interned) if interned else b"",
-                _TRACK_EVENT,
-                SHORT_VARINTS[size] if size < 16384 else varint(size),
-                fields,
-                extra_fields,
-                _NEEDS_STATE,
-            )
+        pieces = (
+            stamp,
+            stamp_value,
+            _field_bytes(_INTERNED_DATA, interned) if interned else b"",
+            _TRACK_EVENT,
+            SHORT_VARINTS[size] if size < 16384 else varint(size),
+            fields,
+            extra,
+            extra2,
+            extra3,
+            _NEEDS_STATE,
         )
-        self._write(packet)
+        self._write(_join(pieces))
 
     def log_message(self, key: int, ts: int, location_iid: int, body: str, priority: int) -> None:
         """Writes an instant of `key` on the thread's track carrying a LogMessage: the
@@ -592,6 +635,10 @@ class ThreadTimeWriter(TrackEventWriter):
         """Ends the innermost slice on the thread's track, with a thread time sample."""
         self.event(0, TYPE_SLICE_END, ts, b"", b"")
 
+    def instant(self, key: int, ts: int) -> None:
+        """Writes an instant on the thread's track, with a thread time sample."""
+        self.event(key, TYPE_INSTANT, ts, b"", b"")
+
     def event(
         self,
         key: int,
@@ -671,13 +718,6 @@ def counter_value_field(value: int | float) -> bytes:
             return _COUNTER_VALUE + SHORT_VARINTS[value]
         return _COUNTER_VALUE + varint(value & _U64)
     return _DOUBLE_COUNTER_VALUE + _pack_double(float(value))
-
-
-def counter_fields(track_field: bytes, value: int | float) -> bytes:
-    """`track_field` followed by the counter value field of `value`."""
-    if type(value) is int and 0 <= value < 16384:
-        return _concat3(track_field, _COUNTER_VALUE, SHORT_VARINTS[value])
-    return track_field + counter_value_field(value)
 
 
 def boottime_ns() -> int:
