@@ -143,3 +143,26 @@ def test_logging_level_filters_and_otel_without_the_sdk_fails_in_one_line(tmp_pa
     assert no_sdk.stderr == (
         "perfetto-trace: --otel needs the OpenTelemetry SDK: pip install 'perfetto-client[otel]'\n"
     )
+
+
+def test_the_summary_counts_the_programs_own_events_and_the_service_stays_quiet(
+    tmp_path: Path,
+) -> None:
+    program = (
+        "import logging\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        "for i in range(300):\n"
+        "    logging.info('step %d', i)\n"
+    )
+    (tmp_path / "p.py").write_text(program)
+    out = tmp_path / "t.pftrace"
+    plain = _run([sys.executable, "p.py"], tmp_path)
+    proc = _run([*TRACE, "--logging", "INFO", "-o", str(out), "p.py"], tmp_path)
+    assert proc.returncode == plain.returncode == 0, proc.stderr
+    # The program's INFO lines as without perfetto-trace, none of the in-process service's.
+    assert proc.stderr.startswith(plain.stderr)
+    assert proc.stderr.count("\n") == plain.stderr.count("\n") + 2  # the summary's two lines
+    trace: Any = parse_upstream_trace(out.read_bytes())
+    events = sum(1 for p in trace.packet if p.HasField("track_event"))
+    assert len([e for e in _client_events(out).events if e.log is not None]) == 300
+    assert f" {events:,} events, 0 lost" in proc.stderr

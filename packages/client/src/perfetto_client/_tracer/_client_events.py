@@ -8,11 +8,19 @@ appended to the trace when the recording stops.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import logging
 import os
+import sys
 from typing import Any
+
+from protozero import ProtoDecoder
 
 from perfetto_client import _tracing
 from perfetto_client._tracer._engine import Engine
+
+_PACKET = 1  # Trace.packet
+_TRACK_EVENT = 11  # TracePacket.track_event
 
 _CONFIG: dict[str, Any] = {
     "buffers": [{"size_kb": 8192}],
@@ -25,6 +33,17 @@ _CONFIG: dict[str, Any] = {
         }
     ],
 }
+
+
+@dataclasses.dataclass
+class ClientPart:
+    """The program's own events, recorded into a file of their own."""
+
+    path: str
+    events: int
+    """Its track events."""
+    lost: str
+    """What the session's buffer lost, said in one phrase ("" when nothing)."""
 
 
 class ClientEvents:
@@ -57,19 +76,55 @@ class ClientEvents:
     def _start(self) -> None:
         if self._session is not None:
             return
+        _quiet_service()
         self._original.__func__(_tracing.Backend.IN_PROCESS)
         session = _tracing.Tracing.new_trace(_tracing.Backend.IN_PROCESS)
         session.setup(_CONFIG, output=self.part)
         session.start()
         self._session = session
 
-    def finish(self) -> str | None:
-        """Stops our session; the path of its trace, if the program initialized tracing."""
+    def finish(self) -> ClientPart | None:
+        """Stops our session; its file, if the program initialized tracing."""
         _tracing.Tracing.initialize = self._original  # type: ignore[method-assign]
         session, self._session = self._session, None
         if session is None:
             return None
+        lost = ""
+        try:
+            lost = _losses(session.trace_stats())
+        except Exception as exc:  # the service went away: what it held is not known
+            lost = f"the program's own events: no statistics ({exc})"
         session.stop()
         with contextlib.suppress(Exception):
             session.close()
-        return self.part if os.path.exists(self.part) else None
+        if not os.path.exists(self.part):
+            return None
+        with open(self.part, "rb") as part:
+            return ClientPart(self.part, _track_events(part.read()), lost)
+
+
+def _quiet_service() -> None:
+    """The in-process service's log lines go to stderr from WARNING on, not into the
+    program's own logging (a program that logs INFO would print the service's lines)."""
+    service = logging.getLogger("perfetto_service")
+    if service.propagate:
+        service.propagate = False
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setLevel(logging.WARNING)
+        handler.setFormatter(logging.Formatter("perfetto-trace: %(message)s"))
+        service.addHandler(handler)
+
+
+def _losses(stats: Any) -> str:
+    chunks = sum(b.chunks_overwritten + b.chunks_discarded for b in stats.buffer_stats)
+    if not chunks:
+        return ""
+    return f"the program's own events: {chunks:,} chunks lost in a full buffer"
+
+
+def _track_events(trace: bytes) -> int:
+    count = 0
+    for field in ProtoDecoder(trace):
+        if field.id == _PACKET and any(f.id == _TRACK_EVENT for f in field.as_message()):
+            count += 1
+    return count

@@ -127,8 +127,13 @@ class Recording:
         stats: SinkStats = engine.stop()
         if self._client is not None:
             if client_part is not None and not engine.write_error:
-                with open(client_part, "rb") as part, open(stats.path, "ab") as out:
+                with open(client_part.path, "rb") as part, open(stats.path, "ab") as out:
                     shutil.copyfileobj(part, out)
+                stats.events_written += client_part.events
+                if client_part.lost:
+                    stats.lost_reason = "; ".join(
+                        filter(None, (stats.lost_reason, client_part.lost))
+                    )
             with contextlib.suppress(OSError):
                 os.unlink(self._client.part)
             self._client = None
