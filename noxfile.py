@@ -37,6 +37,7 @@ INSTALLED_TESTS_ON = "3.11"
 # ruff and mypy: the generated code's lint and type check).
 TEST_REQUIREMENTS = [
     *("pytest", "pytest-randomly", "pytest-timeout", "pytest-xdist", "hypothesis", "perfetto"),
+    "opentelemetry-sdk",
     *("grpcio-tools", "mypy-protobuf", "ruff", "mypy"),
 ]
 BUILD_REQUIREMENTS = ["cython", "setuptools"]

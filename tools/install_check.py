@@ -45,7 +45,14 @@ SOURCES = {
     "perfetto-heapprofd": ROOT / "packages" / "heapprofd",
 }
 ALWAYS_PRESENT = {"pip", "setuptools", "wheel"}
-TEST_TOOLS = ("pytest", "pytest-timeout", "hypothesis", "perfetto")
+TEST_TOOLS = (
+    "pytest",
+    "pytest-timeout",
+    "pytest-xdist",
+    "hypothesis",
+    "perfetto",
+    "opentelemetry-sdk",
+)
 TIMEOUT = 60.0
 
 # Run inside the installed venv: every perfetto distribution's modules, files and scripts.
