@@ -76,8 +76,11 @@ for dist in m.distributions():
                 f.split(".")[0].replace("/", ".")
             ).__file__
             for f in files
-            if f.endswith(".so")
+            if f.endswith(".so") and ".cpython-" in f
         },
+        "libraries": sorted(
+            f.rsplit("/", 1)[-1] for f in files if f.endswith(".so") and ".cpython-" not in f
+        ),
     }
 print(json.dumps(found))
 """
@@ -162,6 +165,13 @@ def check_install(package: str, python: Path, venv: Path) -> None:
             raise CheckError(f"{name}: its wheel lacks the compiled {missing}, has {extra} besides")
         if declared:
             counts.append(f"{name} {len(declared)}")
+        libraries = (
+            sorted(f"{c.stem}.so" for c in (source / "src").rglob("lib*.c")) if source else []
+        )
+        if info["libraries"] != libraries:
+            raise CheckError(
+                f"{name}: its wheel has the libraries {info['libraries']}, not {libraries}"
+            )
     compiled = {m: f for info in found.values() for m, f in info["compiled"].items()}
     pure = sorted(m for m, path in compiled.items() if not str(path).endswith(".so"))
     if pure:
