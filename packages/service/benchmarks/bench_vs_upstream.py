@@ -51,7 +51,7 @@ from perfetto_protos.common.observable_events_pb2 import ObservableEvents
 from perfetto_protos.common.trace_stats_pb2 import TraceStats
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_service import ConsumerIPCClient, TracePacketSlices
-from protozero import encode_varint
+from protozero import _native, encode_varint
 
 BUFFER_KB = 32 * 1024
 CATEGORY = "bench"
@@ -371,7 +371,7 @@ def main() -> None:
         "--read-slices",
         type=int,
         default=500_000,
-        help="per thread, for the ReadBuffers sessions (fills and wraps the buffer)",
+        help="per thread, for the ReadBuffers sessions (fills and wraps the buffer; 0: none)",
     )
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
@@ -389,8 +389,10 @@ def main() -> None:
     producer_kinds = {"our client (SYSTEM backend)": (client, args.client_slices or args.slices)}
     if sdk:
         producer_kinds = {"upstream SDK": (sdk, args.slices), **producer_kinds}
+    build = "pure Python" if _native.pure_requested() else "compiled"
     print(
-        f"{args.producers} producer processes x {args.threads} threads, 32 MiB RING_BUFFER,"
+        f"our traced and client: {build}; {args.producers} producer processes x {args.threads}"
+        " threads, 32 MiB RING_BUFFER,"
         f" {args.runs} runs (median); CPU is traced's utime+stime from EnableTracing to the end"
         " of DisableTracing, a traced started for each session"
     )
@@ -409,6 +411,8 @@ def main() -> None:
                     f" loss {100 * (1 - o['arrived'] / o['sent']):.1f} % vs"
                     f" {100 * (1 - u['arrived'] / u['sent']):.1f} % (goal: <=)"
                 )
+        if not args.read_slices:
+            return
         reader_producer, _ = next(iter(producer_kinds.values()))
         print(
             f"ReadBuffers of a full buffer ({args.read_slices} slices per thread from"
