@@ -11,12 +11,13 @@ ReadBuffers into a file. Measured per session:
   package), TrackEvents of type SLICE_BEGIN/SLICE_END counted; the loss each side reports
   (TraceStats: `trace_writer_packet_loss`, `chunks_discarded`, `abi_violations`; packets
   marked `previous_packet_dropped`);
-* ReadBuffers of a full, wrapped buffer (`--read-slices` per producer): traced's CPU per MB
-  read over IPC.
+* ReadBuffers of a full, wrapped buffer (our client's producers, `--read-slices` per thread; by
+  default about 80 MB written): traced's CPU per MB read over IPC.
 
 Producers: upstream SDK programs (`--upstream-producer` or PERFETTO_UPSTREAM_PRODUCER: a
-program `PRODUCER THREADS SLICES` writing TRACE_EVENT("bench", "slice", "i", i) through the
-SYSTEM backend once `bench` is enabled, printing a line starting with `done`, and exiting when
+program `PRODUCER THREADS SLICES ARG_BYTES` writing TRACE_EVENT("bench", "slice", "i", i), or
+with ARG_BYTES > 0 a string argument "s" of that many bytes, through the SYSTEM backend once
+`bench` is enabled, printing a line starting with `done`, and exiting when
 the session stops) and our client on the SYSTEM backend (this script with `--client`). The
 reference service is `--upstream-traced` or PERFETTO_UPSTREAM_TRACED (it reads the socket
 paths from PERFETTO_PRODUCER_SOCK_NAME and PERFETTO_CONSUMER_SOCK_NAME, as upstream's
@@ -25,7 +26,7 @@ sessions interleaved.
 
     PERFETTO_UPSTREAM_TRACED=... PERFETTO_UPSTREAM_PRODUCER=... \\
         python packages/service/benchmarks/bench_vs_upstream.py [--runs N] [--producers N]
-        [--threads N] [--slices N] [--read-slices N]
+        [--threads N] [--slices N] [--arg-bytes N] [--read-slices N]
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ _SLICE_EVENTS = (UpstreamTrackEvent.TYPE_SLICE_BEGIN, UpstreamTrackEvent.TYPE_SL
 # Our client as a producer (this script with --client) ---------------------------------------
 
 
-def client_main(threads: int, slices: int) -> None:
+def client_main(threads: int, slices: int, arg_bytes: int) -> None:
     """What the SDK producer does, with perfetto_client on the SYSTEM backend."""
     import perfetto_client as pc  # only the producer processes need it
 
@@ -71,10 +72,16 @@ def client_main(threads: int, slices: int) -> None:
     bench = pc.Category(CATEGORY)
     _wait_until(lambda: bench.enabled, "no session enabled 'bench'")
 
+    text = "x" * arg_bytes
+
     def work() -> None:
         for i in range(slices):
-            with pc.trace_event(bench, "slice", i=i):
-                pass
+            if text:
+                with pc.trace_event(bench, "slice", s=text):
+                    pass
+            else:
+                with pc.trace_event(bench, "slice", i=i):
+                    pass
 
     workers = [threading.Thread(target=work) for _ in range(threads)]
     for worker in workers:
@@ -227,6 +234,7 @@ def run_session(  # noqa: PLR0917 - one session's shape
     producers: int,
     threads: int,
     slices: int,
+    arg_bytes: int,
     directory: str,
 ) -> Session:
     """Records one session with `producers` processes of `producer` and reads it back."""
@@ -243,7 +251,7 @@ def run_session(  # noqa: PLR0917 - one session's shape
         for _ in range(producers):
             processes.append(
                 subprocess.Popen(
-                    [*producer, str(threads), str(slices)],
+                    [*producer, str(threads), str(slices), str(arg_bytes)],
                     env=service.env,
                     stdout=subprocess.PIPE,
                     text=True,
@@ -350,7 +358,15 @@ def _sessions(
             service = Service(name, command, directory)
             try:
                 results[name].append(
-                    run_session(service, producer, args.producers, args.threads, slices, directory)
+                    run_session(
+                        service,
+                        producer,
+                        args.producers,
+                        args.threads,
+                        slices,
+                        args.arg_bytes,
+                        directory,
+                    )
                 )
             finally:
                 service.stop()
@@ -368,13 +384,18 @@ def main() -> None:
         "--client-slices", type=int, default=None, help="per thread of our client's producers"
     )
     parser.add_argument(
+        "--arg-bytes", type=int, default=0, help="a string argument of N bytes instead of an int"
+    )
+    parser.add_argument(
         "--read-slices",
         type=int,
-        default=500_000,
+        default=None,
         help="per thread, for the ReadBuffers sessions (fills and wraps the buffer; 0: none)",
     )
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
+    if args.read_slices is None:
+        args.read_slices = 80_000_000 // (args.producers * args.threads * 2 * (20 + args.arg_bytes))
     ours = [sys.executable, "-m", "perfetto_service.traced"]
     client = [sys.executable, os.path.abspath(__file__), "--client"]
     sdk = [args.upstream_producer] if args.upstream_producer else None
@@ -390,9 +411,11 @@ def main() -> None:
     if sdk:
         producer_kinds = {"upstream SDK": (sdk, args.slices), **producer_kinds}
     build = "pure Python" if _native.pure_requested() else "compiled"
+    argument = f"a string of {args.arg_bytes} bytes" if args.arg_bytes else "an int"
     print(
         f"our traced and client: {build}; {args.producers} producer processes x {args.threads}"
-        " threads, 32 MiB RING_BUFFER,"
+        f" threads, each slice's argument {argument},"
+        " 32 MiB RING_BUFFER,"
         f" {args.runs} runs (median); CPU is traced's utime+stime from EnableTracing to the end"
         " of DisableTracing, a traced started for each session"
     )
@@ -413,12 +436,11 @@ def main() -> None:
                 )
         if not args.read_slices:
             return
-        reader_producer, _ = next(iter(producer_kinds.values()))
         print(
-            f"ReadBuffers of a full buffer ({args.read_slices} slices per thread from"
-            f" {next(iter(producer_kinds))} producers):"
+            f"ReadBuffers of a full buffer ({args.read_slices} slices per thread from our"
+            " client's producers, which lose nothing):"
         )
-        read = _sessions(services, reader_producer, args.read_slices, args, directory)
+        read = _sessions(services, client, args.read_slices, args, directory)
         per_mb = {}
         for name, sessions in read.items():
             cpu = _median(sessions, "read_cpu")
@@ -436,7 +458,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--client":
-        client_main(int(sys.argv[2]), int(sys.argv[3]))
+    if len(sys.argv) == 5 and sys.argv[1] == "--client":
+        client_main(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
     else:
         main()
