@@ -83,8 +83,7 @@ def test_categories_are_advertised_in_the_track_event_descriptor() -> None:
     Tracing.initialize(Backend.IN_PROCESS)
     from perfetto_client import _tracing
 
-    backend = _tracing._state.in_process
-    assert backend is not None
+    backend = _tracing.in_process_backend()
     results: list[Any] = []
     consumer = backend.call(lambda: backend.service.connect_consumer(_NullConsumer(), os.getuid()))
     import threading

@@ -231,6 +231,32 @@ def test_without_the_flag_only_the_options_are_added(tmp_path: Path) -> None:
     assert "--perfetto" not in disabled.stdout
 
 
+def test_recording_loads_no_protobuf(tmp_path: Path) -> None:
+    """The sequences describe their clock, thread and process without protobuf's classes,
+    whose import would cost more than a small test run."""
+    project = _project(tmp_path)
+    (project / "tests" / "test_loaded.py").write_text(
+        "import sys\n\n\n"
+        "def test_recorded_without_protobuf():\n"
+        "    assert 'perfetto_client._tracer._test_run' in sys.modules\n"
+        "    assert 'google.protobuf' not in sys.modules\n"
+    )
+    out = tmp_path / "run.pftrace"
+
+    result = _pytest(project, "--perfetto", str(out), "tests/test_loaded.py")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _wrote(result.stdout)["lost"] == "0 lost"
+    model = TraceModel(out.read_bytes())
+    tests = _test_slices(model)
+    test = tests["tests/test_loaded.py::test_recorded_without_protobuf"]
+    assert (test.outcome, test.children) == ("passed", ["setup", "call", "teardown"])
+    desc = model.tracks[test.track]
+    assert desc.thread.thread_name == "MainThread"
+    processes = [d for d in model.tracks.values() if d.HasField("process")]
+    assert [(p.process.process_name, p.uuid) for p in processes] == [("pytest", desc.parent_uuid)]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

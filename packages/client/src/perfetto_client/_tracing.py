@@ -45,7 +45,11 @@ class _State:
         self.kinds: list[DataSourceKind] = []
         self.shmem_size_hint_kb = 0
         self.use_monotonic_clock = False
+        self.track_event_policy: BufferExhaustedPolicy | None = None
+        self.configured = False
+        """Whether the first `initialize` set the options (the clock, the policy)."""
         self.track_event: TrackEventKind | None = None
+        """The track_event data source, made when the first backend starts."""
 
     def all_kinds(self) -> list[DataSourceKind]:
         return list(self.kinds)
@@ -71,38 +75,27 @@ class Tracing:
         STALL_THEN_DROP by default) is what track events do when the shared memory buffer is
         full, unless a session's data source config sets `buffer_exhausted_policy`.
 
-        IN_PROCESS runs the tracing service inside this process; SYSTEM connects to `traced`
-        through PERFETTO_PRODUCER_SOCK_NAME or the default socket (a missing service is one
-        log line; the connection comes up, and comes back, whenever the service does).
+        IN_PROCESS runs the tracing service inside this process, started when the first session
+        needs it (`new_trace`); SYSTEM connects to `traced` through PERFETTO_PRODUCER_SOCK_NAME
+        or the default socket (a missing service is one log line; the connection comes up, and
+        comes back, whenever the service does).
         """
-        from perfetto_smb import BufferExhaustedPolicy
-
-        from perfetto_client._backends import InProcessBackend, SystemBackend
         from perfetto_client._track_event import watch_thread_names
-        from perfetto_client._track_event_source import TrackEventKind
-        from perfetto_client._track_event_writer import load_encoders
 
-        load_encoders()
         backends = Backend(backends)
         with _state.lock:
-            if _state.track_event is None:
+            if not _state.configured:
+                _state.configured = True
                 _state.shmem_size_hint_kb = shmem_size_hint_kb
                 _state.use_monotonic_clock = use_monotonic_clock
-                _state.track_event = TrackEventKind(
-                    use_monotonic_clock=use_monotonic_clock,
-                    adopts_startup=True,
-                    buffer_exhausted_policy=track_event_buffer_exhausted_policy
-                    or BufferExhaustedPolicy.STALL_THEN_DROP,
-                )
-                _state.kinds.insert(0, _state.track_event)
+                _state.track_event_policy = track_event_buffer_exhausted_policy
                 _api.set_trace_clock(time.monotonic_ns if use_monotonic_clock else BOOTTIME_CLOCK)
                 registry.on_new_category.append(_categories_changed)
                 watch_thread_names()
-            if Backend.IN_PROCESS in backends and _state.in_process is None:
-                _state.in_process = InProcessBackend(
-                    _state.all_kinds, shmem_size_hint_kb=_state.shmem_size_hint_kb
-                )
             if Backend.SYSTEM in backends and _state.system is None:
+                from perfetto_client._backends import SystemBackend
+
+                _track_event_kind()
                 _state.system = SystemBackend(
                     _state.all_kinds, shmem_size_hint_kb=_state.shmem_size_hint_kb
                 )
@@ -120,10 +113,7 @@ class Tracing:
 
         backend = Backend(backend)
         if backend == Backend.IN_PROCESS:
-            if _state.in_process is None:
-                Tracing.initialize(Backend.IN_PROCESS)
-            in_process = _state.in_process
-            assert in_process is not None
+            in_process = in_process_backend()
             return TracingSession(lambda session: InProcessTransport(in_process, session))
         if backend == Backend.SYSTEM:
             from perfetto_service import consumer_socket_name
@@ -183,6 +173,45 @@ class Tracing:
         return system is not None and system.wait_connected(timeout)
 
 
+def in_process_backend() -> InProcessBackend:
+    """The in-process tracing service, started on first use (initializing IN_PROCESS if needed).
+
+    Nothing before a session needs it: until then no data source runs, so `initialize` only
+    records that the backend is wanted, and asyncio, protobuf and shared memory load here.
+    """
+    with _state.lock:
+        if _state.in_process is None:
+            from perfetto_client._backends import InProcessBackend
+
+            if Backend.IN_PROCESS not in _state.backends:
+                Tracing.initialize(Backend.IN_PROCESS)
+            _track_event_kind()
+            _state.in_process = InProcessBackend(
+                _state.all_kinds, shmem_size_hint_kb=_state.shmem_size_hint_kb
+            )
+        return _state.in_process
+
+
+def _track_event_kind() -> TrackEventKind:
+    """The track_event data source, made (and the event encoders bound) on the first call."""
+    kind = _state.track_event
+    if kind is None:
+        from perfetto_smb import BufferExhaustedPolicy
+
+        from perfetto_client._track_event_source import TrackEventKind
+        from perfetto_client._track_event_writer import load_encoders
+
+        load_encoders()
+        kind = _state.track_event = TrackEventKind(
+            use_monotonic_clock=_state.use_monotonic_clock,
+            adopts_startup=True,
+            buffer_exhausted_policy=_state.track_event_policy
+            or BufferExhaustedPolicy.STALL_THEN_DROP,
+        )
+        _state.kinds.insert(0, kind)
+    return kind
+
+
 def register_kind(kind: DataSourceKind) -> None:
     """Adds a data source kind and registers it on every running backend."""
     with _state.lock:
@@ -217,7 +246,7 @@ def _after_fork_in_child() -> None:
         after_fork = getattr(kind, "after_fork", None)
         if after_fork is not None:
             after_fork()
-    if old.track_event is not None:
+    if old.configured:
         registry.on_new_category.clear()
         system = Backend.SYSTEM in old.backends
         Tracing.initialize(

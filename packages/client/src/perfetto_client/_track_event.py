@@ -279,12 +279,12 @@ def _incremental_state_packets(
         clock_snapshot_packet(
             ts, writer.clock_id, writer.thread_track_uuid, counter.uuid if counter else 0
         ),
-        thread.descriptor().SerializeToString(),
-        process.descriptor().SerializeToString(),
+        thread.descriptor_bytes(),
+        process.descriptor_bytes(),
     ]
     if counter is not None:
         writer.seen_tracks.add(counter.uuid)
-        packets.append(counter.descriptor().SerializeToString())
+        packets.append(counter.descriptor_bytes())
     return packets
 
 
@@ -321,7 +321,7 @@ class ThreadState:
         name = threading.current_thread().name
         if name != self.track.name:
             self.track = ThreadTrack.current()
-            descriptor = self.track.descriptor().SerializeToString()
+            descriptor = self.track.descriptor_bytes()
             for writer in self.writers.values():
                 if writer is not None and not writer.cleared:
                     writer.thread_name = name

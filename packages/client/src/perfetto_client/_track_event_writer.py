@@ -75,6 +75,25 @@ _INTERNED_ANNOTATION_NAME = b"\x1a"  # InternedData.debug_annotation_names (3)
 _INTERNED_SOURCE_LOCATION = b"\x22"  # InternedData.source_locations (4)
 _INTERNED_LOG_BODY = b"\xa2\x01"  # InternedData.log_message_body (20)
 _LOG_MESSAGE = b"\xaa\x01"  # TrackEvent.log_message (21)
+_CLOCK_SNAPSHOT = b"\x32"  # TracePacket.clock_snapshot (6)
+_SEQUENCE_FLAGS = b"\x68"  # TracePacket.sequence_flags (13)
+_TRACE_PACKET_DEFAULTS = b"\xda\x03"  # TracePacket.trace_packet_defaults (59)
+_TRACK_DESCRIPTOR = b"\xe2\x03"  # TracePacket.track_descriptor (60)
+_TRACK_EVENT_DEFAULTS = b"\x5a"  # TracePacketDefaults.track_event_defaults (11)
+_EXTRA_COUNTER_TRACK_UUID = b"\xf8\x01"  # TrackEventDefaults.extra_counter_track_uuids (31)
+_CLOCK = b"\x0a"  # ClockSnapshot.clocks (1)
+_CLOCK_ID = b"\x08"  # ClockSnapshot.Clock.clock_id (1)
+_CLOCK_TIMESTAMP = b"\x10"  # ClockSnapshot.Clock.timestamp (2)
+_CLOCK_INCREMENTAL_NS = b"\x18\x01\x20\x01"  # is_incremental (3), unit_multiplier_ns (4) = 1
+_UUID = b"\x08"  # TrackDescriptor.uuid (1)
+_PROCESS = b"\x1a"  # TrackDescriptor.process (3)
+_THREAD = b"\x22"  # TrackDescriptor.thread (4)
+_PARENT_UUID = b"\x28"  # TrackDescriptor.parent_uuid (5)
+_PID = b"\x08"  # ProcessDescriptor.pid / ThreadDescriptor.pid (1)
+_CMDLINE = b"\x12"  # ProcessDescriptor.cmdline (2)
+_PROCESS_NAME = b"\x32"  # ProcessDescriptor.process_name (6)
+_TID = b"\x10"  # ThreadDescriptor.tid (2)
+_THREAD_NAME = b"\x2a"  # ThreadDescriptor.thread_name (5)
 _MAX_LOG_BODIES = 1024
 """Log message bodies a sequence remembers (and reuses the iids of) at most."""
 _MAX_CACHED_TAILS = 50_000
@@ -669,24 +688,54 @@ def clock_snapshot_packet(
     the thread's track and the thread time counter track, if any) and ties the sequence
     clock to `clock_id` with a ClockSnapshot.
     """
-    from perfetto_protos.trace.trace_packet_pb2 import TracePacket
-
-    packet = TracePacket(
-        timestamp=ts,
-        timestamp_clock_id=clock_id,
-        sequence_flags=SEQ_INCREMENTAL_STATE_CLEARED,
-    )
-    defaults = packet.trace_packet_defaults
-    defaults.timestamp_clock_id = CLOCK_ID_INCREMENTAL
-    defaults.track_event_defaults.track_uuid = track_uuid
+    sequence_clock = _CLOCK_ID + varint(clock_id) + _CLOCK_TIMESTAMP + varint(ts)
+    incremental_clock = (
+        _CLOCK_ID + varint(CLOCK_ID_INCREMENTAL) + _CLOCK_TIMESTAMP + varint(ts)
+    ) + _CLOCK_INCREMENTAL_NS
+    clocks = _field_bytes(_CLOCK, sequence_clock) + _field_bytes(_CLOCK, incremental_clock)
+    track_event_defaults = _TRACK_UUID + varint(track_uuid)
     if extra_counter_track_uuid:
-        defaults.track_event_defaults.extra_counter_track_uuids.append(extra_counter_track_uuid)
-    snapshot = packet.clock_snapshot
-    snapshot.clocks.add(clock_id=clock_id, timestamp=ts)
-    snapshot.clocks.add(
-        clock_id=CLOCK_ID_INCREMENTAL, timestamp=ts, is_incremental=True, unit_multiplier_ns=1
+        track_event_defaults += _EXTRA_COUNTER_TRACK_UUID + varint(extra_counter_track_uuid)
+    defaults = (
+        _field_bytes(_TRACK_EVENT_DEFAULTS, track_event_defaults)
+        + _TS_CLOCK_ID
+        + varint(CLOCK_ID_INCREMENTAL)
     )
-    return packet.SerializeToString()
+    return (
+        _field_bytes(_CLOCK_SNAPSHOT, clocks)
+        + _TS
+        + varint(ts)
+        + _SEQUENCE_FLAGS
+        + varint(SEQ_INCREMENTAL_STATE_CLEARED)
+        + _TS_CLOCK_ID
+        + varint(clock_id)
+        + _field_bytes(_TRACE_PACKET_DEFAULTS, defaults)
+    )
+
+
+def process_descriptor_packet(uuid: int, pid: int, name: str, cmdline: list[str]) -> bytes:
+    """The TracePacket with the TrackDescriptor of a process's track."""
+    if not SHORT_VARINTS:  # a track may be described before tracing starts
+        load_encoders()
+    process = _PID + varint(pid)
+    for arg in cmdline:
+        process += _field_bytes(_CMDLINE, arg.encode("utf-8", "surrogatepass"))
+    process += _field_bytes(_PROCESS_NAME, name.encode("utf-8", "surrogatepass"))
+    track = _UUID + varint(uuid) + _field_bytes(_PROCESS, process)
+    return _field_bytes(_TRACK_DESCRIPTOR, track)
+
+
+def thread_descriptor_packet(uuid: int, parent_uuid: int, pid: int, tid: int, name: str) -> bytes:
+    """The TracePacket with the TrackDescriptor of a thread's track (unnamed if `name` is "")."""
+    if not SHORT_VARINTS:  # a track may be described before tracing starts
+        load_encoders()
+    thread = _PID + varint(pid) + _TID + varint(tid)
+    if name:
+        thread += _field_bytes(_THREAD_NAME, name.encode("utf-8", "surrogatepass"))
+    track = (
+        _UUID + varint(uuid) + _field_bytes(_THREAD, thread) + _PARENT_UUID + varint(parent_uuid)
+    )
+    return _field_bytes(_TRACK_DESCRIPTOR, track)
 
 
 def fixed64(value: int) -> bytes:

@@ -168,12 +168,15 @@ class ProcessTrack(Track):
 
     def descriptor(self) -> TracePacket:
         """The TracePacket with this process's ProcessDescriptor."""
-        packet = super().descriptor()
-        process = packet.track_descriptor.process
-        process.pid = os.getpid()
-        process.process_name = _process_name()
-        process.cmdline.extend(sys.orig_argv)
-        return packet
+        from perfetto_protos.trace.trace_packet_pb2 import TracePacket
+
+        return TracePacket.FromString(self.descriptor_bytes())
+
+    def descriptor_bytes(self) -> bytes:
+        """The encoded descriptor packet (with the process's current name)."""
+        from perfetto_client._track_event_writer import process_descriptor_packet
+
+        return process_descriptor_packet(self.uuid, os.getpid(), _process_name(), sys.orig_argv)
 
 
 class ThreadTrack(Track):
@@ -196,13 +199,17 @@ class ThreadTrack(Track):
 
     def descriptor(self) -> TracePacket:
         """The TracePacket with this thread's ThreadDescriptor."""
-        packet = super().descriptor()
-        thread = packet.track_descriptor.thread
-        thread.pid = os.getpid()
-        thread.tid = self.tid
-        if self.name:
-            thread.thread_name = self.name
-        return packet
+        from perfetto_protos.trace.trace_packet_pb2 import TracePacket
+
+        return TracePacket.FromString(self.descriptor_bytes())
+
+    def descriptor_bytes(self) -> bytes:
+        """The encoded descriptor packet."""
+        from perfetto_client._track_event_writer import thread_descriptor_packet
+
+        return thread_descriptor_packet(
+            self.uuid, self.parent_uuid, os.getpid(), self.tid, self.name
+        )
 
 
 class NamedTrack(Track):
