@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -60,3 +62,30 @@ def test_one_recording_at_a_time(tmp_path: Path) -> None:
 def test_unknown_option_is_a_tracing_error(tmp_path: Path) -> None:
     with pytest.raises(TracingError, match="colour"):
         record(tmp_path / "x.pftrace", colour="red")
+
+
+def test_the_service_logger_is_given_back_after_the_block(tmp_path: Path) -> None:
+    # During the block the in-process service's INFO lines stay out of the program's
+    # logging; after it, the program's own use of that logger is as before.
+    program = (
+        "import logging\n"
+        "import perfetto_client\n"
+        "from perfetto_client._tracer import record\n"
+        "logging.basicConfig(level=logging.INFO, format='%(name)s: %(message)s')\n"
+        "with record('t.pftrace'):\n"
+        "    perfetto_client.Tracing.initialize()\n"
+        "    perfetto_client.instant('app', 'inside')\n"
+        "logging.getLogger('perfetto_service').info('after the block')\n"
+    )
+    (tmp_path / "p.py").write_text(program)
+    proc = subprocess.run(
+        [sys.executable, "p.py"],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == ["perfetto_service: after the block"]
+    assert decode(tmp_path / "t.pftrace").problems == []

@@ -312,8 +312,12 @@ class InProcessTransport:
 
     def close(self) -> None:
         endpoint = self.endpoint
-        self._backend.post(endpoint.free_buffers)
-        self._backend.post(endpoint.disconnect)  # type: ignore[attr-defined]
+
+        def free_and_disconnect() -> None:
+            endpoint.free_buffers()
+            endpoint.disconnect()  # type: ignore[attr-defined]
+
+        self._backend.call(free_and_disconnect)
 
 
 class SystemTransport:

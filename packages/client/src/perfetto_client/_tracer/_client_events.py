@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from protozero import ProtoDecoder
@@ -53,6 +54,7 @@ class ClientEvents:
         self.part = part
         self._engine = engine
         self._session: Any = None
+        self._restore_logger: Callable[[], None] | None = None
         self._original = _tracing.Tracing.__dict__["initialize"]
 
     def enable(self) -> None:
@@ -62,6 +64,7 @@ class ClientEvents:
         def initialize(backends: Any = _tracing.Backend.IN_PROCESS, **options: Any) -> None:
             # The service's thread is ours, not the program's: it is not recorded.
             with self._engine.threads_not_recorded():
+                self._quiet_service()
                 original(backends, **options)
                 self._start()
 
@@ -76,43 +79,61 @@ class ClientEvents:
     def _start(self) -> None:
         if self._session is not None:
             return
-        _quiet_service()
+        self._quiet_service()
         self._original.__func__(_tracing.Backend.IN_PROCESS)
         session = _tracing.Tracing.new_trace(_tracing.Backend.IN_PROCESS)
         session.setup(_CONFIG, output=self.part)
         session.start()
         self._session = session
 
+    def _quiet_service(self) -> None:
+        if self._restore_logger is None:
+            self._restore_logger = _quiet_service()
+
     def finish(self) -> ClientPart | None:
-        """Stops our session; its file, if the program initialized tracing."""
+        """Stops our session; its file, if the program initialized tracing. The service's
+        logger is as before once the session is gone."""
         _tracing.Tracing.initialize = self._original  # type: ignore[method-assign]
         session, self._session = self._session, None
-        if session is None:
-            return None
-        lost = ""
         try:
-            lost = _losses(session.trace_stats())
-        except Exception as exc:  # the service went away: what it held is not known
-            lost = f"the program's own events: no statistics ({exc})"
-        session.stop()
-        with contextlib.suppress(Exception):
-            session.close()
+            if session is None:
+                return None
+            lost = ""
+            try:
+                lost = _losses(session.trace_stats())
+            except Exception as exc:  # the service went away: what it held is not known
+                lost = f"the program's own events: no statistics ({exc})"
+            session.stop()
+            with contextlib.suppress(Exception):
+                session.close()
+        finally:
+            if self._restore_logger is not None:
+                self._restore_logger()
+                self._restore_logger = None
         if not os.path.exists(self.part):
             return None
         with open(self.part, "rb") as part:
             return ClientPart(self.part, _track_events(part.read()), lost)
 
 
-def _quiet_service() -> None:
+def _quiet_service() -> Callable[[], None]:
     """The in-process service's log lines go to stderr from WARNING on, not into the
-    program's own logging (a program that logs INFO would print the service's lines)."""
+    program's own logging (a program that logs INFO would print the service's lines),
+    until the returned function puts the logger back as it was."""
     service = logging.getLogger("perfetto_service")
-    if service.propagate:
-        service.propagate = False
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setLevel(logging.WARNING)
-        handler.setFormatter(logging.Formatter("perfetto-trace: %(message)s"))
-        service.addHandler(handler)
+    if not service.propagate:
+        return lambda: None
+    service.propagate = False
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("perfetto-trace: %(message)s"))
+    service.addHandler(handler)
+
+    def restore() -> None:
+        service.removeHandler(handler)
+        service.propagate = True
+
+    return restore
 
 
 def _losses(stats: Any) -> str:

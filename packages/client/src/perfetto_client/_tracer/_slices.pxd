@@ -39,6 +39,7 @@ cdef class _Sequence:
     cdef public long long clock_ns
 
 
+@cython.final
 cdef class SliceReader:
     cdef public dict functions
     cdef public list stacks
@@ -62,7 +63,7 @@ cdef class SliceReader:
     cdef bytes _data
 
     @cython.locals(value="unsigned long long", shift=int, b="unsigned long long")
-    cdef unsigned long long _varint(self, const unsigned char[::1] buf, Py_ssize_t pos, Py_ssize_t end) noexcept
+    cdef inline unsigned long long _varint(self, const unsigned char[::1] buf, Py_ssize_t pos, Py_ssize_t end) noexcept
     @cython.locals(size="unsigned long long")
     cdef Py_ssize_t _skip(self, const unsigned char[::1] buf, Py_ssize_t pos, Py_ssize_t end, int wire_type, str where) except -1
     cdef str _string(self, Py_ssize_t pos, Py_ssize_t end)

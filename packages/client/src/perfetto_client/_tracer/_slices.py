@@ -112,6 +112,9 @@ class SliceReader:
 
     def _varint(self, buf: bytes, pos: int, end: int) -> int:
         """The varint at `pos`; `_at` is where it ends, or -1 when it runs past `end`."""
+        if pos < end and buf[pos] < 0x80:
+            self._at = pos + 1
+            return buf[pos]
         value = 0
         shift = 0
         while pos < end and shift < 64:
@@ -158,24 +161,16 @@ class SliceReader:
         buf = data
         while pos < end:
             start = pos
-            tag = buf[pos]
-            if tag < 0x80:
-                pos += 1
-            else:
-                tag = self._varint(buf, pos, end)
+            tag = self._varint(buf, pos, end)
+            pos = self._at
+            if pos < 0:
+                return start
+            wire_type = tag & 7
+            if wire_type == 2:
+                size = self._varint(buf, pos, end)
                 pos = self._at
                 if pos < 0:
                     return start
-            wire_type = tag & 7
-            if wire_type == 2:
-                size = buf[pos] if pos < end else 0x80
-                if size < 0x80:
-                    pos += 1
-                else:
-                    size = self._varint(buf, pos, end)
-                    pos = self._at
-                    if pos < 0:
-                        return start
                 if size > end - pos:
                     return start
                 if tag == 0x0A:  # Trace.packet (1)
@@ -216,25 +211,17 @@ class SliceReader:
         other_end = 0
         self.packets += 1
         while pos < end:
-            tag = buf[pos]
-            if tag < 0x80:
-                pos += 1
-            else:
-                tag = self._varint(buf, pos, end)
-                pos = self._at
-                if pos < 0:
-                    raise CorruptTraceError("a tag runs past its end")
+            tag = self._varint(buf, pos, end)
+            pos = self._at
+            if pos < 0:
+                raise CorruptTraceError("a tag runs past its end")
             field_id = tag >> 3
             wire_type = tag & 7
             if wire_type == 0:
-                value = buf[pos] if pos < end else 0x80
-                if value < 0x80:
-                    pos += 1
-                else:
-                    value = self._varint(buf, pos, end)
-                    pos = self._at
-                    if pos < 0:
-                        raise CorruptTraceError("a varint runs past its end")
+                value = self._varint(buf, pos, end)
+                pos = self._at
+                if pos < 0:
+                    raise CorruptTraceError("a varint runs past its end")
                 if field_id == 8:  # timestamp
                     ts = value
                 elif field_id == 10:  # trusted_packet_sequence_id
@@ -248,14 +235,10 @@ class SliceReader:
                 elif field_id == 42:  # previous_packet_dropped
                     dropped = value
             elif wire_type == 2:
-                size = buf[pos] if pos < end else 0x80
-                if size < 0x80:
-                    pos += 1
-                else:
-                    size = self._varint(buf, pos, end)
-                    pos = self._at
-                    if pos < 0:
-                        raise CorruptTraceError("a length runs past its end")
+                size = self._varint(buf, pos, end)
+                pos = self._at
+                if pos < 0:
+                    raise CorruptTraceError("a length runs past its end")
                 if size > end - pos:
                     raise CorruptTraceError("a field runs past its end")
                 if field_id == 11:  # track_event
@@ -327,24 +310,16 @@ class SliceReader:
         name_at = -1
         name_end = 0
         while pos < end:
-            tag = buf[pos]
-            if tag < 0x80:
-                pos += 1
-            else:
-                tag = self._varint(buf, pos, end)
-                pos = self._at
-                if pos < 0:
-                    raise CorruptTraceError("a tag of its track_event runs past its end")
+            tag = self._varint(buf, pos, end)
+            pos = self._at
+            if pos < 0:
+                raise CorruptTraceError("a tag of its track_event runs past its end")
             wire_type = tag & 7
             if wire_type == 0:
-                value = buf[pos] if pos < end else 0x80
-                if value < 0x80:
-                    pos += 1
-                else:
-                    value = self._varint(buf, pos, end)
-                    pos = self._at
-                    if pos < 0:
-                        raise CorruptTraceError("a varint of its track_event runs past its end")
+                value = self._varint(buf, pos, end)
+                pos = self._at
+                if pos < 0:
+                    raise CorruptTraceError("a varint of its track_event runs past its end")
                 field_id = tag >> 3
                 if field_id == 9:  # type
                     kind = value
