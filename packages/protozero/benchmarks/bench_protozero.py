@@ -11,6 +11,8 @@ CPU time (the machine is shared); each prints the median ns/op and the ratios.
 
 The run measures the build that loads (compiled where the `.so` files are built), then runs
 itself again with PERFETTO_PY_PURE=1 and prints both (`--this-build-only` skips the second).
+The compiled run compiles the generated writers (`bench_messages_pbzero.py` with its `.pxd`)
+into build/bench/ first, as perfetto-protos compiles its hot writers.
 
     python benchmarks/bench_protozero.py [--iterations N] [--repeats R]
 """
@@ -18,11 +20,14 @@ itself again with PERFETTO_PY_PURE=1 and prints both (`--this-build-only` skips 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import shutil
 import statistics
 import struct
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Callable
@@ -30,12 +35,42 @@ from pathlib import Path
 from typing import Any
 
 import protozero
-from bench_fill import INT32, INT64, STRING, UINT32, UINT64, FieldStoreFloor
-from bench_messages_pbzero import EveryField
 from protozero import ScatteredStreamWriter, WritableBuffer
 
 HERE = Path(__file__).resolve().parent
 BUFFER_SIZE = 64 * 1024
+COMPILED_MESSAGES = HERE.parent / "build" / "bench"
+
+
+def compile_messages() -> None:
+    """Builds `bench_messages_pbzero` in COMPILED_MESSAGES (once per change of its inputs) and
+    imports it from there: its `.pxd` makes its classes compiled subclasses of `Message`."""
+    build = importlib.util.spec_from_file_location("_build", HERE.parent / "build.py")
+    assert build is not None
+    assert build.loader is not None
+    script = importlib.util.module_from_spec(build)
+    build.loader.exec_module(script)
+    sources = [HERE / "bench_messages_pbzero.py", HERE / "bench_messages_pbzero.pxd"]
+    inputs = [*sources, script.SOURCE / "protozero" / "_message.pxd"]
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    built = COMPILED_MESSAGES / f"bench_messages_pbzero{suffix}"
+    if not built.is_file() or built.stat().st_mtime < max(p.stat().st_mtime for p in inputs):
+        COMPILED_MESSAGES.mkdir(parents=True, exist_ok=True)
+        for source in sources:
+            shutil.copy(source, COMPILED_MESSAGES)
+        directives = [f"--directive={k}={v}" for k, v in script.DIRECTIVES.items()]
+        command = [sys.executable, "-m", "Cython.Build.Cythonize", "-i", "-q", *directives]
+        command.append(sources[0].name)
+        env = {**os.environ, "CFLAGS": " ".join(script.CFLAGS)}
+        subprocess.run(command, cwd=COMPILED_MESSAGES, env=env, check=True, timeout=600)
+    sys.path.insert(0, str(COMPILED_MESSAGES))
+
+
+if protozero.COMPILED:
+    compile_messages()
+
+from bench_fill import INT32, INT64, STRING, UINT32, UINT64, FieldStoreFloor  # noqa: E402
+from bench_messages_pbzero import EveryField  # noqa: E402
 
 # name -> (pure-Python target, compiled target) as a ratio to protobuf upb.
 TARGETS = {"Simple": (2.5, 0.30), "Nested": (2.5, 0.35)}

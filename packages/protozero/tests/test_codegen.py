@@ -136,10 +136,26 @@ def test_constants_and_types(pbzero: ModuleType, generated: Path) -> None:
 
 def test_generation_is_deterministic(descriptor_set_path: Path, generated: Path) -> None:
     files = parse_descriptor_set(descriptor_set_path.read_bytes())
-    again = generate(files, "", "pzgen")
-    assert sorted(again) == ["pztest_other_pbzero.py", "pztest_pbzero.py"]
+    again = generate(files, "", "pzgen", ["pztest.*"])
+    assert sorted(again) == ["pztest_other_pbzero.py", "pztest_pbzero.pxd", "pztest_pbzero.py"]
     for rel, text in again.items():
         assert (generated / "pzgen" / rel).read_text() == text
+
+
+def test_a_compiled_module_declares_every_message_class_in_its_pxd(generated: Path) -> None:
+    pxd = (generated / "pzgen" / "pztest_pbzero.pxd").read_text()
+    text = (generated / "pzgen" / "pztest_pbzero.py").read_text()
+    classes = [line for line in pxd.splitlines() if line.startswith("cdef class")]
+    assert "cdef class EveryField(Message):" in classes
+    assert "cdef class EveryField_Inner(Message):" in classes  # nested: at module level
+    assert len(classes) == text.count("(Message):\n")
+    assert "from protozero._message cimport Message" in pxd
+    assert "    Inner = EveryField_Inner" in text
+    assert "def begin_inner(self) -> EveryField_Inner:" in text
+    assert "if cython.compiled or _COMPILED:" in text
+    other = (generated / "pzgen" / "pztest_other_pbzero.py").read_text()
+    assert "cython" not in other  # not selected: no compiled form
+    assert not (generated / "pzgen" / "pztest_other_pbzero.pxd").exists()
 
 
 def test_strip_prefix_selects_and_renames(descriptor_set_path: Path) -> None:
@@ -225,8 +241,9 @@ def test_benchmark_writers_are_up_to_date(tmp_path: Path) -> None:
         check=True,
         timeout=120,
     )
-    fresh = generate(parse_descriptor_set(descriptors.read_bytes()), "", "")
-    assert fresh == {"bench_messages_pbzero.py": (bench / "bench_messages_pbzero.py").read_text()}
+    fresh = generate(parse_descriptor_set(descriptors.read_bytes()), "", "", ["*"])
+    names = ["bench_messages_pbzero.py", "bench_messages_pbzero.pxd"]
+    assert fresh == {name: (bench / name).read_text() for name in names}
 
 
 @pytest.mark.parametrize("parent_write", ["varint", "string", "begin"])
