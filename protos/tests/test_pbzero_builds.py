@@ -74,6 +74,7 @@ _U64 = st.integers(0, 2**64 - 1)
     counter=st.none() | st.integers(-(2**63), 2**63 - 1),
     flows=st.lists(_U64, max_size=3),
     slice_size=st.sampled_from([5, 16, 4096]),
+    one_call=st.booleans(),
 )
 def test_a_track_event_of_scalars_is_byte_for_byte_protobufs(
     *,
@@ -84,6 +85,7 @@ def test_a_track_event_of_scalars_is_byte_for_byte_protobufs(
     counter: int | None,
     flows: list[int],
     slice_size: int,
+    one_call: bool,
 ) -> None:
     heap = HeapBuffered(
         track_event_pbzero.TrackEvent,
@@ -95,17 +97,23 @@ def test_a_track_event_of_scalars_is_byte_for_byte_protobufs(
     for iid in categories:  # in field-number order, as protobuf writes them
         event.add_category_iids(iid)
         expected.category_iids.append(iid)
-    event.set_type(kind)
     expected.type = track_event_pb2.TrackEvent.Type.ValueType(kind)
     if name_iid is not None:
-        event.set_name_iid(name_iid)
         expected.name_iid = name_iid
     if track_uuid is not None:
-        event.set_track_uuid(track_uuid)
         expected.track_uuid = track_uuid
     if counter is not None:
-        event.set_counter_value(counter)
         expected.counter_value = counter
+    if one_call:
+        event.set_fields(type=kind, name_iid=name_iid, track_uuid=track_uuid, counter_value=counter)
+    else:
+        event.set_type(kind)
+        if name_iid is not None:
+            event.set_name_iid(name_iid)
+        if track_uuid is not None:
+            event.set_track_uuid(track_uuid)
+        if counter is not None:
+            event.set_counter_value(counter)
     for flow in flows:
         event.add_flow_ids(flow)
         expected.flow_ids.append(flow)

@@ -179,3 +179,36 @@ class EveryField(Message):
             w.write_ptr = q
         else:
             self.put_bytes(0x1FA2, data)
+
+    def set_fields(
+        self,
+        *,
+        field_int32: int | None = None,
+        field_int64: int | None = None,
+        field_uint32: int | None = None,
+        field_uint64: int | None = None,
+        field_string: str | bytes | None = None,
+    ) -> None:
+        """Sets each field given (not None), in field-number order: one call."""
+        if cython.compiled or _COMPILED:
+            if field_int32 is not None:
+                self.put_varint(0x08, field_int32)
+            if field_int64 is not None:
+                self.put_varint(0x10, field_int64)
+            if field_uint32 is not None:
+                self.put_varint(0x18, field_uint32)
+            if field_uint64 is not None:
+                self.put_varint(0x20, field_uint64)
+            if field_string is not None:
+                self.put_string(0x1FA2, field_string)
+            return
+        if field_int32 is not None:
+            self.set_field_int32(field_int32)
+        if field_int64 is not None:
+            self.set_field_int64(field_int64)
+        if field_uint32 is not None:
+            self.set_field_uint32(field_uint32)
+        if field_uint64 is not None:
+            self.set_field_uint64(field_uint64)
+        if field_string is not None:
+            self.set_field_string(field_string)

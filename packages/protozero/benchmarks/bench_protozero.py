@@ -6,8 +6,9 @@ protozero writes into one reused buffer through a ScatteredStreamWriter, the way
 does; protobuf builds a new message, sets the fields and calls SerializeToString(); the
 speed-of-light writer is one `struct.pack_into` per level; the floor row makes one method call
 and one slice store of the field's final bytes per field, the least any writer that stores each
-field as it is set can cost (encoding for free). The runs are interleaved and timed in process
-CPU time (the machine is shared); each prints the median ns/op and the ratios.
+field as it is set can cost (encoding for free); `protozero set_fields` sets the five fields
+of a message with one call of the generated `set_fields`. The runs are interleaved and timed
+in process CPU time (the machine is shared); each prints the median ns/op and the ratios.
 
 The run measures the build that loads (compiled where the `.so` files are built), then runs
 itself again with PERFETTO_PY_PURE=1 and prints both (`--this-build-only` skips the second).
@@ -116,19 +117,31 @@ def upb_classes() -> Any:
 Writers = tuple[Callable[[], object], Callable[[], object], Callable[[], bytes]]
 
 
-def protozero_writers() -> Writers:
-    """Simple and Nested written by interpreted code, and the bytes of the last message."""
+def protozero_writers(*, one_call: bool = False) -> Writers:
+    """Simple and Nested written by interpreted code, and the bytes of the last message: with
+    one setter call per field, or with `one_call` one `set_fields` call per message."""
     delegate = ReusedBuffer()
     writer = ScatteredStreamWriter(delegate)
     buf = delegate.buffer
     msg = EveryField()
 
-    def fill_simple(m: EveryField) -> None:
+    def fill_each(m: EveryField) -> None:
         m.set_field_int32(INT32)
         m.set_field_uint32(UINT32)
         m.set_field_int64(INT64)
         m.set_field_uint64(UINT64)
         m.set_field_string(STRING)
+
+    def fill_once(m: EveryField) -> None:
+        m.set_fields(
+            field_int32=INT32,
+            field_uint32=UINT32,
+            field_int64=INT64,
+            field_uint64=UINT64,
+            field_string=STRING,
+        )
+
+    fill_simple = fill_once if one_call else fill_each
 
     def fill_nested(m: EveryField, depth: int) -> None:
         fill_simple(m)
@@ -268,7 +281,10 @@ def main() -> int:
     upb_simple, upb_nested = upb_writers(cls)
     sol_simple, sol_nested = speed_of_light_writers()
     floor_simple, floor_nested = floor_writers(cls)
-    variants = [("protozero", protozero_writers())]
+    variants = [
+        ("protozero", protozero_writers()),
+        ("protozero set_fields", protozero_writers(one_call=True)),
+    ]
     compiled = protozero.COMPILED
 
     for label, (simple, nested, last_bytes) in variants:

@@ -448,3 +448,59 @@ class _SizesDelegate:
     def stitch(self) -> bytes:
         self._close()
         return b"".join(bytes(b[s:e]) for b, s, e in self.ranges)
+
+
+_SCALAR_FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "field_int32": st.integers(-(1 << 31), (1 << 31) - 1),
+        "field_int64": st.integers(-(1 << 63), (1 << 63) - 1),
+        "field_uint32": st.integers(0, (1 << 32) - 1),
+        "field_uint64": st.integers(0, (1 << 64) - 1),
+        "field_sint32": st.integers(-(1 << 31), (1 << 31) - 1),
+        "field_sint64": st.integers(-(1 << 63), (1 << 63) - 1),
+        "field_fixed32": st.integers(0, (1 << 32) - 1),
+        "field_fixed64": st.integers(0, (1 << 64) - 1),
+        "field_sfixed32": st.integers(-(1 << 31), (1 << 31) - 1),
+        "field_sfixed64": st.integers(-(1 << 63), (1 << 63) - 1),
+        "field_float": st.sampled_from([0.0, -1.5, 0.25, 3e38]),
+        "field_double": st.floats(allow_nan=False),
+        "field_bool": st.booleans(),
+        "small_enum": st.sampled_from([0, 1]),
+        "nested_enum": st.sampled_from([1, 2]),
+        "field_string": st.text(max_size=140),
+        "field_bytes": st.binary(max_size=140),
+    },
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=_SCALAR_FIELDS, size=st.sampled_from([6, 16, 4096]), compiled=st.booleans())
+def test_set_fields_writes_what_protobuf_and_the_setters_write(
+    pbzero: ModuleType,
+    pb: dict[str, Any],
+    values: dict[str, Any],
+    size: int,
+    compiled: bool,
+) -> None:
+    """One call for several fields: protobuf's bytes (field-number order), the setters' bytes."""
+    original = pbzero._COMPILED
+    setattr(pbzero, "_COMPILED", compiled)  # noqa: B010 - module attribute, not typed
+    try:
+        once = HeapBuffered(pbzero.EveryField, initial_slice_size=size, maximum_slice_size=size)
+        once.msg.set_fields(**values)
+        each = HeapBuffered(pbzero.EveryField, initial_slice_size=size, maximum_slice_size=size)
+        fields = pb["pztest.EveryField"].DESCRIPTOR.fields_by_name
+        for name in sorted(values, key=lambda name: fields[name].number):
+            getattr(each.msg, f"set_{name}")(values[name])
+    finally:
+        setattr(pbzero, "_COMPILED", original)  # noqa: B010 - module attribute, not typed
+    ours = once.serialize()
+    assert ours == each.serialize()
+    assert ours == pb["pztest.EveryField"](**values).SerializeToString()
+
+
+def test_set_fields_is_only_in_compiled_modules(pbzero: ModuleType) -> None:
+    assert hasattr(pbzero.EveryField, "set_fields")
+    other = sys.modules["pzgen.pztest_other_pbzero"]
+    assert not hasattr(other.Point, "set_fields")

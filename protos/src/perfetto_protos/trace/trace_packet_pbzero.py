@@ -770,3 +770,76 @@ class TracePacket(Message):
             w.write_ptr = q
         else:
             self.put_varint(0x690, value)
+
+    def set_fields(
+        self,
+        *,
+        trusted_uid: int | None = None,
+        timestamp: int | None = None,
+        trusted_packet_sequence_id: int | None = None,
+        sequence_flags: int | None = None,
+        synchronization_marker: bytes | bytearray | memoryview | None = None,
+        incremental_state_cleared: bool | None = None,
+        previous_packet_dropped: int | None = None,
+        compressed_packets: bytes | bytearray | memoryview | None = None,
+        timestamp_clock_id: int | None = None,
+        trusted_pid: int | None = None,
+        first_packet_on_sequence: bool | None = None,
+        machine_id: int | None = None,
+        zstd_compressed_packets: bytes | bytearray | memoryview | None = None,
+    ) -> None:
+        """Sets each field given (not None), in field-number order: one call."""
+        if cython.compiled or _COMPILED:
+            if trusted_uid is not None:
+                self.put_varint(0x18, trusted_uid)
+            if timestamp is not None:
+                self.put_varint(0x40, timestamp)
+            if trusted_packet_sequence_id is not None:
+                self.put_varint(0x50, trusted_packet_sequence_id)
+            if sequence_flags is not None:
+                self.put_varint(0x68, sequence_flags)
+            if synchronization_marker is not None:
+                self.put_bytes(0x2A2, synchronization_marker)
+            if incremental_state_cleared is not None:
+                self.put_varint(0x2C8, incremental_state_cleared)
+            if previous_packet_dropped is not None:
+                self.put_varint(0x2D0, previous_packet_dropped)
+            if compressed_packets is not None:
+                self.put_bytes(0x392, compressed_packets)
+            if timestamp_clock_id is not None:
+                self.put_varint(0x3D0, timestamp_clock_id)
+            if trusted_pid is not None:
+                self.put_varint(0x4F8, trusted_pid)
+            if first_packet_on_sequence is not None:
+                self.put_varint(0x5B8, first_packet_on_sequence)
+            if machine_id is not None:
+                self.put_varint(0x690, machine_id)
+            if zstd_compressed_packets is not None:
+                self.put_bytes(0x8AA, zstd_compressed_packets)
+            return
+        if trusted_uid is not None:
+            self.set_trusted_uid(trusted_uid)
+        if timestamp is not None:
+            self.set_timestamp(timestamp)
+        if trusted_packet_sequence_id is not None:
+            self.set_trusted_packet_sequence_id(trusted_packet_sequence_id)
+        if sequence_flags is not None:
+            self.set_sequence_flags(sequence_flags)
+        if synchronization_marker is not None:
+            self.set_synchronization_marker(synchronization_marker)
+        if incremental_state_cleared is not None:
+            self.set_incremental_state_cleared(incremental_state_cleared)
+        if previous_packet_dropped is not None:
+            self.set_previous_packet_dropped(previous_packet_dropped)
+        if compressed_packets is not None:
+            self.set_compressed_packets(compressed_packets)
+        if timestamp_clock_id is not None:
+            self.set_timestamp_clock_id(timestamp_clock_id)
+        if trusted_pid is not None:
+            self.set_trusted_pid(trusted_pid)
+        if first_packet_on_sequence is not None:
+            self.set_first_packet_on_sequence(first_packet_on_sequence)
+        if machine_id is not None:
+            self.set_machine_id(machine_id)
+        if zstd_compressed_packets is not None:
+            self.set_zstd_compressed_packets(zstd_compressed_packets)

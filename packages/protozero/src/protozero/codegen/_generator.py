@@ -69,6 +69,8 @@ _SCALARS: dict[int, tuple[str, int, str]] = {
     TYPE_BYTES: ("bytes", WIRE_TYPE_LENGTH_DELIMITED, "bytes | bytearray | memoryview"),
 }
 _NOT_PACKABLE = {TYPE_STRING, TYPE_BYTES, TYPE_MESSAGE, TYPE_GROUP}
+_SET_FIELDS = "set_fields"
+"""The compiled writers' method that sets several scalar fields in one call."""
 _RESERVED = frozenset(dir(Message))
 
 
@@ -350,6 +352,39 @@ class _FileRenderer:
             return [*signature, *_inline_bytes(body, tag_bytes, test, encode=kind == "string")]
         return [*signature, f"{body}self.put_{kind}(0x{tag:02X}, value)"]
 
+    def _set_fields_lines(self, fields: list[FieldDesc]) -> list[str]:
+        """`set_fields(**values)`: several singular scalar fields in one call, in field-number
+        order (protobuf's), each field given and not None written once."""
+        ordered = sorted(fields, key=lambda f: f.number)
+        params = ["self", "*"]
+        params += [
+            f"{_identifier(f.name.lower())}: {_SCALARS[f.type][2]} | None = None" for f in ordered
+        ]
+        body = INDENT * 2
+        lines = [
+            *_call_lines(INDENT, f"def {_SET_FIELDS}(", params, ") -> None:"),
+            f'{body}"""Sets each field given (not None), in field-number order: one call."""',
+            f"{body}if cython.compiled or _COMPILED:",
+        ]
+        for f in ordered:
+            name = _identifier(f.name.lower())
+            kind, wire_type, _ = _SCALARS[f.type]
+            tag = tag_word(f.number, wire_type)
+            value = f"({name} << 1) ^ ({name} >> 63)" if kind == "zigzag" else name
+            put = "varint" if kind == "zigzag" else kind
+            lines += [
+                f"{body}{INDENT}if {name} is not None:",
+                f"{body}{INDENT * 2}self.put_{put}(0x{tag:02X}, {value})",
+            ]
+        lines.append(f"{body}{INDENT}return")
+        for f in ordered:
+            name = _identifier(f.name.lower())
+            lines += [
+                f"{body}if {name} is not None:",
+                f"{body}{INDENT}self.set_{f.name.lower()}({name})",
+            ]
+        return lines
+
     def _claim_global(self, name: str) -> None:
         if name in self._globals:
             raise DescriptorError(f"{self._desc.name}: generated class {name!r} is ambiguous")
@@ -401,6 +436,9 @@ class _FileRenderer:
             field_lines = self._field_lines(field, INDENT)
             claim(field_lines[0].strip().split("(")[0].removeprefix("def "))
             lines += ["", *field_lines]
+        scalars = [f for f in message.fields if f.label != LABEL_REPEATED and f.type in _SCALARS]
+        if self.compiled and len(scalars) > 1 and _SET_FIELDS not in names:
+            lines += ["", *self._set_fields_lines(scalars)]
         self._classes.append(cls)
         return [*(line for block in blocks for line in [*block, "", ""]), *lines]
 

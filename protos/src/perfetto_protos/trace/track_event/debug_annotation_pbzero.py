@@ -175,6 +175,39 @@ class DebugAnnotation_NestedValue(Message):
         else:
             self.put_bytes(0x42, data)
 
+    def set_fields(
+        self,
+        *,
+        nested_type: int | None = None,
+        int_value: int | None = None,
+        double_value: float | None = None,
+        bool_value: bool | None = None,
+        string_value: str | bytes | None = None,
+    ) -> None:
+        """Sets each field given (not None), in field-number order: one call."""
+        if cython.compiled or _COMPILED:
+            if nested_type is not None:
+                self.put_varint(0x08, nested_type)
+            if int_value is not None:
+                self.put_varint(0x28, int_value)
+            if double_value is not None:
+                self.put_double(0x31, double_value)
+            if bool_value is not None:
+                self.put_varint(0x38, bool_value)
+            if string_value is not None:
+                self.put_string(0x42, string_value)
+            return
+        if nested_type is not None:
+            self.set_nested_type(nested_type)
+        if int_value is not None:
+            self.set_int_value(int_value)
+        if double_value is not None:
+            self.set_double_value(double_value)
+        if bool_value is not None:
+            self.set_bool_value(bool_value)
+        if string_value is not None:
+            self.set_string_value(string_value)
+
 
 class DebugAnnotation(Message):
     """perfetto.protos.DebugAnnotation."""
@@ -512,6 +545,79 @@ class DebugAnnotation(Message):
             return child
         return self.begin_nested(0x62, DebugAnnotation)
 
+    def set_fields(
+        self,
+        *,
+        name_iid: int | None = None,
+        bool_value: bool | None = None,
+        uint_value: int | None = None,
+        int_value: int | None = None,
+        double_value: float | None = None,
+        string_value: str | bytes | None = None,
+        pointer_value: int | None = None,
+        legacy_json_value: str | bytes | None = None,
+        name: str | bytes | None = None,
+        proto_type_name_iid: int | None = None,
+        proto_value: bytes | bytearray | memoryview | None = None,
+        proto_type_name: str | bytes | None = None,
+        string_value_iid: int | None = None,
+    ) -> None:
+        """Sets each field given (not None), in field-number order: one call."""
+        if cython.compiled or _COMPILED:
+            if name_iid is not None:
+                self.put_varint(0x08, name_iid)
+            if bool_value is not None:
+                self.put_varint(0x10, bool_value)
+            if uint_value is not None:
+                self.put_varint(0x18, uint_value)
+            if int_value is not None:
+                self.put_varint(0x20, int_value)
+            if double_value is not None:
+                self.put_double(0x29, double_value)
+            if string_value is not None:
+                self.put_string(0x32, string_value)
+            if pointer_value is not None:
+                self.put_varint(0x38, pointer_value)
+            if legacy_json_value is not None:
+                self.put_string(0x4A, legacy_json_value)
+            if name is not None:
+                self.put_string(0x52, name)
+            if proto_type_name_iid is not None:
+                self.put_varint(0x68, proto_type_name_iid)
+            if proto_value is not None:
+                self.put_bytes(0x72, proto_value)
+            if proto_type_name is not None:
+                self.put_string(0x182, proto_type_name)
+            if string_value_iid is not None:
+                self.put_varint(0x188, string_value_iid)
+            return
+        if name_iid is not None:
+            self.set_name_iid(name_iid)
+        if bool_value is not None:
+            self.set_bool_value(bool_value)
+        if uint_value is not None:
+            self.set_uint_value(uint_value)
+        if int_value is not None:
+            self.set_int_value(int_value)
+        if double_value is not None:
+            self.set_double_value(double_value)
+        if string_value is not None:
+            self.set_string_value(string_value)
+        if pointer_value is not None:
+            self.set_pointer_value(pointer_value)
+        if legacy_json_value is not None:
+            self.set_legacy_json_value(legacy_json_value)
+        if name is not None:
+            self.set_name(name)
+        if proto_type_name_iid is not None:
+            self.set_proto_type_name_iid(proto_type_name_iid)
+        if proto_value is not None:
+            self.set_proto_value(proto_value)
+        if proto_type_name is not None:
+            self.set_proto_type_name(proto_type_name)
+        if string_value_iid is not None:
+            self.set_string_value_iid(string_value_iid)
+
 
 class DebugAnnotationName(Message):
     """perfetto.protos.DebugAnnotationName."""
@@ -567,6 +673,19 @@ class DebugAnnotationName(Message):
         else:
             self.put_bytes(0x12, data)
 
+    def set_fields(self, *, iid: int | None = None, name: str | bytes | None = None) -> None:
+        """Sets each field given (not None), in field-number order: one call."""
+        if cython.compiled or _COMPILED:
+            if iid is not None:
+                self.put_varint(0x08, iid)
+            if name is not None:
+                self.put_string(0x12, name)
+            return
+        if iid is not None:
+            self.set_iid(iid)
+        if name is not None:
+            self.set_name(name)
+
 
 class DebugAnnotationValueTypeName(Message):
     """perfetto.protos.DebugAnnotationValueTypeName."""
@@ -621,3 +740,16 @@ class DebugAnnotationValueTypeName(Message):
             w.write_ptr = q
         else:
             self.put_bytes(0x12, data)
+
+    def set_fields(self, *, iid: int | None = None, name: str | bytes | None = None) -> None:
+        """Sets each field given (not None), in field-number order: one call."""
+        if cython.compiled or _COMPILED:
+            if iid is not None:
+                self.put_varint(0x08, iid)
+            if name is not None:
+                self.put_string(0x12, name)
+            return
+        if iid is not None:
+            self.set_iid(iid)
+        if name is not None:
+            self.set_name(name)

@@ -96,6 +96,29 @@ class TrackEvent_InlineCallstack_Frame(Message):
         else:
             self.put_varint(0x18, value)
 
+    def set_fields(
+        self,
+        *,
+        function_name: str | bytes | None = None,
+        source_file: str | bytes | None = None,
+        line_number: int | None = None,
+    ) -> None:
+        """Sets each field given (not None), in field-number order: one call."""
+        if cython.compiled or _COMPILED:
+            if function_name is not None:
+                self.put_string(0x0A, function_name)
+            if source_file is not None:
+                self.put_string(0x12, source_file)
+            if line_number is not None:
+                self.put_varint(0x18, line_number)
+            return
+        if function_name is not None:
+            self.set_function_name(function_name)
+        if source_file is not None:
+            self.set_source_file(source_file)
+        if line_number is not None:
+            self.set_line_number(line_number)
+
 
 class TrackEvent_InlineCallstack(Message):
     """perfetto.protos.TrackEvent.InlineCallstack."""
@@ -586,6 +609,94 @@ class TrackEvent_LegacyEvent(Message):
             w.write_ptr = q
         else:
             self.put_varint(0x198, value)
+
+    def set_fields(
+        self,
+        *,
+        name_iid: int | None = None,
+        phase: int | None = None,
+        duration_us: int | None = None,
+        thread_duration_us: int | None = None,
+        unscoped_id: int | None = None,
+        id_scope: str | bytes | None = None,
+        bind_id: int | None = None,
+        use_async_tts: bool | None = None,
+        local_id: int | None = None,
+        global_id: int | None = None,
+        bind_to_enclosing: bool | None = None,
+        flow_direction: int | None = None,
+        instant_event_scope: int | None = None,
+        thread_instruction_delta: int | None = None,
+        pid_override: int | None = None,
+        tid_override: int | None = None,
+    ) -> None:
+        """Sets each field given (not None), in field-number order: one call."""
+        if cython.compiled or _COMPILED:
+            if name_iid is not None:
+                self.put_varint(0x08, name_iid)
+            if phase is not None:
+                self.put_varint(0x10, phase)
+            if duration_us is not None:
+                self.put_varint(0x18, duration_us)
+            if thread_duration_us is not None:
+                self.put_varint(0x20, thread_duration_us)
+            if unscoped_id is not None:
+                self.put_varint(0x30, unscoped_id)
+            if id_scope is not None:
+                self.put_string(0x3A, id_scope)
+            if bind_id is not None:
+                self.put_varint(0x40, bind_id)
+            if use_async_tts is not None:
+                self.put_varint(0x48, use_async_tts)
+            if local_id is not None:
+                self.put_varint(0x50, local_id)
+            if global_id is not None:
+                self.put_varint(0x58, global_id)
+            if bind_to_enclosing is not None:
+                self.put_varint(0x60, bind_to_enclosing)
+            if flow_direction is not None:
+                self.put_varint(0x68, flow_direction)
+            if instant_event_scope is not None:
+                self.put_varint(0x70, instant_event_scope)
+            if thread_instruction_delta is not None:
+                self.put_varint(0x78, thread_instruction_delta)
+            if pid_override is not None:
+                self.put_varint(0x190, pid_override)
+            if tid_override is not None:
+                self.put_varint(0x198, tid_override)
+            return
+        if name_iid is not None:
+            self.set_name_iid(name_iid)
+        if phase is not None:
+            self.set_phase(phase)
+        if duration_us is not None:
+            self.set_duration_us(duration_us)
+        if thread_duration_us is not None:
+            self.set_thread_duration_us(thread_duration_us)
+        if unscoped_id is not None:
+            self.set_unscoped_id(unscoped_id)
+        if id_scope is not None:
+            self.set_id_scope(id_scope)
+        if bind_id is not None:
+            self.set_bind_id(bind_id)
+        if use_async_tts is not None:
+            self.set_use_async_tts(use_async_tts)
+        if local_id is not None:
+            self.set_local_id(local_id)
+        if global_id is not None:
+            self.set_global_id(global_id)
+        if bind_to_enclosing is not None:
+            self.set_bind_to_enclosing(bind_to_enclosing)
+        if flow_direction is not None:
+            self.set_flow_direction(flow_direction)
+        if instant_event_scope is not None:
+            self.set_instant_event_scope(instant_event_scope)
+        if thread_instruction_delta is not None:
+            self.set_thread_instruction_delta(thread_instruction_delta)
+        if pid_override is not None:
+            self.set_pid_override(pid_override)
+        if tid_override is not None:
+            self.set_tid_override(tid_override)
 
 
 class TrackEvent_Type(IntEnum):
@@ -1417,6 +1528,104 @@ class TrackEvent(Message):
             return child
         return self.begin_nested(0x32, TrackEvent_LegacyEvent)
 
+    def set_fields(
+        self,
+        *,
+        timestamp_delta_us: int | None = None,
+        thread_time_delta_us: int | None = None,
+        thread_instruction_count_delta: int | None = None,
+        type: int | None = None,
+        name_iid: int | None = None,
+        track_uuid: int | None = None,
+        timestamp_absolute_us: int | None = None,
+        thread_time_absolute_us: int | None = None,
+        thread_instruction_count_absolute: int | None = None,
+        name: str | bytes | None = None,
+        counter_value: int | None = None,
+        source_location_iid: int | None = None,
+        double_counter_value: float | None = None,
+        correlation_id: int | None = None,
+        correlation_id_str: str | bytes | None = None,
+        correlation_id_str_iid: int | None = None,
+        callstack_iid: int | None = None,
+        callstack_weight: float | None = None,
+    ) -> None:
+        """Sets each field given (not None), in field-number order: one call."""
+        if cython.compiled or _COMPILED:
+            if timestamp_delta_us is not None:
+                self.put_varint(0x08, timestamp_delta_us)
+            if thread_time_delta_us is not None:
+                self.put_varint(0x10, thread_time_delta_us)
+            if thread_instruction_count_delta is not None:
+                self.put_varint(0x40, thread_instruction_count_delta)
+            if type is not None:
+                self.put_varint(0x48, type)
+            if name_iid is not None:
+                self.put_varint(0x50, name_iid)
+            if track_uuid is not None:
+                self.put_varint(0x58, track_uuid)
+            if timestamp_absolute_us is not None:
+                self.put_varint(0x180, timestamp_absolute_us)
+            if thread_time_absolute_us is not None:
+                self.put_varint(0x188, thread_time_absolute_us)
+            if thread_instruction_count_absolute is not None:
+                self.put_varint(0x1A0, thread_instruction_count_absolute)
+            if name is not None:
+                self.put_string(0x1BA, name)
+            if counter_value is not None:
+                self.put_varint(0x1F0, counter_value)
+            if source_location_iid is not None:
+                self.put_varint(0x290, source_location_iid)
+            if double_counter_value is not None:
+                self.put_double(0x2E1, double_counter_value)
+            if correlation_id is not None:
+                self.put_varint(0x3A0, correlation_id)
+            if correlation_id_str is not None:
+                self.put_string(0x3AA, correlation_id_str)
+            if correlation_id_str_iid is not None:
+                self.put_varint(0x3B0, correlation_id_str_iid)
+            if callstack_iid is not None:
+                self.put_varint(0x3C0, callstack_iid)
+            if callstack_weight is not None:
+                self.put_double(0x3C9, callstack_weight)
+            return
+        if timestamp_delta_us is not None:
+            self.set_timestamp_delta_us(timestamp_delta_us)
+        if thread_time_delta_us is not None:
+            self.set_thread_time_delta_us(thread_time_delta_us)
+        if thread_instruction_count_delta is not None:
+            self.set_thread_instruction_count_delta(thread_instruction_count_delta)
+        if type is not None:
+            self.set_type(type)
+        if name_iid is not None:
+            self.set_name_iid(name_iid)
+        if track_uuid is not None:
+            self.set_track_uuid(track_uuid)
+        if timestamp_absolute_us is not None:
+            self.set_timestamp_absolute_us(timestamp_absolute_us)
+        if thread_time_absolute_us is not None:
+            self.set_thread_time_absolute_us(thread_time_absolute_us)
+        if thread_instruction_count_absolute is not None:
+            self.set_thread_instruction_count_absolute(thread_instruction_count_absolute)
+        if name is not None:
+            self.set_name(name)
+        if counter_value is not None:
+            self.set_counter_value(counter_value)
+        if source_location_iid is not None:
+            self.set_source_location_iid(source_location_iid)
+        if double_counter_value is not None:
+            self.set_double_counter_value(double_counter_value)
+        if correlation_id is not None:
+            self.set_correlation_id(correlation_id)
+        if correlation_id_str is not None:
+            self.set_correlation_id_str(correlation_id_str)
+        if correlation_id_str_iid is not None:
+            self.set_correlation_id_str_iid(correlation_id_str_iid)
+        if callstack_iid is not None:
+            self.set_callstack_iid(callstack_iid)
+        if callstack_weight is not None:
+            self.set_callstack_weight(callstack_weight)
+
 
 class TrackEventDefaults(Message):
     """perfetto.protos.TrackEventDefaults."""
@@ -1574,6 +1783,19 @@ class EventCategory(Message):
         else:
             self.put_bytes(0x12, data)
 
+    def set_fields(self, *, iid: int | None = None, name: str | bytes | None = None) -> None:
+        """Sets each field given (not None), in field-number order: one call."""
+        if cython.compiled or _COMPILED:
+            if iid is not None:
+                self.put_varint(0x08, iid)
+            if name is not None:
+                self.put_string(0x12, name)
+            return
+        if iid is not None:
+            self.set_iid(iid)
+        if name is not None:
+            self.set_name(name)
+
 
 class EventName(Message):
     """perfetto.protos.EventName."""
@@ -1628,3 +1850,16 @@ class EventName(Message):
             w.write_ptr = q
         else:
             self.put_bytes(0x12, data)
+
+    def set_fields(self, *, iid: int | None = None, name: str | bytes | None = None) -> None:
+        """Sets each field given (not None), in field-number order: one call."""
+        if cython.compiled or _COMPILED:
+            if iid is not None:
+                self.put_varint(0x08, iid)
+            if name is not None:
+                self.put_string(0x12, name)
+            return
+        if iid is not None:
+            self.set_iid(iid)
+        if name is not None:
+            self.set_name(name)
