@@ -30,7 +30,9 @@ EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 
 def native_packages() -> list[Path]:
     """The package directories that have compiled modules."""
-    dirs = sorted(p.parent for p in ROOT.glob("packages/*/build.py"))
+    dirs = sorted(
+        p.parent for p in [*ROOT.glob("protos/build.py"), *ROOT.glob("packages/*/build.py")]
+    )
     return [d for d in dirs if any((d / "src").rglob("*.pxd")) or any((d / "src").rglob("*.pyx"))]
 
 

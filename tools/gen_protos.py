@@ -6,7 +6,8 @@
 
 For `protos/perfetto/X/Y.proto` it writes `perfetto_protos/X/Y_pb2.py` (protobuf),
 `Y_pb2.pyi` (mypy-protobuf stubs) and `Y_pbzero.py` (ProtoZero writers, from
-`python -m protozero.codegen`), plus an `__init__.py` in every generated directory.
+`python -m protozero.codegen`; with a `Y_pbzero.pxd` for the files of COMPILED), plus an
+`__init__.py` in every generated directory.
 
 The `_pb2` modules register their files in `perfetto_protos._pool.POOL`, not in protobuf's
 default pool: upstream's `perfetto` package registers the same full names
@@ -40,6 +41,13 @@ OWN_POOL_CALL = "_perfetto_pool.POOL.AddSerializedFile("
 POOL_IMPORT_AFTER = "from google.protobuf.internal import builder as _builder\n"
 POOL_IMPORT = f"from {PACKAGE} import _pool as _perfetto_pool\n"
 INIT_TEXT = '"""Generated from protos/{path}/ by tools/gen_protos.py; do not edit."""\n'
+COMPILED = [
+    "perfetto/trace/trace_packet.proto",
+    "perfetto/trace/track_event/track_event.proto",
+    "perfetto/trace/track_event/debug_annotation.proto",
+]
+"""The files whose ProtoZero writers also get a `.pxd`: compiled where perfetto-protos is built
+with Cython (the hot ones: compiling all would take minutes of each wheel build)."""
 
 
 def proto_files() -> list[str]:
@@ -109,6 +117,7 @@ def _run_pbzero(descriptor_set: Path, out: Path) -> None:
         f"{SOURCE_PREFIX}/",
         "--package",
         PACKAGE,
+        *(f"--compiled={name}" for name in COMPILED),
     ]
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
@@ -149,7 +158,7 @@ def _generated_files(base: Path) -> set[str]:
         for sub in base.iterdir()
         if sub.is_dir() and sub.name != "__pycache__"
         for p in sub.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".so")
     }
 
 

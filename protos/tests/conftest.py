@@ -31,3 +31,13 @@ def our_files(pb2_modules: list[ModuleType]) -> list[FileDescriptor]:
     """The file descriptor of every generated `_pb2` module."""
     files: list[FileDescriptor] = [module.DESCRIPTOR for module in pb2_modules]
     return files
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Stops the run if the build that loaded is not the one the environment asks for."""
+    del session
+    from protozero import _native
+
+    error = _native.expectation_error("perfetto_protos")
+    if error is not None:
+        pytest.exit(f"perfetto_protos: {error}", returncode=1)

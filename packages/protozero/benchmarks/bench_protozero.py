@@ -6,11 +6,14 @@ protozero writes into one reused buffer through a ScatteredStreamWriter, the way
 does; protobuf builds a new message, sets the fields and calls SerializeToString(); the
 speed-of-light writer is one `struct.pack_into` per level; the floor row makes one method call
 and one slice store of the field's final bytes per field, the least any writer that stores each
-field as it is set can cost (encoding for free). The runs are interleaved and timed in process
-CPU time (the machine is shared); each prints the median ns/op and the ratios.
+field as it is set can cost (encoding for free); `protozero set_fields` sets the five fields
+of a message with one call of the generated `set_fields`. The runs are interleaved and timed
+in process CPU time (the machine is shared); each prints the median ns/op and the ratios.
 
 The run measures the build that loads (compiled where the `.so` files are built), then runs
 itself again with PERFETTO_PY_PURE=1 and prints both (`--this-build-only` skips the second).
+The compiled run compiles the generated writers (`bench_messages_pbzero.py` with its `.pxd`)
+into build/bench/ first, as perfetto-protos compiles its hot writers.
 
     python benchmarks/bench_protozero.py [--iterations N] [--repeats R]
 """
@@ -18,11 +21,14 @@ itself again with PERFETTO_PY_PURE=1 and prints both (`--this-build-only` skips 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import shutil
 import statistics
 import struct
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Callable
@@ -30,12 +36,42 @@ from pathlib import Path
 from typing import Any
 
 import protozero
-from bench_fill import INT32, INT64, STRING, UINT32, UINT64, FieldStoreFloor
-from bench_messages_pbzero import EveryField
 from protozero import ScatteredStreamWriter, WritableBuffer
 
 HERE = Path(__file__).resolve().parent
 BUFFER_SIZE = 64 * 1024
+COMPILED_MESSAGES = HERE.parent / "build" / "bench"
+
+
+def compile_messages() -> None:
+    """Builds `bench_messages_pbzero` in COMPILED_MESSAGES (once per change of its inputs) and
+    imports it from there: its `.pxd` makes its classes compiled subclasses of `Message`."""
+    build = importlib.util.spec_from_file_location("_build", HERE.parent / "build.py")
+    assert build is not None
+    assert build.loader is not None
+    script = importlib.util.module_from_spec(build)
+    build.loader.exec_module(script)
+    sources = [HERE / "bench_messages_pbzero.py", HERE / "bench_messages_pbzero.pxd"]
+    inputs = [*sources, script.SOURCE / "protozero" / "_message.pxd"]
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    built = COMPILED_MESSAGES / f"bench_messages_pbzero{suffix}"
+    if not built.is_file() or built.stat().st_mtime < max(p.stat().st_mtime for p in inputs):
+        COMPILED_MESSAGES.mkdir(parents=True, exist_ok=True)
+        for source in sources:
+            shutil.copy(source, COMPILED_MESSAGES)
+        directives = [f"--directive={k}={v}" for k, v in script.DIRECTIVES.items()]
+        command = [sys.executable, "-m", "Cython.Build.Cythonize", "-i", "-q", *directives]
+        command.append(sources[0].name)
+        env = {**os.environ, "CFLAGS": " ".join(script.CFLAGS)}
+        subprocess.run(command, cwd=COMPILED_MESSAGES, env=env, check=True, timeout=600)
+    sys.path.insert(0, str(COMPILED_MESSAGES))
+
+
+if protozero.COMPILED:
+    compile_messages()
+
+from bench_fill import INT32, INT64, STRING, UINT32, UINT64, FieldStoreFloor  # noqa: E402
+from bench_messages_pbzero import EveryField  # noqa: E402
 
 # name -> (pure-Python target, compiled target) as a ratio to protobuf upb.
 TARGETS = {"Simple": (2.5, 0.30), "Nested": (2.5, 0.35)}
@@ -81,19 +117,31 @@ def upb_classes() -> Any:
 Writers = tuple[Callable[[], object], Callable[[], object], Callable[[], bytes]]
 
 
-def protozero_writers() -> Writers:
-    """Simple and Nested written by interpreted code, and the bytes of the last message."""
+def protozero_writers(*, one_call: bool = False) -> Writers:
+    """Simple and Nested written by interpreted code, and the bytes of the last message: with
+    one setter call per field, or with `one_call` one `set_fields` call per message."""
     delegate = ReusedBuffer()
     writer = ScatteredStreamWriter(delegate)
     buf = delegate.buffer
     msg = EveryField()
 
-    def fill_simple(m: EveryField) -> None:
+    def fill_each(m: EveryField) -> None:
         m.set_field_int32(INT32)
         m.set_field_uint32(UINT32)
         m.set_field_int64(INT64)
         m.set_field_uint64(UINT64)
         m.set_field_string(STRING)
+
+    def fill_once(m: EveryField) -> None:
+        m.set_fields(
+            field_int32=INT32,
+            field_uint32=UINT32,
+            field_int64=INT64,
+            field_uint64=UINT64,
+            field_string=STRING,
+        )
+
+    fill_simple = fill_once if one_call else fill_each
 
     def fill_nested(m: EveryField, depth: int) -> None:
         fill_simple(m)
@@ -233,7 +281,10 @@ def main() -> int:
     upb_simple, upb_nested = upb_writers(cls)
     sol_simple, sol_nested = speed_of_light_writers()
     floor_simple, floor_nested = floor_writers(cls)
-    variants = [("protozero", protozero_writers())]
+    variants = [
+        ("protozero", protozero_writers()),
+        ("protozero set_fields", protozero_writers(one_call=True)),
+    ]
     compiled = protozero.COMPILED
 
     for label, (simple, nested, last_bytes) in variants:

@@ -58,8 +58,8 @@ def pb(descriptor_set_path: Path) -> dict[str, Any]:
 def generated(descriptor_set_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The test schema run through `python -m protozero.codegen` into package `pzgen`.
 
-    Returns the directory to put on sys.path; the modules are `pzgen.pztest_pbzero` and
-    `pzgen.pztest_other_pbzero`.
+    Returns the directory to put on sys.path; the modules are `pzgen.pztest_pbzero` (with a
+    `.pxd`: the form of a compiled module, here uncompiled) and `pzgen.pztest_other_pbzero`.
     """
     root = tmp_path_factory.mktemp("generated")
     out = root / "pzgen"
@@ -72,6 +72,8 @@ def generated(descriptor_set_path: Path, tmp_path_factory: pytest.TempPathFactor
             str(out),
             "--package",
             "pzgen",
+            "--compiled",
+            "pztest.*",
         ],
         check=True,
         timeout=120,

@@ -136,10 +136,26 @@ def test_constants_and_types(pbzero: ModuleType, generated: Path) -> None:
 
 def test_generation_is_deterministic(descriptor_set_path: Path, generated: Path) -> None:
     files = parse_descriptor_set(descriptor_set_path.read_bytes())
-    again = generate(files, "", "pzgen")
-    assert sorted(again) == ["pztest_other_pbzero.py", "pztest_pbzero.py"]
+    again = generate(files, "", "pzgen", ["pztest.*"])
+    assert sorted(again) == ["pztest_other_pbzero.py", "pztest_pbzero.pxd", "pztest_pbzero.py"]
     for rel, text in again.items():
         assert (generated / "pzgen" / rel).read_text() == text
+
+
+def test_a_compiled_module_declares_every_message_class_in_its_pxd(generated: Path) -> None:
+    pxd = (generated / "pzgen" / "pztest_pbzero.pxd").read_text()
+    text = (generated / "pzgen" / "pztest_pbzero.py").read_text()
+    classes = [line for line in pxd.splitlines() if line.startswith("cdef class")]
+    assert "cdef class EveryField(Message):" in classes
+    assert "cdef class EveryField_Inner(Message):" in classes  # nested: at module level
+    assert len(classes) == text.count("(Message):\n")
+    assert "from protozero._message cimport Message" in pxd
+    assert "    Inner = EveryField_Inner" in text
+    assert "def begin_inner(self) -> EveryField_Inner:" in text
+    assert "if cython.compiled or _COMPILED:" in text
+    other = (generated / "pzgen" / "pztest_other_pbzero.py").read_text()
+    assert "cython" not in other  # not selected: no compiled form
+    assert not (generated / "pzgen" / "pztest_other_pbzero.pxd").exists()
 
 
 def test_strip_prefix_selects_and_renames(descriptor_set_path: Path) -> None:
@@ -225,8 +241,9 @@ def test_benchmark_writers_are_up_to_date(tmp_path: Path) -> None:
         check=True,
         timeout=120,
     )
-    fresh = generate(parse_descriptor_set(descriptors.read_bytes()), "", "")
-    assert fresh == {"bench_messages_pbzero.py": (bench / "bench_messages_pbzero.py").read_text()}
+    fresh = generate(parse_descriptor_set(descriptors.read_bytes()), "", "", ["*"])
+    names = ["bench_messages_pbzero.py", "bench_messages_pbzero.pxd"]
+    assert fresh == {name: (bench / name).read_text() for name in names}
 
 
 @pytest.mark.parametrize("parent_write", ["varint", "string", "begin"])
@@ -431,3 +448,59 @@ class _SizesDelegate:
     def stitch(self) -> bytes:
         self._close()
         return b"".join(bytes(b[s:e]) for b, s, e in self.ranges)
+
+
+_SCALAR_FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "field_int32": st.integers(-(1 << 31), (1 << 31) - 1),
+        "field_int64": st.integers(-(1 << 63), (1 << 63) - 1),
+        "field_uint32": st.integers(0, (1 << 32) - 1),
+        "field_uint64": st.integers(0, (1 << 64) - 1),
+        "field_sint32": st.integers(-(1 << 31), (1 << 31) - 1),
+        "field_sint64": st.integers(-(1 << 63), (1 << 63) - 1),
+        "field_fixed32": st.integers(0, (1 << 32) - 1),
+        "field_fixed64": st.integers(0, (1 << 64) - 1),
+        "field_sfixed32": st.integers(-(1 << 31), (1 << 31) - 1),
+        "field_sfixed64": st.integers(-(1 << 63), (1 << 63) - 1),
+        "field_float": st.sampled_from([0.0, -1.5, 0.25, 3e38]),
+        "field_double": st.floats(allow_nan=False),
+        "field_bool": st.booleans(),
+        "small_enum": st.sampled_from([0, 1]),
+        "nested_enum": st.sampled_from([1, 2]),
+        "field_string": st.text(max_size=140),
+        "field_bytes": st.binary(max_size=140),
+    },
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=_SCALAR_FIELDS, size=st.sampled_from([6, 16, 4096]), compiled=st.booleans())
+def test_set_fields_writes_what_protobuf_and_the_setters_write(
+    pbzero: ModuleType,
+    pb: dict[str, Any],
+    values: dict[str, Any],
+    size: int,
+    compiled: bool,
+) -> None:
+    """One call for several fields: protobuf's bytes (field-number order), the setters' bytes."""
+    original = pbzero._COMPILED
+    setattr(pbzero, "_COMPILED", compiled)  # noqa: B010 - module attribute, not typed
+    try:
+        once = HeapBuffered(pbzero.EveryField, initial_slice_size=size, maximum_slice_size=size)
+        once.msg.set_fields(**values)
+        each = HeapBuffered(pbzero.EveryField, initial_slice_size=size, maximum_slice_size=size)
+        fields = pb["pztest.EveryField"].DESCRIPTOR.fields_by_name
+        for name in sorted(values, key=lambda name: fields[name].number):
+            getattr(each.msg, f"set_{name}")(values[name])
+    finally:
+        setattr(pbzero, "_COMPILED", original)  # noqa: B010 - module attribute, not typed
+    ours = once.serialize()
+    assert ours == each.serialize()
+    assert ours == pb["pztest.EveryField"](**values).SerializeToString()
+
+
+def test_set_fields_is_only_in_compiled_modules(pbzero: ModuleType) -> None:
+    assert hasattr(pbzero.EveryField, "set_fields")
+    other = sys.modules["pzgen.pztest_other_pbzero"]
+    assert not hasattr(other.Point, "set_fields")

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from protozero import _native
+
 from perfetto_protos._errors import ProtosError
+
+# The hot ProtoZero writers are compiled (docs/native.md); their compiled build loads only
+# with protozero's. No `_native.report()`: it would import every compiled writer here.
+_native.select_build(__name__)
 
 if TYPE_CHECKING:
     __version__: str

@@ -31,4 +31,4 @@ cdef class Message:
     @cython.locals(w=ScatteredStreamWriter, p=Py_ssize_t, n=Py_ssize_t, data="const char *")
     cpdef put_string(self, object tag, object value)
     @cython.locals(w=ScatteredStreamWriter, p=Py_ssize_t, child=Message)
-    cpdef begin_nested(self, object tag, object cls)
+    cpdef begin_nested(self, object tag, type cls)

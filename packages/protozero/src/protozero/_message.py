@@ -455,7 +455,7 @@ class Message:
         else:
             w.write_bytes(tag_bytes(tag))
             p = w.reserve_bytes(4)
-        child = Message.__new__(cls)
+        child = cls.__new__(cls)
         child._bind_nested(w, p)
         self.nested_message = child
         self.stream_writer = SUSPENDED_WRITER

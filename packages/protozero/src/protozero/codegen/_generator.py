@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fnmatch
 import keyword
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from protozero._message import Message, tag_word
@@ -67,13 +69,22 @@ _SCALARS: dict[int, tuple[str, int, str]] = {
     TYPE_BYTES: ("bytes", WIRE_TYPE_LENGTH_DELIMITED, "bytes | bytearray | memoryview"),
 }
 _NOT_PACKABLE = {TYPE_STRING, TYPE_BYTES, TYPE_MESSAGE, TYPE_GROUP}
+_SET_FIELDS = "set_fields"
+"""The compiled writers' method that sets several scalar fields in one call."""
 _RESERVED = frozenset(dir(Message))
 
 
 @dataclass(frozen=True)
 class _TypeRef:
     proto_file: str
-    path: str
+    name: str  # the module-level name of its class: `TrackEvent_LegacyEvent`
+
+
+def _local_name(path: list[str]) -> str:
+    """The module-level name of a message or enum class. A nested one is defined at module
+    level under upstream's C++ name (`TrackEvent_LegacyEvent`: Cython compiles no class inside
+    a `cdef class`) and its parent names it too (`TrackEvent.LegacyEvent`)."""
+    return "_".join(path)
 
 
 def module_path(proto_name: str, strip_prefix: str) -> str:
@@ -90,18 +101,19 @@ def _module_import(proto_name: str, strip_prefix: str, package: str) -> str:
 def _index_types(files: list[FileDesc]) -> dict[str, _TypeRef]:
     index: dict[str, _TypeRef] = {}
 
-    def visit(proto_file: str, scope: str, path: str, message: MessageDesc) -> None:
+    def visit(proto_file: str, scope: str, path: list[str], message: MessageDesc) -> None:
         full = f"{scope}.{message.name}"
-        index[full] = _TypeRef(proto_file, f"{path}{message.name}")
+        own = [*path, message.name]
+        index[full] = _TypeRef(proto_file, _local_name(own))
         for nested in message.messages:
-            visit(proto_file, full, f"{path}{message.name}.", nested)
+            visit(proto_file, full, own, nested)
         for enum in message.enums:
-            index[f"{full}.{enum.name}"] = _TypeRef(proto_file, f"{path}{message.name}.{enum.name}")
+            index[f"{full}.{enum.name}"] = _TypeRef(proto_file, _local_name([*own, enum.name]))
 
     for f in files:
         scope = f".{f.package}" if f.package else ""
         for message in f.messages:
-            visit(f.name, scope, "", message)
+            visit(f.name, scope, [], message)
         for enum in f.enums:
             index[f"{scope}.{enum.name}"] = _TypeRef(f.name, enum.name)
     return index
@@ -125,9 +137,10 @@ def _call_lines(indent: str, head: str, args: list[str], tail: str) -> list[str]
     return [f"{indent}{head}", *(f"{inner}{a}," for a in args), f"{indent}{tail}"]
 
 
-def _compiled_lines(body: str, call: str) -> list[str]:
-    """The compiled build's path: one call into the compiled `Message` does the whole write."""
-    return [f"{body}if _COMPILED:", f"{body}{INDENT}{call}", f"{body}{INDENT}return"]
+def _compiled_lines(body: str, call: str, test: str) -> list[str]:
+    """The path taken when `Message` is compiled: one call into it does the whole write (a C
+    call when the generated module is compiled too)."""
+    return [f"{body}if {test}:", f"{body}{INDENT}{call}", f"{body}{INDENT}return"]
 
 
 def _condition_lines(indent: str, conditions: list[str]) -> list[str]:
@@ -150,7 +163,7 @@ def _tag_store_lines(indent: str, tag: bytes) -> list[str]:
     return lines
 
 
-def _inline_varint(body: str, tag: bytes, *, zigzag: bool) -> list[str]:
+def _inline_varint(body: str, tag: bytes, test: str, *, zigzag: bool) -> list[str]:
     """A varint setter whose fast path writes straight into the stream writer's buffer.
 
     Interpreted, the value's bytes come from protozero's varint tables (at most four lookups
@@ -160,7 +173,7 @@ def _inline_varint(body: str, tag: bytes, *, zigzag: bool) -> list[str]:
     deeper = inner + INDENT
     word = int.from_bytes(tag, "little")
     lines = [f"{body}value = (value << 1) ^ (value >> 63)"] if zigzag else []
-    lines += _compiled_lines(body, f"self.put_varint(0x{word:02X}, value)")
+    lines += _compiled_lines(body, f"self.put_varint(0x{word:02X}, value)", test)
     lines += [f"{body}w = self.stream_writer", f"{body}p = w.write_ptr"]
     lines += _condition_lines(
         body, [f"p + {len(tag) + 8} <= w.end", "0 <= value < 0x100_0000_0000_0000"]
@@ -192,12 +205,12 @@ def _inline_varint(body: str, tag: bytes, *, zigzag: bool) -> list[str]:
     return lines
 
 
-def _begin_lines(body: str, tag: bytes, cls: str) -> list[str]:
+def _begin_lines(body: str, tag: bytes, cls: str, test: str) -> list[str]:
     """A nested-message starter whose fast path writes the tag and reserves the size in place."""
     inner = body + INDENT
     word = int.from_bytes(tag, "little")
     return [
-        f"{body}if _COMPILED:",
+        f"{body}if {test}:",
         *_call_lines(body + INDENT, "return self.begin_nested(", [f"0x{word:02X}", cls], ")"),
         f"{body}w = self.stream_writer",
         f"{body}p = w.write_ptr",
@@ -213,16 +226,16 @@ def _begin_lines(body: str, tag: bytes, cls: str) -> list[str]:
     ]
 
 
-def _inline_bytes(body: str, tag: bytes, *, encode: bool) -> list[str]:
+def _inline_bytes(body: str, tag: bytes, test: str, *, encode: bool) -> list[str]:
     """A string/bytes setter whose fast path stores tag, length and value with one store."""
     inner = body + INDENT
     word = int.from_bytes(tag, "little")
     literal = 'b"' + "".join(f"\\x{b:02x}" for b in tag) + '"'
     if encode:
-        lines = _compiled_lines(body, f"self.put_string(0x{word:02X}, value)")
+        lines = _compiled_lines(body, f"self.put_string(0x{word:02X}, value)", test)
         lines += [f"{body}data = value.encode() if isinstance(value, str) else value"]
     else:
-        lines = _compiled_lines(body, f"self.put_bytes(0x{word:02X}, value)")
+        lines = _compiled_lines(body, f"self.put_bytes(0x{word:02X}, value)", test)
         lines += [f"{body}data = value"]
     lines += [f"{body}n = len(data)", f"{body}w = self.stream_writer", f"{body}p = w.write_ptr"]
     lines += _condition_lines(body, ["n < 0x4000", f"p + {len(tag) + 2} + n <= w.end"])
@@ -239,9 +252,17 @@ def _inline_bytes(body: str, tag: bytes, *, encode: bool) -> list[str]:
 
 class _FileRenderer:
     def __init__(
-        self, desc: FileDesc, index: dict[str, _TypeRef], strip_prefix: str, package: str
+        self,
+        desc: FileDesc,
+        index: dict[str, _TypeRef],
+        strip_prefix: str,
+        package: str,
+        *,
+        compiled: bool,
     ) -> None:
         self._desc = desc
+        self.compiled = compiled and bool(desc.messages)
+        """Whether the module gets a `.pxd` (`render_pxd()`)."""
         self._index = index
         self._strip_prefix = strip_prefix
         self._package = package
@@ -251,6 +272,8 @@ class _FileRenderer:
         self._uses_varint_fast_path = False
         self._uses_varint_tables = False
         self._uses_begin = False
+        self._globals: set[str] = set()
+        self._classes: list[str] = []
 
     def _alias_for(self, proto_file: str) -> str:
         if proto_file not in self._imports:
@@ -269,10 +292,10 @@ class _FileRenderer:
         if ref is None:
             raise DescriptorError(f"field {field.name}: unknown type {field.type_name}")
         if ref.proto_file == self._desc.name:
-            return ref.path
+            return ref.name
         if not ref.proto_file.startswith(self._strip_prefix):
             return "Message"
-        return f"{self._alias_for(ref.proto_file)}.{ref.path}"
+        return f"{self._alias_for(ref.proto_file)}.{ref.name}"
 
     def _is_packed(self, field: FieldDesc) -> bool:
         if field.label != LABEL_REPEATED or field.type in _NOT_PACKABLE:
@@ -281,24 +304,27 @@ class _FileRenderer:
             return field.packed_option
         return self._desc.syntax == "proto3"
 
-    def _enum_lines(self, enum: EnumDesc, indent: str, full_name: str) -> list[str]:
+    def _enum_lines(self, enum: EnumDesc, name: str, full_name: str) -> list[str]:
         self._uses_int_enum = True
-        body = indent + INDENT
-        lines = [f"{indent}class {enum.name}(IntEnum):", f'{body}"""{full_name}."""', ""]
-        lines += [f"{body}{_identifier(name)} = {number}" for name, number in enum.values]
+        lines = [f"class {name}(IntEnum):", f'{INDENT}"""{full_name}."""', ""]
+        lines += [f"{INDENT}{_identifier(value)} = {number}" for value, number in enum.values]
         return lines
 
     def _field_lines(self, field: FieldDesc, indent: str) -> list[str]:
         name = field.name.lower()
         body = indent + INDENT
         repeated = field.label == LABEL_REPEATED
+        # `cython.compiled` is a constant to Cython: the compiled module keeps only that path.
+        test = "cython.compiled or _COMPILED" if self.compiled else "_COMPILED"
         if field.type == TYPE_MESSAGE:
             cls = self._message_type(field)
             method = f"{'add' if repeated else 'begin'}_{name}"
             self._uses_begin = True
             return [
                 *_call_lines(indent, f"def {method}(", ["self"], f") -> {cls}:"),
-                *_begin_lines(body, encode_tag(field.number, WIRE_TYPE_LENGTH_DELIMITED), cls),
+                *_begin_lines(
+                    body, encode_tag(field.number, WIRE_TYPE_LENGTH_DELIMITED), cls, test
+                ),
             ]
         if field.type not in _SCALARS:
             raise DescriptorError(f"field {field.name}: unsupported type {field.type}")
@@ -320,20 +346,57 @@ class _FileRenderer:
         if kind in ("varint", "zigzag") and py_type == "int":
             self._uses_varint_fast_path = True
             self._uses_varint_tables = True
-            return [*signature, *_inline_varint(body, tag_bytes, zigzag=kind == "zigzag")]
+            return [*signature, *_inline_varint(body, tag_bytes, test, zigzag=kind == "zigzag")]
         if kind in ("string", "bytes"):
             self._uses_varint_tables = True
-            return [*signature, *_inline_bytes(body, tag_bytes, encode=kind == "string")]
+            return [*signature, *_inline_bytes(body, tag_bytes, test, encode=kind == "string")]
         return [*signature, f"{body}self.put_{kind}(0x{tag:02X}, value)"]
 
-    def _message_lines(self, message: MessageDesc, indent: str, full_name: str) -> list[str]:
-        body = indent + INDENT
-        lines = [
-            f"{indent}class {message.name}(Message):",
-            f'{body}"""{full_name}."""',
-            "",
-            f"{body}__slots__ = ()",
+    def _set_fields_lines(self, fields: list[FieldDesc]) -> list[str]:
+        """`set_fields(**values)`: several singular scalar fields in one call, in field-number
+        order (protobuf's), each field given and not None written once."""
+        ordered = sorted(fields, key=lambda f: f.number)
+        params = ["self", "*"]
+        params += [
+            f"{_identifier(f.name.lower())}: {_SCALARS[f.type][2]} | None = None" for f in ordered
         ]
+        body = INDENT * 2
+        lines = [
+            *_call_lines(INDENT, f"def {_SET_FIELDS}(", params, ") -> None:"),
+            f'{body}"""Sets each field given (not None), in field-number order: one call."""',
+            f"{body}if cython.compiled or _COMPILED:",
+        ]
+        for f in ordered:
+            name = _identifier(f.name.lower())
+            kind, wire_type, _ = _SCALARS[f.type]
+            tag = tag_word(f.number, wire_type)
+            value = f"({name} << 1) ^ ({name} >> 63)" if kind == "zigzag" else name
+            put = "varint" if kind == "zigzag" else kind
+            lines += [
+                f"{body}{INDENT}if {name} is not None:",
+                f"{body}{INDENT * 2}self.put_{put}(0x{tag:02X}, {value})",
+            ]
+        lines.append(f"{body}{INDENT}return")
+        for f in ordered:
+            name = _identifier(f.name.lower())
+            lines += [
+                f"{body}if {name} is not None:",
+                f"{body}{INDENT}self.set_{f.name.lower()}({name})",
+            ]
+        return lines
+
+    def _claim_global(self, name: str) -> None:
+        if name in self._globals:
+            raise DescriptorError(f"{self._desc.name}: generated class {name!r} is ambiguous")
+        self._globals.add(name)
+
+    def _message_blocks(self, message: MessageDesc, path: list[str], full_name: str) -> list[str]:
+        """The module-level classes of `message`: its nested messages and enums, then its own."""
+        own = [*path, message.name]
+        cls = _local_name(own)
+        self._claim_global(cls)
+        blocks: list[list[str]] = []
+        aliases: list[str] = []
         names: set[str] = set()
 
         def claim(name: str) -> None:
@@ -343,36 +406,55 @@ class _FileRenderer:
 
         for nested in message.messages:
             claim(nested.name)
-            lines += ["", *self._message_lines(nested, body, f"{full_name}.{nested.name}")]
+            blocks.append(self._message_blocks(nested, own, f"{full_name}.{nested.name}"))
+            aliases.append(f"{INDENT}{nested.name} = {_local_name([*own, nested.name])}")
         for enum in message.enums:
             claim(enum.name)
-            lines += ["", *self._enum_lines(enum, body, f"{full_name}.{enum.name}")]
+            enum_class = _local_name([*own, enum.name])
+            self._claim_global(enum_class)
+            blocks.append(self._enum_lines(enum, enum_class, f"{full_name}.{enum.name}"))
+            aliases.append(f"{INDENT}{enum.name} = {enum_class}")
+        lines = [
+            f"class {cls}(Message):",
+            f'{INDENT}"""{full_name}."""',
+            "",
+            f"{INDENT}__slots__ = ()",
+        ]
+        if aliases:
+            lines += ["", *aliases]
         constants: list[str] = []
         for enum in message.enums:
             for value_name, number in enum.values:
                 claim(_identifier(value_name))
-                constants.append(f"{body}{_identifier(value_name)} = {number}")
+                constants.append(f"{INDENT}{_identifier(value_name)} = {number}")
         for field in message.fields:
             claim(f"FIELD_{field.name.upper()}")
-            constants.append(f"{body}FIELD_{field.name.upper()} = {field.number}")
+            constants.append(f"{INDENT}FIELD_{field.name.upper()} = {field.number}")
         if constants:
             lines += ["", *constants]
         for field in message.fields:
-            field_lines = self._field_lines(field, body)
+            field_lines = self._field_lines(field, INDENT)
             claim(field_lines[0].strip().split("(")[0].removeprefix("def "))
             lines += ["", *field_lines]
-        return lines
+        scalars = [f for f in message.fields if f.label != LABEL_REPEATED and f.type in _SCALARS]
+        if self.compiled and len(scalars) > 1 and _SET_FIELDS not in names:
+            lines += ["", *self._set_fields_lines(scalars)]
+        self._classes.append(cls)
+        return [*(line for block in blocks for line in [*block, "", ""]), *lines]
 
     def render(self) -> str:
         scope = f"{self._desc.package}." if self._desc.package else ""
         blocks: list[list[str]] = []
         for enum in self._desc.enums:
-            blocks.append(self._enum_lines(enum, "", f"{scope}{enum.name}"))
+            self._claim_global(enum.name)
+            blocks.append(self._enum_lines(enum, enum.name, f"{scope}{enum.name}"))
             constants = [f"{_identifier(n)} = {v}" for n, v in enum.values]
             blocks.append(constants)
         for message in self._desc.messages:
-            blocks.append(self._message_lines(message, "", f"{scope}{message.name}"))
-        header = [
+            blocks.append(self._message_blocks(message, [], f"{scope}{message.name}"))
+        # Nested classes are named like upstream's C++ ones (`TrackEvent_LegacyEvent`).
+        header = ["# ruff: noqa: N801"] if any("_" in name for name in self._globals) else []
+        header += [
             f'"""ProtoZero writers for {self._desc.name}.',
             "",
             "Generated by protozero.codegen; do not edit.",
@@ -386,13 +468,22 @@ class _FileRenderer:
         if self._uses_int_enum:
             stdlib.append("from enum import IntEnum")
         sections = [stdlib]
+        if self.compiled:
+            sections.append(
+                [
+                    "try:",
+                    f"{INDENT}import cython",
+                    "except ImportError:  # installed without Cython: runs as pure Python",
+                    f"{INDENT}from protozero import _cython_shim as cython",
+                ]
+            )
         protozero_imports = []
         if self._uses_varint_tables or self._uses_begin:
             protozero_imports.append("from protozero import COMPILED as _COMPILED")
-        if self._desc.messages:
-            protozero_imports.append("from protozero import Message")
         if self._uses_begin:
             protozero_imports.append(f"from {_MESSAGE} import SUSPENDED_WRITER as _SUSPENDED")
+        if self._desc.messages:  # from its module: the compiled build cimports it from there
+            protozero_imports.append(f"from {_MESSAGE} import Message")
         if self._uses_varint_tables:
             protozero_imports.append(f"from {_PROTO_UTILS} import SHORT_VARINTS as _VARINTS")
         if self._uses_varint_fast_path:
@@ -406,6 +497,20 @@ class _FileRenderer:
         for block in blocks:
             out += ["", "", *block]
         return "\n".join(out) + "\n"
+
+    def render_pxd(self) -> str:
+        """The C side of the module `render()` returned (call it after): its message classes
+        as `cdef class`es of `Message`. Their methods stay Python-callable `def`s; compiled,
+        each calls `Message`'s compiled writer directly."""
+        lines = [
+            f"# The compiled build of the ProtoZero writers for {self._desc.name}.",
+            "# Generated by protozero.codegen; do not edit.",
+            "",
+            f"from {_MESSAGE} cimport Message",
+        ]
+        for cls in self._classes:
+            lines += ["", "", f"cdef class {cls}(Message):", f"{INDENT}pass"]
+        return "\n".join(lines) + "\n"
 
     def _import_lines(self) -> list[str]:
         imports = []
@@ -431,12 +536,23 @@ def _isort_key(line: str) -> tuple[str, str]:
     return (words[1].lower(), words[3].lower() if len(words) > 3 else "")
 
 
-def generate(files: list[FileDesc], strip_prefix: str, package: str) -> dict[str, str]:
-    """Source text of every `*_pbzero.py` module, by path relative to the output directory."""
+def generate(
+    files: list[FileDesc], strip_prefix: str, package: str, compiled: Collection[str] = ()
+) -> dict[str, str]:
+    """Source text of every `*_pbzero.py` module, by path relative to the output directory.
+
+    The modules of the `.proto` files whose names match a pattern of `compiled` (fnmatch) get a
+    `*_pbzero.pxd` beside them: their message classes are built as compiled subclasses of the
+    compiled `Message` wherever the package that holds them is built with Cython.
+    """
     index = _index_types(files)
     out: dict[str, str] = {}
     for desc in files:
         if desc.name.startswith(strip_prefix):
             path = module_path(desc.name, strip_prefix)
-            out[path] = _FileRenderer(desc, index, strip_prefix, package).render()
+            is_compiled = any(fnmatch.fnmatchcase(desc.name, p) for p in compiled)
+            renderer = _FileRenderer(desc, index, strip_prefix, package, compiled=is_compiled)
+            out[path] = renderer.render()
+            if renderer.compiled:
+                out[path.removesuffix(".py") + ".pxd"] = renderer.render_pxd()
     return out

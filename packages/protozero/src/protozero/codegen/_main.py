@@ -11,7 +11,8 @@ from protozero.codegen._generator import generate
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Writes `OUT_DIR/<file minus prefix, minus .proto>_pbzero.py` for each selected file."""
+    """Writes `OUT_DIR/<file minus prefix, minus .proto>_pbzero.py` for each selected file (and
+    a `.pxd` beside it for those `--compiled` selects)."""
     parser = argparse.ArgumentParser(
         prog="python -m protozero.codegen",
         description="Generates ProtoZero writer classes from a FileDescriptorSet "
@@ -27,6 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--package", default="", help="import path of OUT_DIR, used for cross-file imports"
     )
+    parser.add_argument(
+        "--compiled",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="also write a .pxd (a compiled build) for the files matching this glob; repeatable",
+    )
     args = parser.parse_args(argv)
     try:
         data = args.descriptor_set.read_bytes()
@@ -34,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"protozero.codegen: cannot read {args.descriptor_set}: {exc}", file=sys.stderr)
         return 2
     try:
-        sources = generate(parse_descriptor_set(data), args.strip_prefix, args.package)
+        files = parse_descriptor_set(data)
+        sources = generate(files, args.strip_prefix, args.package, args.compiled)
     except DescriptorError as exc:
         print(f"protozero.codegen: {args.descriptor_set}: {exc}", file=sys.stderr)
         return 1
