@@ -58,7 +58,7 @@ cdef class _CommitWalk:
     @cython.locals(end=Py_ssize_t, tag="unsigned long long")
     cdef bint walk(self) except -1
     @cython.locals(
-        buf="const unsigned char[::1]", pos=Py_ssize_t, value="unsigned long long",
+        pos=Py_ssize_t, value="unsigned long long",
         bits="unsigned long long", shift=int, limit=Py_ssize_t, byte="unsigned char",
     )
     cdef unsigned long long _varint(self, Py_ssize_t end) noexcept

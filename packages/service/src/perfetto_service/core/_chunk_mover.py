@@ -195,16 +195,15 @@ class _CommitWalk:
     def _varint(self, end: int) -> int:
         """The varint at `pos` (which moves past it); `pos` goes to `_BAD` unless it fits in
         64 bits."""
-        buf = self.buf
         pos = self.pos
-        if pos < end and buf[pos] < 0x80:
+        if pos < end and self.buf[pos] < 0x80:
             self.pos = pos + 1
-            return buf[pos]
+            return self.buf[pos]
         value = 0
         shift = 0
         limit = min(pos + _MAX_VARINT_BYTES, end)
         while pos < limit:
-            byte = buf[pos]
+            byte = self.buf[pos]
             pos += 1
             if shift == 63 and byte > 1:
                 break
