@@ -10,12 +10,18 @@ write_into_file does, 1 MiB per read) and into ReadBuffers replies (the IPC path
 per read), wall time end to end. Median of 7 runs.
 
     python packages/service/benchmarks/bench_tracing_service.py [--runs N] [--mib N]
-        [--page-kb N] [--skip-read]
+        [--page-kb N] [--skip-read] [--commits-only]
+
+Instructions per CommitData chunk, load-independent: the difference between two runs of
+`valgrind --tool=callgrind --toggle-collect=starmap_next python ... --commits-only --mib N`
+(N = 1 and 2: what a run pays once cancels out) divided by the difference in chunks moved.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import itertools
 import os
 import random
 import statistics
@@ -217,6 +223,7 @@ def _ingest_run(packets: list[bytes], page_size: int) -> tuple[float, float, int
             shm = producer.endpoint.shared_memory()
             assert shm is not None
             mem = shm.buffer
+            commit = _committer(producer.endpoint)
             for request in producer.requests:
                 spans = _chunk_spans(request, page_size)
                 serialized = request.SerializeToString()
@@ -229,13 +236,47 @@ def _ingest_run(packets: list[bytes], page_size: int) -> tuple[float, float, int
                     ring[ring_pos : ring_pos + size] = mem[begin:end]
                     ring_pos += size
                 t1 = time.process_time()
-                # As the producer port hands it over: decoded from its bytes.
-                producer.endpoint.commit_data_bytes(commit_data_request(serialized))
+                commit(serialized)
                 t2 = time.process_time()
                 reference_cpu += t1 - t0
                 service_cpu += t2 - t1
             producer.requests.clear()
     return service_cpu, reference_cpu, total_bytes, total_packets, total_chunks
+
+
+def _committer(endpoint: ProducerEndpointImpl) -> Callable[[bytes], None]:
+    """CommitData as the producer port hands it to `endpoint`: decoded from its bytes."""
+
+    def commit(data: bytes) -> None:
+        endpoint.commit_data_bytes(commit_data_request(data))
+
+    return commit
+
+
+def _commits_only(packets: list[bytes], page_size: int) -> int:
+    """Commits `packets` as `_ingest_run` does, with each CommitData (decoded from its bytes
+    and moved) called from `itertools.starmap`, and nothing else; returns the chunks moved.
+
+    Under `valgrind --tool=callgrind --toggle-collect=starmap_next` only the commits count.
+    """
+    runner = _Runner()
+    service = TracingService(runner, uid=0)
+    _, _, producers = _session(service, runner, 64 * 1024, page_size)
+    chunks = 0
+    for start in range(0, len(packets), 2000):
+        part = packets[start : start + 2000]
+        for producer in producers:
+            assert producer.writer is not None
+            write = producer.writer.write_packet
+            for packet in part:
+                write(packet)
+            producer.writer.flush()
+            endpoint = producer.endpoint
+            requests = [(r.SerializeToString(),) for r in producer.requests]
+            chunks += sum(len(r.chunks_to_move) for r in producer.requests)
+            producer.requests.clear()
+            collections.deque(itertools.starmap(_committer(endpoint), requests), maxlen=0)
+    return chunks
 
 
 def _chunks(packets: list[bytes]) -> list[tuple[bytes, int]]:
@@ -311,8 +352,16 @@ def main() -> None:
         "--page-kb", type=int, default=4, help="SMB page size (the SDK's default is 4 KiB)"
     )
     parser.add_argument("--skip-read", action="store_true", help="only the ingest benchmark")
+    parser.add_argument(
+        "--commits-only",
+        action="store_true",
+        help="only the commits, for callgrind --toggle-collect=starmap_next (prints the chunks)",
+    )
     args = parser.parse_args()
     packets = _track_event_packets(args.mib * 1024 * 1024 // 45, seed=1)
+    if args.commits_only:
+        print(f"chunks moved: {_commits_only(packets, args.page_kb * 1024)}")
+        return
 
     services, references, rates, ratios = [], [], [], []
     size = count = chunks = 0
