@@ -76,8 +76,7 @@ cdef class _CommitWalk:
         reader=SharedMemoryReader, opened=tuple, writer_id="long long", buffer=TraceBuffer,
     )
     cdef object _move(
-        self, long long page, long long chunk, long long buffer_id,
-        Py_ssize_t data_start, Py_ssize_t data_end, bint complete,
+        self, long long page, long long chunk, long long buffer_id, bytes data, bint complete,
     )
     @cython.locals(
         tag="unsigned long long", buffer_id="unsigned long long",

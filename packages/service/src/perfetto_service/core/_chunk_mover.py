@@ -105,9 +105,11 @@ def commit_data_request(request: Buffer) -> Buffer:
     """A serialized CommitDataRequest in the layout `move_chunks` reads: `request` itself, or
     the request re-encoded by protobuf. Raises `DecodeError` if protobuf cannot decode it.
     """
-    if _CommitWalk(request, _CHECK, None, None, None).walk():
+    if cython.compiled and _CommitWalk(request, _CHECK, None, None, None).walk():
         return request
     message = CommitDataRequest.FromString(bytes(request))
+    if not cython.compiled:
+        return request  # the pure build's move_chunks reads it with protobuf too
     message.DiscardUnknownFields()
     return message.SerializeToString()
 
@@ -129,9 +131,26 @@ def move_chunks(
     `commit_data_request` (else `DecodeError` if it is not in the layout read, with nothing
     moved).
     """
+    walk = _CommitWalk(request, _MOVE, buffers, endpoint, reader)
+    if not cython.compiled:
+        # Pure Python, protobuf's parser (C in upb) costs less than the walk.
+        message = CommitDataRequest.FromString(bytes(request))
+        for move in message.chunks_to_move:
+            data = move.data if move.HasField("data") else None
+            walk._move(move.page, move.chunk, move.target_buffer, data, not move.chunk_incomplete)
+        patches: list[ChunkPatches] = [
+            (
+                entry.target_buffer,
+                entry.writer_id,
+                entry.chunk_id,
+                [Patch(patch.offset, patch.data) for patch in entry.patches],
+                entry.has_more_patches,
+            )
+            for entry in message.chunks_to_patch
+        ]
+        return walk.discarded, patches, message.flush_request_id
     if not _CommitWalk(request, _CHECK, None, None, None).walk():
         raise DecodeError("CommitDataRequest not in the layout the chunk mover reads")
-    walk = _CommitWalk(request, _MOVE, buffers, endpoint, reader)
     walk.walk()
     return walk.discarded, walk.patches, walk.flush_request_id
 
@@ -267,21 +286,21 @@ class _CommitWalk:
         if self.pos != end or end == _BAD:
             self.pos = _BAD
         elif self.mode == _MOVE:
-            self._move(page, chunk, buffer_id, data_start, data_end, complete)
+            data = bytes(self.request[data_start:data_end]) if data_start >= 0 else None
+            self._move(page, chunk, buffer_id, data, complete)
         elif self.mode == _DECODE:
             data = bytes(self.request[data_start:data_end]) if data_start >= 0 else None
             self.moves.append((page, chunk, buffer_id, data, complete))
 
-    def _move(  # noqa: PLR0917 - private, one decoded entry's fields
-        self, page: int, chunk: int, buffer_id: int, data_start: int, data_end: int, complete: bool
+    def _move(
+        self, page: int, chunk: int, buffer_id: int, data: bytes | None, complete: bool
     ) -> None:
+        """Moves one chunk: from the SMB, or from `data` (emulation mode)."""
         reader = self.reader
         assert reader is not None
         opened: tuple[int, int, int, int, memoryview] | None = None
-        if data_start >= 0:
-            copied = reader.chunk_from_bytes(
-                chunk, bytes(self.request[data_start:data_end]), complete=complete
-            )
+        if data is not None:
+            copied = reader.chunk_from_bytes(chunk, data, complete=complete)
             if copied is None:
                 self.discarded += 1
                 return
