@@ -1,20 +1,27 @@
 """TracingService throughput: ingest through SMB + CommitData, and read-back of a full buffer.
 
 Ingest: 4 in-process producers write track-event-sized packets with `TraceWriter` into their
-own SMBs (created by the service); the service's CommitData (chunks validated, moved out of
-shared memory, freed, copied into one central buffer) is timed on its own, in CPU seconds.
+own SMBs (created by the service); the service's CommitData (the serialized request decoded as
+the producer port does, chunks validated, moved out of shared memory, freed, copied into one
+central buffer) is timed on its own, in CPU seconds, and per chunk.
 Same-run reference: a bare Python loop copying the same chunks from the mmap into a
 bytearray. Read-back: a wrapped 64 MiB RING_BUFFER drained into a trace file (what
 write_into_file does, 1 MiB per read) and into ReadBuffers replies (the IPC path, 32 KiB
 per read), wall time end to end. Median of 7 runs.
 
     python packages/service/benchmarks/bench_tracing_service.py [--runs N] [--mib N]
-        [--page-kb N] [--skip-read]
+        [--page-kb N] [--skip-read] [--commits-only]
+
+Instructions per CommitData chunk, load-independent: the difference between two runs of
+`valgrind --tool=callgrind --toggle-collect=starmap_next python ... --commits-only --mib N`
+(N = 1 and 2: what a run pays once cancels out) divided by the difference in chunks moved.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import itertools
 import os
 import random
 import statistics
@@ -30,6 +37,7 @@ from perfetto_protos.common.trace_stats_pb2 import TraceStats
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_service import ClientIdentity, TracePacketSlices, TracingService
+from perfetto_service.core._chunk_mover import commit_data_request
 from perfetto_service.core._consumer_endpoint import ConsumerEndpointImpl
 from perfetto_service.core._producer_endpoint import ProducerEndpointImpl
 from perfetto_service.core._read_slicer import read_buffers_replies
@@ -192,15 +200,15 @@ def _chunk_spans(request: CommitDataRequest, page_size: int) -> list[tuple[int, 
     ]
 
 
-def _ingest_run(packets: list[bytes], page_size: int) -> tuple[float, float, int, int]:
-    """(service CPU s, reference CPU s, payload bytes, packets) for one ingest run."""
+def _ingest_run(packets: list[bytes], page_size: int) -> tuple[float, float, int, int, int]:
+    """(service CPU s, reference CPU s, payload bytes, packets, chunks) for one ingest run."""
     runner = _Runner()
     service = TracingService(runner, uid=0)
     _, _, producers = _session(service, runner, 64 * 1024, page_size)
     ring = bytearray(64 * 1024 * 1024)
     ring_pos = 0
     service_cpu = reference_cpu = 0.0
-    total_bytes = total_packets = 0
+    total_bytes = total_packets = total_chunks = 0
     batch = 2000
     for start in range(0, len(packets), batch):
         part = packets[start : start + batch]
@@ -215,8 +223,11 @@ def _ingest_run(packets: list[bytes], page_size: int) -> tuple[float, float, int
             shm = producer.endpoint.shared_memory()
             assert shm is not None
             mem = shm.buffer
+            commit = _committer(producer.endpoint)
             for request in producer.requests:
                 spans = _chunk_spans(request, page_size)
+                serialized = request.SerializeToString()
+                total_chunks += len(spans)
                 t0 = time.process_time()
                 for begin, end in spans:
                     size = end - begin
@@ -225,12 +236,47 @@ def _ingest_run(packets: list[bytes], page_size: int) -> tuple[float, float, int
                     ring[ring_pos : ring_pos + size] = mem[begin:end]
                     ring_pos += size
                 t1 = time.process_time()
-                producer.endpoint.commit_data(request)
+                commit(serialized)
                 t2 = time.process_time()
                 reference_cpu += t1 - t0
                 service_cpu += t2 - t1
             producer.requests.clear()
-    return service_cpu, reference_cpu, total_bytes, total_packets
+    return service_cpu, reference_cpu, total_bytes, total_packets, total_chunks
+
+
+def _committer(endpoint: ProducerEndpointImpl) -> Callable[[bytes], None]:
+    """CommitData as the producer port hands it to `endpoint`: decoded from its bytes."""
+
+    def commit(data: bytes) -> None:
+        endpoint.commit_data_bytes(commit_data_request(data))
+
+    return commit
+
+
+def _commits_only(packets: list[bytes], page_size: int) -> int:
+    """Commits `packets` as `_ingest_run` does, with each CommitData (decoded from its bytes
+    and moved) called from `itertools.starmap`, and nothing else; returns the chunks moved.
+
+    Under `valgrind --tool=callgrind --toggle-collect=starmap_next` only the commits count.
+    """
+    runner = _Runner()
+    service = TracingService(runner, uid=0)
+    _, _, producers = _session(service, runner, 64 * 1024, page_size)
+    chunks = 0
+    for start in range(0, len(packets), 2000):
+        part = packets[start : start + 2000]
+        for producer in producers:
+            assert producer.writer is not None
+            write = producer.writer.write_packet
+            for packet in part:
+                write(packet)
+            producer.writer.flush()
+            endpoint = producer.endpoint
+            requests = [(r.SerializeToString(),) for r in producer.requests]
+            chunks += sum(len(r.chunks_to_move) for r in producer.requests)
+            producer.requests.clear()
+            collections.deque(itertools.starmap(_committer(endpoint), requests), maxlen=0)
+    return chunks
 
 
 def _chunks(packets: list[bytes]) -> list[tuple[bytes, int]]:
@@ -306,13 +352,21 @@ def main() -> None:
         "--page-kb", type=int, default=4, help="SMB page size (the SDK's default is 4 KiB)"
     )
     parser.add_argument("--skip-read", action="store_true", help="only the ingest benchmark")
+    parser.add_argument(
+        "--commits-only",
+        action="store_true",
+        help="only the commits, for callgrind --toggle-collect=starmap_next (prints the chunks)",
+    )
     args = parser.parse_args()
     packets = _track_event_packets(args.mib * 1024 * 1024 // 45, seed=1)
+    if args.commits_only:
+        print(f"chunks moved: {_commits_only(packets, args.page_kb * 1024)}")
+        return
 
     services, references, rates, ratios = [], [], [], []
-    size = count = 0
+    size = count = chunks = 0
     for _ in range(args.runs):
-        service_cpu, reference_cpu, size, count = _ingest_run(packets, args.page_kb * 1024)
+        service_cpu, reference_cpu, size, count, chunks = _ingest_run(packets, args.page_kb * 1024)
         services.append(service_cpu)
         references.append(reference_cpu)
         ratios.append(service_cpu / reference_cpu)
@@ -327,11 +381,11 @@ def main() -> None:
     print(
         f"  service CommitData:   {mb / service_s:8.1f} MB per CPU-s  "
         f"{statistics.median(rates) / 1e6:6.2f} M packets per CPU-s  "
-        f"{service_s / mb:.4f} CPU-s/MB"
+        f"{service_s / mb:.4f} CPU-s/MB  {service_s / chunks * 1e9:6.0f} ns per chunk"
     )
     print(
         f"  reference mmap copy:  {mb / reference_s:8.1f} MB per CPU-s  "
-        f"{reference_s / mb:.4f} CPU-s/MB"
+        f"{reference_s / mb:.4f} CPU-s/MB  {reference_s / chunks * 1e9:6.0f} ns per chunk"
     )
     print(f"  RATIO service/reference CPU per MB: {statistics.median(ratios):.2f} (target <= 3)")
 

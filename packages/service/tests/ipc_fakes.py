@@ -86,6 +86,11 @@ class FakeProducerEndpoint:
         if callback is not None:
             callback()
 
+    def commit_data_bytes(
+        self, request: bytes | bytearray | memoryview, callback: Callable[[], None] | None = None
+    ) -> None:
+        self.commit_data(CommitDataRequest.FromString(bytes(request)), callback)
+
     def shared_memory(self) -> SharedMemory | None:
         return self.shm
 

@@ -124,7 +124,10 @@ class HostileProducer:
         patch = request.chunks_to_patch.add(target_buffer=buffer, writer_id=7, chunk_id=0)
         patch.patches.add(offset=4000, data=b"\xff\xff\xff\xff")
         patch.patches.add(offset=0, data=b"\xff")
-        self.client.commit_data(request)
+        # Led by unknown fields, a group among them, that traced's own walk of CommitData
+        # leaves to protobuf: the request is still served whole.
+        unknown = b"\x43\x08\x01\x44\x3a\x02ab"
+        self.client.commit_data(CommitDataRequest.FromString(unknown + request.SerializeToString()))
         self.client.register_trace_writer(0, buffer)
         done = threading.Event()
         self.client.sync(done.set)

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 import pytest
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from perfetto_protos.ipc import producer_port_pb2 as pp
@@ -291,6 +291,37 @@ def test_undecodable_args_fail_the_call(host: Host, handlers: Handlers) -> None:
     connection.receive_data(invoke(method_id("Sync"), b"\xff\xff\xff"))
     assert handlers.calls == []
     assert not transport.pop()[0].msg_invoke_method_reply.success
+
+
+def test_request_decoder_hands_the_handler_what_it_decoded() -> None:
+    seen: list[object] = []
+
+    def decode(data: bytes | bytearray | memoryview) -> object:
+        if bytes(data) == b"bad":
+            raise DecodeError("bad")
+        return ("decoded", bytes(data))
+
+    host = Host()
+    host.expose_service(
+        PRODUCER_PORT,
+        {"CommitData": lambda request, call: seen.append(request)},
+        {"CommitData": decode},
+    )
+    connection, transport = connect(host)
+    connection.receive_data(bind("ProducerPort", request_id=1))
+    transport.pop()
+    connection.receive_data(invoke(method_id("CommitData"), b"\xff\xff\xff", request_id=2))
+    assert seen == [("decoded", b"\xff\xff\xff")]  # protobuf would refuse these bytes
+    connection.receive_data(invoke(method_id("CommitData"), b"bad", request_id=3))
+    assert len(seen) == 1
+    failed = transport.pop()[-1]
+    assert failed.request_id == 3
+    assert not failed.msg_invoke_method_reply.success
+
+
+def test_request_decoder_for_an_unknown_method_is_refused() -> None:
+    with pytest.raises(WireError, match="NoSuchMethod"):
+        Host().expose_service(PRODUCER_PORT, {}, {"NoSuchMethod": bytes})
 
 
 def test_method_without_handler_fails_the_call(host: Host) -> None:

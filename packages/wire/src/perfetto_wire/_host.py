@@ -6,7 +6,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import cast
+from typing import Any, cast
 
 from google.protobuf.message import DecodeError, Message
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
@@ -24,6 +24,7 @@ __all__ = [
     "Handler",
     "Host",
     "HostConnection",
+    "RequestDecoder",
     "machine_id_for",
 ]
 
@@ -140,8 +141,17 @@ class Deferred:
         self._connection.when_drained(callback)
 
 
-Handler = Callable[[Message, Deferred], Message | None]
-"""Serves one method: gets the decoded request and the call; may return the (final) reply."""
+Handler = Callable[[Any, Deferred], Message | None]
+"""Serves one method: gets the decoded request and the call; may return the (final) reply.
+
+The request is the method's message, or what the method's request decoder returned.
+"""
+
+RequestDecoder = Callable[[Buffer], object]
+"""Decodes a method's serialized request in place of protobuf; raises `DecodeError` if it cannot.
+
+Its argument may be a view of the connection's receive buffer, valid until the handler returns.
+"""
 
 ConnectionCallback = Callable[[ClientInfo], None]
 
@@ -151,6 +161,7 @@ class _ExposedService:
     service_id: int
     descriptor: ServiceDescriptor
     handlers: tuple[Handler | None, ...]
+    decoders: tuple[RequestDecoder | None, ...]
 
 
 def _snake_case(name: str) -> str:
@@ -210,17 +221,30 @@ class Host:
         self._last_client_id = 0
         self._connections: dict[int, HostConnection] = {}
 
-    def expose_service(self, descriptor: ServiceDescriptor, handlers: object) -> int:
+    def expose_service(
+        self,
+        descriptor: ServiceDescriptor,
+        handlers: object,
+        request_decoders: Mapping[str, RequestDecoder] | None = None,
+    ) -> int:
         """Exposes a service and returns its id.
 
         `handlers` is a mapping of method name to `Handler`, or an object whose attributes
         named after the methods (as in the .proto, or in snake_case) are the handlers.
-        Methods without a handler answer success=false.
+        Methods without a handler answer success=false. `request_decoders` maps method names
+        to the `RequestDecoder` their requests go through instead of protobuf.
         """
         if descriptor.name in self._by_name:
             raise WireError(f"service {descriptor.name} is already exposed")
+        decoders = request_decoders or {}
+        unknown = set(decoders) - {method.name for method in descriptor.methods}
+        if unknown:
+            raise WireError(f"{descriptor.name} has no method {sorted(unknown)}")
         service = _ExposedService(
-            len(self._services) + 1, descriptor, _resolve_handlers(descriptor, handlers)
+            len(self._services) + 1,
+            descriptor,
+            _resolve_handlers(descriptor, handlers),
+            tuple(decoders.get(method.name) for method in descriptor.methods),
         )
         self._services.append(service)
         self._by_name[descriptor.name] = service
@@ -416,9 +440,14 @@ class HostConnection(FrameEndpoint):
             self._send_failure(request_id)
             return
         method = service.descriptor.methods[method_id - 1]
+        decode = service.decoders[method_id - 1]
         try:
             # protobuf parses any buffer; its stubs only name bytes.
-            request = method.request_type.FromString(cast(bytes, args_proto))
+            request = (
+                method.request_type.FromString(cast(bytes, args_proto))
+                if decode is None
+                else decode(args_proto)
+            )
         except DecodeError:
             _log.debug("undecodable %s request from client %d", method.name, self.client_id)
             self._send_failure(request_id)

@@ -1,8 +1,18 @@
-"""The chunks a CommitData request moves: from a producer's SMB (or the request) into buffers."""
+"""The chunks a CommitData request moves: from a producer's SMB (or the request) into buffers.
+
+The request is read in its serialized form: its fields are decoded as they are walked and
+each chunk is moved as its entry ends, with no message object. The walk reads protobuf's
+wire format as protobuf does for every field it meets (unknown fields skipped, the last
+value of a scalar kept, a known field with another wire type taken as unknown); a request
+with anything else (group wire types, a varint beyond 64 bits, field 0, a field running
+past its message) is left to protobuf: `commit_data_request` decodes it with protobuf, which
+either refuses it or gives the same request re-encoded in the layout the walk reads. The pure
+build reads the request with protobuf's parser instead (in C, it costs less than the walk in
+Python) and moves the chunks the same way; `decode_commit_data` is the walk in both builds.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 try:
@@ -10,7 +20,10 @@ try:
 except ImportError:  # installed without Cython: runs as pure Python
     from protozero import _cython_shim as cython
 
+from google.protobuf.message import DecodeError
 from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
+
+from perfetto_service.core._trace_buffer import Patch
 
 if not cython.compiled:  # compiled, the .pxd cimports them
     from perfetto_smb import SharedMemoryReader
@@ -18,10 +31,54 @@ if not cython.compiled:  # compiled, the .pxd cimports them
     from perfetto_service.core._trace_buffer import TraceBuffer
 
 if TYPE_CHECKING:
-    from perfetto_smb import CopiedChunk
-
     from perfetto_service.core._producer_endpoint import ProducerEndpointImpl
     from perfetto_service.core._trace_buffer import PacketSequenceProperties
+
+Buffer = bytes | bytearray | memoryview
+
+ChunkPatches = tuple[int, int, int, list[Patch], bool]
+"""One ChunkToPatch entry: (target_buffer, writer_id, chunk_id, patches, has_more_patches)."""
+
+ChunkMove = tuple[int, int, int, bytes | None, bool]
+"""One ChunksToMove entry: (page, chunk, target_buffer, data or None, not chunk_incomplete)."""
+
+_UINT32_MASK = 0xFFFFFFFF
+_MAX_TAG = 0xFFFFFFFF
+_MAX_VARINT_BYTES = 10
+_BAD = 1 << 62
+"""Where a walk's position goes when the request is not in the layout it reads: past any end."""
+
+# What a walk does with the request.
+_CHECK = 0
+_DECODE = 1
+_MOVE = 2
+
+# Wire types.
+_VARINT = 0
+_FIXED64 = 1
+_BYTES = 2
+_FIXED32 = 5
+
+# Tags (field number << 3 | wire type) of the fields the walk decodes.
+# CommitDataRequest: chunks_to_move = 1, chunks_to_patch = 2, flush_request_id = 3.
+_REQUEST_MOVE = 0x0A
+_REQUEST_PATCH = 0x12
+_REQUEST_FLUSH_ID = 0x18
+# ChunksToMove: page = 1, chunk = 2, target_buffer = 3, data = 4, chunk_incomplete = 5.
+_MOVE_PAGE = 0x08
+_MOVE_CHUNK = 0x10
+_MOVE_TARGET_BUFFER = 0x18
+_MOVE_DATA = 0x22
+_MOVE_INCOMPLETE = 0x28
+# ChunkToPatch: target_buffer = 1, writer_id = 2, chunk_id = 3, patches = 4, has_more = 5.
+_PATCH_TARGET_BUFFER = 0x08
+_PATCH_WRITER_ID = 0x10
+_PATCH_CHUNK_ID = 0x18
+_PATCH_PATCHES = 0x22
+_PATCH_HAS_MORE = 0x28
+# ChunkToPatch.Patch: offset = 1, data = 2.
+_PATCH_OFFSET = 0x08
+_PATCH_DATA = 0x12
 
 
 def target_buffer(
@@ -46,63 +103,284 @@ def target_buffer(
     return buffer
 
 
+def commit_data_request(request: Buffer) -> Buffer:
+    """A serialized CommitDataRequest in the layout `move_chunks` reads: `request` itself, or
+    the request re-encoded by protobuf. Raises `DecodeError` if protobuf cannot decode it.
+    """
+    if cython.compiled and _CommitWalk(request, _CHECK, None, None, None).walk():
+        return request
+    message = CommitDataRequest.FromString(bytes(request))
+    if not cython.compiled:
+        return request  # the pure build's move_chunks reads it with protobuf too
+    message.DiscardUnknownFields()
+    return message.SerializeToString()
+
+
 def move_chunks(
     buffers: dict[int, TraceBuffer],
     endpoint: ProducerEndpointImpl,
     reader: SharedMemoryReader,
-    moves: Iterable[CommitDataRequest.ChunksToMove],
-) -> int:
-    """Copies each chunk of `moves` into its target buffer; returns how many were discarded.
+    request: Buffer,
+) -> tuple[int, list[ChunkPatches], int]:
+    """Moves the chunks of a serialized CommitDataRequest into their target buffers.
 
-    A chunk is taken from the producer's SMB, where it is freed, or from the entry's `data`
-    (emulation mode). Nothing in `moves` nor in the SMB is trusted: a chunk that cannot be
+    Returns (chunks discarded, the request's chunks_to_patch, its flush_request_id). A chunk
+    is taken from the producer's SMB, where it is freed, or from the entry's `data`
+    (emulation mode). Nothing in `request` nor in the SMB is trusted: a chunk that cannot be
     read, or whose writer may not write to its target buffer, is discarded. A chunk whose page
     the producer changed while it was copied stays in the buffer (its bytes are checked like
-    any others) and is counted in `reader.rejected`.
+    any others) and is counted in `reader.rejected`. `request` comes from
+    `commit_data_request` (else `DecodeError` if it is not in the layout read, with nothing
+    moved).
     """
-    discarded = 0
-    last_buffer_id = last_writer_id = -1
-    target: tuple[TraceBuffer, PacketSequenceProperties] | None = None
-    for move in moves:
-        data = move.data
-        chunk: CopiedChunk | None = None
-        opened: tuple[int, int, int, int, memoryview] | None = None
-        if data or move.HasField("data"):
-            chunk = reader.chunk_from_bytes(move.chunk, data, complete=not move.chunk_incomplete)
-            if chunk is None:
-                discarded += 1
-                continue
-            writer_id = chunk.writer_id
+    walk = _CommitWalk(request, _MOVE, buffers, endpoint, reader)
+    if not cython.compiled:
+        # Pure Python, protobuf's parser (C in upb) costs less than the walk.
+        message = CommitDataRequest.FromString(bytes(request))
+        for move in message.chunks_to_move:
+            data = move.data if move.HasField("data") else None
+            walk._move(move.page, move.chunk, move.target_buffer, data, not move.chunk_incomplete)
+        patches: list[ChunkPatches] = [
+            (
+                entry.target_buffer,
+                entry.writer_id,
+                entry.chunk_id,
+                [Patch(patch.offset, patch.data) for patch in entry.patches],
+                entry.has_more_patches,
+            )
+            for entry in message.chunks_to_patch
+        ]
+        return walk.discarded, patches, message.flush_request_id
+    if not _CommitWalk(request, _CHECK, None, None, None).walk():
+        raise DecodeError("CommitDataRequest not in the layout the chunk mover reads")
+    walk.walk()
+    return walk.discarded, walk.patches, walk.flush_request_id
+
+
+def decode_commit_data(
+    request: Buffer,
+) -> tuple[list[ChunkMove], list[ChunkPatches], int] | None:
+    """The fields `move_chunks` reads from `request`: (chunks_to_move, chunks_to_patch,
+    flush_request_id), or None if it is not in the layout the walk reads.
+    """
+    walk = _CommitWalk(request, _DECODE, None, None, None)
+    if not walk.walk():
+        return None
+    return walk.moves, walk.patches, walk.flush_request_id
+
+
+class _CommitWalk:
+    """One walk over a serialized CommitDataRequest: checks its layout or, given the
+    service's buffers, moves its chunks and collects its patches.
+    """
+
+    def __init__(
+        self,
+        request: Buffer,
+        mode: int,
+        buffers: dict[int, TraceBuffer] | None,
+        endpoint: ProducerEndpointImpl | None,
+        reader: SharedMemoryReader | None,
+    ) -> None:
+        self.request = request
+        self.buf = request
+        self.pos = 0
+        self.buffers = buffers
+        self.endpoint = endpoint
+        self.reader = reader
+        self.mode = mode
+        self.discarded = 0
+        self.moves: list[ChunkMove] = []
+        self.patches: list[ChunkPatches] = []
+        self.flush_request_id = 0
+        self.last_buffer_id = -1
+        self.last_writer_id = -1
+        self.target: TraceBuffer | None = None
+        self.sequence: PacketSequenceProperties | None = None
+
+    def walk(self) -> bool:
+        """Walks the whole request; False if it is not in the layout this walk reads."""
+        end = len(self.buf)
+        while self.pos < end:
+            tag = self._varint(end)
+            if tag == _REQUEST_MOVE:
+                self._chunk_to_move(self._message_end(end))
+            elif tag == _REQUEST_PATCH:
+                self._chunk_to_patch(self._message_end(end))
+            elif tag == _REQUEST_FLUSH_ID:
+                self.flush_request_id = self._varint(end)
+            else:
+                self._skip(tag, end)
+        return self.pos == end
+
+    def _varint(self, end: int) -> int:
+        """The varint at `pos` (which moves past it); `pos` goes to `_BAD` unless it fits in
+        64 bits."""
+        pos = self.pos
+        if pos < end and self.buf[pos] < 0x80:
+            self.pos = pos + 1
+            return self.buf[pos]
+        value = 0
+        shift = 0
+        limit = min(pos + _MAX_VARINT_BYTES, end)
+        while pos < limit:
+            byte = self.buf[pos]
+            pos += 1
+            if shift == 63 and byte > 1:
+                break
+            bits = byte & 0x7F  # compiled, a 64-bit integer before the shift
+            value |= bits << shift
+            if byte < 0x80:
+                self.pos = pos
+                return value
+            shift += 7
+        self.pos = _BAD
+        return 0
+
+    def _message_end(self, end: int) -> int:
+        """The end of the length-delimited field whose length is at `pos`."""
+        length = self._varint(end)
+        if self.pos > end:
+            return _BAD
+        room = end - self.pos
+        if length > room:
+            self.pos = _BAD
+            return _BAD
+        return self.pos + length
+
+    def _skip(self, tag: int, end: int) -> None:
+        """Skips the value of an unknown field; `pos` goes to `_BAD` for what protobuf must
+        decide."""
+        wire_type = tag & 7
+        if tag >> 3 == 0 or tag > _MAX_TAG:
+            self.pos = _BAD
+        elif wire_type == _VARINT:
+            self._varint(end)
+        elif wire_type == _BYTES:
+            self.pos = self._message_end(end)
+        elif wire_type == _FIXED64 and end - self.pos >= 8:
+            self.pos += 8
+        elif wire_type == _FIXED32 and end - self.pos >= 4:
+            self.pos += 4
         else:
-            opened = reader.open_chunk(move.page, move.chunk)
+            self.pos = _BAD
+
+    def _chunk_to_move(self, end: int) -> None:
+        page = chunk = buffer_id = 0
+        data_start = data_end = -1
+        complete = True
+        while self.pos < end:
+            tag = self._varint(end)
+            if tag == _MOVE_PAGE:
+                page = self._varint(end) & _UINT32_MASK
+            elif tag == _MOVE_CHUNK:
+                chunk = self._varint(end) & _UINT32_MASK
+            elif tag == _MOVE_TARGET_BUFFER:
+                buffer_id = self._varint(end) & _UINT32_MASK
+            elif tag == _MOVE_DATA:
+                data_end = self._message_end(end)
+                data_start = self.pos
+                self.pos = data_end
+            elif tag == _MOVE_INCOMPLETE:
+                complete = self._varint(end) == 0
+            else:
+                self._skip(tag, end)
+        if self.pos != end or end == _BAD:
+            self.pos = _BAD
+        elif self.mode == _MOVE:
+            data = bytes(self.request[data_start:data_end]) if data_start >= 0 else None
+            self._move(page, chunk, buffer_id, data, complete)
+        elif self.mode == _DECODE:
+            data = bytes(self.request[data_start:data_end]) if data_start >= 0 else None
+            self.moves.append((page, chunk, buffer_id, data, complete))
+
+    def _move(
+        self, page: int, chunk: int, buffer_id: int, data: bytes | None, complete: bool
+    ) -> None:
+        """Moves one chunk: from the SMB, or from `data` (emulation mode)."""
+        reader = self.reader
+        assert reader is not None
+        opened: tuple[int, int, int, int, memoryview] | None = None
+        if data is not None:
+            copied = reader.chunk_from_bytes(chunk, data, complete=complete)
+            if copied is None:
+                self.discarded += 1
+                return
+            writer_id = copied.writer_id
+        else:
+            copied = None
+            opened = reader.open_chunk(page, chunk)
             if opened is None:
-                discarded += 1
-                continue
+                self.discarded += 1
+                return
             writer_id = opened[0]
-        buffer_id = move.target_buffer
-        if buffer_id != last_buffer_id or writer_id != last_writer_id:
-            buffer = target_buffer(buffers, endpoint, buffer_id, writer_id)
-            target = None if buffer is None else (buffer, endpoint.sequence(writer_id))
-            last_buffer_id = buffer_id
-            last_writer_id = writer_id
+        if buffer_id != self.last_buffer_id or writer_id != self.last_writer_id:
+            assert self.buffers is not None
+            assert self.endpoint is not None
+            self.target = target_buffer(self.buffers, self.endpoint, buffer_id, writer_id)
+            if self.target is not None:
+                self.sequence = self.endpoint.sequence(writer_id)
+            self.last_buffer_id = buffer_id
+            self.last_writer_id = writer_id
+        buffer = self.target
         try:
-            if target is None:
-                discarded += 1
-                continue
-            buffer = target[0]
-            if chunk is not None:
+            if buffer is None:
+                self.discarded += 1
+            elif copied is not None:
+                assert self.sequence is not None
                 buffer._copy_chunk(
-                    target[1],
-                    chunk.chunk_id,
-                    chunk.packet_count,
-                    chunk.flags,
-                    chunk.payload,
-                    chunk.complete,
+                    self.sequence,
+                    copied.chunk_id,
+                    copied.packet_count,
+                    copied.flags,
+                    copied.payload,
+                    copied.complete,
                 )
             elif opened is not None:
+                assert self.sequence is not None
                 _, chunk_id, packet_count, flags, payload = opened
-                buffer._copy_chunk(target[1], chunk_id, packet_count, flags, payload, True)
+                buffer._copy_chunk(self.sequence, chunk_id, packet_count, flags, payload, True)
         finally:
             if opened is not None:
                 reader.close_chunk()
-    return discarded
+
+    def _chunk_to_patch(self, end: int) -> None:
+        buffer_id = writer_id = chunk_id = 0
+        has_more = False
+        patches: list[Patch] = []
+        while self.pos < end:
+            tag = self._varint(end)
+            if tag == _PATCH_TARGET_BUFFER:
+                buffer_id = self._varint(end) & _UINT32_MASK
+            elif tag == _PATCH_WRITER_ID:
+                writer_id = self._varint(end) & _UINT32_MASK
+            elif tag == _PATCH_CHUNK_ID:
+                chunk_id = self._varint(end) & _UINT32_MASK
+            elif tag == _PATCH_PATCHES:
+                self._patch(self._message_end(end), patches)
+            elif tag == _PATCH_HAS_MORE:
+                has_more = self._varint(end) != 0
+            else:
+                self._skip(tag, end)
+        if self.pos != end or end == _BAD:
+            self.pos = _BAD
+        elif self.mode != _CHECK:
+            self.patches.append((buffer_id, writer_id, chunk_id, patches, has_more))
+
+    def _patch(self, end: int, patches: list[Patch]) -> None:
+        offset = 0
+        data_start = data_end = 0
+        while self.pos < end:
+            tag = self._varint(end)
+            if tag == _PATCH_OFFSET:
+                offset = self._varint(end) & _UINT32_MASK
+            elif tag == _PATCH_DATA:
+                data_end = self._message_end(end)
+                data_start = self.pos
+                self.pos = data_end
+            else:
+                self._skip(tag, end)
+        if self.pos != end or end == _BAD:
+            self.pos = _BAD
+        elif self.mode != _CHECK:
+            patches.append(Patch(offset, bytes(self.request[data_start:data_end])))

@@ -25,6 +25,7 @@ from perfetto_service._interfaces import (
     TaskRunner,
     acks_flush_itself,
 )
+from perfetto_service.core._chunk_mover import Buffer
 from perfetto_service.core._trace_buffer import PacketSequenceProperties
 
 if TYPE_CHECKING:
@@ -241,15 +242,22 @@ class ProducerEndpointImpl:
         Everything in `request` is untrusted: bad entries are skipped and counted in the
         service's stats. `callback` runs last, before this returns.
         """
+        self.commit_data_bytes(request.SerializeToString(), callback)
+
+    def commit_data_bytes(
+        self, request: Buffer, callback: Callable[[], None] | None = None
+    ) -> None:
+        """`commit_data` for a serialized request as `commit_data_request` returns it (how
+        the producer port hands CommitData over: its chunks are moved with no message object).
+        """
         reader = self._reader
         if self.connected and reader is not None:
             service = self._service
-            if request.chunks_to_move:
-                service.move_chunks(self, reader, request.chunks_to_move)
-            if request.chunks_to_patch:
-                service.apply_chunk_patches(self, request.chunks_to_patch)
-            if request.flush_request_id:
-                service.notify_flush_done_for_producer(self.id, request.flush_request_id)
+            patches, flush_request_id = service.move_chunks(self, reader, request)
+            if patches:
+                service.apply_chunk_patches(self, patches)
+            if flush_request_id:
+                service.notify_flush_done_for_producer(self.id, flush_request_id)
         if callback is not None:
             callback()
 

@@ -13,10 +13,9 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
 from perfetto_protos.common.observable_events_pb2 import ObservableEvents
 from perfetto_protos.common.trace_stats_pb2 import TraceStats
@@ -36,7 +35,12 @@ from perfetto_smb import (
 from perfetto_service._errors import ServiceError
 from perfetto_service._interfaces import ClientIdentity, Consumer, Producer, TaskRunner
 from perfetto_service._version import service_version
-from perfetto_service.core._chunk_mover import move_chunks, target_buffer
+from perfetto_service.core._chunk_mover import (
+    Buffer,
+    ChunkPatches,
+    move_chunks,
+    target_buffer,
+)
 from perfetto_service.core._config_checks import check_trace_config
 from perfetto_service.core._consumer_endpoint import ConsumerEndpointImpl
 from perfetto_service.core._name_filter import name_matches
@@ -408,13 +412,16 @@ class TracingService:
     # Commits -------------------------------------------------------------------------------
 
     def move_chunks(
-        self,
-        endpoint: ProducerEndpointImpl,
-        reader: SharedMemoryReader,
-        moves: Iterable[CommitDataRequest.ChunksToMove],
-    ) -> None:
-        """Copies the chunks a producer's CommitData moves into their buffers, if it may."""
-        self.chunks_discarded += move_chunks(self._buffers, endpoint, reader, moves)
+        self, endpoint: ProducerEndpointImpl, reader: SharedMemoryReader, request: Buffer
+    ) -> tuple[list[ChunkPatches], int]:
+        """Copies the chunks a producer's CommitData moves into their buffers, if it may.
+
+        `request` is the serialized CommitDataRequest (see `commit_data_request`); returns its
+        chunks_to_patch and flush_request_id.
+        """
+        discarded, patches, flush_request_id = move_chunks(self._buffers, endpoint, reader, request)
+        self.chunks_discarded += discarded
+        return patches, flush_request_id
 
     def copy_chunk_into_buffer(
         self, endpoint: ProducerEndpointImpl, buffer_id: int, chunk: CopiedChunk
@@ -434,15 +441,12 @@ class TracingService:
         )
 
     def apply_chunk_patches(
-        self,
-        endpoint: ProducerEndpointImpl,
-        chunks_to_patch: Sequence[CommitDataRequest.ChunkToPatch],
+        self, endpoint: ProducerEndpointImpl, chunks_to_patch: Sequence[ChunkPatches]
     ) -> None:
         """Applies patches to chunks of `endpoint` (only its own: the producer id is trusted)."""
-        for entry in chunks_to_patch:
-            writer_id = entry.writer_id
-            buffer = self._buffers.get(entry.target_buffer)
-            num_patches = len(entry.patches)
+        for buffer_id, writer_id, chunk_id, entry_patches, has_more_patches in chunks_to_patch:
+            buffer = self._buffers.get(buffer_id)
+            num_patches = len(entry_patches)
             if not 0 < writer_id <= MAX_WRITER_ID or buffer is None:
                 self.patches_discarded += num_patches
                 continue
@@ -450,13 +454,13 @@ class TracingService:
                 self.patches_discarded += num_patches
                 continue
             patches: list[Patch] = []
-            for patch in entry.patches:
+            for patch in entry_patches:
                 if len(patch.data) != 4:
                     self.patches_discarded += 1
                     continue
-                patches.append(Patch(patch.offset, patch.data))
+                patches.append(patch)
             buffer.try_patch_chunk_contents(
-                endpoint.id, writer_id, entry.chunk_id, patches, entry.has_more_patches
+                endpoint.id, writer_id, chunk_id, patches, has_more_patches
             )
 
     def _scrape(self, session: TracingSession, endpoint: ProducerEndpointImpl) -> None:

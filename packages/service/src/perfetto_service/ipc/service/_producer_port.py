@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from google.protobuf.message import Message
-from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_protos.ipc import producer_port_pb2 as pb
 from perfetto_smb import SharedMemory, SmbError
@@ -23,8 +22,9 @@ from perfetto_wire import ClientInfo, Deferred, Host, ServiceDescriptor, WireErr
 
 from perfetto_service._errors import ServiceError
 from perfetto_service._interfaces import ClientIdentity, Producer, ProducerEndpoint
+from perfetto_service.core._chunk_mover import Buffer, commit_data_request
 
-__all__ = ["ProducerConnector", "ProducerPort", "RemoteProducer"]
+__all__ = ["PortEndpoint", "ProducerConnector", "ProducerPort", "RemoteProducer"]
 
 _log = logging.getLogger("perfetto_service")
 
@@ -44,8 +44,17 @@ class ProducerConnector(Protocol):
         shm_page_size_hint_bytes: int = 0,
         shm: SharedMemory | None = None,
         sdk_version: str = "",
-    ) -> ProducerEndpoint | None:
+    ) -> PortEndpoint | None:
         """Connects a producer; None, or `ServiceError`, if the service refuses it."""
+
+
+class PortEndpoint(ProducerEndpoint, Protocol):
+    """A `ProducerEndpoint` that also takes CommitData serialized."""
+
+    def commit_data_bytes(
+        self, request: Buffer, callback: Callable[[], None] | None = None
+    ) -> None:
+        """`commit_data` for a serialized request as `commit_data_request` returns it."""
 
 
 class RemoteProducer:
@@ -54,7 +63,7 @@ class RemoteProducer:
     def __init__(self, client: ClientInfo, *, shmem_emulation: bool = False) -> None:
         self.client = client
         self.shmem_emulation = shmem_emulation
-        self.endpoint: ProducerEndpoint | None = None
+        self.endpoint: PortEndpoint | None = None
         self.provided_shm: SharedMemory | None = None
         self._commands: Deferred | None = None
         self._queued: list[tuple[pb.GetAsyncCommandResponse, bool]] = []
@@ -185,7 +194,7 @@ class ProducerPort:
 
     def expose_on(self, host: Host) -> None:
         """Exposes the service on `host` (call `on_client_disconnected` from the host's hook)."""
-        host.expose_service(self.descriptor, self._handlers())
+        host.expose_service(self.descriptor, self._handlers(), {"CommitData": commit_data_request})
         self._hosts.append(host)
 
     @property
@@ -205,7 +214,7 @@ class ProducerPort:
 
     def _handlers(self) -> dict[str, Callable[[Message, Deferred], Message | None]]:
         def wrap(
-            call: Callable[[RemoteProducer, ProducerEndpoint, Any, Deferred], None],
+            call: Callable[[RemoteProducer, PortEndpoint, Any, Deferred], None],
         ) -> Callable[[Message, Deferred], Message | None]:
             def handler(request: Message, deferred: Deferred) -> None:
                 producer = self._producers.get(deferred.client.client_id)
@@ -326,12 +335,12 @@ def _update_data_source(
 
 def _commit_data(
     _producer: RemoteProducer,
-    endpoint: ProducerEndpoint,
-    request: CommitDataRequest,
+    endpoint: PortEndpoint,
+    request: Buffer,
     deferred: Deferred,
 ) -> None:
     callback = (lambda: _resolve_empty(deferred)) if deferred.wants_reply else None
-    endpoint.commit_data(request, callback)
+    endpoint.commit_data_bytes(request, callback)
 
 
 def _get_async_command(
