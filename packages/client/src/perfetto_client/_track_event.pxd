@@ -15,6 +15,10 @@ cdef class ThreadState:
     cdef public object track
 
 
+@cython.locals(cached="void *", state=ThreadState)
+cdef ThreadState _current_state()
+@cython.locals(state=ThreadState)
+cpdef ThreadState thread_state()
 @cython.locals(state=ThreadState, writers=tuple)
 cpdef tuple thread_writers(object mask)
 @cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long")
@@ -41,3 +45,4 @@ cpdef Slice thread_slice(object cat, object name, dict args)
 cdef _describe(TrackEventWriter writer, object track, long long ts)
 cdef object _NO_SLICE
 cdef bint _in_running_loop() except -1
+

@@ -31,6 +31,11 @@ from perfetto_client._track_event_writer import (
 from perfetto_client._tracks import CounterTrack, ProcessTrack, ThreadTrack, Track
 
 if cython.compiled:
+    from cython.cimports.perfetto_client._thread_slot import (
+        pc_cache_thread_state,
+        pc_cached_thread_state,
+        pc_forget_thread_states,
+    )
     from cython.cimports.posix.time import clock_gettime, timespec
 
 if TYPE_CHECKING:
@@ -342,6 +347,8 @@ class ThreadState:
         return result
 
     def __del__(self) -> None:
+        if cython.compiled:
+            pc_forget_thread_states()  # no thread's slot may point to a released state
         if self.pid != os.getpid():
             return  # a forked child: the writers belong to the parent's shared memory
         for writer in self.writers.values():
@@ -351,14 +358,29 @@ class ThreadState:
 
 
 _tls = threading.local()
+"""Owns each thread's state (released when the thread ends); the compiled build also keeps a
+pointer to it in a C thread-local slot (`_thread_slot.pxd`)."""
+
+
+def _current_state() -> ThreadState:
+    """The calling thread's state, created on first use."""
+    if cython.compiled:
+        cached = pc_cached_thread_state()
+        if cached != cython.NULL:
+            state: ThreadState = cython.cast(ThreadState, cached)
+            return state
+    try:
+        state = _tls.state
+    except AttributeError:
+        state = _tls.state = ThreadState()
+    if cython.compiled:
+        pc_cache_thread_state(cython.cast(cython.p_void, state))
+    return state
 
 
 def thread_state() -> ThreadState:
     """The calling thread's state (created on first use, refreshed when sessions change)."""
-    try:
-        state: ThreadState = _tls.state
-    except AttributeError:
-        state = _tls.state = ThreadState()
+    state = _current_state()
     if state.generation != registry.generation:
         state.refresh()
     return state
@@ -370,10 +392,7 @@ def thread_writers(mask: int) -> tuple[TrackEventWriter, ...]:
     This is how a hot caller gets its writers: `thread_writers(category.mask)` after
     checking `category.enabled`.
     """
-    try:
-        state: ThreadState = _tls.state
-    except AttributeError:
-        state = _tls.state = ThreadState()
+    state = _current_state()
     if state.generation != registry.generation:
         state.refresh()
     writers = state.by_mask.get(mask)
@@ -667,3 +686,5 @@ def forget_threads_after_fork() -> None:
         state.writers.clear()
         state.by_mask.clear()
     _tls = threading.local()
+    if cython.compiled:
+        pc_forget_thread_states()
