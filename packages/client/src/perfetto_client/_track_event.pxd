@@ -46,3 +46,11 @@ cdef _describe(TrackEventWriter writer, object track, long long ts)
 cdef object _NO_SLICE
 cdef bint _in_running_loop() except -1
 
+
+
+cdef class TracedFunction:
+    cdef dict __dict__
+    cdef object __weakref__
+    cdef object _fn
+    cdef object _cat
+    cdef Py_ssize_t _key

@@ -8,6 +8,7 @@ import os
 import sys
 import threading
 import time
+import types
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -64,6 +65,7 @@ __all__ = [
     "Slice",
     "StartupInstance",
     "ThreadState",
+    "TracedFunction",
     "TrackEventInstance",
     "counter",
     "instant",
@@ -416,6 +418,43 @@ def slice_exit(writers: tuple[TrackEventWriter, ...]) -> None:
     ts = now() if cython.compiled else _clock()
     for writer in writers:
         writer.slice_end(ts)
+
+
+class TracedFunction:
+    """What `@trace` makes of a function (not a coroutine function): each call is a slice of
+    event key `key` in `cat` while a session records `cat`.
+
+    It carries the function's name, qualified name, doc and `__wrapped__`
+    (`functools.update_wrapper`), binds as a method and pickles by name, as the function.
+    """
+
+    def __init__(self, fn: Callable[..., Any], cat: Category, key: int) -> None:
+        self._fn = fn
+        self._cat = cat
+        self._key = key
+        functools.update_wrapper(self, fn)
+
+    @cython.locals(writers=tuple)  # type: ignore[untyped-decorator]
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._cat.enabled:
+            return self._fn(*args, **kwargs)
+        writers = slice_enter(self._cat, self._key)
+        try:
+            return self._fn(*args, **kwargs)
+        finally:
+            slice_exit(writers)
+
+    def __get__(self, instance: object, owner: object) -> Any:
+        if instance is None:
+            return self
+        return types.MethodType(self, instance)
+
+    def __reduce__(self) -> str:
+        name: str = self.__qualname__  # type: ignore[attr-defined]
+        return name
+
+    def __repr__(self) -> str:
+        return f"<traced {self._fn!r}>"
 
 
 _name_setter: Any = None
