@@ -1,5 +1,7 @@
 import cython
 
+from cpython.ref cimport PyObject
+
 from perfetto_client._track_event_writer cimport TrackEventWriter
 
 cdef object _clock
@@ -49,8 +51,13 @@ cdef bint _in_running_loop() except -1
 
 
 cdef class TracedFunction:
+    cdef void *_vectorcall
     cdef dict __dict__
     cdef object __weakref__
     cdef object _fn
     cdef object _cat
     cdef Py_ssize_t _key
+
+
+@cython.locals(writers=tuple)
+cdef object _traced_vectorcall(TracedFunction self, PyObject **args, size_t nargsf, PyObject *kwnames)

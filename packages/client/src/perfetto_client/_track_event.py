@@ -37,6 +37,7 @@ if cython.compiled:
         pc_cached_thread_state,
         pc_forget_thread_states,
     )
+    from cython.cimports.perfetto_client._vectorcall import pc_use_vectorcall, pc_vectorcall
     from cython.cimports.posix.time import clock_gettime, timespec
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ class _TraceWriter(Protocol):
 
 __all__ = [
     "BOOTTIME_CLOCK",
+    "COMPILED",
     "TRACK_EVENT_DATA_SOURCE",
     "NoSlice",
     "Slice",
@@ -81,6 +83,9 @@ __all__ = [
 ]
 
 TRACK_EVENT_DATA_SOURCE = "track_event"
+
+COMPILED: bool = cython.compiled
+"""Whether this module runs compiled (`@trace` then makes functions `TracedFunction`s)."""
 
 _CLOCK_BOOTTIME = 6
 _CLOCK_MONOTONIC = 3
@@ -421,8 +426,8 @@ def slice_exit(writers: tuple[TrackEventWriter, ...]) -> None:
 
 
 class TracedFunction:
-    """What `@trace` makes of a function (not a coroutine function): each call is a slice of
-    event key `key` in `cat` while a session records `cat`.
+    """What `@trace` makes of a function (not a coroutine function) in the compiled build:
+    each call is a slice of event key `key` in `cat` while a session records `cat`.
 
     It carries the function's name, qualified name, doc and `__wrapped__`
     (`functools.update_wrapper`), binds as a method and pickles by name, as the function.
@@ -433,6 +438,13 @@ class TracedFunction:
         self._cat = cat
         self._key = key
         functools.update_wrapper(self, fn)
+        if cython.compiled:
+            self._vectorcall = cython.cast(cython.p_void, _traced_vectorcall)
+            pc_use_vectorcall(
+                TracedFunction,
+                cython.cast(cython.p_char, cython.address(self._vectorcall))
+                - cython.cast(cython.p_char, cython.cast(cython.p_void, self)),
+            )
 
     @cython.locals(writers=tuple)  # type: ignore[untyped-decorator]
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -455,6 +467,18 @@ class TracedFunction:
 
     def __repr__(self) -> str:
         return f"<traced {self._fn!r}>"
+
+
+def _traced_vectorcall(self: TracedFunction, args: Any, nargsf: int, kwnames: Any) -> Any:
+    """`TracedFunction.__call__` as the compiled build's vectorcall (arguments passed on as
+    they came, no tuple or dict)."""
+    if not self._cat.enabled:
+        return pc_vectorcall(self._fn, args, nargsf, kwnames)
+    writers = slice_enter(self._cat, self._key)
+    try:
+        return pc_vectorcall(self._fn, args, nargsf, kwnames)
+    finally:
+        slice_exit(writers)
 
 
 _name_setter: Any = None
