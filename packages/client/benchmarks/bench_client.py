@@ -167,7 +167,8 @@ def import_cost(code: str, runs: int = 7) -> float:
     return statistics.median(samples)
 
 
-def main() -> None:
+def start_session() -> pc.TracingSession:
+    """Starts the in-process session recording category bench.on (the enabled cases)."""
     Tracing.initialize(Backend.IN_PROCESS)
     session = Tracing.new_trace()
     session.setup(
@@ -189,6 +190,11 @@ def main() -> None:
     session.start()
     assert ON.enabled
     assert not OFF.enabled
+    return session
+
+
+def main() -> None:
+    session = start_session()
     cases: dict[str, Callable[[], int]] = {
         "plain": loop_plain,
         "traced_on": loop_traced_on,

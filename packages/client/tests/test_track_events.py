@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pickle
 import sys
 import threading
+import weakref
 from typing import Any
 
 import perfetto_client as pc
@@ -179,6 +181,28 @@ def test_compiled_instant_runs_no_python_code_of_the_client(record: Recorder) ->
     assert entered == []
 
 
+def test_compiled_traced_call_runs_no_python_code_of_the_client(record: Recorder) -> None:
+    if not (_track_event.__file__ or "").endswith(".so"):
+        pytest.skip("the pure build runs the client's Python code")
+    entered: list[str] = []
+
+    def profile(frame: Any, event: str, arg: object) -> None:
+        if event == "call" and "perfetto_client" in frame.f_code.co_filename:
+            entered.append(frame.f_code.co_qualname)
+
+    def body() -> None:
+        fib(1)  # interns the name
+        sys.setprofile(profile)
+        try:
+            fib(2)
+        finally:
+            sys.setprofile(None)
+
+    trace = record(body)
+    assert [s.name for s in trace.slices()] == ["fib"] * 4
+    assert entered == []
+
+
 def test_explicit_timestamps_are_kept(record: Recorder) -> None:
     import time
 
@@ -332,6 +356,12 @@ def test_decorated_functions_keep_their_signatures_and_behaviour(record: Recorde
     traced = pc.trace(CAT)(plain)
     assert inspect.signature(traced) == inspect.signature(plain)
     assert traced.__name__ == "plain"
+    assert traced.__qualname__ == plain.__qualname__
+    assert traced.__doc__ == plain.__doc__
+    assert traced.__module__ == plain.__module__
+    assert traced.__wrapped__ is plain  # type: ignore[attr-defined]
+    assert weakref.ref(traced)() is traced
+    assert pickle.loads(pickle.dumps(fib)) is fib
     calls: list[tuple[tuple[int, ...], dict[str, Any]]] = [
         ((1, 2), {"d": 4}),
         ((1, 2, 30, 40, 50), {"d": 4, "e": 6, "x": 7}),
@@ -343,11 +373,24 @@ def test_decorated_functions_keep_their_signatures_and_behaviour(record: Recorde
         def method(self, value: int = 2) -> int:
             return value * 2
 
+        @classmethod
+        @pc.trace(CAT)
+        def build(cls, value: int) -> tuple[type, int]:
+            return cls, value
+
+        @staticmethod
+        @pc.trace(CAT)
+        def double(value: int) -> int:
+            return value * 2
+
     def body() -> None:
         for args, kwargs in calls:
             assert traced(*args, **kwargs) == plain(*args, **kwargs)
         assert Box().method() == 4
         assert Box().method(value=5) == 10
+        assert Box.method(Box(), 3) == 6
+        assert Box.build(1) == (Box, 1)
+        assert Box().double(4) == 8
 
     trace = record(body)
     names = [s.name for s in trace.slices()]
@@ -359,7 +402,19 @@ def test_decorated_functions_keep_their_signatures_and_behaviour(record: Recorde
         names.count(
             "test_decorated_functions_keep_their_signatures_and_behaviour.<locals>.Box.method"
         )
-        == 2
+        == 3
+    )
+    assert (
+        names.count(
+            "test_decorated_functions_keep_their_signatures_and_behaviour.<locals>.Box.build"
+        )
+        == 1
+    )
+    assert (
+        names.count(
+            "test_decorated_functions_keep_their_signatures_and_behaviour.<locals>.Box.double"
+        )
+        == 1
     )
 
 

@@ -13,7 +13,9 @@ from perfetto_client._categories import Category, category_of, registry
 from perfetto_client._debug_annotations import encode_annotations
 from perfetto_client._errors import TracingError
 from perfetto_client._track_event import (
+    COMPILED,
     Slice,
+    TracedFunction,
     counter,
     instant,
     now,
@@ -432,6 +434,8 @@ def _decorate(cat: Category, name: str | None, fn: Callable[P, R]) -> Callable[P
     if code is not None and code.co_flags & _CO_COROUTINE:
         return _decorate_coroutine(cat, key, fn)  # type: ignore[arg-type, return-value]
 
+    if COMPILED:
+        return TracedFunction(fn, cat, key)
     return functools.update_wrapper(_wrapper(fn, cat, key), fn)
 
 
@@ -456,8 +460,9 @@ _WRAPPER_GLOBALS = {"slice_enter": slice_enter, "slice_exit": slice_exit}
 
 
 def _wrapper(fn: Callable[P, R], cat: Category, key: int) -> Callable[P, R]:
-    """The traced wrapper of `fn`, with `fn`'s own parameters when it is a plain Python
-    function (a call without *args/**kwargs packing costs about a third)."""
+    """The pure build's traced wrapper of `fn`: a Python function with `fn`'s own parameters
+    when it is a plain Python function (a call without *args/**kwargs packing costs about a
+    third; a class's `__call__`, what the compiled build uses, costs pure Python more)."""
     params, args, default_values = _signature(fn) or ("*args, **kwargs", "*args, **kwargs", [])
     source = _WRAPPER.format(
         defaults=", ".join(f"_perfetto_d{i}" for i in range(len(default_values))),

@@ -1,5 +1,7 @@
 import cython
 
+from cpython.ref cimport PyObject
+
 from perfetto_client._track_event_writer cimport TrackEventWriter
 
 cdef object _clock
@@ -15,6 +17,10 @@ cdef class ThreadState:
     cdef public object track
 
 
+@cython.locals(cached="void *", state=ThreadState)
+cdef ThreadState _current_state()
+@cython.locals(state=ThreadState)
+cpdef ThreadState thread_state()
 @cython.locals(state=ThreadState, writers=tuple)
 cpdef tuple thread_writers(object mask)
 @cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long")
@@ -41,3 +47,17 @@ cpdef Slice thread_slice(object cat, object name, dict args)
 cdef _describe(TrackEventWriter writer, object track, long long ts)
 cdef object _NO_SLICE
 cdef bint _in_running_loop() except -1
+
+
+
+cdef class TracedFunction:
+    cdef void *_vectorcall
+    cdef dict __dict__
+    cdef object __weakref__
+    cdef object _fn
+    cdef object _cat
+    cdef Py_ssize_t _key
+
+
+@cython.locals(writers=tuple)
+cdef object _traced_vectorcall(TracedFunction self, PyObject **args, size_t nargsf, PyObject *kwnames)

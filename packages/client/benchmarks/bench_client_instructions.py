@@ -1,0 +1,88 @@
+"""Instructions per call of the client's track event paths, counted by callgrind.
+
+Run: `.venv/bin/python packages/client/benchmarks/bench_client_instructions.py` (valgrind
+installed). The cases are bench_client.py's loops (N calls each), each in its own process under
+callgrind, which counts only inside the loop (run through `itertools.starmap`: callgrind
+collects inside `starmap_next` alone), so imports and the session's start are not counted:
+
+    per call = (case - its baseline) / N
+
+the baseline being a plain call for @trace and an empty loop for the others. Load-independent,
+unlike bench_client.py's CPU times.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_client
+
+CASES = {
+    "@trace call, category enabled": ("traced_on", "plain"),
+    "with trace_event(...), two int args": ("trace_event", "empty"),
+    'instant(cat, "n")': ("instant", "empty"),
+    "counter(cat, track, i)": ("counter", "empty"),
+    "viztracer add_instant": ("viztracer_instant", "empty"),
+    "viztracer add_counter": ("viztracer_counter", "empty"),
+}
+LOOPS = {
+    "plain": bench_client.loop_plain,
+    "traced_on": bench_client.loop_traced_on,
+    "empty": bench_client.loop_empty_with,
+    "trace_event": bench_client.loop_trace_event,
+    "instant": bench_client.loop_instant,
+    "counter": bench_client.loop_counter,
+    "viztracer_instant": bench_client.loop_viztracer_instant,
+    "viztracer_counter": bench_client.loop_viztracer_counter,
+}
+
+
+def child(loop: str) -> None:
+    """Runs one loop in a recording session (what callgrind counts)."""
+    session = bench_client.start_session()
+    list(itertools.starmap(LOOPS[loop], [()]))
+    session.stop()
+
+
+def instructions(loop: str) -> int:
+    proc = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--toggle-collect=starmap_next",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            __file__,
+            "--child",
+            loop,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    match = re.search(r"Collected : (\d+)", proc.stderr)
+    if match is None:
+        raise SystemExit(f"no instruction count from callgrind:\n{proc.stderr}")
+    return int(match.group(1))
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--child"]:
+        child(sys.argv[2])
+        return
+    counts = {loop: instructions(loop) for loop in LOOPS}
+    build = "compiled" if bench_client._compiled() else "pure"
+    print(f"perfetto_client hot paths ({build} build), instructions per call (callgrind)")
+    print("| path | instructions per call |")
+    print("|---|---|")
+    for label, (loop, baseline) in CASES.items():
+        print(f"| {label} | {(counts[loop] - counts[baseline]) / bench_client.N:,.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+# Vectorcall for a compiled class's instances (compiled build only; a declaration file with no
+# module: `_track_event` cimports it). Cython gives a cdef class's `__call__` only tp_call,
+# which makes Python pack every call's arguments into a tuple and a dict.
+
+from cpython.ref cimport PyObject
+
+cdef extern from *:
+    """
+    static inline PyObject *pc_vectorcall(PyObject *callable, PyObject **args, size_t nargsf,
+                                          PyObject *kwnames) {
+        return PyObject_Vectorcall(callable, (PyObject *const *)args, nargsf, kwnames);
+    }
+    /* Calls of `type`'s instances go to the vectorcallfunc each keeps at `offset`. */
+    static inline void pc_use_vectorcall(PyObject *type, Py_ssize_t offset) {
+        PyTypeObject *t = (PyTypeObject *)type;
+        t->tp_vectorcall_offset = offset;
+        t->tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL;
+    }
+    """
+    object pc_vectorcall(object callable, PyObject **args, size_t nargsf, PyObject *kwnames)
+    void pc_use_vectorcall(object type, Py_ssize_t offset)
