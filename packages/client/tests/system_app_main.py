@@ -57,10 +57,12 @@ def emit(tag: str) -> None:
             await asyncio.sleep(0.001)
 
     asyncio.run(task_body())
+    parents = CAT.instances
     pid = os.fork()
     if pid == 0:
-        # The child starts clean: its own producer, nothing of the parent's sessions.
-        ok = not pc.is_enabled(CAT)
+        # The child starts clean: its own producer, none of the parent's session instances
+        # (traced may meanwhile start the session on the child's producer: a new instance).
+        ok = all(i is not p for i in CAT.instances for p in parents)
         os._exit(0 if ok else 3)
     _, status = os.waitpid(pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
