@@ -395,14 +395,14 @@ def main() -> None:
         ("track events", _track_event_packets(200_000, seed=2)),
         ("1000-byte packets", [b"\x0a\xe5\x07" + bytes(997)] * 20_000),
     ):
-        chunks = _chunks(packet_list)
+        ring_chunks = _chunks(packet_list)
         file_rates, reply_rates = [], []
         for _ in range(args.runs):
-            service, runner, endpoint, consumer = _filled_session(chunks, 96 << 20)
+            service, runner, endpoint, consumer = _filled_session(ring_chunks, 96 << 20)
             t0 = time.perf_counter()
             total = _read_into_file(service, endpoint)
             file_rates.append(total / 1e6 / (time.perf_counter() - t0))
-            service, runner, endpoint, consumer = _filled_session(chunks, 96 << 20)
+            service, runner, endpoint, consumer = _filled_session(ring_chunks, 96 << 20)
             t0 = time.perf_counter()
             total = _read_as_replies(runner, endpoint, consumer)
             reply_rates.append(total / 1e6 / (time.perf_counter() - t0))
