@@ -30,6 +30,6 @@ cdef class SharedMemoryReader:
     cdef bint _begin_chunk(self, object page_idx, object chunk_idx) except -1
     @cython.locals(page_idx=Py_ssize_t)
     cpdef bint close_chunk(self) except -1
-    @cython.locals(begin=Py_ssize_t)
+    @cython.locals(header_size=Py_ssize_t, start=Py_ssize_t, end=Py_ssize_t)
     cdef const unsigned char[::1] _chunk_payload(self)
     cdef bint _end_read(self, object page_idx, Py_ssize_t chunk_idx, Py_ssize_t begin, Py_ssize_t size, unsigned int bitmap) except -1

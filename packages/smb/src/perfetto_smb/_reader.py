@@ -129,10 +129,12 @@ class SharedMemoryReader:
 
         Compiled, a view of the SMB's bytes that is no Python object.
         """
-        begin = self._begin
+        header_size = CHUNK_HEADER_SIZE  # compiled, a C integer: no Python int per chunk
+        start = self._begin + header_size
+        end = self._begin + self._size
         if cython.compiled:
-            return self.abi._bytes[begin + CHUNK_HEADER_SIZE : begin + self._size]
-        payload = self.abi.view[begin + CHUNK_HEADER_SIZE : begin + self._size]
+            return self.abi._bytes[start:end]
+        payload = self.abi.view[start:end]
         self._open_payload = payload
         return payload
 

@@ -109,6 +109,7 @@ cdef class TraceBuffer:
     )
     cdef object _rehash(self, Py_ssize_t capacity)
 
+    @cython.locals(size=Py_ssize_t, header_size=Py_ssize_t, record_size=Py_ssize_t)
     cdef object _copy_chunk(
         self, object sequence, object chunk_id, object num_fragments, object chunk_flags,
         const unsigned char[::1] payload, bint chunk_complete,

@@ -648,7 +648,8 @@ class TraceBuffer:
         producer_id = sequence.producer_id
         writer_id = sequence.writer_id
         size = len(payload)
-        record_size = (size + RECORD_HEADER_SIZE + 15) & ~15
+        header_size = RECORD_HEADER_SIZE  # compiled, a C integer: no Python int per chunk
+        record_size = (size + header_size + 15) & ~15
         stats = self._stats
         if (
             record_size > self._max_record_size
