@@ -52,14 +52,37 @@ class SharedMemoryReader:
     reason), never raised.
     """
 
-    __slots__ = ("_open", "_open_payload", "abi", "chunks_read", "rejected")
+    __slots__ = (
+        "_begin",
+        "_bitmap",
+        "_chunk",
+        "_chunk_id",
+        "_flags",
+        "_open_payload",
+        "_packet_count",
+        "_page",
+        "_size",
+        "_writer_id",
+        "abi",
+        "chunks_read",
+        "rejected",
+    )
 
     def __init__(self, abi: SharedMemoryABI) -> None:
         self.abi = abi
         self.rejected: collections.Counter[str] = collections.Counter()
         """Rejected chunks, by reason."""
         self.chunks_read = 0
-        self._open: tuple[int, int, int, int, int] | None = None
+        # The chunk _begin_chunk() opened (`_page` -1: none) and its header's fields.
+        self._page = -1
+        self._chunk = 0
+        self._begin = 0
+        self._size = 0
+        self._bitmap = 0
+        self._writer_id = 0
+        self._chunk_id = 0
+        self._packet_count = 0
+        self._flags = 0
         self._open_payload: memoryview | None = None
 
     def _reject(self, reason: str) -> None:
@@ -94,10 +117,35 @@ class SharedMemoryReader:
         reason, as read_chunk() does) when the chunk cannot be read; a chunk with a bad
         writer id is freed at once.
         """
+        if not self._begin_chunk(page_idx, chunk_idx):
+            return None
+        begin = self._begin
+        payload = self.abi.view[begin + CHUNK_HEADER_SIZE : begin + self._size]
+        self._open_payload = payload
+        return self._writer_id, self._chunk_id, self._packet_count, self._flags, payload
+
+    def _chunk_payload(self) -> bytes | bytearray | memoryview:
+        """The payload of the chunk _begin_chunk() opened, valid until close_chunk().
+
+        Compiled, a view of the SMB's bytes that is no Python object.
+        """
+        header_size = CHUNK_HEADER_SIZE  # compiled, a C integer: no Python int per chunk
+        start = self._begin + header_size
+        end = self._begin + self._size
+        if cython.compiled:
+            return self.abi._bytes[start:end]
+        payload = self.abi.view[start:end]
+        self._open_payload = payload
+        return payload
+
+    def _begin_chunk(self, page_idx: int, chunk_idx: int) -> bool:
+        """open_chunk() without the tuple and view: the chunk's place and header fields are
+        kept in the reader (`_begin`, `_size`, `_writer_id`, ...) until close_chunk().
+        """
         abi = self.abi
         if not 0 <= page_idx < abi.num_pages:
             self._reject("page_out_of_range")
-            return None
+            return False
         taken = abi.begin_read(page_idx, chunk_idx)
         if taken is None:
             bitmap = abi.relaxed_page_header_bitmap(page_idx)
@@ -105,7 +153,7 @@ class SharedMemoryReader:
                 self._reject("chunk_not_complete")
             else:
                 self._reject("chunk_out_of_range")
-            return None
+            return False
         begin, size, bitmap = taken
         chunk_id = abi._relaxed_word(begin)
         packets = abi._relaxed_word(begin + 4)
@@ -113,11 +161,17 @@ class SharedMemoryReader:
         if not 1 <= writer_id <= MAX_WRITER_ID:
             if self._end_read(page_idx, chunk_idx, begin, size, bitmap):
                 self._reject("invalid_writer_id")
-            return None
-        payload = abi.view[begin + CHUNK_HEADER_SIZE : begin + size]
-        self._open = (page_idx, chunk_idx, begin, size, bitmap)
-        self._open_payload = payload
-        return writer_id, chunk_id, (packets >> 16) & 0x3FF, packets >> 26, payload
+            return False
+        self._page = page_idx
+        self._chunk = chunk_idx
+        self._begin = begin
+        self._size = size
+        self._bitmap = bitmap
+        self._writer_id = writer_id
+        self._chunk_id = chunk_id
+        self._packet_count = (packets >> 16) & 0x3FF
+        self._flags = packets >> 26
+        return True
 
     def close_chunk(self) -> bool:
         """Frees the chunk open_chunk() returned; its payload view is released.
@@ -125,16 +179,15 @@ class SharedMemoryReader:
         False (counted as "chunk_changed_while_read") if the producer changed the page's
         layout or the chunk's state since open_chunk().
         """
-        opened = self._open
         payload = self._open_payload
-        self._open = None
         self._open_payload = None
         if payload is not None:
             payload.release()
-        if opened is None:
+        page_idx = self._page
+        if page_idx < 0:
             return False
-        page_idx, chunk_idx, begin, size, bitmap = opened
-        if not self._end_read(page_idx, chunk_idx, begin, size, bitmap):
+        self._page = -1
+        if not self._end_read(page_idx, self._chunk, self._begin, self._size, self._bitmap):
             return False
         self.chunks_read += 1
         return True

@@ -73,7 +73,7 @@ cdef class _CommitWalk:
     )
     cdef object _chunk_to_move(self, Py_ssize_t end)
     @cython.locals(
-        reader=SharedMemoryReader, opened=tuple, writer_id="long long", buffer=TraceBuffer,
+        reader=SharedMemoryReader, opened=bint, writer_id="long long", buffer=TraceBuffer,
     )
     cdef object _move(
         self, long long page, long long chunk, long long buffer_id, bytes data, bint complete,

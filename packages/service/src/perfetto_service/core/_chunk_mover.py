@@ -300,7 +300,7 @@ class _CommitWalk:
         """Moves one chunk: from the SMB, or from `data` (emulation mode)."""
         reader = self.reader
         assert reader is not None
-        opened: tuple[int, int, int, int, memoryview] | None = None
+        opened = False
         if data is not None:
             copied = reader.chunk_from_bytes(chunk, data, complete=complete)
             if copied is None:
@@ -309,11 +309,11 @@ class _CommitWalk:
             writer_id = copied.writer_id
         else:
             copied = None
-            opened = reader.open_chunk(page, chunk)
-            if opened is None:
+            opened = reader._begin_chunk(page, chunk)
+            if not opened:
                 self.discarded += 1
                 return
-            writer_id = opened[0]
+            writer_id = reader._writer_id
         if buffer_id != self.last_buffer_id or writer_id != self.last_writer_id:
             assert self.buffers is not None
             assert self.endpoint is not None
@@ -336,12 +336,18 @@ class _CommitWalk:
                     copied.payload,
                     copied.complete,
                 )
-            elif opened is not None:
+            elif opened:
                 assert self.sequence is not None
-                _, chunk_id, packet_count, flags, payload = opened
-                buffer._copy_chunk(self.sequence, chunk_id, packet_count, flags, payload, True)
+                buffer._copy_chunk(
+                    self.sequence,
+                    reader._chunk_id,
+                    reader._packet_count,
+                    reader._flags,
+                    reader._chunk_payload(),
+                    True,
+                )
         finally:
-            if opened is not None:
+            if opened:
                 reader.close_chunk()
 
     def _chunk_to_patch(self, end: int) -> None:

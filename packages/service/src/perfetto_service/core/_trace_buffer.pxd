@@ -109,9 +109,10 @@ cdef class TraceBuffer:
     )
     cdef object _rehash(self, Py_ssize_t capacity)
 
+    @cython.locals(size=Py_ssize_t, header_size=Py_ssize_t, record_size=Py_ssize_t)
     cdef object _copy_chunk(
         self, object sequence, object chunk_id, object num_fragments, object chunk_flags,
-        object payload, bint chunk_complete,
+        const unsigned char[::1] payload, bint chunk_complete,
     )
     @cython.locals(
         stats=object, key="unsigned long long", existing=Py_ssize_t, size_to_end=Py_ssize_t, offset=Py_ssize_t,
@@ -119,8 +120,9 @@ cdef class TraceBuffer:
     )
     cdef object _store_chunk(
         self, object sequence, Py_ssize_t producer_id, Py_ssize_t writer_id,
-        Py_ssize_t chunk_id, Py_ssize_t num_fragments, Py_ssize_t chunk_flags, object payload,
-        Py_ssize_t size, Py_ssize_t record_size, bint chunk_complete,
+        Py_ssize_t chunk_id, Py_ssize_t num_fragments, Py_ssize_t chunk_flags,
+        const unsigned char[::1] payload, Py_ssize_t size, Py_ssize_t record_size,
+        bint chunk_complete,
     )
     @cython.locals(
         size=Py_ssize_t, record_size=Py_ssize_t, first_packet_new=bint, offset=Py_ssize_t,
@@ -129,13 +131,14 @@ cdef class TraceBuffer:
     )
     cdef object _recommit(
         self, Py_ssize_t slot, Py_ssize_t producer_id, Py_ssize_t writer_id, Py_ssize_t chunk_id,
-        Py_ssize_t num_fragments, Py_ssize_t chunk_flags, object payload, bint complete,
+        Py_ssize_t num_fragments, Py_ssize_t chunk_flags, const unsigned char[::1] payload,
+        bint complete,
     )
     @cython.locals(start=Py_ssize_t, rounding=Py_ssize_t)
     cdef object _write_record(
         self, Py_ssize_t offset, Py_ssize_t record_size, Py_ssize_t producer_id,
         Py_ssize_t writer_id, Py_ssize_t chunk_id, Py_ssize_t num_fragments, Py_ssize_t flags,
-        object payload, Py_ssize_t size,
+        const unsigned char[::1] payload, Py_ssize_t size,
     )
     @cython.locals(view="unsigned char[::1]")
     cdef object _write_header(

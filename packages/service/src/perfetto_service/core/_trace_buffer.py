@@ -28,7 +28,7 @@ except ImportError:  # installed without Cython: runs as pure Python
     from protozero import _cython_shim as cython
 
 if cython.compiled:
-    from cython.cimports.libc.string import memset
+    from cython.cimports.libc.string import memcpy, memset
 else:  # compiled, _trace_buffer.pxd cimports it from protozero
     from protozero._decoder import read_varint
 
@@ -299,11 +299,6 @@ class _Sequence:
         self.resume: int | None = None
         self.resume_dropped = True
         self.resume_source: int | None = None
-
-
-def _byte_size(payload: BytesLike) -> int:
-    """The size of `payload` in bytes (a memoryview's len counts items, not bytes)."""
-    return payload.nbytes if isinstance(payload, memoryview) else len(payload)
 
 
 def _fragment_header(data: memoryview, pos: int, end: int) -> tuple[int, int]:
@@ -635,6 +630,8 @@ class TraceBuffer:
         replaces it, provided its size is unchanged, its fragment count did not shrink and
         no flag was removed.
         """
+        if isinstance(payload, memoryview) and payload.itemsize != 1:
+            payload = payload.cast("B")  # sized in bytes, as the buffer copies it
         self._copy_chunk(sequence, chunk_id, num_fragments, chunk_flags, payload, chunk_complete)
 
     def _copy_chunk(  # noqa: PLR0917 - private, copy_chunk_untrusted's arguments
@@ -646,11 +643,13 @@ class TraceBuffer:
         payload: BytesLike,
         chunk_complete: bool,
     ) -> None:
-        """`copy_chunk_untrusted`, for compiled callers."""
+        """`copy_chunk_untrusted` of a payload of bytes (compiled, a view of them: a chunk in
+        an SMB is copied from where it is)."""
         producer_id = sequence.producer_id
         writer_id = sequence.writer_id
-        size = payload.nbytes if isinstance(payload, memoryview) else len(payload)
-        record_size = (size + RECORD_HEADER_SIZE + 15) & ~15
+        size = len(payload)
+        header_size = RECORD_HEADER_SIZE  # compiled, a C integer: no Python int per chunk
+        record_size = (size + header_size + 15) & ~15
         stats = self._stats
         if (
             record_size > self._max_record_size
@@ -791,7 +790,7 @@ class TraceBuffer:
         complete: bool,
     ) -> None:
         stats = self._stats
-        size = _byte_size(payload)
+        size = len(payload)
         record_size = (size + RECORD_HEADER_SIZE + 15) & ~15
         fields = self._f
         base = slot * _STRIDE
@@ -860,7 +859,11 @@ class TraceBuffer:
             offset, chunk_id, producer_id, writer_id, num_fragments, record_size, flags
         )
         start = offset + RECORD_HEADER_SIZE
-        self._storage[start : start + size] = payload
+        if cython.compiled:
+            if size:
+                memcpy(cython.address(self._bytes[start]), cython.address(payload[0]), size)
+        else:
+            self._storage[start : start + size] = payload
         rounding = record_size - RECORD_HEADER_SIZE - size
         if rounding:
             if cython.compiled:
