@@ -144,7 +144,7 @@ def test_instants_and_counters_without_options_write_what_the_general_path_write
             pc.counter(CAT, track, value)  # the writer's own counter
             for writer in thread_state().writers.values():  # the general event
                 assert writer is not None
-                fields = track.uuid_field() + counter_value_field(value)
+                fields = track.uuid_field + counter_value_field(value)
                 writer.event(0, TYPE_COUNTER, writer.now(), fields, b"")
 
     trace = record(body)
@@ -200,6 +200,29 @@ def test_compiled_traced_call_runs_no_python_code_of_the_client(record: Recorder
 
     trace = record(body)
     assert [s.name for s in trace.slices()] == ["fib"] * 4
+    assert entered == []
+
+
+def test_compiled_counter_runs_no_python_code_of_the_client(record: Recorder) -> None:
+    if not (_track_event.__file__ or "").endswith(".so"):
+        pytest.skip("the pure build runs the client's Python code")
+    track = pc.CounterTrack("no python")
+    entered: list[str] = []
+
+    def profile(frame: Any, event: str, arg: object) -> None:
+        if event == "call" and "perfetto_client" in frame.f_code.co_filename:
+            entered.append(frame.f_code.co_qualname)
+
+    def body() -> None:
+        pc.counter(CAT, track, 1)  # describes the track
+        sys.setprofile(profile)
+        try:
+            pc.counter(CAT, track, 2)
+        finally:
+            sys.setprofile(None)
+
+    trace = record(body)
+    assert trace.counters("no python") == [1, 2]
     assert entered == []
 
 

@@ -122,7 +122,7 @@ class _TaskTrack(NamedTrack):
 
     def event_fields(self, event_type: int) -> bytes:
         """The track field of an event of `event_type` on this track, with its flows."""
-        out = self.uuid_field()
+        out = self.uuid_field
         depth = self.open_slices
         if event_type == TYPE_SLICE_END and depth > 0:
             arriving = self.arriving.pop(depth, None)

@@ -48,7 +48,7 @@ def _spans_track(event_type: int) -> tuple[Track, bytes]:
     found = _spans_tracks.get(thread.uuid)
     if found is None or found[0].parent is not thread:
         track = NamedTrack("spans", parent=thread)
-        found = _spans_tracks[thread.uuid] = (track, track.uuid_field())
+        found = _spans_tracks[thread.uuid] = (track, track.uuid_field)
     return found
 
 

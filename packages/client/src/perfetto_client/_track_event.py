@@ -709,7 +709,7 @@ def counter(
         track = found
     writers = thread_writers(cat.mask)
     ts = (now() if cython.compiled else _clock()) if timestamp is None else timestamp
-    field = track.uuid_field()
+    field = track.uuid_field
     uuid = track.uuid
     for writer in writers:
         if writer.cleared:

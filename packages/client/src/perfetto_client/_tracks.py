@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import os
 import sys
 import threading
@@ -106,19 +107,18 @@ class Track:
             cached = self.__dict__["_lineage"] = tuple(out)
         return cached
 
+    @functools.cached_property
     def uuid_field(self) -> bytes:
-        """The encoded TrackEvent.track_uuid field naming this track."""
-        cached: bytes | None = self.__dict__.get("_uuid_field")
-        if cached is None:
-            from perfetto_client._track_event_writer import track_uuid_field
+        """The encoded TrackEvent.track_uuid field naming this track (an attribute, computed
+        on first use: the hot paths read it with no call)."""
+        from perfetto_client._track_event_writer import track_uuid_field
 
-            cached = self.__dict__["_uuid_field"] = track_uuid_field(self.uuid)
-        return cached
+        return track_uuid_field(self.uuid)
 
     def event_fields(self, event_type: int) -> bytes:
         """The TrackEvent fields putting an event of `event_type` on this track."""
         del event_type
-        return self.uuid_field()
+        return self.uuid_field
 
     @classmethod
     def global_track(cls, track_id: int) -> Track:
