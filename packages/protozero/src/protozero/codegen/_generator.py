@@ -120,7 +120,10 @@ def _index_types(files: list[FileDesc]) -> dict[str, _TypeRef]:
 
 
 def _identifier(name: str) -> str:
-    return f"{name}_" if keyword.iskeyword(name) or keyword.issoftkeyword(name) else name
+    """`name`, with `_` appended if it is a keyword. Soft keywords (`match`, `type`, ...) are
+    valid names and differ between Python versions, so they are kept: the generated code is
+    the same whichever version generates it."""
+    return f"{name}_" if keyword.iskeyword(name) else name
 
 
 def _call_lines(indent: str, head: str, args: list[str], tail: str) -> list[str]:
