@@ -84,7 +84,7 @@ def test_min_duration_drops_short_slices_but_keeps_nesting(tmp_path: Path) -> No
     [main] = trace.by_name("MainThread")
     assert all(s.dur >= 20_000_000 for s in main.slices)
     # slow() sleeps 50 ms: it and its sleep are kept, nested under the module.
-    [module] = main.roots()
+    [module] = main.program_roots()
     assert module.name == "<module __main__>"
     [slow] = [s for s in main.slices if s.name == "slow"]
     assert [c.name for c in slow.children] == ["time.sleep"]

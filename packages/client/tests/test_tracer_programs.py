@@ -53,7 +53,7 @@ def test_every_call_is_a_nested_slice(tmp_path: Path, hook: str) -> None:
     trace = decode(out)
     assert trace.problems == []
     [main] = trace.by_name("MainThread")
-    [module] = main.roots()
+    [module] = main.program_roots()
     assert module.name == "<module __main__>"
     assert module.file.endswith("prog.py")
     fibs = [s for s in main.slices if s.name == "fib"]
@@ -179,7 +179,7 @@ outer()
         assert len(raised) == 2
         inners = [s for s in main.slices if s.name == "inner"]
         assert [any(s.ts <= ts <= s.ts + s.dur for s in inners) for ts in raised] == [True] * 2
-    module = main.roots()[0]
+    module = main.program_roots()[0]
     assert [c.name for c in module.children if c.name in ("inner", "outer")] == ["inner", "outer"]
 
 

@@ -49,7 +49,7 @@ def test_decorator_records_each_call(tmp_path: Path) -> None:
     trace = decode(out)
     assert trace.problems == []
     [thread] = [t for t in trace.threads.values() if t.slices]
-    [root] = thread.roots()
+    [root] = thread.program_roots()
     assert root.name.endswith("test_decorator_records_each_call.<locals>.job")
     assert [c.name for c in root.children] == [f"{__name__}.fib"]
 

@@ -80,6 +80,11 @@ class Thread:
     def roots(self) -> list[Slice]:
         return [s for s in self.slices if s.depth == 0]
 
+    def program_roots(self) -> list[Slice]:
+        """The roots other than garbage collections: a collection may run at any moment,
+        before the program's module too (set off by perfetto-trace's own allocations)."""
+        return [s for s in self.roots() if not s.name.startswith("gc (generation")]
+
 
 @dataclasses.dataclass
 class Decoded:
