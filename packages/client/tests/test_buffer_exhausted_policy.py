@@ -75,3 +75,27 @@ def test_with_defaults_a_tight_loop_keeps_every_event(tmp_path: Path) -> None:
     assert kinds["B"] + kinds["E"] == slices
     assert trace.counters("c") == list(range(counters))
     assert trace.trace_writer_packet_loss == 0
+
+
+FORKED = """
+import os
+from perfetto_client import Backend, BufferExhaustedPolicy, Tracing, _tracing
+
+DROP = BufferExhaustedPolicy.DROP
+Tracing.initialize(Backend.IN_PROCESS, track_event_buffer_exhausted_policy=DROP)
+pid = os.fork()
+if pid == 0:
+    print("child", _tracing._track_event_kind().buffer_exhausted_policy.name, flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+print("parent", _tracing._track_event_kind().buffer_exhausted_policy.name)
+"""
+
+
+def test_a_forked_child_keeps_the_programs_track_event_policy(tmp_path: Path) -> None:
+    program = tmp_path / "forked.py"
+    program.write_text(FORKED)
+    done = subprocess.run(
+        [sys.executable, str(program)], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.splitlines() == ["child DROP", "parent DROP"]

@@ -253,6 +253,7 @@ def _after_fork_in_child() -> None:
             Backend(0),
             shmem_size_hint_kb=old.shmem_size_hint_kb,
             use_monotonic_clock=old.use_monotonic_clock,
+            track_event_buffer_exhausted_policy=old.track_event_policy,
         )
         _state.kinds.extend(kinds)
         if system:
