@@ -173,6 +173,7 @@ def test_consumer_is_told_the_connection_was_lost_when_traced_dies(
 def test_traced_logs_sessions_and_producers(traced: Traced, consumer: ConsumerSession) -> None:
     producers = start_producers(traced.producer_socket, ["logged"], 10)
     try:
+        consumer.wait_data_source("logged")  # else the session may start with 0 instances
         consumer.client.enable_tracing(make_config(buffer_kb=1024, unique_session_name="s"))
         producers[0].wait_line("WROTE")
         consumer.client.disable_tracing()

@@ -246,6 +246,26 @@ class ConsumerSession:
         assert self.consumer.read_done.wait(TIMEOUT)
         return parse_upstream_trace(packets_as_trace(self.consumer.packets))
 
+    def wait_data_source(self, producer_name: str) -> None:
+        """Waits until traced has registered a data source of the producer `producer_name`
+        (a producer sends RegisterDataSource without waiting for its reply)."""
+
+        def registered() -> bool:
+            replies: list[Any] = []
+            done = threading.Event()
+
+            def on_state(ok: bool, state: Any) -> None:
+                replies.append(state if ok else None)
+                done.set()
+
+            self.client.query_service_state(False, on_state)
+            assert done.wait(TIMEOUT)
+            state = replies[0]
+            ids = {p.id for p in state.producers if p.name == producer_name} if state else set()
+            return any(d.producer_id in ids for d in state.data_sources) if state else False
+
+        wait_for(registered, TIMEOUT)
+
     def wait_disabled(self) -> str:
         assert self.consumer.disabled.wait(TIMEOUT)
         return str(self.consumer.events[-1][1]) if self.consumer.events else ""
