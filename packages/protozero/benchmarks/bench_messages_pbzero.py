@@ -211,11 +211,15 @@ class EveryField(Message):
             elif v < 0x1000_0000:
                 parts += b"\x08", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x08",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x08", _encode_varint(v)
         if field_int64 is not None:
@@ -225,11 +229,15 @@ class EveryField(Message):
             elif v < 0x1000_0000:
                 parts += b"\x10", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x10", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x10", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x10", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x10",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x10", _encode_varint(v)
         if field_uint32 is not None:
@@ -239,11 +247,15 @@ class EveryField(Message):
             elif v < 0x1000_0000:
                 parts += b"\x18", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x18", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x18", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x18", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x18",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x18", _encode_varint(v)
         if field_uint64 is not None:
@@ -253,11 +265,15 @@ class EveryField(Message):
             elif v < 0x1000_0000:
                 parts += b"\x20", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x20", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x20", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x20", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x20",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x20", _encode_varint(v)
         if field_string is not None:

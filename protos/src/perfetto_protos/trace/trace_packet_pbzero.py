@@ -826,11 +826,15 @@ class TracePacket(Message):
             elif v < 0x1000_0000:
                 parts += b"\x18", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x18", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x18", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x18", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x18",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x18", _encode_varint(v)
         if timestamp is not None:
@@ -840,11 +844,15 @@ class TracePacket(Message):
             elif v < 0x1000_0000:
                 parts += b"\x40", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x40", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x40", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x40", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x40",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x40", _encode_varint(v)
         if trusted_packet_sequence_id is not None:
@@ -854,11 +862,15 @@ class TracePacket(Message):
             elif v < 0x1000_0000:
                 parts += b"\x50", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x50", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x50", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x50", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x50",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x50", _encode_varint(v)
         if sequence_flags is not None:
@@ -868,11 +880,15 @@ class TracePacket(Message):
             elif v < 0x1000_0000:
                 parts += b"\x68", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x68", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x68", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x68", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x68",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x68", _encode_varint(v)
         if synchronization_marker is not None:
@@ -886,11 +902,20 @@ class TracePacket(Message):
             elif v < 0x1000_0000:
                 parts += b"\xc8\x02", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\xc8\x02", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += (
+                    b"\xc8\x02",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
             elif v < 0x100_0000_0000_0000:
-                parts += b"\xc8\x02", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\xc8\x02",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\xc8\x02", _encode_varint(v)
         if previous_packet_dropped is not None:
@@ -900,11 +925,20 @@ class TracePacket(Message):
             elif v < 0x1000_0000:
                 parts += b"\xd0\x02", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\xd0\x02", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += (
+                    b"\xd0\x02",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
             elif v < 0x100_0000_0000_0000:
-                parts += b"\xd0\x02", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\xd0\x02",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\xd0\x02", _encode_varint(v)
         if compressed_packets is not None:
@@ -918,11 +952,20 @@ class TracePacket(Message):
             elif v < 0x1000_0000:
                 parts += b"\xd0\x03", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\xd0\x03", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += (
+                    b"\xd0\x03",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
             elif v < 0x100_0000_0000_0000:
-                parts += b"\xd0\x03", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\xd0\x03",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\xd0\x03", _encode_varint(v)
         if trusted_pid is not None:
@@ -932,11 +975,20 @@ class TracePacket(Message):
             elif v < 0x1000_0000:
                 parts += b"\xf8\x04", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\xf8\x04", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += (
+                    b"\xf8\x04",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
             elif v < 0x100_0000_0000_0000:
-                parts += b"\xf8\x04", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\xf8\x04",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\xf8\x04", _encode_varint(v)
         if first_packet_on_sequence is not None:
@@ -946,11 +998,20 @@ class TracePacket(Message):
             elif v < 0x1000_0000:
                 parts += b"\xb8\x05", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\xb8\x05", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += (
+                    b"\xb8\x05",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
             elif v < 0x100_0000_0000_0000:
-                parts += b"\xb8\x05", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\xb8\x05",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\xb8\x05", _encode_varint(v)
         if machine_id is not None:
@@ -960,11 +1021,20 @@ class TracePacket(Message):
             elif v < 0x1000_0000:
                 parts += b"\x90\x06", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x90\x06", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += (
+                    b"\x90\x06",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x90\x06", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x90\x06",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x90\x06", _encode_varint(v)
         if zstd_compressed_packets is not None:

@@ -446,21 +446,30 @@ class _FileRenderer:
             value = f"({name} << 1) ^ ({name} >> 63)"
         else:
             value = f"int({name})" if field.type == TYPE_BOOL else name
+        pairs = [f"_PAIRS[{v} & 0x3FFF]", f"_PAIRS[({v} >> 14) & 0x3FFF]"]
+        pairs.append(f"_PAIRS[({v} >> 28) & 0x3FFF]")
+
+        def extend(*items: str) -> list[str]:
+            """`parts += tag, items...`, laid out the way ruff format lays it out."""
+            one_line = f"{inner}{parts} += {', '.join([tag, *items])}"
+            if len(one_line) <= LINE_LENGTH:
+                return [one_line]
+            rows = [f"{inner}{INDENT}{item}," for item in [tag, *items]]
+            return [f"{inner}{parts} += (", *rows, f"{inner})"]
+
         # Negative and 9- or 10-byte values take `encode_varint`; the rest the varint tables.
         return [
             f"{body}{v} = {value}",
             f"{body}if {v} < 0x4000:",
-            f"{inner}{parts} += {tag}, _VARINTS[{v}] if {v} >= 0 else _encode_varint({v})",
+            *extend(f"_VARINTS[{v}] if {v} >= 0 else _encode_varint({v})"),
             f"{body}elif {v} < 0x1000_0000:",
-            f"{inner}{parts} += {tag}, _PAIRS[{v} & 0x3FFF], _VARINTS[{v} >> 14]",
+            *extend(pairs[0], f"_VARINTS[{v} >> 14]"),
             f"{body}elif {v} < 0x400_0000_0000:",
-            f"{inner}{parts} += {tag}, _PAIRS[{v} & 0x3FFF], _PAIRS[({v} >> 14) & 0x3FFF]",
-            f"{inner}{parts}.append(_VARINTS[{v} >> 28])",
+            *extend(*pairs[:2], f"_VARINTS[{v} >> 28]"),
             f"{body}elif {v} < 0x100_0000_0000_0000:",
-            f"{inner}{parts} += {tag}, _PAIRS[{v} & 0x3FFF], _PAIRS[({v} >> 14) & 0x3FFF]",
-            f"{inner}{parts} += _PAIRS[({v} >> 28) & 0x3FFF], _VARINTS[{v} >> 42]",
+            *extend(*pairs, f"_VARINTS[{v} >> 42]"),
             f"{body}else:",
-            f"{inner}{parts} += {tag}, _encode_varint({v})",
+            *extend(f"_encode_varint({v})"),
         ]
 
     def _claim_global(self, name: str) -> None:

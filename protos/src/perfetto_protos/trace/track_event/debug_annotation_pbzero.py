@@ -207,11 +207,15 @@ class DebugAnnotation_NestedValue(Message):
             elif v < 0x1000_0000:
                 parts += b"\x08", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x08",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x08", _encode_varint(v)
         if int_value is not None:
@@ -221,11 +225,15 @@ class DebugAnnotation_NestedValue(Message):
             elif v < 0x1000_0000:
                 parts += b"\x28", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x28", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x28", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x28", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x28",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x28", _encode_varint(v)
         if double_value is not None:
@@ -237,11 +245,15 @@ class DebugAnnotation_NestedValue(Message):
             elif v < 0x1000_0000:
                 parts += b"\x38", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x38", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x38", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x38", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x38",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x38", _encode_varint(v)
         if string_value is not None:
@@ -652,11 +664,15 @@ class DebugAnnotation(Message):
             elif v < 0x1000_0000:
                 parts += b"\x08", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x08",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x08", _encode_varint(v)
         if bool_value is not None:
@@ -666,11 +682,15 @@ class DebugAnnotation(Message):
             elif v < 0x1000_0000:
                 parts += b"\x10", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x10", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x10", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x10", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x10",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x10", _encode_varint(v)
         if uint_value is not None:
@@ -680,11 +700,15 @@ class DebugAnnotation(Message):
             elif v < 0x1000_0000:
                 parts += b"\x18", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x18", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x18", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x18", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x18",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x18", _encode_varint(v)
         if int_value is not None:
@@ -694,11 +718,15 @@ class DebugAnnotation(Message):
             elif v < 0x1000_0000:
                 parts += b"\x20", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x20", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x20", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x20", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x20",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x20", _encode_varint(v)
         if double_value is not None:
@@ -717,11 +745,15 @@ class DebugAnnotation(Message):
             elif v < 0x1000_0000:
                 parts += b"\x38", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x38", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x38", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x38", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x38",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x38", _encode_varint(v)
         if legacy_json_value is not None:
@@ -745,11 +777,15 @@ class DebugAnnotation(Message):
             elif v < 0x1000_0000:
                 parts += b"\x68", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x68", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x68", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x68", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x68",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x68", _encode_varint(v)
         if proto_value is not None:
@@ -770,11 +806,20 @@ class DebugAnnotation(Message):
             elif v < 0x1000_0000:
                 parts += b"\x88\x01", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x88\x01", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += (
+                    b"\x88\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x88\x01", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x88\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x88\x01", _encode_varint(v)
         data = b"".join(parts)
@@ -858,11 +903,15 @@ class DebugAnnotationName(Message):
             elif v < 0x1000_0000:
                 parts += b"\x08", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x08",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x08", _encode_varint(v)
         if name is not None:
@@ -953,11 +1002,15 @@ class DebugAnnotationValueTypeName(Message):
             elif v < 0x1000_0000:
                 parts += b"\x08", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x08",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x08", _encode_varint(v)
         if name is not None:

@@ -136,11 +136,15 @@ class TrackEvent_InlineCallstack_Frame(Message):
             elif v < 0x1000_0000:
                 parts += b"\x18", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x18", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x18", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x18", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x18",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x18", _encode_varint(v)
         data = b"".join(parts)
@@ -707,11 +711,15 @@ class TrackEvent_LegacyEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x08", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x08",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x08", _encode_varint(v)
         if phase is not None:
@@ -721,11 +729,15 @@ class TrackEvent_LegacyEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x10", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x10", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x10", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x10", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x10",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x10", _encode_varint(v)
         if duration_us is not None:
@@ -735,11 +747,15 @@ class TrackEvent_LegacyEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x18", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x18", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x18", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x18", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x18",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x18", _encode_varint(v)
         if thread_duration_us is not None:
@@ -749,11 +765,15 @@ class TrackEvent_LegacyEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x20", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x20", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x20", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x20", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x20",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x20", _encode_varint(v)
         if unscoped_id is not None:
@@ -763,11 +783,15 @@ class TrackEvent_LegacyEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x30", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x30", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x30", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x30", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x30",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x30", _encode_varint(v)
         if id_scope is not None:
@@ -784,11 +808,15 @@ class TrackEvent_LegacyEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x40", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x40", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x40", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x40", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x40",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x40", _encode_varint(v)
         if use_async_tts is not None:
@@ -798,11 +826,15 @@ class TrackEvent_LegacyEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x48", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x48", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x48", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x48", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x48",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x48", _encode_varint(v)
         if local_id is not None:
@@ -812,11 +844,15 @@ class TrackEvent_LegacyEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x50", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x50", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x50", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x50", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x50",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x50", _encode_varint(v)
         if global_id is not None:
@@ -826,11 +862,15 @@ class TrackEvent_LegacyEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x58", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x58", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x58", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x58", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x58",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x58", _encode_varint(v)
         if bind_to_enclosing is not None:
@@ -840,11 +880,15 @@ class TrackEvent_LegacyEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x60", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x60", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x60", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x60", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x60",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x60", _encode_varint(v)
         if flow_direction is not None:
@@ -854,11 +898,15 @@ class TrackEvent_LegacyEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x68", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x68", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x68", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x68", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x68",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x68", _encode_varint(v)
         if instant_event_scope is not None:
@@ -868,11 +916,15 @@ class TrackEvent_LegacyEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x70", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x70", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x70", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x70", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x70",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x70", _encode_varint(v)
         if thread_instruction_delta is not None:
@@ -882,11 +934,15 @@ class TrackEvent_LegacyEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x78", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x78", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x78", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x78", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x78",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x78", _encode_varint(v)
         if pid_override is not None:
@@ -896,11 +952,20 @@ class TrackEvent_LegacyEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x90\x01", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x90\x01", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += (
+                    b"\x90\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x90\x01", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x90\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x90\x01", _encode_varint(v)
         if tid_override is not None:
@@ -910,11 +975,20 @@ class TrackEvent_LegacyEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x98\x01", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x98\x01", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += (
+                    b"\x98\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x98\x01", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x98\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x98\x01", _encode_varint(v)
         data = b"".join(parts)
@@ -1826,11 +1900,15 @@ class TrackEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x08", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x08",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x08", _encode_varint(v)
         if thread_time_delta_us is not None:
@@ -1840,11 +1918,15 @@ class TrackEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x10", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x10", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x10", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x10", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x10",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x10", _encode_varint(v)
         if thread_instruction_count_delta is not None:
@@ -1854,11 +1936,15 @@ class TrackEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x40", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x40", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x40", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x40", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x40",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x40", _encode_varint(v)
         if type is not None:
@@ -1868,11 +1954,15 @@ class TrackEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x48", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x48", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x48", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x48", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x48",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x48", _encode_varint(v)
         if name_iid is not None:
@@ -1882,11 +1972,15 @@ class TrackEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x50", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x50", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x50", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x50", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x50",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x50", _encode_varint(v)
         if track_uuid is not None:
@@ -1896,11 +1990,15 @@ class TrackEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x58", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x58", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x58", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x58", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x58",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x58", _encode_varint(v)
         if timestamp_absolute_us is not None:
@@ -1910,11 +2008,20 @@ class TrackEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x80\x01", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x80\x01", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += (
+                    b"\x80\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x80\x01", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x80\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x80\x01", _encode_varint(v)
         if thread_time_absolute_us is not None:
@@ -1924,11 +2031,20 @@ class TrackEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x88\x01", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x88\x01", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += (
+                    b"\x88\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x88\x01", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x88\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x88\x01", _encode_varint(v)
         if thread_instruction_count_absolute is not None:
@@ -1938,11 +2054,20 @@ class TrackEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\xa0\x01", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\xa0\x01", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += (
+                    b"\xa0\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
             elif v < 0x100_0000_0000_0000:
-                parts += b"\xa0\x01", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\xa0\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\xa0\x01", _encode_varint(v)
         if name is not None:
@@ -1959,11 +2084,20 @@ class TrackEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\xf0\x01", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\xf0\x01", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += (
+                    b"\xf0\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
             elif v < 0x100_0000_0000_0000:
-                parts += b"\xf0\x01", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\xf0\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\xf0\x01", _encode_varint(v)
         if source_location_iid is not None:
@@ -1973,11 +2107,20 @@ class TrackEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\x90\x02", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x90\x02", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += (
+                    b"\x90\x02",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x90\x02", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x90\x02",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x90\x02", _encode_varint(v)
         if double_counter_value is not None:
@@ -1989,11 +2132,20 @@ class TrackEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\xa0\x03", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\xa0\x03", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += (
+                    b"\xa0\x03",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
             elif v < 0x100_0000_0000_0000:
-                parts += b"\xa0\x03", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\xa0\x03",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\xa0\x03", _encode_varint(v)
         if correlation_id_str is not None:
@@ -2010,11 +2162,20 @@ class TrackEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\xb0\x03", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\xb0\x03", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += (
+                    b"\xb0\x03",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
             elif v < 0x100_0000_0000_0000:
-                parts += b"\xb0\x03", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\xb0\x03",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\xb0\x03", _encode_varint(v)
         if callstack_iid is not None:
@@ -2024,11 +2185,20 @@ class TrackEvent(Message):
             elif v < 0x1000_0000:
                 parts += b"\xc0\x03", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\xc0\x03", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += (
+                    b"\xc0\x03",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
             elif v < 0x100_0000_0000_0000:
-                parts += b"\xc0\x03", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\xc0\x03",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\xc0\x03", _encode_varint(v)
         if callstack_weight is not None:
@@ -2216,11 +2386,15 @@ class EventCategory(Message):
             elif v < 0x1000_0000:
                 parts += b"\x08", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x08",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x08", _encode_varint(v)
         if name is not None:
@@ -2311,11 +2485,15 @@ class EventName(Message):
             elif v < 0x1000_0000:
                 parts += b"\x08", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
             elif v < 0x400_0000_0000:
-                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts.append(_VARINTS[v >> 28])
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
             elif v < 0x100_0000_0000_0000:
-                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF]
-                parts += _PAIRS[(v >> 28) & 0x3FFF], _VARINTS[v >> 42]
+                parts += (
+                    b"\x08",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
             else:
                 parts += b"\x08", _encode_varint(v)
         if name is not None:
