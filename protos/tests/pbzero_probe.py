@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import sys
+from typing import Any
 
 from perfetto_protos.trace import trace_packet_pb2
 from perfetto_protos.trace.trace_packet_pbzero import TracePacket
@@ -35,31 +36,28 @@ def _annotation(
     theirs: PbAnnotation,
     depth: int,
 ) -> None:
-    """Random fields, in field-number order, written to both."""
+    """Random fields, in field-number order, written to both: by the setters or by one
+    `set_fields` call."""
+    values: dict[str, Any] = {}
     if rng.random() < 0.5:
-        flag = rng.choice((True, False))
-        ours.set_bool_value(flag)
-        theirs.bool_value = flag
+        values["bool_value"] = rng.choice((True, False))
     if rng.random() < 0.5:
-        value = rng.choice(_U64)
-        ours.set_uint_value(value)
-        theirs.uint_value = value
+        values["uint_value"] = rng.choice(_U64)
     if rng.random() < 0.5:
-        value = rng.choice(_I64)
-        ours.set_int_value(value)
-        theirs.int_value = value
+        values["int_value"] = rng.choice(_I64)
     if rng.random() < 0.5:
-        number = rng.uniform(-1e9, 1e9)
-        ours.set_double_value(number)
-        theirs.double_value = number
+        values["double_value"] = rng.uniform(-1e9, 1e9)
     if rng.random() < 0.5:
-        text = _text(rng)
-        ours.set_string_value(text)
-        theirs.string_value = text
+        values["string_value"] = _text(rng)
     if rng.random() < 0.7:
-        text = _text(rng)
-        ours.set_name(text)
-        theirs.name = text
+        values["name"] = _text(rng)
+    for key, value in values.items():
+        setattr(theirs, key, value)
+    if rng.random() < 0.5:
+        ours.set_fields(**values)
+    else:
+        for key, value in values.items():
+            getattr(ours, f"set_{key}")(value)
     for _ in range(rng.randint(0, 2) if depth < 3 else 0):
         _annotation(rng, ours.add_dict_entries(), theirs.dict_entries.add(), depth + 1)
 

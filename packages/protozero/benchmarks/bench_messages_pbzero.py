@@ -15,6 +15,7 @@ from protozero._message import SUSPENDED_WRITER as _SUSPENDED
 from protozero._message import Message
 from protozero._proto_utils import SHORT_VARINTS as _VARINTS
 from protozero._proto_utils import VARINT_PAIRS as _PAIRS
+from protozero._proto_utils import encode_varint as _encode_varint
 
 
 class EveryField(Message):
@@ -202,13 +203,92 @@ class EveryField(Message):
             if field_string is not None:
                 self.put_string(0x1FA2, field_string)
             return
+        parts: list[bytes | bytearray | memoryview] = []
         if field_int32 is not None:
-            self.set_field_int32(field_int32)
+            v = field_int32
+            if v < 0x4000:
+                parts += b"\x08", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x08",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x08", _encode_varint(v)
         if field_int64 is not None:
-            self.set_field_int64(field_int64)
+            v = field_int64
+            if v < 0x4000:
+                parts += b"\x10", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x10", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x10", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x10",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x10", _encode_varint(v)
         if field_uint32 is not None:
-            self.set_field_uint32(field_uint32)
+            v = field_uint32
+            if v < 0x4000:
+                parts += b"\x18", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x18", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x18", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x18",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x18", _encode_varint(v)
         if field_uint64 is not None:
-            self.set_field_uint64(field_uint64)
+            v = field_uint64
+            if v < 0x4000:
+                parts += b"\x20", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x20", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x20", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x20",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x20", _encode_varint(v)
         if field_string is not None:
-            self.set_field_string(field_string)
+            s = field_string
+            if isinstance(s, str):
+                s = s.encode()
+            n = len(s)
+            d = _VARINTS[n] if n < 0x4000 else _encode_varint(n)
+            parts += b"\xa2\x1f", d, s
+        data = b"".join(parts)
+        w = self.stream_writer
+        p = w.write_ptr
+        q = p + len(data)
+        if q <= w.end:
+            w.buffer[p:q] = data
+            w.write_ptr = q
+        else:
+            self.append_raw(data)

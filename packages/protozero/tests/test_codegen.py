@@ -246,7 +246,7 @@ def test_benchmark_writers_are_up_to_date(tmp_path: Path) -> None:
     assert fresh == {name: (bench / name).read_text() for name in names}
 
 
-@pytest.mark.parametrize("parent_write", ["varint", "string", "begin"])
+@pytest.mark.parametrize("parent_write", ["varint", "string", "begin", "set_fields"])
 def test_generated_parent_write_finalizes_open_children(
     pbzero: ModuleType, pb: dict[str, Any], parent_write: str
 ) -> None:
@@ -260,6 +260,8 @@ def test_generated_parent_write_finalizes_open_children(
     assert (root.nested_message, child.nested_message) == (child, grandchild)
     if parent_write == "varint":
         root.set_field_int64(1 << 40)
+    elif parent_write == "set_fields":
+        root.set_fields(field_int64=1 << 40, field_double=0.5)
     elif parent_write == "string":
         root.set_field_string("parent")
     else:
@@ -279,6 +281,8 @@ def test_generated_parent_write_finalizes_open_children(
     assert parsed.field_nested[0].field_nested[0].field_string == "deep"
     if parent_write == "varint":
         assert parsed.field_int64 == 1 << 40
+    elif parent_write == "set_fields":
+        assert (parsed.field_int64, parsed.field_double) == (1 << 40, 0.5)
     elif parent_write == "string":
         assert parsed.field_string == "parent"
     else:
@@ -498,6 +502,54 @@ def test_set_fields_writes_what_protobuf_and_the_setters_write(
     ours = once.serialize()
     assert ours == each.serialize()
     assert ours == pb["pztest.EveryField"](**values).SerializeToString()
+
+
+class _CountingBuffer(bytearray):
+    """A buffer that counts the stores made into it from Python."""
+
+    stores = 0
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.stores += 1
+        super().__setitem__(key, value)
+
+
+class _OneBuffer:
+    def __init__(self, buffer: bytearray) -> None:
+        self.buffer = buffer
+
+    def get_new_buffer(self) -> tuple[bytearray, int, int]:
+        return self.buffer, 0, len(self.buffer)
+
+
+def test_pure_set_fields_stores_all_its_fields_with_one_store(
+    pbzero: ModuleType, pb: dict[str, Any]
+) -> None:
+    """The interpreted `set_fields` encodes the fields it is given, then stores them at once."""
+    buffer = _CountingBuffer(256)
+    writer = ScatteredStreamWriter(_OneBuffer(buffer))
+    writer.reset(buffer, 0, len(buffer))
+    msg = pbzero.EveryField()
+    msg.reset(writer)
+    values = {
+        "field_int32": -1,
+        "field_uint64": 1 << 40,
+        "field_sint32": -3,
+        "field_fixed32": 7,
+        "field_double": 0.5,
+        "field_bool": True,
+        "field_string": "é" * 70,
+        "field_bytes": b"\x00\x01",
+    }
+    original = pbzero._COMPILED
+    setattr(pbzero, "_COMPILED", False)  # noqa: B010 - module attribute, not typed
+    try:
+        msg.set_fields(**values)
+    finally:
+        setattr(pbzero, "_COMPILED", original)  # noqa: B010 - module attribute, not typed
+    assert buffer.stores == 1
+    size = msg.finalize()
+    assert bytes(buffer[:size]) == pb["pztest.EveryField"](**values).SerializeToString()
 
 
 def test_set_fields_is_only_in_compiled_modules(pbzero: ModuleType) -> None:

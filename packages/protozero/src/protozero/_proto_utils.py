@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import mmap
+import struct
 from typing import Final
 
 from protozero._errors import ProtozeroError
@@ -41,6 +42,16 @@ VARINT_PAIRS: Final[tuple[bytes, ...]] = tuple(
 Generated setters encode a varint as `VARINT_PAIRS[v & 0x3FFF] + ... + SHORT_VARINTS[rest]`:
 a few table lookups instead of a Python loop over its bytes.
 """
+
+
+PACK_FIXED32: Final = struct.Struct("<I").pack
+"""The 4 little-endian bytes of a fixed32 value (0 <= value < 2**32)."""
+PACK_FIXED64: Final = struct.Struct("<Q").pack
+"""The 8 little-endian bytes of a fixed64 value (0 <= value < 2**64)."""
+PACK_FLOAT: Final = struct.Struct("<f").pack
+"""The 4 bytes of a float field's value (IEEE 754)."""
+PACK_DOUBLE: Final = struct.Struct("<d").pack
+"""The 8 bytes of a double field's value (IEEE 754)."""
 
 
 def make_tag(field_id: int, wire_type: int) -> int:

@@ -18,6 +18,7 @@ from protozero._message import SUSPENDED_WRITER as _SUSPENDED
 from protozero._message import Message
 from protozero._proto_utils import SHORT_VARINTS as _VARINTS
 from protozero._proto_utils import VARINT_PAIRS as _PAIRS
+from protozero._proto_utils import encode_varint as _encode_varint
 
 from perfetto_protos.common import system_info_pbzero as _system_info_pbzero
 from perfetto_protos.common import trace_attributes_pbzero as _trace_attributes_pbzero
@@ -817,29 +818,235 @@ class TracePacket(Message):
             if zstd_compressed_packets is not None:
                 self.put_bytes(0x8AA, zstd_compressed_packets)
             return
+        parts: list[bytes | bytearray | memoryview] = []
         if trusted_uid is not None:
-            self.set_trusted_uid(trusted_uid)
+            v = trusted_uid
+            if v < 0x4000:
+                parts += b"\x18", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x18", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x18", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x18",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x18", _encode_varint(v)
         if timestamp is not None:
-            self.set_timestamp(timestamp)
+            v = timestamp
+            if v < 0x4000:
+                parts += b"\x40", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x40", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x40", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x40",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x40", _encode_varint(v)
         if trusted_packet_sequence_id is not None:
-            self.set_trusted_packet_sequence_id(trusted_packet_sequence_id)
+            v = trusted_packet_sequence_id
+            if v < 0x4000:
+                parts += b"\x50", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x50", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x50", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x50",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x50", _encode_varint(v)
         if sequence_flags is not None:
-            self.set_sequence_flags(sequence_flags)
+            v = sequence_flags
+            if v < 0x4000:
+                parts += b"\x68", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x68", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x68", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x68",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x68", _encode_varint(v)
         if synchronization_marker is not None:
-            self.set_synchronization_marker(synchronization_marker)
+            n = len(synchronization_marker)
+            d = _VARINTS[n] if n < 0x4000 else _encode_varint(n)
+            parts += b"\xa2\x02", d, synchronization_marker
         if incremental_state_cleared is not None:
-            self.set_incremental_state_cleared(incremental_state_cleared)
+            v = int(incremental_state_cleared)
+            if v < 0x4000:
+                parts += b"\xc8\x02", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\xc8\x02", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += (
+                    b"\xc8\x02",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\xc8\x02",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\xc8\x02", _encode_varint(v)
         if previous_packet_dropped is not None:
-            self.set_previous_packet_dropped(previous_packet_dropped)
+            v = previous_packet_dropped
+            if v < 0x4000:
+                parts += b"\xd0\x02", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\xd0\x02", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += (
+                    b"\xd0\x02",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\xd0\x02",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\xd0\x02", _encode_varint(v)
         if compressed_packets is not None:
-            self.set_compressed_packets(compressed_packets)
+            n = len(compressed_packets)
+            d = _VARINTS[n] if n < 0x4000 else _encode_varint(n)
+            parts += b"\x92\x03", d, compressed_packets
         if timestamp_clock_id is not None:
-            self.set_timestamp_clock_id(timestamp_clock_id)
+            v = timestamp_clock_id
+            if v < 0x4000:
+                parts += b"\xd0\x03", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\xd0\x03", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += (
+                    b"\xd0\x03",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\xd0\x03",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\xd0\x03", _encode_varint(v)
         if trusted_pid is not None:
-            self.set_trusted_pid(trusted_pid)
+            v = trusted_pid
+            if v < 0x4000:
+                parts += b"\xf8\x04", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\xf8\x04", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += (
+                    b"\xf8\x04",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\xf8\x04",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\xf8\x04", _encode_varint(v)
         if first_packet_on_sequence is not None:
-            self.set_first_packet_on_sequence(first_packet_on_sequence)
+            v = int(first_packet_on_sequence)
+            if v < 0x4000:
+                parts += b"\xb8\x05", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\xb8\x05", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += (
+                    b"\xb8\x05",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\xb8\x05",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\xb8\x05", _encode_varint(v)
         if machine_id is not None:
-            self.set_machine_id(machine_id)
+            v = machine_id
+            if v < 0x4000:
+                parts += b"\x90\x06", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x90\x06", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += (
+                    b"\x90\x06",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x90\x06",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x90\x06", _encode_varint(v)
         if zstd_compressed_packets is not None:
-            self.set_zstd_compressed_packets(zstd_compressed_packets)
+            n = len(zstd_compressed_packets)
+            d = _VARINTS[n] if n < 0x4000 else _encode_varint(n)
+            parts += b"\xaa\x08", d, zstd_compressed_packets
+        data = b"".join(parts)
+        w = self.stream_writer
+        p = w.write_ptr
+        q = p + len(data)
+        if q <= w.end:
+            w.buffer[p:q] = data
+            w.write_ptr = q
+        else:
+            self.append_raw(data)

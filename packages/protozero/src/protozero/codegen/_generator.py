@@ -229,11 +229,22 @@ def _begin_lines(body: str, tag: bytes, cls: str, test: str) -> list[str]:
     ]
 
 
+def _fresh(name: str, taken: set[str]) -> str:
+    """`name`, with `_` appended until it is not in `taken`."""
+    while name in taken:
+        name += "_"
+    return name
+
+
+def _bytes_literal(data: bytes) -> str:
+    return 'b"' + "".join(f"\\x{b:02x}" for b in data) + '"'
+
+
 def _inline_bytes(body: str, tag: bytes, test: str, *, encode: bool) -> list[str]:
     """A string/bytes setter whose fast path stores tag, length and value with one store."""
     inner = body + INDENT
     word = int.from_bytes(tag, "little")
-    literal = 'b"' + "".join(f"\\x{b:02x}" for b in tag) + '"'
+    literal = _bytes_literal(tag)
     if encode:
         lines = _compiled_lines(body, f"self.put_string(0x{word:02X}, value)", test)
         lines += [f"{body}data = value.encode() if isinstance(value, str) else value"]
@@ -275,6 +286,8 @@ class _FileRenderer:
         self._uses_varint_fast_path = False
         self._uses_varint_tables = False
         self._uses_begin = False
+        self._uses_encode_varint = False
+        self._packers: set[str] = set()
         self._globals: set[str] = set()
         self._classes: list[str] = []
 
@@ -380,13 +393,84 @@ class _FileRenderer:
                 f"{body}{INDENT * 2}self.put_{put}(0x{tag:02X}, {value})",
             ]
         lines.append(f"{body}{INDENT}return")
+        # The pure path's locals, renamed where a field's parameter has their name.
+        taken = {_identifier(f.name.lower()) for f in ordered}
+        local = {name: _fresh(name, taken) for name in ("parts", "v", "s", "n", "d")}
+        parts = local["parts"]
+        lines.append(f"{body}{parts}: list[bytes | bytearray | memoryview] = []")
         for f in ordered:
             name = _identifier(f.name.lower())
-            lines += [
-                f"{body}if {name} is not None:",
-                f"{body}{INDENT}self.set_{f.name.lower()}({name})",
+            lines += [f"{body}if {name} is not None:", *self._field_parts_lines(f, name, local)]
+        self._uses_varint_tables = True
+        self._uses_encode_varint = True
+        return [
+            *lines,
+            f'{body}data = b"".join({parts})',
+            f"{body}w = self.stream_writer",
+            f"{body}p = w.write_ptr",
+            f"{body}q = p + len(data)",
+            f"{body}if q <= w.end:",
+            f"{body}{INDENT}w.buffer[p:q] = data",
+            f"{body}{INDENT}w.write_ptr = q",
+            f"{body}else:",
+            f"{body}{INDENT}self.append_raw(data)",
+        ]
+
+    def _field_parts_lines(self, field: FieldDesc, name: str, local: dict[str, str]) -> list[str]:
+        """Appends the encoded field `name` (a scalar, not None) to `parts`: the pure path of
+        `set_fields`, which stores all the fields' bytes with one slice store."""
+        kind, wire_type, _ = _SCALARS[field.type]
+        parts, v, s, n, d = (local[x] for x in ("parts", "v", "s", "n", "d"))
+        body = INDENT * 3
+        inner = body + INDENT
+        tag = _bytes_literal(encode_tag(field.number, wire_type))
+        if kind in ("fixed32", "fixed64", "float", "double"):
+            self._packers.add(kind)
+            mask = {"fixed32": " & 0xFFFF_FFFF", "fixed64": " & 0xFFFF_FFFF_FFFF_FFFF"}
+            return [f"{body}{parts} += {tag}, _PACK_{kind.upper()}({name}{mask.get(kind, '')})"]
+        if kind in ("string", "bytes"):
+            value = name
+            lines = []
+            if kind == "string":
+                value = s
+                lines = [f"{body}{s} = {name}", f"{body}if isinstance({s}, str):"]
+                lines.append(f"{inner}{s} = {s}.encode()")
+            return [
+                *lines,
+                f"{body}{n} = len({value})",
+                f"{body}{d} = _VARINTS[{n}] if {n} < 0x4000 else _encode_varint({n})",
+                f"{body}{parts} += {tag}, {d}, {value}",
             ]
-        return lines
+        self._uses_varint_fast_path = True
+        if kind == "zigzag":
+            value = f"({name} << 1) ^ ({name} >> 63)"
+        else:
+            value = f"int({name})" if field.type == TYPE_BOOL else name
+        pairs = [f"_PAIRS[{v} & 0x3FFF]", f"_PAIRS[({v} >> 14) & 0x3FFF]"]
+        pairs.append(f"_PAIRS[({v} >> 28) & 0x3FFF]")
+
+        def extend(*items: str) -> list[str]:
+            """`parts += tag, items...`, laid out the way ruff format lays it out."""
+            one_line = f"{inner}{parts} += {', '.join([tag, *items])}"
+            if len(one_line) <= LINE_LENGTH:
+                return [one_line]
+            rows = [f"{inner}{INDENT}{item}," for item in [tag, *items]]
+            return [f"{inner}{parts} += (", *rows, f"{inner})"]
+
+        # Negative and 9- or 10-byte values take `encode_varint`; the rest the varint tables.
+        return [
+            f"{body}{v} = {value}",
+            f"{body}if {v} < 0x4000:",
+            *extend(f"_VARINTS[{v}] if {v} >= 0 else _encode_varint({v})"),
+            f"{body}elif {v} < 0x1000_0000:",
+            *extend(pairs[0], f"_VARINTS[{v} >> 14]"),
+            f"{body}elif {v} < 0x400_0000_0000:",
+            *extend(*pairs[:2], f"_VARINTS[{v} >> 28]"),
+            f"{body}elif {v} < 0x100_0000_0000_0000:",
+            *extend(*pairs, f"_VARINTS[{v} >> 42]"),
+            f"{body}else:",
+            *extend(f"_encode_varint({v})"),
+        ]
 
     def _claim_global(self, name: str) -> None:
         if name in self._globals:
@@ -487,10 +571,14 @@ class _FileRenderer:
             protozero_imports.append(f"from {_MESSAGE} import SUSPENDED_WRITER as _SUSPENDED")
         if self._desc.messages:  # from its module: the compiled build cimports it from there
             protozero_imports.append(f"from {_MESSAGE} import Message")
+        utils = [f"PACK_{kind.upper()} as _PACK_{kind.upper()}" for kind in sorted(self._packers)]
         if self._uses_varint_tables:
-            protozero_imports.append(f"from {_PROTO_UTILS} import SHORT_VARINTS as _VARINTS")
+            utils.append("SHORT_VARINTS as _VARINTS")
         if self._uses_varint_fast_path:
-            protozero_imports.append(f"from {_PROTO_UTILS} import VARINT_PAIRS as _PAIRS")
+            utils.append("VARINT_PAIRS as _PAIRS")
+        if self._uses_encode_varint:
+            utils.append("encode_varint as _encode_varint")
+        protozero_imports += [f"from {_PROTO_UTILS} import {name}" for name in utils]
         sections.append(protozero_imports)
         sections.append(self._import_lines())
         for section in sections:

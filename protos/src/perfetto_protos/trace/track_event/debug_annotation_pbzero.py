@@ -16,8 +16,10 @@ except ImportError:  # installed without Cython: runs as pure Python
 from protozero import COMPILED as _COMPILED
 from protozero._message import SUSPENDED_WRITER as _SUSPENDED
 from protozero._message import Message
+from protozero._proto_utils import PACK_DOUBLE as _PACK_DOUBLE
 from protozero._proto_utils import SHORT_VARINTS as _VARINTS
 from protozero._proto_utils import VARINT_PAIRS as _PAIRS
+from protozero._proto_utils import encode_varint as _encode_varint
 
 
 class DebugAnnotation_NestedValue_NestedType(IntEnum):
@@ -197,16 +199,79 @@ class DebugAnnotation_NestedValue(Message):
             if string_value is not None:
                 self.put_string(0x42, string_value)
             return
+        parts: list[bytes | bytearray | memoryview] = []
         if nested_type is not None:
-            self.set_nested_type(nested_type)
+            v = nested_type
+            if v < 0x4000:
+                parts += b"\x08", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x08",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x08", _encode_varint(v)
         if int_value is not None:
-            self.set_int_value(int_value)
+            v = int_value
+            if v < 0x4000:
+                parts += b"\x28", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x28", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x28", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x28",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x28", _encode_varint(v)
         if double_value is not None:
-            self.set_double_value(double_value)
+            parts += b"\x31", _PACK_DOUBLE(double_value)
         if bool_value is not None:
-            self.set_bool_value(bool_value)
+            v = int(bool_value)
+            if v < 0x4000:
+                parts += b"\x38", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x38", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x38", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x38",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x38", _encode_varint(v)
         if string_value is not None:
-            self.set_string_value(string_value)
+            s = string_value
+            if isinstance(s, str):
+                s = s.encode()
+            n = len(s)
+            d = _VARINTS[n] if n < 0x4000 else _encode_varint(n)
+            parts += b"\x42", d, s
+        data = b"".join(parts)
+        w = self.stream_writer
+        p = w.write_ptr
+        q = p + len(data)
+        if q <= w.end:
+            w.buffer[p:q] = data
+            w.write_ptr = q
+        else:
+            self.append_raw(data)
 
 
 class DebugAnnotation(Message):
@@ -591,32 +656,181 @@ class DebugAnnotation(Message):
             if string_value_iid is not None:
                 self.put_varint(0x188, string_value_iid)
             return
+        parts: list[bytes | bytearray | memoryview] = []
         if name_iid is not None:
-            self.set_name_iid(name_iid)
+            v = name_iid
+            if v < 0x4000:
+                parts += b"\x08", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x08",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x08", _encode_varint(v)
         if bool_value is not None:
-            self.set_bool_value(bool_value)
+            v = int(bool_value)
+            if v < 0x4000:
+                parts += b"\x10", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x10", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x10", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x10",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x10", _encode_varint(v)
         if uint_value is not None:
-            self.set_uint_value(uint_value)
+            v = uint_value
+            if v < 0x4000:
+                parts += b"\x18", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x18", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x18", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x18",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x18", _encode_varint(v)
         if int_value is not None:
-            self.set_int_value(int_value)
+            v = int_value
+            if v < 0x4000:
+                parts += b"\x20", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x20", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x20", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x20",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x20", _encode_varint(v)
         if double_value is not None:
-            self.set_double_value(double_value)
+            parts += b"\x29", _PACK_DOUBLE(double_value)
         if string_value is not None:
-            self.set_string_value(string_value)
+            s = string_value
+            if isinstance(s, str):
+                s = s.encode()
+            n = len(s)
+            d = _VARINTS[n] if n < 0x4000 else _encode_varint(n)
+            parts += b"\x32", d, s
         if pointer_value is not None:
-            self.set_pointer_value(pointer_value)
+            v = pointer_value
+            if v < 0x4000:
+                parts += b"\x38", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x38", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x38", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x38",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x38", _encode_varint(v)
         if legacy_json_value is not None:
-            self.set_legacy_json_value(legacy_json_value)
+            s = legacy_json_value
+            if isinstance(s, str):
+                s = s.encode()
+            n = len(s)
+            d = _VARINTS[n] if n < 0x4000 else _encode_varint(n)
+            parts += b"\x4a", d, s
         if name is not None:
-            self.set_name(name)
+            s = name
+            if isinstance(s, str):
+                s = s.encode()
+            n = len(s)
+            d = _VARINTS[n] if n < 0x4000 else _encode_varint(n)
+            parts += b"\x52", d, s
         if proto_type_name_iid is not None:
-            self.set_proto_type_name_iid(proto_type_name_iid)
+            v = proto_type_name_iid
+            if v < 0x4000:
+                parts += b"\x68", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x68", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x68", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x68",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x68", _encode_varint(v)
         if proto_value is not None:
-            self.set_proto_value(proto_value)
+            n = len(proto_value)
+            d = _VARINTS[n] if n < 0x4000 else _encode_varint(n)
+            parts += b"\x72", d, proto_value
         if proto_type_name is not None:
-            self.set_proto_type_name(proto_type_name)
+            s = proto_type_name
+            if isinstance(s, str):
+                s = s.encode()
+            n = len(s)
+            d = _VARINTS[n] if n < 0x4000 else _encode_varint(n)
+            parts += b"\x82\x01", d, s
         if string_value_iid is not None:
-            self.set_string_value_iid(string_value_iid)
+            v = string_value_iid
+            if v < 0x4000:
+                parts += b"\x88\x01", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x88\x01", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += (
+                    b"\x88\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x88\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x88\x01", _encode_varint(v)
+        data = b"".join(parts)
+        w = self.stream_writer
+        p = w.write_ptr
+        q = p + len(data)
+        if q <= w.end:
+            w.buffer[p:q] = data
+            w.write_ptr = q
+        else:
+            self.append_raw(data)
 
 
 class DebugAnnotationName(Message):
@@ -681,10 +895,41 @@ class DebugAnnotationName(Message):
             if name is not None:
                 self.put_string(0x12, name)
             return
+        parts: list[bytes | bytearray | memoryview] = []
         if iid is not None:
-            self.set_iid(iid)
+            v = iid
+            if v < 0x4000:
+                parts += b"\x08", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x08",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x08", _encode_varint(v)
         if name is not None:
-            self.set_name(name)
+            s = name
+            if isinstance(s, str):
+                s = s.encode()
+            n = len(s)
+            d = _VARINTS[n] if n < 0x4000 else _encode_varint(n)
+            parts += b"\x12", d, s
+        data = b"".join(parts)
+        w = self.stream_writer
+        p = w.write_ptr
+        q = p + len(data)
+        if q <= w.end:
+            w.buffer[p:q] = data
+            w.write_ptr = q
+        else:
+            self.append_raw(data)
 
 
 class DebugAnnotationValueTypeName(Message):
@@ -749,7 +994,38 @@ class DebugAnnotationValueTypeName(Message):
             if name is not None:
                 self.put_string(0x12, name)
             return
+        parts: list[bytes | bytearray | memoryview] = []
         if iid is not None:
-            self.set_iid(iid)
+            v = iid
+            if v < 0x4000:
+                parts += b"\x08", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x08",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x08", _encode_varint(v)
         if name is not None:
-            self.set_name(name)
+            s = name
+            if isinstance(s, str):
+                s = s.encode()
+            n = len(s)
+            d = _VARINTS[n] if n < 0x4000 else _encode_varint(n)
+            parts += b"\x12", d, s
+        data = b"".join(parts)
+        w = self.stream_writer
+        p = w.write_ptr
+        q = p + len(data)
+        if q <= w.end:
+            w.buffer[p:q] = data
+            w.write_ptr = q
+        else:
+            self.append_raw(data)

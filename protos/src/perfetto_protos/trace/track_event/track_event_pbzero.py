@@ -16,8 +16,10 @@ except ImportError:  # installed without Cython: runs as pure Python
 from protozero import COMPILED as _COMPILED
 from protozero._message import SUSPENDED_WRITER as _SUSPENDED
 from protozero._message import Message
+from protozero._proto_utils import PACK_DOUBLE as _PACK_DOUBLE
 from protozero._proto_utils import SHORT_VARINTS as _VARINTS
 from protozero._proto_utils import VARINT_PAIRS as _PAIRS
+from protozero._proto_utils import encode_varint as _encode_varint
 
 from perfetto_protos.trace.track_event import debug_annotation_pbzero as _debug_annotation_pbzero
 from perfetto_protos.trace.track_event import log_message_pbzero as _log_message_pbzero
@@ -112,12 +114,48 @@ class TrackEvent_InlineCallstack_Frame(Message):
             if line_number is not None:
                 self.put_varint(0x18, line_number)
             return
+        parts: list[bytes | bytearray | memoryview] = []
         if function_name is not None:
-            self.set_function_name(function_name)
+            s = function_name
+            if isinstance(s, str):
+                s = s.encode()
+            n = len(s)
+            d = _VARINTS[n] if n < 0x4000 else _encode_varint(n)
+            parts += b"\x0a", d, s
         if source_file is not None:
-            self.set_source_file(source_file)
+            s = source_file
+            if isinstance(s, str):
+                s = s.encode()
+            n = len(s)
+            d = _VARINTS[n] if n < 0x4000 else _encode_varint(n)
+            parts += b"\x12", d, s
         if line_number is not None:
-            self.set_line_number(line_number)
+            v = line_number
+            if v < 0x4000:
+                parts += b"\x18", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x18", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x18", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x18",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x18", _encode_varint(v)
+        data = b"".join(parts)
+        w = self.stream_writer
+        p = w.write_ptr
+        q = p + len(data)
+        if q <= w.end:
+            w.buffer[p:q] = data
+            w.write_ptr = q
+        else:
+            self.append_raw(data)
 
 
 class TrackEvent_InlineCallstack(Message):
@@ -665,38 +703,303 @@ class TrackEvent_LegacyEvent(Message):
             if tid_override is not None:
                 self.put_varint(0x198, tid_override)
             return
+        parts: list[bytes | bytearray | memoryview] = []
         if name_iid is not None:
-            self.set_name_iid(name_iid)
+            v = name_iid
+            if v < 0x4000:
+                parts += b"\x08", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x08",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x08", _encode_varint(v)
         if phase is not None:
-            self.set_phase(phase)
+            v = phase
+            if v < 0x4000:
+                parts += b"\x10", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x10", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x10", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x10",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x10", _encode_varint(v)
         if duration_us is not None:
-            self.set_duration_us(duration_us)
+            v = duration_us
+            if v < 0x4000:
+                parts += b"\x18", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x18", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x18", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x18",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x18", _encode_varint(v)
         if thread_duration_us is not None:
-            self.set_thread_duration_us(thread_duration_us)
+            v = thread_duration_us
+            if v < 0x4000:
+                parts += b"\x20", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x20", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x20", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x20",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x20", _encode_varint(v)
         if unscoped_id is not None:
-            self.set_unscoped_id(unscoped_id)
+            v = unscoped_id
+            if v < 0x4000:
+                parts += b"\x30", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x30", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x30", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x30",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x30", _encode_varint(v)
         if id_scope is not None:
-            self.set_id_scope(id_scope)
+            s = id_scope
+            if isinstance(s, str):
+                s = s.encode()
+            n = len(s)
+            d = _VARINTS[n] if n < 0x4000 else _encode_varint(n)
+            parts += b"\x3a", d, s
         if bind_id is not None:
-            self.set_bind_id(bind_id)
+            v = bind_id
+            if v < 0x4000:
+                parts += b"\x40", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x40", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x40", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x40",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x40", _encode_varint(v)
         if use_async_tts is not None:
-            self.set_use_async_tts(use_async_tts)
+            v = int(use_async_tts)
+            if v < 0x4000:
+                parts += b"\x48", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x48", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x48", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x48",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x48", _encode_varint(v)
         if local_id is not None:
-            self.set_local_id(local_id)
+            v = local_id
+            if v < 0x4000:
+                parts += b"\x50", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x50", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x50", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x50",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x50", _encode_varint(v)
         if global_id is not None:
-            self.set_global_id(global_id)
+            v = global_id
+            if v < 0x4000:
+                parts += b"\x58", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x58", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x58", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x58",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x58", _encode_varint(v)
         if bind_to_enclosing is not None:
-            self.set_bind_to_enclosing(bind_to_enclosing)
+            v = int(bind_to_enclosing)
+            if v < 0x4000:
+                parts += b"\x60", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x60", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x60", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x60",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x60", _encode_varint(v)
         if flow_direction is not None:
-            self.set_flow_direction(flow_direction)
+            v = flow_direction
+            if v < 0x4000:
+                parts += b"\x68", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x68", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x68", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x68",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x68", _encode_varint(v)
         if instant_event_scope is not None:
-            self.set_instant_event_scope(instant_event_scope)
+            v = instant_event_scope
+            if v < 0x4000:
+                parts += b"\x70", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x70", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x70", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x70",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x70", _encode_varint(v)
         if thread_instruction_delta is not None:
-            self.set_thread_instruction_delta(thread_instruction_delta)
+            v = thread_instruction_delta
+            if v < 0x4000:
+                parts += b"\x78", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x78", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x78", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x78",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x78", _encode_varint(v)
         if pid_override is not None:
-            self.set_pid_override(pid_override)
+            v = pid_override
+            if v < 0x4000:
+                parts += b"\x90\x01", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x90\x01", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += (
+                    b"\x90\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x90\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x90\x01", _encode_varint(v)
         if tid_override is not None:
-            self.set_tid_override(tid_override)
+            v = tid_override
+            if v < 0x4000:
+                parts += b"\x98\x01", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x98\x01", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += (
+                    b"\x98\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x98\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x98\x01", _encode_varint(v)
+        data = b"".join(parts)
+        w = self.stream_writer
+        p = w.write_ptr
+        q = p + len(data)
+        if q <= w.end:
+            w.buffer[p:q] = data
+            w.write_ptr = q
+        else:
+            self.append_raw(data)
 
 
 class TrackEvent_Type(IntEnum):
@@ -1589,42 +1892,326 @@ class TrackEvent(Message):
             if callstack_weight is not None:
                 self.put_double(0x3C9, callstack_weight)
             return
+        parts: list[bytes | bytearray | memoryview] = []
         if timestamp_delta_us is not None:
-            self.set_timestamp_delta_us(timestamp_delta_us)
+            v = timestamp_delta_us
+            if v < 0x4000:
+                parts += b"\x08", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x08",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x08", _encode_varint(v)
         if thread_time_delta_us is not None:
-            self.set_thread_time_delta_us(thread_time_delta_us)
+            v = thread_time_delta_us
+            if v < 0x4000:
+                parts += b"\x10", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x10", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x10", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x10",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x10", _encode_varint(v)
         if thread_instruction_count_delta is not None:
-            self.set_thread_instruction_count_delta(thread_instruction_count_delta)
+            v = thread_instruction_count_delta
+            if v < 0x4000:
+                parts += b"\x40", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x40", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x40", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x40",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x40", _encode_varint(v)
         if type is not None:
-            self.set_type(type)
+            v = type
+            if v < 0x4000:
+                parts += b"\x48", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x48", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x48", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x48",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x48", _encode_varint(v)
         if name_iid is not None:
-            self.set_name_iid(name_iid)
+            v = name_iid
+            if v < 0x4000:
+                parts += b"\x50", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x50", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x50", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x50",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x50", _encode_varint(v)
         if track_uuid is not None:
-            self.set_track_uuid(track_uuid)
+            v = track_uuid
+            if v < 0x4000:
+                parts += b"\x58", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x58", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x58", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x58",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x58", _encode_varint(v)
         if timestamp_absolute_us is not None:
-            self.set_timestamp_absolute_us(timestamp_absolute_us)
+            v = timestamp_absolute_us
+            if v < 0x4000:
+                parts += b"\x80\x01", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x80\x01", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += (
+                    b"\x80\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x80\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x80\x01", _encode_varint(v)
         if thread_time_absolute_us is not None:
-            self.set_thread_time_absolute_us(thread_time_absolute_us)
+            v = thread_time_absolute_us
+            if v < 0x4000:
+                parts += b"\x88\x01", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x88\x01", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += (
+                    b"\x88\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x88\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x88\x01", _encode_varint(v)
         if thread_instruction_count_absolute is not None:
-            self.set_thread_instruction_count_absolute(thread_instruction_count_absolute)
+            v = thread_instruction_count_absolute
+            if v < 0x4000:
+                parts += b"\xa0\x01", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\xa0\x01", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += (
+                    b"\xa0\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\xa0\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\xa0\x01", _encode_varint(v)
         if name is not None:
-            self.set_name(name)
+            s = name
+            if isinstance(s, str):
+                s = s.encode()
+            n = len(s)
+            d = _VARINTS[n] if n < 0x4000 else _encode_varint(n)
+            parts += b"\xba\x01", d, s
         if counter_value is not None:
-            self.set_counter_value(counter_value)
+            v = counter_value
+            if v < 0x4000:
+                parts += b"\xf0\x01", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\xf0\x01", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += (
+                    b"\xf0\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\xf0\x01",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\xf0\x01", _encode_varint(v)
         if source_location_iid is not None:
-            self.set_source_location_iid(source_location_iid)
+            v = source_location_iid
+            if v < 0x4000:
+                parts += b"\x90\x02", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x90\x02", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += (
+                    b"\x90\x02",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x90\x02",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x90\x02", _encode_varint(v)
         if double_counter_value is not None:
-            self.set_double_counter_value(double_counter_value)
+            parts += b"\xe1\x02", _PACK_DOUBLE(double_counter_value)
         if correlation_id is not None:
-            self.set_correlation_id(correlation_id)
+            v = correlation_id
+            if v < 0x4000:
+                parts += b"\xa0\x03", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\xa0\x03", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += (
+                    b"\xa0\x03",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\xa0\x03",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\xa0\x03", _encode_varint(v)
         if correlation_id_str is not None:
-            self.set_correlation_id_str(correlation_id_str)
+            s = correlation_id_str
+            if isinstance(s, str):
+                s = s.encode()
+            n = len(s)
+            d = _VARINTS[n] if n < 0x4000 else _encode_varint(n)
+            parts += b"\xaa\x03", d, s
         if correlation_id_str_iid is not None:
-            self.set_correlation_id_str_iid(correlation_id_str_iid)
+            v = correlation_id_str_iid
+            if v < 0x4000:
+                parts += b"\xb0\x03", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\xb0\x03", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += (
+                    b"\xb0\x03",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\xb0\x03",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\xb0\x03", _encode_varint(v)
         if callstack_iid is not None:
-            self.set_callstack_iid(callstack_iid)
+            v = callstack_iid
+            if v < 0x4000:
+                parts += b"\xc0\x03", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\xc0\x03", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += (
+                    b"\xc0\x03",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _VARINTS[v >> 28],
+                )
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\xc0\x03",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\xc0\x03", _encode_varint(v)
         if callstack_weight is not None:
-            self.set_callstack_weight(callstack_weight)
+            parts += b"\xc9\x03", _PACK_DOUBLE(callstack_weight)
+        data = b"".join(parts)
+        w = self.stream_writer
+        p = w.write_ptr
+        q = p + len(data)
+        if q <= w.end:
+            w.buffer[p:q] = data
+            w.write_ptr = q
+        else:
+            self.append_raw(data)
 
 
 class TrackEventDefaults(Message):
@@ -1791,10 +2378,41 @@ class EventCategory(Message):
             if name is not None:
                 self.put_string(0x12, name)
             return
+        parts: list[bytes | bytearray | memoryview] = []
         if iid is not None:
-            self.set_iid(iid)
+            v = iid
+            if v < 0x4000:
+                parts += b"\x08", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x08",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x08", _encode_varint(v)
         if name is not None:
-            self.set_name(name)
+            s = name
+            if isinstance(s, str):
+                s = s.encode()
+            n = len(s)
+            d = _VARINTS[n] if n < 0x4000 else _encode_varint(n)
+            parts += b"\x12", d, s
+        data = b"".join(parts)
+        w = self.stream_writer
+        p = w.write_ptr
+        q = p + len(data)
+        if q <= w.end:
+            w.buffer[p:q] = data
+            w.write_ptr = q
+        else:
+            self.append_raw(data)
 
 
 class EventName(Message):
@@ -1859,7 +2477,38 @@ class EventName(Message):
             if name is not None:
                 self.put_string(0x12, name)
             return
+        parts: list[bytes | bytearray | memoryview] = []
         if iid is not None:
-            self.set_iid(iid)
+            v = iid
+            if v < 0x4000:
+                parts += b"\x08", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x08", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x08",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x08", _encode_varint(v)
         if name is not None:
-            self.set_name(name)
+            s = name
+            if isinstance(s, str):
+                s = s.encode()
+            n = len(s)
+            d = _VARINTS[n] if n < 0x4000 else _encode_varint(n)
+            parts += b"\x12", d, s
+        data = b"".join(parts)
+        w = self.stream_writer
+        p = w.write_ptr
+        q = p + len(data)
+        if q <= w.end:
+            w.buffer[p:q] = data
+            w.write_ptr = q
+        else:
+            self.append_raw(data)
