@@ -191,6 +191,31 @@ def test_ring_buffer_overwrites_oldest_chunks_and_marks_the_loss() -> None:
     assert stats.chunks_discarded == 0
 
 
+def test_a_clone_keeps_writing_and_reading_its_sequences_on_its_own() -> None:
+    source = TraceBuffer(1024)
+    a, b = seq(writer=1), seq(writer=2)
+    # 128-byte records: 8 fit. Chunks 0-3 of each writer, interleaved, fill the buffer.
+    for chunk_id in range(4):
+        for s in (a, b):
+            payload = fragment(bytes([s.writer_id, chunk_id]) * 50) + bytes(8)
+            copy(source, s, Chunk(chunk_id, 1, 0, payload))
+    clone = source.clone()
+    # The clone overwrites its oldest chunks (0 and 1 of writer 1, 0 of writer 2).
+    for chunk_id in (4, 5):
+        copy(clone, a, Chunk(chunk_id, 1, 0, fragment(bytes([1, chunk_id]) * 50) + bytes(8)))
+    copy(clone, b, Chunk(4, 1, 0, fragment(bytes([2, 4]) * 50) + bytes(8)))
+    cloned = [(data[0], data[1], dropped) for _, data, dropped in read_all(clone)]
+    assert cloned == [(1, c, int(c == 2)) for c in range(2, 6)] + [
+        (2, c, int(c == 1)) for c in range(1, 5)
+    ]
+    assert clone.stats.chunks_overwritten == 3
+    assert clone.stats.chunks_written == 11
+    read = [(data[0], data[1]) for _, data, _ in read_all(source)]
+    assert read == [(w, c) for w in (1, 2) for c in range(4)]
+    assert source.stats.chunks_written == 8
+    assert source.stats.chunks_overwritten == 0
+
+
 def test_ring_buffer_wraps_with_padding_when_a_record_does_not_fit_at_the_end() -> None:
     buffer = TraceBuffer(1024)
     s = seq()
@@ -302,7 +327,8 @@ def test_out_of_range_header_values_are_counted_not_raised() -> None:
     buffer.copy_chunk_untrusted(seq(), 0, 1 << 16, 0, fragment(b"a"))
     buffer.copy_chunk_untrusted(seq(), 0, 1, 256, fragment(b"a"))
     buffer.copy_chunk_untrusted(seq(writer=1 << 16), 0, 1, 0, fragment(b"a"))
-    assert buffer.stats.abi_violations == 5
+    buffer.copy_chunk_untrusted(seq(), 1 << 70, 1, 0, fragment(b"a"))
+    assert buffer.stats.abi_violations == 6
     assert _packets(buffer) == []
 
 

@@ -180,6 +180,38 @@ def test_redundant_varint_fragment_prefix() -> None:
     assert buf == bytes([0xFF, 0xFF, 0xFF, 0x7F])  # kPacketSizeDropPacket
 
 
+def test_begin_read_takes_a_complete_chunk_and_end_read_frees_it(region: SharedMemory) -> None:
+    abi = SharedMemoryABI(region.buffer, 4096)
+    try:
+        assert abi.try_partition_page(1, PageLayout.DIV4)
+        writing = abi.try_acquire_chunk_for_writing(1, 3, chunk_id=9, writer_id=1)
+        busy = abi.try_acquire_chunk_for_writing(1, 0, chunk_id=10, writer_id=1)
+        assert writing is not None
+        assert busy is not None
+        assert abi.begin_read(1, 3) is None  # BeingWritten, not Complete
+        abi.release_chunk_as_complete(writing)
+        assert abi.begin_read(1, 4) is None  # DIV4 has chunks 0-3
+        assert abi.begin_read(1, 14) is None
+        assert abi.begin_read(1, -1) is None
+        with pytest.raises(SmbError, match="out of range"):
+            abi.begin_read(64, 3)
+        taken = abi.begin_read(1, 3)
+        bitmap = 0x30000000 | (2 << 6) | 1  # chunk 3 BeingRead, chunk 0 BeingWritten
+        assert taken == (4096 + 8 + 3 * 1020, 1020, bitmap)
+        assert word(region, 4096) == bitmap
+        assert abi.begin_read(1, 3) is None  # already taken
+        abi.end_read(1, 3, *taken)
+        assert word(region, 4096) == 0x30000001  # layout kept: chunk 0 still busy
+        assert word(region, taken[0]) == word(region, taken[0] + 4) == 0  # header zeroed
+        abi.release_chunk_as_complete(busy)
+        last = abi.begin_read(1, 0)
+        assert last is not None
+        abi.end_read(1, 0, *last)
+        assert word(region, 4096) == 0  # last busy chunk freed: the page is reset
+    finally:
+        abi.close()
+
+
 def test_release_checks_the_state_machine(region: SharedMemory) -> None:
     abi = SharedMemoryABI(region.buffer, 4096)
     emulated = SharedMemoryABI(bytearray(8192), 4096, emulation=True)

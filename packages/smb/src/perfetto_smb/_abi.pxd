@@ -5,6 +5,14 @@ cdef unsigned int _FREE
 cdef unsigned int _BEING_WRITTEN
 cdef unsigned int _BEING_READ
 cdef unsigned int _COMPLETE
+cdef Py_ssize_t _PAGE_HEADER
+cdef Py_ssize_t _CHUNK_HEADER
+cdef unsigned int _LAYOUT_MASK
+cdef unsigned int _LAYOUT_SHIFT
+cdef unsigned int _ALL_CHUNKS_MASK
+cdef unsigned int _CHUNK_MASK
+cdef Py_ssize_t _CHUNK_SHIFT
+cdef tuple _NUM_CHUNKS
 
 cdef class Chunk:
     cdef object _abi
@@ -37,15 +45,16 @@ cdef class SharedMemoryABI:
     @cython.locals(taken=tuple, begin=Py_ssize_t, size=Py_ssize_t, bitmap="unsigned int",
                    chunk_id="unsigned int", packets="unsigned int")
     cpdef read_and_free_chunk(self, object page_idx, object chunk_idx)
+    @cython.locals(begin=Py_ssize_t, size=Py_ssize_t, bitmap="unsigned int")
+    cpdef tuple begin_read(self, object page_idx, object chunk_idx)
     @cython.locals(
         offset=Py_ssize_t, shift=Py_ssize_t, layout=Py_ssize_t, attempt=int, size=Py_ssize_t,
-        index=Py_ssize_t, chunk_mask="unsigned int", layout_mask="unsigned int",
-        layout_shift="unsigned int", state_low_bit="unsigned int",
-        bitmap="unsigned int", found="unsigned int",
+        chunks=Py_ssize_t, state_low_bit="unsigned int", bitmap="unsigned int",
+        found="unsigned int",
     )
-    cpdef tuple begin_read(self, object page_idx, object chunk_idx)
-    @cython.locals(offset=Py_ssize_t, chunk_mask="unsigned int", freed="unsigned int")
-    cpdef end_read(self, object page_idx, Py_ssize_t chunk_idx, Py_ssize_t begin, Py_ssize_t size, unsigned int bitmap)
+    cdef (Py_ssize_t, Py_ssize_t, unsigned int) _begin_read(self, Py_ssize_t page_idx, Py_ssize_t chunk_idx) except *
+    @cython.locals(offset=Py_ssize_t, freed="unsigned int")
+    cpdef end_read(self, Py_ssize_t page_idx, Py_ssize_t chunk_idx, Py_ssize_t begin, Py_ssize_t size, unsigned int bitmap)
     cdef _write_chunk_header(self, Py_ssize_t begin, object chunk_id, object writer_id, object packet_count, object flags)
     cdef Chunk _acquire_for_writing(self, object page_idx, object chunk_idx, object chunk_id, object writer_id, object packet_count, object flags)
     @cython.locals(

@@ -83,6 +83,16 @@ _DIV14 = int(PageLayout.DIV14)
 NUM_CHUNKS_FOR_LAYOUT: tuple[int, ...] = (0, 1, 2, 4, 7, 14, 0, 0)
 """Chunks per page, indexed by PageLayout."""
 
+# What a chunk's read and free compute with, compiled as C integers (_abi.pxd).
+_PAGE_HEADER = PAGE_HEADER_SIZE
+_CHUNK_HEADER = CHUNK_HEADER_SIZE
+_LAYOUT_MASK = LAYOUT_MASK
+_LAYOUT_SHIFT = LAYOUT_SHIFT
+_ALL_CHUNKS_MASK = ALL_CHUNKS_MASK
+_CHUNK_MASK = CHUNK_MASK
+_CHUNK_SHIFT = CHUNK_SHIFT
+_NUM_CHUNKS = NUM_CHUNKS_FOR_LAYOUT
+
 
 class ChunkFlags(enum.IntFlag):
     """The flags of a chunk header (bits 10-12 of the packets field)."""
@@ -512,31 +522,39 @@ class SharedMemoryABI:
         """
         if not 0 <= chunk_idx < MAX_CHUNKS_PER_PAGE:
             return None
-        index = chunk_idx
-        offset = self._page_offset(page_idx)
-        chunk_mask = CHUNK_MASK
-        layout_mask = LAYOUT_MASK
-        layout_shift = LAYOUT_SHIFT
-        shift = index * CHUNK_SHIFT
+        self._page_offset(page_idx)  # raises for a page out of range
+        begin, size, bitmap = self._begin_read(page_idx, chunk_idx)
+        if begin < 0:
+            return None
+        return begin, size, bitmap
+
+    def _begin_read(self, page_idx: int, chunk_idx: int) -> tuple[int, int, int]:
+        """begin_read() of a chunk in range of a page in range, with a `begin` of -1 for None.
+
+        Compiled, the values are C integers (a C tuple): no Python object.
+        """
+        offset = page_idx * self.page_size
+        shift = chunk_idx * _CHUNK_SHIFT
         # Complete (0b11) -> BeingRead (0b10) clears the state's low bit.
         state_low_bit = 1 << shift
         bitmap = self._relaxed_word(offset)
         layout = 0
         for attempt in range(_RETRY_ATTEMPTS):
-            layout = (bitmap & layout_mask) >> layout_shift
-            if index >= NUM_CHUNKS_FOR_LAYOUT[layout]:
-                return None
-            if (bitmap >> shift) & chunk_mask != _COMPLETE:
-                return None
+            layout = (bitmap & _LAYOUT_MASK) >> _LAYOUT_SHIFT
+            chunks = _NUM_CHUNKS[layout]
+            if chunk_idx >= chunks:
+                return -1, 0, 0
+            if (bitmap >> shift) & _CHUNK_MASK != _COMPLETE:
+                return -1, 0, 0
             found = self._compare_exchange(offset, bitmap, bitmap ^ state_low_bit)
             if found == bitmap:
                 break
             bitmap = found
             _wait_before_next_attempt(attempt)
         else:
-            return None
+            return -1, 0, 0
         size = self.chunk_sizes[layout]
-        return offset + PAGE_HEADER_SIZE + index * size, size, bitmap ^ state_low_bit
+        return offset + _PAGE_HEADER + chunk_idx * size, size, bitmap ^ state_low_bit
 
     def end_read(self, page_idx: int, chunk_idx: int, begin: int, size: int, bitmap: int) -> None:
         """Zeroes the header of a chunk begin_read() returned, then frees it (BeingRead -> Free).
@@ -544,15 +562,14 @@ class SharedMemoryABI:
         Raises SmbError if the page changed layout or the chunk's state since begin_read().
         """
         if cython.compiled:
-            memset(cython.address(self._bytes[begin]), 0, CHUNK_HEADER_SIZE)
+            memset(cython.address(self._bytes[begin]), 0, _CHUNK_HEADER)
         else:
             words = self.words
             words[begin >> 2] = 0
             words[(begin >> 2) + 1] = 0
-        offset = begin - PAGE_HEADER_SIZE - chunk_idx * size
-        chunk_mask = CHUNK_MASK
-        freed = bitmap & ~(chunk_mask << (chunk_idx * CHUNK_SHIFT))
-        if not freed & ALL_CHUNKS_MASK:
+        offset = begin - _PAGE_HEADER - chunk_idx * size
+        freed = bitmap & ~(_CHUNK_MASK << (chunk_idx * _CHUNK_SHIFT))
+        if not freed & _ALL_CHUNKS_MASK:
             freed = 0  # the page's last busy chunk: the page goes back to unpartitioned
         if self.emulation or self._compare_exchange(offset, bitmap, freed) != bitmap:
             self._release_read_chunk(offset, page_idx, chunk_idx, size, bitmap)

@@ -23,7 +23,7 @@ cdef class SharedMemoryReader:
     @cython.locals(begin=Py_ssize_t)
     cpdef tuple open_chunk(self, object page_idx, object chunk_idx)
     @cython.locals(
-        abi=SharedMemoryABI, taken=tuple, begin=Py_ssize_t, size=Py_ssize_t,
+        abi=SharedMemoryABI, begin=Py_ssize_t, size=Py_ssize_t,
         bitmap="unsigned int", chunk_id="unsigned int", packets="unsigned int",
         writer_id="unsigned int",
     )
@@ -32,4 +32,4 @@ cdef class SharedMemoryReader:
     cpdef bint close_chunk(self) except -1
     @cython.locals(header_size=Py_ssize_t, start=Py_ssize_t, end=Py_ssize_t)
     cdef const unsigned char[::1] _chunk_payload(self)
-    cdef bint _end_read(self, object page_idx, Py_ssize_t chunk_idx, Py_ssize_t begin, Py_ssize_t size, unsigned int bitmap) except -1
+    cdef bint _end_read(self, Py_ssize_t page_idx, Py_ssize_t chunk_idx, Py_ssize_t begin, Py_ssize_t size, unsigned int bitmap) except -1

@@ -13,6 +13,7 @@ except ImportError:  # installed without Cython: runs as pure Python
 
 from perfetto_smb._abi import (
     CHUNK_HEADER_SIZE,
+    MAX_CHUNKS_PER_PAGE,
     MAX_WRITER_ID,
     num_chunks_from_bitmap,
     unpack_chunk_header,
@@ -146,15 +147,16 @@ class SharedMemoryReader:
         if not 0 <= page_idx < abi.num_pages:
             self._reject("page_out_of_range")
             return False
-        taken = abi.begin_read(page_idx, chunk_idx)
-        if taken is None:
+        begin = -1
+        if 0 <= chunk_idx < MAX_CHUNKS_PER_PAGE:
+            begin, size, bitmap = abi._begin_read(page_idx, chunk_idx)
+        if begin < 0:
             bitmap = abi.relaxed_page_header_bitmap(page_idx)
             if 0 <= chunk_idx < num_chunks_from_bitmap(bitmap):
                 self._reject("chunk_not_complete")
             else:
                 self._reject("chunk_out_of_range")
             return False
-        begin, size, bitmap = taken
         chunk_id = abi._relaxed_word(begin)
         packets = abi._relaxed_word(begin + 4)
         writer_id = packets & 0xFFFF

@@ -2,6 +2,7 @@ import cython
 
 from protozero._decoder cimport read_varint
 
+cdef Py_ssize_t RECORD_HEADER_SIZE
 cdef Py_ssize_t _MAX_RECORD_SIZE
 cdef Py_ssize_t _CHUNK_ID_MASK
 cdef Py_ssize_t _HALF_CHUNK_ID_SPACE
@@ -35,7 +36,9 @@ cdef bint _before(Py_ssize_t chunk_id, Py_ssize_t other) noexcept
 
 @cython.locals(size=Py_ssize_t, start=Py_ssize_t)
 cdef tuple _fragment_header(const unsigned char[::1] data, Py_ssize_t pos, Py_ssize_t end)
-@cython.locals(size=Py_ssize_t, start=Py_ssize_t, following=Py_ssize_t, after=Py_ssize_t)
+@cython.locals(
+    size=Py_ssize_t, start=Py_ssize_t, following=Py_ssize_t, after=Py_ssize_t, i=Py_ssize_t
+)
 cdef bint _opens_after_loss(const unsigned char[::1] data, Py_ssize_t pos, Py_ssize_t end) except -1
 @cython.locals(
     buf="const unsigned char[::1]", gathered=Py_ssize_t, word=Py_ssize_t, size=Py_ssize_t,
@@ -48,9 +51,34 @@ cdef tuple _scan_fragments(
 
 
 @cython.final
+cdef class BufferStats:
+    cdef public long long bytes_written
+    cdef public long long chunks_written
+    cdef public long long chunks_overwritten
+    cdef public long long write_wrap_count
+    cdef public long long patches_succeeded
+    cdef public long long patches_failed
+    cdef public long long readaheads_succeeded
+    cdef public long long readaheads_failed
+    cdef public long long abi_violations
+    cdef public long long chunks_rewritten
+    cdef public long long chunks_committed_out_of_order
+    cdef public long long buffer_size
+    cdef public long long bytes_overwritten
+    cdef public long long bytes_read
+    cdef public long long padding_bytes_written
+    cdef public long long padding_bytes_cleared
+    cdef public long long chunks_read
+    cdef public long long chunks_discarded
+    cdef public long long trace_writer_packet_loss
+    cdef public long long chunks_relocated
+
+
+@cython.final
 cdef class _Sequence:
-    cdef public set chunk_ids
+    cdef public Py_ssize_t chunk_count
     cdef public Py_ssize_t last_written
+    cdef public Py_ssize_t oldest
     cdef public Py_ssize_t producer_id
     cdef public object resume
     cdef public bint resume_dropped
@@ -73,6 +101,7 @@ cdef class TraceBuffer:
     cdef object _fields
     cdef long long[::1] _f
     cdef list _props
+    cdef list _seqs
     cdef Py_ssize_t _capacity
     cdef Py_ssize_t _shift
     cdef Py_ssize_t _live
@@ -80,9 +109,13 @@ cdef class TraceBuffer:
     cdef dict _slot_of
     cdef list _free
     cdef readonly dict _sequences
+    cdef _Sequence _last_seq
+    cdef bint _oldest_found
+    cdef object _removed_slots
+    cdef long long[::1] _removed
     cdef bint _discard_writes
     cdef bint _has_data
-    cdef object _stats
+    cdef BufferStats _stats
     cdef dict _writer_stats
     cdef list _read_order
     cdef Py_ssize_t _read_pos
@@ -97,25 +130,30 @@ cdef class TraceBuffer:
         fields="long long[::1]", mask=Py_ssize_t, slot=Py_ssize_t, grow=bint, base=Py_ssize_t
     )
     cdef object _insert(
-        self, unsigned long long key, object props, Py_ssize_t offset, Py_ssize_t record_size,
+        self, unsigned long long key, object props, _Sequence seq, Py_ssize_t offset, Py_ssize_t record_size,
         Py_ssize_t num_fragments, Py_ssize_t flags, bint complete,
     )
     cdef object _remove(self, Py_ssize_t slot)
     @cython.locals(
         old_keys="unsigned long long[::1]", old_fields="long long[::1]", old_props=list,
+        old_seqs=list,
         old_capacity=Py_ssize_t, keys="unsigned long long[::1]", fields="long long[::1]",
         mask=Py_ssize_t, old=Py_ssize_t, key="unsigned long long", slot=Py_ssize_t,
         field=Py_ssize_t,
     )
     cdef object _rehash(self, Py_ssize_t capacity)
 
-    @cython.locals(size=Py_ssize_t, header_size=Py_ssize_t, record_size=Py_ssize_t)
+    @cython.locals(
+        size=Py_ssize_t, header_size=Py_ssize_t, record_size=Py_ssize_t, producer_id=Py_ssize_t,
+        writer_id=Py_ssize_t,
+    )
     cdef object _copy_chunk(
-        self, object sequence, object chunk_id, object num_fragments, object chunk_flags,
+        self, object sequence, Py_ssize_t chunk_id, Py_ssize_t num_fragments,
+        Py_ssize_t chunk_flags,
         const unsigned char[::1] payload, bint chunk_complete,
     )
     @cython.locals(
-        stats=object, key="unsigned long long", existing=Py_ssize_t, size_to_end=Py_ssize_t, offset=Py_ssize_t,
+        stats=BufferStats, key="unsigned long long", existing=Py_ssize_t, size_to_end=Py_ssize_t, offset=Py_ssize_t,
         data="unsigned char[::1]", padding=Py_ssize_t, start=Py_ssize_t, seq=_Sequence,
     )
     cdef object _store_chunk(
@@ -153,14 +191,15 @@ cdef class TraceBuffer:
         pos=Py_ssize_t, end=Py_ssize_t, overwritten=Py_ssize_t, overwritten_bytes=Py_ssize_t,
         padding_cleared=Py_ssize_t, record_size=Py_ssize_t, flags=Py_ssize_t,
         fields="long long[::1]", view="unsigned char[::1]", slot=Py_ssize_t, base=Py_ssize_t,
-        removed=list, chunk_id="unsigned long long", producer_id=Py_ssize_t, writer_id=Py_ssize_t,
+        removed="long long[::1]", count=Py_ssize_t, i=Py_ssize_t, chunk_id="unsigned long long",
+        producer_id=Py_ssize_t, writer_id=Py_ssize_t, stats=BufferStats,
     )
     cdef Py_ssize_t _delete_next_chunks_for(self, Py_ssize_t bytes_to_clear) except -2
     @cython.locals(
-        seq=_Sequence, producer_id=Py_ssize_t, writer_id=Py_ssize_t, chunk_id=Py_ssize_t,
+        seq=_Sequence, key="unsigned long long", chunk_id=Py_ssize_t,
         sequence_key="unsigned long long",
     )
-    cdef object _forget_chunk(self, unsigned long long key)
+    cdef object _forget_chunk(self, Py_ssize_t slot)
     cdef object _end_read_pass(self)
     @cython.locals(
         payload_start=Py_ssize_t, whole_end=Py_ssize_t, reads=Py_ssize_t, pos=Py_ssize_t,
@@ -170,6 +209,11 @@ cdef class TraceBuffer:
     cdef tuple _read_whole_fragments(self, Py_ssize_t slot, object max_bytes)
     @cython.locals(sequence_key="unsigned long long", slot=Py_ssize_t)
     cdef bint _enter_sequence(self, _Sequence seq) except -1
+    @cython.locals(
+        seq=_Sequence, fields="long long[::1]", keys="unsigned long long[::1]", slot=Py_ssize_t,
+        chunk_id=Py_ssize_t, last=Py_ssize_t,
+    )
+    cdef object _find_oldest(self)
     @cython.locals(
         slot=Py_ssize_t, seq=_Sequence, chunk_id=Py_ssize_t, following=Py_ssize_t,
         fields="long long[::1]", base=Py_ssize_t,

@@ -152,10 +152,17 @@ _STATS_FIELDS: tuple[tuple[str, int], ...] = (
 )
 
 
-class BufferStats:
-    """The counters of one buffer; names and field numbers of TraceStats.BufferStats."""
+_STATS_NAMES = tuple(name for name, _ in _STATS_FIELDS)
 
-    __slots__ = tuple(name for name, _ in _STATS_FIELDS)
+
+class BufferStats:
+    """The counters of one buffer; names and field numbers of TraceStats.BufferStats.
+
+    Compiled, an extension type whose counters are C integers: counting a chunk creates no
+    Python object.
+    """
+
+    __slots__ = _STATS_NAMES
 
     bytes_written: int
     chunks_written: int
@@ -274,16 +281,19 @@ def _chunk_key(producer_id: int, writer_id: int, chunk_id: int) -> int:
 class _Sequence:
     """Per (producer, writer) bookkeeping.
 
-    The read walk of a sequence (upstream's SequenceIterator) starts at its oldest chunk
-    and moves over consecutive chunk ids. Chunks already fully read stay in the buffer
-    until overwritten, so instead of re-walking them on every read pass the sequence
-    remembers where the walk arrives after them (`resume`) and the drop flag it carries
-    there. Any change that could alter that prefix of the walk forgets the hint.
+    `chunk_count` is how many of its chunks the buffer holds; `oldest`, the first of them
+    in the read order, once a read pass needed it (-1 before). The read walk of a sequence
+    (upstream's SequenceIterator) starts at its oldest chunk and moves over consecutive
+    chunk ids. Chunks already fully read stay in the buffer until overwritten, so instead of
+    re-walking them on every read pass the sequence remembers where the walk arrives after
+    them (`resume`) and the drop flag it carries there. Any change that could alter that
+    prefix of the walk forgets the hint.
     """
 
     __slots__ = (
-        "chunk_ids",
+        "chunk_count",
         "last_written",
+        "oldest",
         "producer_id",
         "resume",
         "resume_dropped",
@@ -294,8 +304,9 @@ class _Sequence:
     def __init__(self, producer_id: int, writer_id: int) -> None:
         self.producer_id = producer_id
         self.writer_id = writer_id
-        self.chunk_ids: set[int] = set()
+        self.chunk_count = 0
         self.last_written = 0
+        self.oldest = -1
         self.resume: int | None = None
         self.resume_dropped = True
         self.resume_source: int | None = None
@@ -315,6 +326,13 @@ def _fragment_header(data: memoryview, pos: int, end: int) -> tuple[int, int]:
 def _opens_after_loss(data: memoryview, pos: int, end: int) -> bool:
     """Whether the chunk payload at data[pos:end] opens with a packet whose first field is a
     nonzero previous_packet_dropped: its writer dropped packets just before it."""
+    # The packet starts 1 to 4 bytes after `pos`, past its size: most chunks' first packet
+    # is told apart there by its first byte, without decoding the size.
+    for i in range(pos + 1, min(pos + 5, end)):
+        if data[i] == 0xD0:
+            break
+    else:
+        return False
     size, start = _fragment_header(data, pos, end)
     following = start + size
     # TracePacket.previous_packet_dropped (field 42, varint, tag d0 02): the first field a
@@ -417,6 +435,8 @@ class TraceBuffer:
         self._fields: array.array[int] = array.array("q")
         self._f = self._fields
         self._props: list[PacketSequenceProperties | None] = []
+        self._seqs: list[_Sequence | None] = []
+        """The sequence of the chunk in each slot."""
         self._capacity = 0
         self._shift = 0
         self._live = 0
@@ -426,6 +446,15 @@ class TraceBuffer:
         if cython.compiled:
             self._allocate(_MIN_CAPACITY)
         self._sequences: dict[tuple[int, int], _Sequence] = {}
+        self._last_seq: _Sequence | None = None
+        """The sequence of the last chunk stored: the next one's too, most of the time."""
+        self._oldest_found = False
+        """Whether this read pass found every sequence's `oldest` chunk."""
+        # The slots of the chunks one write takes out: it clears less than a record's maximum
+        # size, and a record is at least a header.
+        removable = self._max_record_size // RECORD_HEADER_SIZE + 1
+        self._removed_slots = array.array("q", bytes(8 * removable))
+        self._removed = self._removed_slots
         self._discard_writes = False
         self._has_data = False
         self._stats = BufferStats(size)
@@ -489,6 +518,7 @@ class TraceBuffer:
         # One deep copy, so that the read cursor and the sequences keep pointing at each other.
         (
             clone._sequences,
+            clone._seqs,
             clone._stats,
             clone._writer_stats,
             clone._read_order,
@@ -496,6 +526,7 @@ class TraceBuffer:
         ) = copy.deepcopy(
             (
                 self._sequences,
+                self._seqs,
                 self._stats,
                 self._writer_stats,
                 self._read_order,
@@ -513,6 +544,7 @@ class TraceBuffer:
         self._fields = array.array("q", bytes(8 * _STRIDE * capacity))
         self._f = self._fields
         self._props = [None] * capacity
+        self._seqs = [None] * capacity
         self._capacity = capacity
         self._shift = 65 - capacity.bit_length()
         self._tombstones = 0
@@ -535,6 +567,7 @@ class TraceBuffer:
         self,
         key: int,
         props: PacketSequenceProperties,
+        seq: _Sequence,
         offset: int,
         record_size: int,
         num_fragments: int,
@@ -558,6 +591,7 @@ class TraceBuffer:
         else:
             slot = len(self._props)
             self._props.append(None)
+            self._seqs.append(None)
             self._keys.append(0)
             self._fields.frombytes(_EMPTY_SLOT)
         if not cython.compiled:
@@ -565,6 +599,8 @@ class TraceBuffer:
         self._live += 1
         self._key_view[slot] = key
         self._props[slot] = props
+        self._seqs[slot] = seq
+        seq.chunk_count += 1
         fields = self._f
         base = slot * _STRIDE
         fields[base + _F_OFFSET] = offset
@@ -576,7 +612,7 @@ class TraceBuffer:
         fields[base + _F_STATE] = _USED | _COMPLETE if complete else _USED
 
     def _remove(self, slot: int) -> None:
-        """Takes the chunk in `slot` out of the index."""
+        """Takes the chunk in `slot` out of the index (`_forget_chunk` updates its sequence)."""
         if cython.compiled:
             self._f[slot * _STRIDE + _F_STATE] = _TOMBSTONE
             self._tombstones += 1
@@ -592,6 +628,7 @@ class TraceBuffer:
         old_keys = self._key_view
         old_fields = self._f
         old_props = self._props
+        old_seqs = self._seqs
         old_capacity = self._capacity
         self._allocate(capacity)
         keys = self._key_view
@@ -606,6 +643,7 @@ class TraceBuffer:
                 slot = (slot + 1) & mask
             keys[slot] = key
             self._props[slot] = old_props[old]
+            self._seqs[slot] = old_seqs[old]
             for field in range(_STRIDE):
                 fields[slot * _STRIDE + field] = old_fields[old * _STRIDE + field]
 
@@ -632,7 +670,12 @@ class TraceBuffer:
         """
         if isinstance(payload, memoryview) and payload.itemsize != 1:
             payload = payload.cast("B")  # sized in bytes, as the buffer copies it
-        self._copy_chunk(sequence, chunk_id, num_fragments, chunk_flags, payload, chunk_complete)
+        try:
+            self._copy_chunk(
+                sequence, chunk_id, num_fragments, chunk_flags, payload, chunk_complete
+            )
+        except OverflowError:  # compiled, an id or count beyond 64 bits: out of range too
+            self._stats.abi_violations += 1
 
     def _copy_chunk(  # noqa: PLR0917 - private, copy_chunk_untrusted's arguments
         self,
@@ -738,9 +781,17 @@ class TraceBuffer:
             self._discard_write()
             return
 
+        seq = self._last_seq
+        if seq is None or seq.producer_id != producer_id or seq.writer_id != writer_id:
+            seq = self._sequences.get((producer_id, writer_id))
+            if seq is None:
+                seq = self._sequences[producer_id, writer_id] = _Sequence(producer_id, writer_id)
+            self._last_seq = seq
         stats.chunks_written += 1
         stats.bytes_written += record_size
-        self._insert(key, sequence, offset, record_size, num_fragments, chunk_flags, chunk_complete)
+        self._insert(
+            key, sequence, seq, offset, record_size, num_fragments, chunk_flags, chunk_complete
+        )
         self._write_record(
             offset,
             record_size,
@@ -764,10 +815,6 @@ class TraceBuffer:
             stats.write_wrap_count += 1
         self._wptr = offset
 
-        seq = self._sequences.get((producer_id, writer_id))
-        if seq is None:
-            seq = self._sequences[producer_id, writer_id] = _Sequence(producer_id, writer_id)
-        seq.chunk_ids.add(chunk_id)
         if seq.resume is not None and _before(chunk_id, seq.resume):
             seq.resume = None
         if ((chunk_id - seq.last_written) & _CHUNK_ID_MASK) < _HALF_CHUNK_ID_SPACE:
@@ -819,7 +866,8 @@ class TraceBuffer:
             fields[base + _F_STATE] |= _COMPLETE
         else:
             fields[base + _F_STATE] &= ~_COMPLETE
-        seq = self._sequences[(producer_id, writer_id)]
+        seq = self._seqs[slot]
+        assert seq is not None
         if seq.resume is not None and _before(chunk_id, seq.resume):
             seq.resume = None
         offset = fields[base + _F_OFFSET]
@@ -947,7 +995,8 @@ class TraceBuffer:
         fields = self._f
         pos = self._wptr
         end = pos + bytes_to_clear
-        removed: list[int] = []
+        removed = self._removed
+        count = 0
         overwritten = 0
         overwritten_bytes = 0
         padding_cleared = 0
@@ -978,12 +1027,13 @@ class TraceBuffer:
                             return -1
                         overwritten += 1
                         overwritten_bytes += record_size
-                    removed.append(slot)
+                    removed[count] = slot
+                    count += 1
             pos += record_size
-        for slot in removed:
-            self._remove(slot)
-        for slot in removed:
-            self._forget_chunk(self._key_view[slot])
+        for i in range(count):
+            self._remove(removed[i])
+        for i in range(count):
+            self._forget_chunk(removed[i])
         stats = self._stats
         if overwritten:
             stats.chunks_overwritten += overwritten
@@ -992,13 +1042,14 @@ class TraceBuffer:
             stats.padding_bytes_cleared += padding_cleared
         return pos - end
 
-    def _forget_chunk(self, key: int) -> None:
-        """Updates the sequence of the chunk with `key`, just taken out of the index."""
-        producer_id = key >> 48
-        writer_id = (key >> 32) & _U16_MAX
+    def _forget_chunk(self, slot: int) -> None:
+        """Updates the sequence of the chunk in `slot`, just taken out of the index."""
+        key = self._key_view[slot]
         chunk_id = key & _CHUNK_ID_MASK
-        seq = self._sequences[(producer_id, writer_id)]
-        seq.chunk_ids.discard(chunk_id)
+        seq = self._seqs[slot]
+        assert seq is not None
+        self._seqs[slot] = None
+        seq.chunk_count -= 1
         resume = seq.resume
         if resume is None:
             return
@@ -1082,8 +1133,9 @@ class TraceBuffer:
         self._read_order = [
             self._sequences[key]
             for key in sorted(self._sequences)
-            if self._sequences[key].chunk_ids
+            if self._sequences[key].chunk_count
         ]
+        self._oldest_found = False
         self._read_pos = 0
         self._read_seq = None
         self._read_slot = -1
@@ -1253,14 +1305,36 @@ class TraceBuffer:
             if self._find(sequence_key | ((resume - 1) & _CHUNK_ID_MASK)) >= 0:
                 self._read_slot = -1
                 return True
-        last = seq.last_written
-        start = min(seq.chunk_ids, key=lambda cid: (cid - last - 1) & _CHUNK_ID_MASK)
+        if not self._oldest_found:
+            self._find_oldest()
+        start = seq.oldest
         seq.resume = start
         seq.resume_dropped = True
         seq.resume_source = None
         self._read_chunk_id = start
         self._read_slot = self._find(sequence_key | start)
         return True
+
+    def _find_oldest(self) -> None:
+        """Sets the `oldest` chunk of every sequence: the first after its last written one in
+        wrapping chunk-id order (where upstream's SequenceIterator starts)."""
+        for seq in self._read_order:
+            seq.oldest = -1
+        fields = self._f
+        keys = self._key_view
+        for slot in range(len(self._seqs)):
+            if not fields[slot * _STRIDE + _F_STATE] & _USED:
+                continue
+            held = self._seqs[slot]
+            assert held is not None
+            seq = held
+            chunk_id = keys[slot] & _CHUNK_ID_MASK
+            last = seq.last_written
+            if seq.oldest < 0 or ((chunk_id - last - 1) & _CHUNK_ID_MASK) < (
+                (seq.oldest - last - 1) & _CHUNK_ID_MASK
+            ):
+                seq.oldest = chunk_id
+        self._oldest_found = True
 
     def _move_next(self) -> None:
         """Moves the read cursor to the next chunk of its sequence (SequenceIterator::MoveNext)."""
