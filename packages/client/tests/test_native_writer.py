@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,11 +22,14 @@ def _pure_module() -> ModuleType:
 
 
 def _new_writer(
-    module: Any, monkeypatch: pytest.MonkeyPatch, *, thread_time: bool
+    module: Any, monkeypatch: pytest.MonkeyPatch, *, thread_time: bool, sink: Any = None
 ) -> tuple[Any, Any, list[bytes]]:
-    """A writer of `module` appending to the returned list, with fresh interning tables."""
+    """A writer of `module` appending to the returned list (or writing into `sink`), with
+    fresh interning tables."""
     module.load_encoders()
     packets: list[bytes] = []
+    if sink is None:
+        sink = SimpleNamespace(write_packet=packets.append, close=lambda: None)
     keys = module.EventKeys()
     monkeypatch.setattr(module, "event_keys", keys)  # the same fresh table in both modules
     monkeypatch.setattr(module, "time", _FixedThreadTime())
@@ -38,20 +41,19 @@ def _new_writer(
 
     cls = module.ThreadTimeWriter if thread_time else module.TrackEventWriter
     writer = cls(
-        packets.append,
+        sink,
         clock=lambda: 0,
         clock_id=6,
         thread_track_uuid=7,
         reset_packets=reset,
-        close=lambda: None,
     )
     return writer, keys, packets
 
 
 def _write_sequence(
-    module: Any, monkeypatch: pytest.MonkeyPatch, *, thread_time: bool
+    module: Any, monkeypatch: pytest.MonkeyPatch, *, thread_time: bool, sink: Any = None
 ) -> list[bytes]:
-    writer, keys, packets = _new_writer(module, monkeypatch, thread_time=thread_time)
+    writer, keys, packets = _new_writer(module, monkeypatch, thread_time=thread_time, sink=sink)
     first = keys.key("cat", "first")
     second = keys.key("cat", "second", dynamic_category=True)
     writer.slice_begin(first, 1_000)
@@ -126,3 +128,35 @@ def test_compiled_and_pure_writers_write_the_same_bytes(
     pure_packets = _write_sequence(_pure_module(), monkeypatch, thread_time=thread_time)
     assert compiled_packets == pure_packets
     assert len(compiled_packets) >= 8
+
+
+@pytest.mark.parametrize("thread_time", [False, True])
+def test_events_written_into_the_chunk_are_the_bytes_write_packet_writes(
+    thread_time: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bound to a perfetto_smb TraceWriter (compiled: events encoded straight into its
+    chunk), a sequence leaves the chunk that writing its packets with write_packet leaves."""
+    from perfetto_smb import SharedMemoryArbiter
+
+    chunks: dict[int, list[bytes]] = {}
+
+    def commit(request: Any, done: Any) -> None:
+        for move in request.chunks_to_move:
+            writer_id = int.from_bytes(move.data[4:6], "little")
+            chunks.setdefault(writer_id, []).append(bytes(move.data[6:]))
+        if done is not None:
+            done()
+
+    arbiter = SharedMemoryArbiter(
+        bytearray(16 * 4096), 4096, commit, post_task=lambda task: task(), emulation=True
+    )
+    direct = arbiter.create_trace_writer(1)
+    _write_sequence(loaded, monkeypatch, thread_time=thread_time, sink=direct)
+    direct.flush()
+    packed = arbiter.create_trace_writer(1)
+    for packet in _write_sequence(loaded, monkeypatch, thread_time=thread_time):
+        packed.write_packet(packet)
+    packed.flush()
+    assert chunks[direct.writer_id] == chunks[packed.writer_id]
+    assert len(chunks[direct.writer_id]) == 1
+    assert chunks[direct.writer_id][0][2:] != bytes(4096 - 16)

@@ -25,6 +25,7 @@ from perfetto_client._track_event_writer import (
     TYPE_INSTANT,
     TYPE_SLICE_BEGIN,
     TYPE_SLICE_END,
+    PacketSink,
     ThreadTimeWriter,
     TrackEventWriter,
     clock_snapshot_packet,
@@ -46,17 +47,11 @@ if TYPE_CHECKING:
     from perfetto_client._api import FlowArg
 
 
-class _TraceWriter(Protocol):
+class _TraceWriter(PacketSink, Protocol):
     """What a TrackEventWriter needs of a perfetto_smb.TraceWriter."""
 
     on_resume: Callable[[], None] | None
     """Called when the writer writes again after dropping packets."""
-
-    def write_packet(self, data: bytes) -> None:
-        """Writes one whole encoded packet."""
-
-    def close(self) -> None:
-        """Flushes and releases the writer."""
 
 
 __all__ = [
@@ -161,7 +156,7 @@ class TrackEventInstance:
             return False
         for packet in packets:
             trace_writer.write_packet(packet)
-        writer.rebind(trace_writer.write_packet, trace_writer.close)
+        writer.rebind(trace_writer)
         trace_writer.on_resume = writer.clear_incremental_state
         self.writers.add(writer)
         return True
@@ -172,35 +167,31 @@ class TrackEventInstance:
             trace_writer = self._create_trace_writer()
         except Exception:
             return None
-        writer = self._writer(thread, trace_writer.write_packet, trace_writer.close)
+        writer = self._writer(thread, trace_writer)
         # Packets dropped while the buffer was full may have held interned data or
         # descriptors: once it writes again, the sequence starts its incremental state over.
         trace_writer.on_resume = writer.clear_incremental_state
         return writer
 
-    def _writer(
-        self, thread: ThreadTrack, write_packet: Callable[[bytes], None], close: Callable[[], None]
-    ) -> TrackEventWriter:
-        """A sequence of `thread` for this instance, writing with `write_packet`."""
+    def _writer(self, thread: ThreadTrack, sink: PacketSink) -> TrackEventWriter:
+        """A sequence of `thread` for this instance, writing into `sink`."""
         writer: TrackEventWriter
         if self.config.enable_thread_time_sampling:
             writer = ThreadTimeWriter(
-                write_packet,
+                sink,
                 clock=self.clock,
                 clock_id=self.clock_id,
                 thread_track_uuid=thread.uuid,
                 reset_packets=_reset_packets_with_thread_time,
-                close=close,
                 subsampling_ns=self.config.thread_time_subsampling_ns,
             )
         else:
             writer = TrackEventWriter(
-                write_packet,
+                sink,
                 clock=self.clock,
                 clock_id=self.clock_id,
                 thread_track_uuid=thread.uuid,
                 reset_packets=_reset_packets,
-                close=close,
             )
         writer.thread_name = thread.name
         self.writers.add(writer)
@@ -255,7 +246,7 @@ class StartupInstance(TrackEventInstance):
     def new_writer(self, thread: ThreadTrack) -> TrackEventWriter | None:
         """A writer whose packets are kept in memory."""
         sink = _MemorySink(self)
-        writer = self._writer(thread, sink.write_packet, sink.close)
+        writer = self._writer(thread, sink)
         self._sinks[writer] = sink
         return writer
 
