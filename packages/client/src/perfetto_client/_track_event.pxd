@@ -34,6 +34,7 @@ cdef dict _counter_tracks
 
 
 cdef class Slice:
+    cdef object _args
     cdef object _cat
     cdef Py_ssize_t _key
     cdef object _track

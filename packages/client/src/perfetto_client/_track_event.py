@@ -19,7 +19,7 @@ except ImportError:  # installed without Cython: runs as pure Python
     from protozero import _cython_shim as cython
 
 from perfetto_client._categories import Category, category_of, registry
-from perfetto_client._debug_annotations import encode_annotations
+from perfetto_client._debug_annotations import encode_annotations, put_annotated_event
 from perfetto_client._errors import TracingError
 from perfetto_client._track_event_writer import (
     TYPE_INSTANT,
@@ -505,7 +505,7 @@ def write_event(  # noqa: PLR0917 - the hot paths pass their state positionally
 class Slice:
     """What `trace_event` returns for an enabled category: a slice around the `with` body."""
 
-    __slots__ = ("_cat", "_extra", "_iids", "_key", "_track", "_writers")
+    __slots__ = ("_args", "_cat", "_extra", "_iids", "_key", "_track", "_writers")
 
     def __init__(
         self,
@@ -520,13 +520,21 @@ class Slice:
         self._track = track
         self._extra = extra
         self._iids = iids
+        self._args: dict[str, object] | None = None
+        """Compiled: args not encoded yet (each writer encodes them into its chunk)."""
         self._writers: tuple[TrackEventWriter, ...] = ()
 
     @cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long")  # type: ignore[untyped-decorator]
     def __enter__(self) -> Slice:
         writers = self._writers = thread_writers(self._cat.mask)
         ts = now() if cython.compiled else _clock()
-        if self._track is None and not self._extra:
+        args = self._args
+        if args is not None:
+            for writer in writers:
+                if not put_annotated_event(writer, self._key, TYPE_SLICE_BEGIN, ts, args):
+                    extra, iids = encode_annotations(args)
+                    write_event((writer,), self._key, TYPE_SLICE_BEGIN, ts, None, extra, iids)
+        elif self._track is None and not self._extra:
             for writer in writers:
                 writer.slice_begin(self._key, ts)
         else:
@@ -558,7 +566,12 @@ def thread_slice(cat: Category, name: str, args: dict[str, object]) -> Slice:
     out._key = key
     out._track = None
     out._writers = ()
-    if args:
+    out._args = None
+    if args and cython.compiled:
+        out._args = args
+        out._extra = b""
+        out._iids = []
+    elif args:
         out._extra, out._iids = encode_annotations(args)
     else:
         out._extra = b""

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 try:
     import cython
@@ -584,12 +584,31 @@ class TrackEventWriter:
         the current chunk cannot take with a copy.
         """
         if cython.compiled:
-            if self._reserve_fn == cython.NULL:
+            body = len(fields) + len(extra) + len(extra2) + len(extra3)
+            p = self._open_packet(ts, interned, body, event)
+            if p == cython.NULL:
                 return False
+            p = pc_put_bytes(p, fields)
+            p = pc_put_bytes(p, extra)
+            p = pc_put_bytes(p, extra2)
+            p = pc_put_bytes(p, extra3)
+            self._close_packet(p, event)
+            return True
+        return False
+
+    def _open_packet(self, ts: int, interned: bytes, body: int, event: bool) -> Any:
+        """Compiled: frames a packet at `ts` in the TraceWriter's chunk and writes its
+        timestamp and InternedData body `interned`, then (with `event`) a TrackEvent's tag
+        and size; returns where its `body` bytes go, written before `_close_packet`.
+
+        NULL, with nothing written, where the packet must go as bytes (see `_put`).
+        """
+        if cython.compiled:
+            if self._reserve_fn == cython.NULL:
+                return cython.NULL
             delta = ts - self.last_ts
             if delta < 0:
-                return False
-            body = len(fields) + len(extra) + len(extra2) + len(extra3)
+                return cython.NULL
             size = 1 + pc_varint_size(delta) + body
             if interned:
                 size += 1 + pc_varint_size(len(interned)) + len(interned)
@@ -597,7 +616,7 @@ class TrackEventWriter:
                 size += 1 + pc_varint_size(body) + len(_NEEDS_STATE)
             p = pc_reserve_packet(self._reserve_fn, self._sink, size)
             if p == cython.NULL:
-                return False
+                return cython.NULL
             p[0] = 0x40  # _TS
             p = pc_put_varint(p + 1, delta)
             if interned:
@@ -607,16 +626,18 @@ class TrackEventWriter:
             if event:
                 p[0] = 0x5A  # _TRACK_EVENT
                 p = pc_put_varint(p + 1, body)
-            p = pc_put_bytes(p, fields)
-            p = pc_put_bytes(p, extra)
-            p = pc_put_bytes(p, extra2)
-            p = pc_put_bytes(p, extra3)
-            if event:
-                p = pc_put_bytes(p, _NEEDS_STATE)
             self.last_ts = ts
-            pc_commit_packet(self._commit_fn, self._sink, size)
-            return True
-        return False
+            self._packet_size = size
+            return p
+        return None
+
+    def _close_packet(self, p: Any, event: bool) -> None:
+        """Compiled: ends the packet `_open_packet` framed, whose body ends at `p` (with
+        `event`, its TrackEvent's sequence flags follow), and hands it to the chunk."""
+        if cython.compiled:
+            if event:
+                pc_put_bytes(p, _NEEDS_STATE)
+            pc_commit_packet(self._commit_fn, self._sink, self._packet_size)
 
     def log_message(self, key: int, ts: int, location_iid: int, body: str, priority: int) -> None:
         """Writes an instant of `key` on the thread's track carrying a LogMessage: the
