@@ -74,6 +74,7 @@ __all__ = [
     "thread_state",
     "thread_writers",
     "trace_event",
+    "track_slice",
     "write_event",
 ]
 
@@ -543,7 +544,7 @@ class Slice:
             )
         return self
 
-    @cython.locals(writer=TrackEventWriter, ts="long long")  # type: ignore[untyped-decorator]
+    @cython.locals(writer=TrackEventWriter, ts="long long", track=Track)  # type: ignore[untyped-decorator]
     def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
         ts = now() if cython.compiled else _clock()
         track = self._track
@@ -577,6 +578,19 @@ def thread_slice(cat: Category, name: str, args: dict[str, object]) -> Slice:
         out._extra = b""
         out._iids = []
     return out
+
+
+def track_slice(cat: Category, name: str, track: Track, args: dict[str, object]) -> Slice:
+    """The slice `name` of enabled category `cat` on `track`, with args `args`."""
+    key = cat.keys.get(name)
+    if key is None:
+        key = cat.event_key(name)
+    extra = track.event_fields(TYPE_SLICE_BEGIN)
+    iids: list[int] = []
+    if args:
+        encoded, iids = encode_annotations(args)
+        extra += encoded
+    return Slice(cat, key, track, extra, iids)
 
 
 class NoSlice:
@@ -622,6 +636,14 @@ def trace_event(
         and not _in_running_loop()
     ):
         return thread_slice(cat, name, args)
+    if (
+        track is not None
+        and flow is None
+        and terminating_flow is None
+        and correlation_id is None
+        and proto is None
+    ):
+        return track_slice(cat, name, track, args)
     from perfetto_client._api import custom_slice
 
     return custom_slice(cat, name, track, flow, terminating_flow, correlation_id, proto, args)
@@ -633,7 +655,7 @@ def _in_running_loop() -> bool:
     return asyncio is not None and asyncio._get_running_loop() is not None
 
 
-@cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long")  # type: ignore[untyped-decorator]
+@cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long", on=Track)  # type: ignore[untyped-decorator]
 def instant(
     category: str | Category,
     name: str,
@@ -652,21 +674,24 @@ def instant(
     if (
         cat.enabled
         and name
-        and track is None
         and flow is None
         and terminating_flow is None
         and correlation_id is None
         and proto is None
         and not args
-        and not _in_running_loop()
+        and (track is not None or not _in_running_loop())
     ):
         key = cat.keys.get(name)
         if key is None:
             key = cat.event_key(name)
         writers = thread_writers(cat.mask)
         ts = (now() if cython.compiled else _clock()) if timestamp is None else timestamp
-        for writer in writers:
-            writer.instant(key, ts)
+        if track is None:
+            for writer in writers:
+                writer.instant(key, ts)
+        elif writers:
+            on = track
+            write_event(writers, key, TYPE_INSTANT, ts, on, on.event_fields(TYPE_INSTANT), [])
         return
     if not name:
         raise TracingError("an instant event needs a name")
