@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,11 +23,14 @@ def _pure_module() -> ModuleType:
 
 
 def _new_writer(
-    module: Any, monkeypatch: pytest.MonkeyPatch, *, thread_time: bool
+    module: Any, monkeypatch: pytest.MonkeyPatch, *, thread_time: bool, sink: Any = None
 ) -> tuple[Any, Any, list[bytes]]:
-    """A writer of `module` appending to the returned list, with fresh interning tables."""
+    """A writer of `module` appending to the returned list (or writing into `sink`), with
+    fresh interning tables."""
     module.load_encoders()
     packets: list[bytes] = []
+    if sink is None:
+        sink = SimpleNamespace(write_packet=packets.append, close=lambda: None)
     keys = module.EventKeys()
     monkeypatch.setattr(module, "event_keys", keys)  # the same fresh table in both modules
     monkeypatch.setattr(module, "time", _FixedThreadTime())
@@ -38,20 +42,19 @@ def _new_writer(
 
     cls = module.ThreadTimeWriter if thread_time else module.TrackEventWriter
     writer = cls(
-        packets.append,
+        sink,
         clock=lambda: 0,
         clock_id=6,
         thread_track_uuid=7,
         reset_packets=reset,
-        close=lambda: None,
     )
     return writer, keys, packets
 
 
 def _write_sequence(
-    module: Any, monkeypatch: pytest.MonkeyPatch, *, thread_time: bool
+    module: Any, monkeypatch: pytest.MonkeyPatch, *, thread_time: bool, sink: Any = None
 ) -> list[bytes]:
-    writer, keys, packets = _new_writer(module, monkeypatch, thread_time=thread_time)
+    writer, keys, packets = _new_writer(module, monkeypatch, thread_time=thread_time, sink=sink)
     first = keys.key("cat", "first")
     second = keys.key("cat", "second", dynamic_category=True)
     writer.slice_begin(first, 1_000)
@@ -126,3 +129,96 @@ def test_compiled_and_pure_writers_write_the_same_bytes(
     pure_packets = _write_sequence(_pure_module(), monkeypatch, thread_time=thread_time)
     assert compiled_packets == pure_packets
     assert len(compiled_packets) >= 8
+
+
+def _chunks_of(write: Callable[[Any], object]) -> list[bytes]:
+    """The chunks (past chunk id and writer id) that `write(trace_writer)` leaves, written
+    into a perfetto_smb TraceWriter and flushed."""
+    from perfetto_smb import SharedMemoryArbiter
+
+    chunks: list[bytes] = []
+
+    def commit(request: Any, done: Any) -> None:
+        chunks.extend(bytes(move.data[6:]) for move in request.chunks_to_move)
+        if done is not None:
+            done()
+
+    arbiter = SharedMemoryArbiter(
+        bytearray(16 * 4096), 4096, commit, post_task=lambda task: task(), emulation=True
+    )
+    trace_writer = arbiter.create_trace_writer(1)
+    write(trace_writer)
+    trace_writer.flush()
+    return chunks
+
+
+def _write_packets(packets: list[bytes]) -> Callable[[Any], None]:
+    def write(trace_writer: Any) -> None:
+        for packet in packets:
+            trace_writer.write_packet(packet)
+
+    return write
+
+
+@pytest.mark.parametrize("thread_time", [False, True])
+def test_events_written_into_the_chunk_are_the_bytes_write_packet_writes(
+    thread_time: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bound to a perfetto_smb TraceWriter (compiled: events encoded straight into its
+    chunk), a sequence leaves the chunk that writing its packets with write_packet leaves."""
+    direct = _chunks_of(
+        lambda sink: _write_sequence(loaded, monkeypatch, thread_time=thread_time, sink=sink)
+    )
+    packets = _write_sequence(loaded, monkeypatch, thread_time=thread_time)
+    assert direct == _chunks_of(_write_packets(packets))
+    assert len(direct) == 1
+    assert len(packets) >= 8
+
+
+ARGS: list[dict[str, object]] = [
+    {"i": 5, "big": 1 << 40, "neg": -3, "min": -(1 << 63)},
+    {"b": True, "f": 2.5, "s": "text", "utf": "h\u00e9", "empty": ""},
+    {"u": 1 << 63, "huge": 1 << 70},
+    {"sur": "\ud800", "n": None, "l": [1, "x"], "d": {"k": 1}},
+    {},
+]
+
+
+@pytest.mark.parametrize("thread_time", [False, True])
+def test_slice_args_written_into_the_chunk_are_the_bytes_write_packet_writes(
+    thread_time: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slice's args encoded straight into the chunk (compiled: ints, bools, floats and strs,
+    once their names are interned on the sequence) are the bytes `encode_annotations` gives."""
+    from perfetto_client import _debug_annotations, _track_event
+
+    names, name_list = loaded._annotation_names, loaded._annotation_name_list
+    into_chunk = []
+
+    def write(sink: Any) -> list[bytes]:
+        writer, keys, packets = _new_writer(loaded, monkeypatch, thread_time=thread_time, sink=sink)
+        # _debug_annotations keeps the process's annotation iids: keep the process's table.
+        monkeypatch.setattr(loaded, "_annotation_names", names)
+        monkeypatch.setattr(loaded, "_annotation_name_list", name_list)
+        key = keys.key("cat", "step")
+        ts = 1_000
+        for _ in range(2):  # the second time, every name is interned on the sequence
+            for args in ARGS:
+                ts += 10
+                if _debug_annotations.put_annotated_event(writer, key, 1, ts, args):
+                    into_chunk.append(args)
+                else:
+                    extra, iids = _debug_annotations.encode_annotations(args)
+                    _track_event.write_event((writer,), key, 1, ts, None, extra, iids)
+                writer.slice_end(ts + 5)
+        return packets
+
+    direct = _chunks_of(write)
+    compiled = (_debug_annotations.__file__ or "").endswith(".so")
+    # Compiled, a plain writer: int64s, bools, floats and strs once their names and the
+    # event's head are on the sequence (not ints past int64, surrogates, None, lists, dicts).
+    expected = [ARGS[4], ARGS[0], ARGS[1], ARGS[4]] if compiled and not thread_time else []
+    assert into_chunk == expected
+    packets = write(None)
+    assert direct == _chunks_of(_write_packets(packets))
+    assert len(packets) >= 16

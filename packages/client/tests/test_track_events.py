@@ -226,6 +226,40 @@ def test_compiled_counter_runs_no_python_code_of_the_client(record: Recorder) ->
     assert entered == []
 
 
+def test_compiled_events_on_an_explicit_track_run_no_python_code_of_the_client(
+    record: Recorder,
+) -> None:
+    if not (_track_event.__file__ or "").endswith(".so"):
+        pytest.skip("the pure build runs the client's Python code")
+    track = pc.NamedTrack("explicit")
+    entered: list[str] = []
+
+    def profile(frame: Any, event: str, arg: object) -> None:
+        if event == "call" and "perfetto_client" in frame.f_code.co_filename:
+            entered.append(frame.f_code.co_qualname)
+
+    def body() -> None:
+        pc.instant(CAT, "mark", track=track)  # interns the names, describes the track
+        with pc.trace_event(CAT, "span", track=track, n=1):
+            pass
+        sys.setprofile(profile)
+        try:
+            pc.instant(CAT, "mark", track=track)
+            with pc.trace_event(CAT, "span", track=track, n=2):
+                pass
+        finally:
+            sys.setprofile(None)
+
+    trace = record(body)
+    assert sorted((s.name, s.track) for s in trace.slices()) == [
+        ("mark", track.uuid),
+        ("mark", track.uuid),
+        ("span", track.uuid),
+        ("span", track.uuid),
+    ]
+    assert entered == []
+
+
 def test_explicit_timestamps_are_kept(record: Recorder) -> None:
     import time
 

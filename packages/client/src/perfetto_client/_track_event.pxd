@@ -3,6 +3,7 @@ import cython
 from cpython.ref cimport PyObject
 
 from perfetto_client._track_event_writer cimport TrackEventWriter
+from perfetto_client._tracks cimport Track
 
 cdef object _clock
 cdef int _posix_clock
@@ -34,6 +35,7 @@ cdef dict _counter_tracks
 
 
 cdef class Slice:
+    cdef object _args
     cdef object _cat
     cdef Py_ssize_t _key
     cdef object _track
@@ -44,6 +46,8 @@ cdef class Slice:
 
 @cython.locals(key=object, out=Slice)
 cpdef Slice thread_slice(object cat, object name, dict args)
+@cython.locals(key=object, extra=bytes, iids=list, encoded=bytes)
+cpdef Slice track_slice(object cat, object name, Track track, dict args)
 cdef _describe(TrackEventWriter writer, object track, long long ts)
 cdef object _NO_SLICE
 cdef bint _in_running_loop() except -1

@@ -19,12 +19,13 @@ except ImportError:  # installed without Cython: runs as pure Python
     from protozero import _cython_shim as cython
 
 from perfetto_client._categories import Category, category_of, registry
-from perfetto_client._debug_annotations import encode_annotations
+from perfetto_client._debug_annotations import encode_annotations, put_annotated_event
 from perfetto_client._errors import TracingError
 from perfetto_client._track_event_writer import (
     TYPE_INSTANT,
     TYPE_SLICE_BEGIN,
     TYPE_SLICE_END,
+    PacketSink,
     ThreadTimeWriter,
     TrackEventWriter,
     clock_snapshot_packet,
@@ -46,17 +47,11 @@ if TYPE_CHECKING:
     from perfetto_client._api import FlowArg
 
 
-class _TraceWriter(Protocol):
+class _TraceWriter(PacketSink, Protocol):
     """What a TrackEventWriter needs of a perfetto_smb.TraceWriter."""
 
     on_resume: Callable[[], None] | None
     """Called when the writer writes again after dropping packets."""
-
-    def write_packet(self, data: bytes) -> None:
-        """Writes one whole encoded packet."""
-
-    def close(self) -> None:
-        """Flushes and releases the writer."""
 
 
 __all__ = [
@@ -79,6 +74,7 @@ __all__ = [
     "thread_state",
     "thread_writers",
     "trace_event",
+    "track_slice",
     "write_event",
 ]
 
@@ -161,7 +157,7 @@ class TrackEventInstance:
             return False
         for packet in packets:
             trace_writer.write_packet(packet)
-        writer.rebind(trace_writer.write_packet, trace_writer.close)
+        writer.rebind(trace_writer)
         trace_writer.on_resume = writer.clear_incremental_state
         self.writers.add(writer)
         return True
@@ -172,35 +168,31 @@ class TrackEventInstance:
             trace_writer = self._create_trace_writer()
         except Exception:
             return None
-        writer = self._writer(thread, trace_writer.write_packet, trace_writer.close)
+        writer = self._writer(thread, trace_writer)
         # Packets dropped while the buffer was full may have held interned data or
         # descriptors: once it writes again, the sequence starts its incremental state over.
         trace_writer.on_resume = writer.clear_incremental_state
         return writer
 
-    def _writer(
-        self, thread: ThreadTrack, write_packet: Callable[[bytes], None], close: Callable[[], None]
-    ) -> TrackEventWriter:
-        """A sequence of `thread` for this instance, writing with `write_packet`."""
+    def _writer(self, thread: ThreadTrack, sink: PacketSink) -> TrackEventWriter:
+        """A sequence of `thread` for this instance, writing into `sink`."""
         writer: TrackEventWriter
         if self.config.enable_thread_time_sampling:
             writer = ThreadTimeWriter(
-                write_packet,
+                sink,
                 clock=self.clock,
                 clock_id=self.clock_id,
                 thread_track_uuid=thread.uuid,
                 reset_packets=_reset_packets_with_thread_time,
-                close=close,
                 subsampling_ns=self.config.thread_time_subsampling_ns,
             )
         else:
             writer = TrackEventWriter(
-                write_packet,
+                sink,
                 clock=self.clock,
                 clock_id=self.clock_id,
                 thread_track_uuid=thread.uuid,
                 reset_packets=_reset_packets,
-                close=close,
             )
         writer.thread_name = thread.name
         self.writers.add(writer)
@@ -255,7 +247,7 @@ class StartupInstance(TrackEventInstance):
     def new_writer(self, thread: ThreadTrack) -> TrackEventWriter | None:
         """A writer whose packets are kept in memory."""
         sink = _MemorySink(self)
-        writer = self._writer(thread, sink.write_packet, sink.close)
+        writer = self._writer(thread, sink)
         self._sinks[writer] = sink
         return writer
 
@@ -514,7 +506,7 @@ def write_event(  # noqa: PLR0917 - the hot paths pass their state positionally
 class Slice:
     """What `trace_event` returns for an enabled category: a slice around the `with` body."""
 
-    __slots__ = ("_cat", "_extra", "_iids", "_key", "_track", "_writers")
+    __slots__ = ("_args", "_cat", "_extra", "_iids", "_key", "_track", "_writers")
 
     def __init__(
         self,
@@ -529,13 +521,21 @@ class Slice:
         self._track = track
         self._extra = extra
         self._iids = iids
+        self._args: dict[str, object] | None = None
+        """Compiled: args not encoded yet (each writer encodes them into its chunk)."""
         self._writers: tuple[TrackEventWriter, ...] = ()
 
     @cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long")  # type: ignore[untyped-decorator]
     def __enter__(self) -> Slice:
         writers = self._writers = thread_writers(self._cat.mask)
         ts = now() if cython.compiled else _clock()
-        if self._track is None and not self._extra:
+        args = self._args
+        if args is not None:
+            for writer in writers:
+                if not put_annotated_event(writer, self._key, TYPE_SLICE_BEGIN, ts, args):
+                    extra, iids = encode_annotations(args)
+                    write_event((writer,), self._key, TYPE_SLICE_BEGIN, ts, None, extra, iids)
+        elif self._track is None and not self._extra:
             for writer in writers:
                 writer.slice_begin(self._key, ts)
         else:
@@ -544,7 +544,7 @@ class Slice:
             )
         return self
 
-    @cython.locals(writer=TrackEventWriter, ts="long long")  # type: ignore[untyped-decorator]
+    @cython.locals(writer=TrackEventWriter, ts="long long", track=Track)  # type: ignore[untyped-decorator]
     def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
         ts = now() if cython.compiled else _clock()
         track = self._track
@@ -567,12 +567,30 @@ def thread_slice(cat: Category, name: str, args: dict[str, object]) -> Slice:
     out._key = key
     out._track = None
     out._writers = ()
-    if args:
+    out._args = None
+    if args and cython.compiled:
+        out._args = args
+        out._extra = b""
+        out._iids = []
+    elif args:
         out._extra, out._iids = encode_annotations(args)
     else:
         out._extra = b""
         out._iids = []
     return out
+
+
+def track_slice(cat: Category, name: str, track: Track, args: dict[str, object]) -> Slice:
+    """The slice `name` of enabled category `cat` on `track`, with args `args`."""
+    key = cat.keys.get(name)
+    if key is None:
+        key = cat.event_key(name)
+    extra = track.event_fields(TYPE_SLICE_BEGIN)
+    iids: list[int] = []
+    if args:
+        encoded, iids = encode_annotations(args)
+        extra += encoded
+    return Slice(cat, key, track, extra, iids)
 
 
 class NoSlice:
@@ -618,6 +636,14 @@ def trace_event(
         and not _in_running_loop()
     ):
         return thread_slice(cat, name, args)
+    if (
+        track is not None
+        and flow is None
+        and terminating_flow is None
+        and correlation_id is None
+        and proto is None
+    ):
+        return track_slice(cat, name, track, args)
     from perfetto_client._api import custom_slice
 
     return custom_slice(cat, name, track, flow, terminating_flow, correlation_id, proto, args)
@@ -629,7 +655,7 @@ def _in_running_loop() -> bool:
     return asyncio is not None and asyncio._get_running_loop() is not None
 
 
-@cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long")  # type: ignore[untyped-decorator]
+@cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long", on=Track)  # type: ignore[untyped-decorator]
 def instant(
     category: str | Category,
     name: str,
@@ -648,21 +674,24 @@ def instant(
     if (
         cat.enabled
         and name
-        and track is None
         and flow is None
         and terminating_flow is None
         and correlation_id is None
         and proto is None
         and not args
-        and not _in_running_loop()
+        and (track is not None or not _in_running_loop())
     ):
         key = cat.keys.get(name)
         if key is None:
             key = cat.event_key(name)
         writers = thread_writers(cat.mask)
         ts = (now() if cython.compiled else _clock()) if timestamp is None else timestamp
-        for writer in writers:
-            writer.instant(key, ts)
+        if track is None:
+            for writer in writers:
+                writer.instant(key, ts)
+        elif writers:
+            on = track
+            write_event(writers, key, TYPE_INSTANT, ts, on, on.event_fields(TYPE_INSTANT), [])
         return
     if not name:
         raise TracingError("an instant event needs a name")

@@ -13,12 +13,15 @@ cpdef bytes counter_value_field(object value)
 
 cdef class TrackEventWriter:
     cdef object __weakref__
+    cdef object _sink
     cdef object _write
+    cdef void *_reserve_fn
+    cdef void *_commit_fn
+    cdef Py_ssize_t _packet_size
     cdef public object now
     cdef public object clock_id
     cdef public object thread_track_uuid
     cdef object _reset_packets
-    cdef object _close
     cdef public long long last_ts
     cdef public bint cleared
     cdef public bint closed
@@ -51,10 +54,16 @@ cdef class TrackEventWriter:
     cpdef counter(self, bytes track_field, object value, long long ts)
     @cython.locals(size=Py_ssize_t, delta="long long", stamp=bytes, stamp_value=bytes, pieces=tuple)
     cdef _write_event(self, long long ts, bytes interned, bytes fields, bytes extra, bytes extra2, bytes extra3)
+    @cython.locals(body=Py_ssize_t, p="unsigned char *")
+    cdef bint _put(self, long long ts, bytes interned, bytes fields, bytes extra, bytes extra2, bytes extra3, bint event) except -1
+    @cython.locals(delta="long long", size=Py_ssize_t, p="unsigned char *")
+    cdef unsigned char *_open_packet(self, long long ts, bytes interned, Py_ssize_t body, bint event) except? NULL
+    cdef int _close_packet(self, unsigned char *p, bint event) except -1
     @cython.locals(bodies=dict, message=bytes)
     cpdef log_message(self, Py_ssize_t key, long long ts, Py_ssize_t location_iid, str body, int priority)
     cpdef ensure_state(self, long long ts)
     cpdef ensure_track(self, object uuid, object descriptor, long long ts)
     cpdef write_raw(self, bytes fields)
-    cpdef rebind(self, object write_packet, object close)
+    @cython.locals(api=object)
+    cpdef rebind(self, object sink)
     cpdef close(self)

@@ -1,10 +1,12 @@
 """Encodes track events of one thread into one TraceWriter (one sequence), as upstream's SDK.
 
-Every packet is written with a single `TraceWriter.write_packet` call from bytes assembled
-here: precomputed tag bytes, interned ids and a per-sequence cache of each event's encoded
-tail. Interned ids (event names, categories, debug annotation names) are global and stable
-for the life of the process; a sequence only tracks which ones it has already emitted since
-its incremental state was last cleared, and re-emits them lazily after a clear.
+Every packet is assembled here from precomputed tag bytes, interned ids and a per-sequence
+cache of each event's encoded tail: compiled, straight into the chunk of the sequence's
+perfetto_smb TraceWriter (its `NATIVE_PACKET_API` C functions), else as bytes written with
+one `write_packet` call. Interned ids (event names, categories, debug annotation names)
+are global and stable for the life of the process; a sequence only tracks which ones it has
+already emitted since its incremental state was last cleared, and re-emits them lazily
+after a clear.
 
 The module is compiled with Cython's pure-Python mode (`_track_event_writer.pxd`) and runs as
 is where it was not built.
@@ -13,9 +15,11 @@ is where it was not built.
 from __future__ import annotations
 
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any, Protocol
 
 try:
     import cython
@@ -24,11 +28,20 @@ except ImportError:  # installed without Cython: runs as pure Python
 
 if cython.compiled:
     from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
+    from cython.cimports.cpython.pycapsule import PyCapsule_GetPointer
     from cython.cimports.libc.string import memcpy
+    from cython.cimports.perfetto_client._packet_sink import (
+        pc_commit_packet,
+        pc_put_bytes,
+        pc_put_varint,
+        pc_reserve_packet,
+        pc_varint_size,
+    )
 
 __all__ = [
     "CLOCK_ID_INCREMENTAL",
     "EventKeys",
+    "PacketSink",
     "ThreadTimeWriter",
     "TrackEventWriter",
     "event_keys",
@@ -294,10 +307,21 @@ def intern_debug_annotation_name(name: str) -> int:
     return iid
 
 
+class PacketSink(Protocol):
+    """Where a sequence's packets go: a perfetto_smb.TraceWriter, or a startup buffer."""
+
+    def write_packet(self, data: bytes) -> None:
+        """Writes one whole encoded packet."""
+
+    def close(self) -> None:
+        """Flushes and releases the writer."""
+
+
 class TrackEventWriter:
     """The track event state of one thread in one tracing session: a sequence.
 
-    Owns the thread's TraceWriter for that session, its incremental state (last timestamp,
+    Owns the thread's TraceWriter for that session (compiled, its events are encoded
+    straight into the TraceWriter's chunk where they fit), its incremental state (last timestamp,
     which interned entries and track descriptors were emitted) and the cached encodings of
     the events it wrote. Use it only from its thread.
 
@@ -309,16 +333,14 @@ class TrackEventWriter:
 
     def __init__(
         self,
-        write_packet: Callable[[bytes], None],
+        sink: PacketSink,
         *,
         clock: Callable[[], int],
         clock_id: int,
         thread_track_uuid: int,
         reset_packets: Callable[[TrackEventWriter, int], list[bytes]],
-        close: Callable[[], None],
     ) -> None:
-        self._write = write_packet
-        self._close = close
+        self.rebind(sink)
         self.now = clock
         """Reads the session's trace clock (ns)."""
         self.clock_id = clock_id
@@ -435,6 +457,8 @@ class TrackEventWriter:
             tail = self._new_tail(key, event_type, ts)
             if not tail:
                 return
+        if cython.compiled and self._put(ts, b"", tail, b"", b"", b"", False):
+            return
         delta = ts - self.last_ts
         if 0 <= delta < 16384:
             self.last_ts = ts
@@ -461,6 +485,8 @@ class TrackEventWriter:
         """Ends the innermost open slice on the thread's track at `ts`."""
         if self.cleared:
             self._reset(ts)
+        if cython.compiled and self._put(ts, b"", _END_TAIL, b"", b"", b"", False):
+            return
         delta = ts - self.last_ts
         if 0 <= delta < 16384:
             self.last_ts = ts
@@ -514,6 +540,8 @@ class TrackEventWriter:
     ) -> None:
         """Writes a packet at `ts` holding InternedData body `interned` and a TrackEvent of
         encoded `fields` followed by `extra`, `extra2` and `extra3`."""
+        if cython.compiled and self._put(ts, interned, fields, extra, extra2, extra3, True):
+            return
         size = len(fields) + len(extra) + len(extra2) + len(extra3)
         delta = ts - self.last_ts
         if 0 <= delta < 16384:
@@ -536,6 +564,80 @@ class TrackEventWriter:
             _NEEDS_STATE,
         )
         self._write(_join(pieces))
+
+    def _put(  # noqa: PLR0917 - positional: the hot paths call it
+        self,
+        ts: int,
+        interned: bytes,
+        fields: bytes,
+        extra: bytes,
+        extra2: bytes,
+        extra3: bytes,
+        event: bool,
+    ) -> bool:
+        """Compiled: writes a packet at `ts` straight into the TraceWriter's chunk, holding
+        InternedData body `interned` and `fields`, `extra`, `extra2`, `extra3` (with `event`,
+        the fields of a TrackEvent, else already encoded packet fields).
+
+        False, with nothing written, where the packet must be assembled as bytes: the pure
+        build, a sink that is not a TraceWriter, a timestamp before the last one, or a packet
+        the current chunk cannot take with a copy.
+        """
+        if cython.compiled:
+            body = len(fields) + len(extra) + len(extra2) + len(extra3)
+            p = self._open_packet(ts, interned, body, event)
+            if p == cython.NULL:
+                return False
+            p = pc_put_bytes(p, fields)
+            p = pc_put_bytes(p, extra)
+            p = pc_put_bytes(p, extra2)
+            p = pc_put_bytes(p, extra3)
+            self._close_packet(p, event)
+            return True
+        return False
+
+    def _open_packet(self, ts: int, interned: bytes, body: int, event: bool) -> Any:
+        """Compiled: frames a packet at `ts` in the TraceWriter's chunk and writes its
+        timestamp and InternedData body `interned`, then (with `event`) a TrackEvent's tag
+        and size; returns where its `body` bytes go, written before `_close_packet`.
+
+        NULL, with nothing written, where the packet must go as bytes (see `_put`).
+        """
+        if cython.compiled:
+            if self._reserve_fn == cython.NULL:
+                return cython.NULL
+            delta = ts - self.last_ts
+            if delta < 0:
+                return cython.NULL
+            size = 1 + pc_varint_size(delta) + body
+            if interned:
+                size += 1 + pc_varint_size(len(interned)) + len(interned)
+            if event:
+                size += 1 + pc_varint_size(body) + len(_NEEDS_STATE)
+            p = pc_reserve_packet(self._reserve_fn, self._sink, size)
+            if p == cython.NULL:
+                return cython.NULL
+            p[0] = 0x40  # _TS
+            p = pc_put_varint(p + 1, delta)
+            if interned:
+                p[0] = 0x62  # _INTERNED_DATA
+                p = pc_put_varint(p + 1, len(interned))
+                p = pc_put_bytes(p, interned)
+            if event:
+                p[0] = 0x5A  # _TRACK_EVENT
+                p = pc_put_varint(p + 1, body)
+            self.last_ts = ts
+            self._packet_size = size
+            return p
+        return None
+
+    def _close_packet(self, p: Any, event: bool) -> None:
+        """Compiled: ends the packet `_open_packet` framed, whose body ends at `p` (with
+        `event`, its TrackEvent's sequence flags follow), and hands it to the chunk."""
+        if cython.compiled:
+            if event:
+                pc_put_bytes(p, _NEEDS_STATE)
+            pc_commit_packet(self._commit_fn, self._sink, self._packet_size)
 
     def log_message(self, key: int, ts: int, location_iid: int, body: str, priority: int) -> None:
         """Writes an instant of `key` on the thread's track carrying a LogMessage: the
@@ -581,17 +683,30 @@ class TrackEventWriter:
         """Writes a packet made of already encoded TracePacket fields."""
         self._write(fields)
 
-    def rebind(self, write_packet: Callable[[bytes], None], close: Callable[[], None]) -> None:
-        """Continues the same sequence into another writer (startup tracing adoption)."""
-        self._write = write_packet
-        self._close = close
+    def rebind(self, sink: PacketSink) -> None:
+        """Writes the sequence's packets into `sink` from now on (startup tracing adoption:
+        the same sequence continues into a session's TraceWriter)."""
+        self._sink = sink
+        write: Callable[[bytes], None] = sink.write_packet
+        self._write = write
+        if cython.compiled:
+            self._reserve_fn = cython.NULL
+            self._commit_fn = cython.NULL
+            kind = type(sink)
+            module = sys.modules.get(kind.__module__)
+            api = getattr(module, "NATIVE_PACKET_API", None)
+            if api is not None and kind is getattr(module, "TraceWriter", None):
+                self._reserve_fn = PyCapsule_GetPointer(api[0], b"perfetto_smb.reserve_packet")
+                self._commit_fn = PyCapsule_GetPointer(api[1], b"perfetto_smb.commit_packet")
 
     def close(self) -> None:
         """Flushes and closes the underlying TraceWriter; later events are dropped."""
         if not self.closed:
             self.closed = True
             self._write = _drop
-            self._close()
+            if cython.compiled:
+                self._reserve_fn = cython.NULL
+            self._sink.close()
 
 
 class ThreadTimeWriter(TrackEventWriter):
@@ -606,22 +721,20 @@ class ThreadTimeWriter(TrackEventWriter):
 
     def __init__(
         self,
-        write_packet: Callable[[bytes], None],
+        sink: PacketSink,
         *,
         clock: Callable[[], int],
         clock_id: int,
         thread_track_uuid: int,
         reset_packets: Callable[[TrackEventWriter, int], list[bytes]],
-        close: Callable[[], None],
         subsampling_ns: int = 0,
     ) -> None:
         super().__init__(
-            write_packet,
+            sink,
             clock=clock,
             clock_id=clock_id,
             thread_track_uuid=thread_track_uuid,
             reset_packets=reset_packets,
-            close=close,
         )
         self.subsampling_ns = subsampling_ns
         self.last_thread_time = 0

@@ -74,12 +74,13 @@ class Track:
 
     Its uuid is `id ^ parent.uuid`, as upstream's `Track(id, parent)`; with `parent=None`
     the track is global (`Track.global_track(id)`), shared by every process that uses the
-    same id.
+    same id. Compiled (`_tracks.pxd`), the uuid, parent and `event_fields` are read and
+    called from C by the compiled event paths; subclasses may override `event_fields`.
     """
 
     uuid: int
     parent_uuid: int
-    parent: Track | None = None
+    parent: Track | None
 
     def __init__(self, track_id: int, parent: Track | _Default | None = None) -> None:
         parent_uuid = _parent_uuid(parent)
@@ -89,14 +90,14 @@ class Track:
 
     def descriptor_bytes(self) -> bytes:
         """The encoded descriptor packet (computed once per track object)."""
-        cached: bytes | None = self.__dict__.get("_descriptor_bytes")
+        cached: bytes | None = getattr(self, "_descriptor_bytes", None)
         if cached is None:
-            cached = self.__dict__["_descriptor_bytes"] = self.descriptor().SerializeToString()
+            cached = self._descriptor_bytes = self.descriptor().SerializeToString()
         return cached
 
     def lineage(self) -> tuple[Track, ...]:
         """This track's custom ancestors, outermost first, then the track itself."""
-        cached: tuple[Track, ...] | None = self.__dict__.get("_lineage")
+        cached: tuple[Track, ...] | None = getattr(self, "_lineage", None)
         if cached is None:
             out: list[Track] = []
             track: Track | None = self
@@ -104,7 +105,7 @@ class Track:
                 out.append(track)
                 track = track.parent
             out.reverse()
-            cached = self.__dict__["_lineage"] = tuple(out)
+            cached = self._lineage = tuple(out)
         return cached
 
     @functools.cached_property
@@ -116,9 +117,10 @@ class Track:
         return track_uuid_field(self.uuid)
 
     def event_fields(self, event_type: int) -> bytes:
-        """The TrackEvent fields putting an event of `event_type` on this track."""
-        del event_type
-        return self.uuid_field
+        """The TrackEvent fields putting an event of `event_type` on this track (its
+        track_uuid field, whatever the type)."""
+        field: bytes = self.uuid_field
+        return field
 
     @classmethod
     def global_track(cls, track_id: int) -> Track:
@@ -160,6 +162,7 @@ class ProcessTrack(Track):
     def __init__(self) -> None:
         self.uuid = _process_uuid
         self.parent_uuid = 0
+        self.parent = None
 
     @classmethod
     def current(cls) -> ProcessTrack:
@@ -187,6 +190,7 @@ class ThreadTrack(Track):
         self.name = name
         self.uuid = (tid ^ _process_uuid) & _U64
         self.parent_uuid = _process_uuid
+        self.parent = None
 
     @classmethod
     def current(cls) -> ThreadTrack:

@@ -48,7 +48,17 @@ cdef class TraceWriter:
     # one whole packet; see the package README.
     @cython.locals(size=Py_ssize_t, room=Py_ssize_t, room_after=Py_ssize_t, p=Py_ssize_t, end=Py_ssize_t)
     cpdef write_packet(self, object data)
+    @cython.locals(p=Py_ssize_t, room=Py_ssize_t)
+    cpdef Py_ssize_t reserve_packet(self, Py_ssize_t size) except? -2
+    @cython.locals(p=Py_ssize_t)
+    cpdef commit_packet(self, Py_ssize_t size)
     cdef bint _enter_fast_path(self) except -1
     cdef int _leave_fast_path(self) except -1
     @cython.locals(index=Py_ssize_t, value=Py_ssize_t, halves="unsigned short[::1]")
     cpdef _account_packets(self, Py_ssize_t count, Py_ssize_t room_after)
+
+
+# C entry points for compiled callers that do not cimport this module (NATIVE_PACKET_API).
+@cython.locals(p=Py_ssize_t)
+cdef unsigned char *_native_reserve_packet(TraceWriter writer, Py_ssize_t size) except? NULL
+cdef int _native_commit_packet(TraceWriter writer, Py_ssize_t size) except -1
