@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import functools
 import os
 import sys
 import threading
@@ -108,13 +107,16 @@ class Track:
             cached = self._lineage = tuple(out)
         return cached
 
-    @functools.cached_property
+    @property
     def uuid_field(self) -> bytes:
-        """The encoded TrackEvent.track_uuid field naming this track (an attribute, computed
-        on first use: the hot paths read it with no call)."""
-        from perfetto_client._track_event_writer import track_uuid_field
+        """The encoded TrackEvent.track_uuid field naming this track (computed once per
+        track object)."""
+        cached: bytes | None = getattr(self, "_uuid_field", None)
+        if cached is None:
+            from perfetto_client._track_event_writer import track_uuid_field
 
-        return track_uuid_field(self.uuid)
+            cached = self._uuid_field = track_uuid_field(self.uuid)
+        return cached
 
     def event_fields(self, event_type: int) -> bytes:
         """The TrackEvent fields putting an event of `event_type` on this track (its
