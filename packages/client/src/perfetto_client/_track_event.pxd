@@ -50,6 +50,8 @@ cpdef Slice thread_slice(object cat, object name, dict args)
 cpdef Slice track_slice(object cat, object name, Track track, dict args)
 cdef _describe(TrackEventWriter writer, object track, long long ts)
 cdef object _NO_SLICE
+cdef dict _modules
+cdef object _running_loop_getter
 cdef bint _in_running_loop() except -1
 
 

@@ -649,10 +649,19 @@ def trace_event(
     return custom_slice(cat, name, track, flow, terminating_flow, correlation_id, proto, args)
 
 
+_modules: dict[str, types.ModuleType] = sys.modules
+_running_loop_getter: Callable[[], object] | None = None
+
+
 def _in_running_loop() -> bool:
     """Whether an asyncio event loop runs on this thread (never, if asyncio is not imported)."""
-    asyncio = sys.modules.get("asyncio")
-    return asyncio is not None and asyncio._get_running_loop() is not None
+    global _running_loop_getter  # noqa: PLW0603 - found once, then called from C
+    if _running_loop_getter is None:
+        asyncio = _modules.get("asyncio")
+        _running_loop_getter = getattr(asyncio, "_get_running_loop", None)
+        if _running_loop_getter is None:  # not imported, or being imported
+            return False
+    return _running_loop_getter() is not None
 
 
 @cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long", on=Track)  # type: ignore[untyped-decorator]
