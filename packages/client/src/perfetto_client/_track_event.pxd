@@ -44,9 +44,9 @@ cdef class Slice:
     cdef tuple _writers
 
 
-@cython.locals(key=object, out=Slice)
+@cython.locals(key=object, out=Slice, keys=dict)
 cpdef Slice thread_slice(object cat, object name, dict args)
-@cython.locals(key=object, extra=bytes, iids=list, encoded=bytes)
+@cython.locals(key=object, extra=bytes, iids=list, encoded=bytes, keys=dict)
 cpdef Slice track_slice(object cat, object name, Track track, dict args)
 cdef _describe(TrackEventWriter writer, object track, long long ts)
 cdef object _NO_SLICE

@@ -559,7 +559,8 @@ class Slice:
 
 def thread_slice(cat: Category, name: str, args: dict[str, object]) -> Slice:
     """The slice `name` of enabled category `cat` on the thread's track, with args `args`."""
-    key = cat.keys.get(name)
+    keys = cat.keys
+    key = keys.get(name)
     if key is None:
         key = cat.event_key(name)
     out = Slice.__new__(Slice)
@@ -582,7 +583,8 @@ def thread_slice(cat: Category, name: str, args: dict[str, object]) -> Slice:
 
 def track_slice(cat: Category, name: str, track: Track, args: dict[str, object]) -> Slice:
     """The slice `name` of enabled category `cat` on `track`, with args `args`."""
-    key = cat.keys.get(name)
+    keys = cat.keys
+    key = keys.get(name)
     if key is None:
         key = cat.event_key(name)
     extra = track.event_fields(TYPE_SLICE_BEGIN)
@@ -664,7 +666,7 @@ def _in_running_loop() -> bool:
     return _running_loop_getter() is not None
 
 
-@cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long", on=Track)  # type: ignore[untyped-decorator]
+@cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long", on=Track, keys=dict)  # type: ignore[untyped-decorator]
 def instant(
     category: str | Category,
     name: str,
@@ -690,7 +692,8 @@ def instant(
         and not args
         and (track is not None or not _in_running_loop())
     ):
-        key = cat.keys.get(name)
+        keys = cat.keys
+        key = keys.get(name)
         if key is None:
             key = cat.event_key(name)
         writers = thread_writers(cat.mask)
