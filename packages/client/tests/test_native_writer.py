@@ -69,7 +69,7 @@ def _write_sequence(
     writer.instant(first, 1_000_000_250)
     writer.instant(first, 1_000_000_260)
     writer.instant(second, 1_000_000_270)
-    for value in (7, 1 << 20, -3, 2.5, True):
+    for value in (7, 1 << 20, -3, 2.5, True, -(1 << 63), (1 << 63) - 1, 1 << 63):
         writer.counter(b"\x58\x09", value, 1_000_000_280)
     writer.clear_incremental_state()
     writer.slice_end(1_000_000_300)

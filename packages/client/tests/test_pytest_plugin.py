@@ -313,3 +313,36 @@ def test_xdist_workers_make_one_trace(tmp_path: Path) -> None:
     assert sorted(names.values()) == ["pytest-xdist worker gw0", "pytest-xdist worker gw1"]
     processes_used = {model.tracks[t.track].parent_uuid for t in tests.values()}
     assert processes_used <= set(names)
+
+
+def test_asyncio_imported_after_the_first_event_still_gives_tasks_their_tracks(
+    tmp_path: Path,
+) -> None:
+    """An event recorded before asyncio is imported does not stop later events in a running
+    event loop from going on their task's track."""
+    project = _project(tmp_path)
+    (project / "tests" / "test_late_asyncio.py").write_text(
+        "import sys\n\n"
+        "import perfetto_client as pc\n\n\n"
+        "def test_asyncio_after_an_event():\n"
+        "    assert 'asyncio' not in sys.modules\n"
+        "    pc.instant('app', 'before asyncio')\n"
+        "    import asyncio\n\n"
+        "    async def main():\n"
+        "        pc.instant('app', 'in the loop')\n\n"
+        "    asyncio.run(main())\n"
+        "    pc.instant('app', 'after the loop')\n"
+    )
+    out = tmp_path / "late.pftrace"
+
+    result = _pytest(project, "--perfetto", str(out), "tests/test_late_asyncio.py")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _wrote(result.stdout)["lost"] == "0 lost"
+    model = TraceModel(out.read_bytes())
+    tracks = {e.name: e.track for e in model.events if e.kind == "I"}
+    main_thread = tracks["before asyncio"]
+    assert model.tracks[main_thread].thread.thread_name == "MainThread"
+    assert tracks["after the loop"] == main_thread
+    assert tracks["in the loop"] != main_thread
+    assert model.tracks[tracks["in the loop"]].name.startswith("task ")

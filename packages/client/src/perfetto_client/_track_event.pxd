@@ -44,12 +44,14 @@ cdef class Slice:
     cdef tuple _writers
 
 
-@cython.locals(key=object, out=Slice)
+@cython.locals(key=object, out=Slice, keys=dict)
 cpdef Slice thread_slice(object cat, object name, dict args)
-@cython.locals(key=object, extra=bytes, iids=list, encoded=bytes)
+@cython.locals(key=object, extra=bytes, iids=list, encoded=bytes, keys=dict)
 cpdef Slice track_slice(object cat, object name, Track track, dict args)
 cdef _describe(TrackEventWriter writer, object track, long long ts)
 cdef object _NO_SLICE
+cdef dict _modules
+cdef object _running_loop_getter
 cdef bint _in_running_loop() except -1
 
 

@@ -559,7 +559,8 @@ class Slice:
 
 def thread_slice(cat: Category, name: str, args: dict[str, object]) -> Slice:
     """The slice `name` of enabled category `cat` on the thread's track, with args `args`."""
-    key = cat.keys.get(name)
+    keys = cat.keys
+    key = keys.get(name)
     if key is None:
         key = cat.event_key(name)
     out = Slice.__new__(Slice)
@@ -582,7 +583,8 @@ def thread_slice(cat: Category, name: str, args: dict[str, object]) -> Slice:
 
 def track_slice(cat: Category, name: str, track: Track, args: dict[str, object]) -> Slice:
     """The slice `name` of enabled category `cat` on `track`, with args `args`."""
-    key = cat.keys.get(name)
+    keys = cat.keys
+    key = keys.get(name)
     if key is None:
         key = cat.event_key(name)
     extra = track.event_fields(TYPE_SLICE_BEGIN)
@@ -649,13 +651,22 @@ def trace_event(
     return custom_slice(cat, name, track, flow, terminating_flow, correlation_id, proto, args)
 
 
+_modules: dict[str, types.ModuleType] = sys.modules
+_running_loop_getter: Callable[[], object] | None = None
+
+
 def _in_running_loop() -> bool:
     """Whether an asyncio event loop runs on this thread (never, if asyncio is not imported)."""
-    asyncio = sys.modules.get("asyncio")
-    return asyncio is not None and asyncio._get_running_loop() is not None
+    global _running_loop_getter  # noqa: PLW0603 - found once, then called from C
+    if _running_loop_getter is None:
+        asyncio = _modules.get("asyncio")
+        _running_loop_getter = getattr(asyncio, "_get_running_loop", None)
+        if _running_loop_getter is None:  # not imported, or being imported
+            return False
+    return _running_loop_getter() is not None
 
 
-@cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long", on=Track)  # type: ignore[untyped-decorator]
+@cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long", on=Track, keys=dict)  # type: ignore[untyped-decorator]
 def instant(
     category: str | Category,
     name: str,
@@ -681,7 +692,8 @@ def instant(
         and not args
         and (track is not None or not _in_running_loop())
     ):
-        key = cat.keys.get(name)
+        keys = cat.keys
+        key = keys.get(name)
         if key is None:
             key = cat.event_key(name)
         writers = thread_writers(cat.mask)

@@ -56,6 +56,8 @@ cdef class TrackEventWriter:
     cdef _write_event(self, long long ts, bytes interned, bytes fields, bytes extra, bytes extra2, bytes extra3)
     @cython.locals(body=Py_ssize_t, p="unsigned char *")
     cdef bint _put(self, long long ts, bytes interned, bytes fields, bytes extra, bytes extra2, bytes extra3, bint event) except -1
+    @cython.locals(encoded="unsigned long long", body=Py_ssize_t, p="unsigned char *")
+    cdef bint _put_counter(self, long long ts, bytes track_field, long long value) except -1
     @cython.locals(delta="long long", size=Py_ssize_t, p="unsigned char *")
     cdef unsigned char *_open_packet(self, long long ts, bytes interned, Py_ssize_t body, bint event) except? NULL
     cdef int _close_packet(self, unsigned char *p, bint event) except -1
