@@ -73,23 +73,25 @@ def test_a_directory_is_not_a_program(work: Path) -> None:
 
 def test_native_program_that_cannot_run_is_one_line(work: Path) -> None:
     some_dir = work.parent / "tmp"
-    (work / "tool").write_text("#!/bin/sh\necho hi\n")
-    (work / "tool").chmod(0o644)
+    (work / "hpvictimtool").write_text("#!/bin/sh\necho hi\n")
+    (work / "hpvictimtool").chmod(0o644)
     cases = {
         str(some_dir): f"cannot run {some_dir}: it is a directory",
-        "./tool": "cannot run ./tool: it is not executable",
-        "tool": "no such program on PATH: tool (a file here is ./tool)",
+        "./hpvictimtool": "cannot run ./hpvictimtool: it is not executable",
+        "hpvictimtool": "no such program on PATH: hpvictimtool (a file here is ./hpvictimtool)",
     }
     for program, message in cases.items():
         line = _one_line(_heap_profile("--native", "--", program, cwd=work, env=_env(work)))
         if native_unavailable() is None:
             assert line == f"heap_profile: {message}"
-    (work / "tool").write_text("not a program\n")
-    (work / "tool").chmod(0o755)
+    (work / "hpvictimtool").write_text("not a program\n")
+    (work / "hpvictimtool").chmod(0o755)
     if native_unavailable() is None:  # found only when it is run: exec refuses it
-        line = _one_line(_heap_profile("--native", "--", "./tool", cwd=work, env=_env(work)))
-        assert line == "heap_profile: cannot run ./tool: Exec format error"
-    assert sorted(os.listdir(work)) == ["prog.py", "tool"]
+        line = _one_line(
+            _heap_profile("--native", "--", "./hpvictimtool", cwd=work, env=_env(work))
+        )
+        assert line == "heap_profile: cannot run ./hpvictimtool: Exec format error"
+    assert sorted(os.listdir(work)) == ["hpvictimtool", "prog.py"]
 
 
 def _kept(line: str, work: Path) -> bytes:
