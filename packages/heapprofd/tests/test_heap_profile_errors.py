@@ -20,6 +20,9 @@ pathlib.Path("ran").write_text("yes")
 def prog_keeps():
     return [bytearray(1000) for _ in range(4096)]
 kept = prog_keeps()
+for i in range(200):  # as many callstacks: a trace larger than a page
+    exec(f"def prog_{i}():\\n    return bytearray(8192)\\n")
+more = [eval(f"prog_{i}")() for i in range(200)]
 print("done")
 """
 
@@ -123,7 +126,7 @@ def test_a_full_device_keeps_the_trace_elsewhere(work: Path) -> None:
 
 @pytest.fixture
 def small_disk(work: Path) -> Iterator[Path]:
-    """A 64 KiB tmpfs, nearly full."""
+    """A 64 KiB tmpfs with one page left."""
     mount = work.parent / "small"
     mount.mkdir()
     mounted = subprocess.run(
