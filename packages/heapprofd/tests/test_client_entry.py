@@ -89,6 +89,7 @@ def test_without_the_compiled_client_the_import_says_so(tmp_path: Path) -> None:
 
 
 def test_heapprofd_run_without_the_compiled_client_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "x.py").write_text("print('ran')\n")
     code = (
         "import sys; sys.modules['heapprofd._native'] = None; "
         "from heapprofd._daemon import main; sys.exit(main(['run', 'x.py']))"

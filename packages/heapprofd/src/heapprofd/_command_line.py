@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-__all__ = ["Parser", "version_line"]
+__all__ = ["Parser", "python_program_problem", "version_line"]
 
 
 def version_line(command: str) -> str:
@@ -36,3 +37,20 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(1, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def python_program_problem(program: Sequence[str]) -> str | None:
+    """Why `python PROGRAM` would fail before running anything (`script.py args` or `-m module
+    args`), in Python's words; None when it can start. A directory runs its `__main__.py`."""
+    if program[0] == "-m":
+        return None if len(program) > 1 and program[1] else "-m needs a module name"
+    script = program[0]
+    if not os.path.exists(script):
+        return f"no such file: {script}"
+    if os.path.isdir(script):
+        if os.path.isfile(os.path.join(script, "__main__.py")):
+            return None
+        return f"can't find '__main__' module in '{script}'"
+    if not os.access(script, os.R_OK):
+        return f"cannot read {script}"
+    return None

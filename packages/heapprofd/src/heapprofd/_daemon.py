@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from perfetto_service import producer_socket_names
 
-from heapprofd._command_line import Parser
+from heapprofd._command_line import Parser, python_program_problem
 from heapprofd._errors import HeapprofdError
 from heapprofd._task_runner import TaskRunner
 from heapprofd._wire import default_socket_path
@@ -70,6 +70,9 @@ def run_program(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 1
+    if (problem := python_program_problem(argv)) is not None:
+        print(f"heapprofd run: {problem}", file=sys.stderr)
+        return 1
     from heapprofd import _client
 
     try:
@@ -84,18 +87,12 @@ def run_program(argv: list[str]) -> int:
     if wait:
         _client.wait_until_profiling(float(wait))
     if argv[0] == "-m":
-        if len(argv) < 2:
-            print("heapprofd run: -m needs a module name", file=sys.stderr)
-            return 1
         sys.argv = argv[1:]
         sys.path.insert(0, os.getcwd())  # as `python -m` does
         sys.excepthook = _without_own_frames(sys.excepthook)
         runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         return 0
     script = argv[0]
-    if not os.path.exists(script):
-        print(f"heapprofd run: no such file: {script}", file=sys.stderr)
-        return 1
     sys.argv = list(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     sys.excepthook = _without_own_frames(sys.excepthook)

@@ -9,24 +9,25 @@ loaded their modules: interpreters of their own would each load the service stac
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
 import select
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from multiprocessing.process import BaseProcess
-from pathlib import Path
 from typing import BinaryIO
 
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_service import consumer_socket_name
 
-from heapprofd._command_line import Parser
+from heapprofd._command_line import Parser, python_program_problem
 from heapprofd._errors import HeapprofdError
 from heapprofd._preload import NATIVE_HEAP, library_path, native_unavailable
 from heapprofd._recorder import Recorder
@@ -146,7 +147,64 @@ def _is_python(program: list[str]) -> bool:
     return program[0] == "-m" or program[0].endswith(".py")
 
 
-def record(args: argparse.Namespace) -> int:
+class Output:
+    """The trace file, opened before the program runs (so that a path that cannot be written
+    is found then) and written when the session ends."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        existed = os.path.lexists(path)
+        try:
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError as exc:
+            raise HeapprofdError(f"cannot write {path}: {exc.strerror}") from None
+        self._created = not existed
+
+    def discard(self) -> None:
+        """Closes the file unwritten (removed when this made it)."""
+        os.close(self._fd)
+        if self._created:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+
+    def write(self, data: bytes) -> str | None:
+        """Writes `data` as the whole file and closes it; None, or why the trace is not whole
+        there (one line, saying where a copy was kept)."""
+        fd, written = self._fd, 0
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.ftruncate(fd, 0)
+            view = memoryview(data)
+            while written < len(data):
+                written += os.write(fd, view[written:])
+            os.close(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            return (
+                f"cannot write {self.path}: {exc.strerror} ({written} of {len(data)} bytes"
+                f" written); {_keep_elsewhere(data)}"
+            )
+        return None
+
+
+def _keep_elsewhere(data: bytes) -> str:
+    """Writes the trace to a new file in the temporary directory; says where, or that it is
+    lost."""
+    path = ""
+    try:
+        fd, path = tempfile.mkstemp(prefix="heap_profile-", suffix=".pftrace")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            if path:
+                os.unlink(path)
+        return f"the trace is lost ({path or tempfile.gettempdir()}: {exc.strerror})"
+    return f"the whole trace is in {path}"
+
+
+def record(args: argparse.Namespace, out: Output) -> int:
     env = dict(os.environ)
     started: list[_Daemon] = []
     private = None
@@ -174,7 +232,10 @@ def record(args: argparse.Namespace) -> int:
             env["LD_PRELOAD"] = " ".join(filter(None, [str(library_path()), env.get("LD_PRELOAD")]))
             if not _is_python(args.program):
                 command = args.program
-        target = subprocess.Popen(command, env=env)
+        try:
+            target = subprocess.Popen(command, env=env)
+        except OSError as exc:
+            raise HeapprofdError(f"cannot run {command[0]}: {exc.strerror}") from None
         try:
             recorder.start(
                 trace_config(
@@ -201,17 +262,36 @@ def record(args: argparse.Namespace) -> int:
             _stop(process)
         if private is not None:
             shutil.rmtree(private, ignore_errors=True)
-    out = Path(args.output)
-    out.write_bytes(data)
     if status < 0:
         print(f"heap_profile: program killed by {signal.Signals(-status).name}", file=sys.stderr)
     else:
         print(f"heap_profile: program exited with status {status}", file=sys.stderr)
+    exit_status = status if status >= 0 else 128 - status
+    problem = out.write(data)
+    if problem is not None:
+        print(f"heap_profile: {problem}", file=sys.stderr)
+        return exit_status or 1
     print(
-        f"heap_profile: wrote {out} ({len(data)} bytes); open it at https://ui.perfetto.dev",
+        f"heap_profile: wrote {out.path} ({len(data)} bytes); open it at https://ui.perfetto.dev",
         file=sys.stderr,
     )
-    return status if status >= 0 else 128 - status
+    return exit_status
+
+
+def _native_program_problem(program: str) -> str | None:
+    """Why `--native -- PROGRAM` cannot be run (a path, or a name looked up on PATH)."""
+    if "/" not in program:
+        if shutil.which(program) is not None:
+            return None
+        here = f" (a file here is ./{program})" if os.path.exists(program) else ""
+        return f"no such program on PATH: {program}{here}"
+    if not os.path.exists(program):
+        return f"no such file: {program}"
+    if os.path.isdir(program):
+        return f"cannot run {program}: it is a directory"
+    if not os.access(program, os.X_OK):
+        return f"cannot run {program}: it is not executable"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,18 +330,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.native and (reason := native_unavailable()) is not None:
         print(f"heap_profile: --native: {reason}", file=sys.stderr)
         return 1
-    program = args.program[0]
-    # with --native, a program on PATH (`heap_profile --native -- ls`) is found there
-    on_path = args.native and not _is_python(args.program) and shutil.which(program)
-    if program != "-m" and not os.path.exists(program) and not on_path:
-        print(f"heap_profile: no such file: {program}", file=sys.stderr)
+    # with --native, any program: a path, or a name on PATH (`heap_profile --native -- ls`)
+    if args.native and not _is_python(args.program):
+        problem = _native_program_problem(args.program[0])
+    else:
+        problem = python_program_problem(args.program)
+    if problem is not None:
+        print(f"heap_profile: {problem}", file=sys.stderr)
         return 1
     try:
-        return record(args)
+        out = Output(args.output)
     except HeapprofdError as exc:
         print(f"heap_profile: {exc}", file=sys.stderr)
         return 1
+    try:
+        return record(args, out)
+    except HeapprofdError as exc:
+        out.discard()
+        print(f"heap_profile: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
+        out.discard()
         print("heap_profile: interrupted", file=sys.stderr)
         return 1
 

@@ -30,6 +30,7 @@ from heapprofd._process_matcher import (
     has_profiling_handler,
     list_pids,
     read_cmdline,
+    read_cwd,
 )
 from heapprofd._task_runner import TaskRunner
 from heapprofd._unwinder import ClientEnd, RecordBatch, Unwinder
@@ -112,7 +113,7 @@ class DataSourceInstance:
             return True
         if config.process_cmdline:
             argv = read_cmdline(pid)
-            return argv is not None and cmdline_matches(config.process_cmdline, argv)
+            return argv is not None and cmdline_matches(config.process_cmdline, argv, read_cwd(pid))
         return False
 
 

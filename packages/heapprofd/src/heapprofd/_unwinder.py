@@ -367,6 +367,8 @@ class Unwinder:
             self._maps[index] if index >= 0 and self._maps[index][1] > pc else (0, 0, 0, "")
         )
         function = function.partition("@")[0]  # a versioned symbol: name@@VERSION
+        if not function and path:  # no symbol covers it (a stripped library): library+offset
+            function = f"{os.path.basename(path)}+{rel_pc:#x}"
         return (function, (path or map_path, build_id, start, end, offset), rel_pc)
 
     def _end(self, by_daemon: bool) -> None:
