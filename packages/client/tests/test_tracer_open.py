@@ -319,10 +319,10 @@ def test_only_the_uis_requests_to_this_host_are_served(tmp_path: Path, trace: Pa
     ]
     try:
         _until_serving(proc)
-        for headers in refused:
+        for sent in refused:
             for method in ("GET", "HEAD"):
-                status, _, body = _request(port, method, name, headers)
-                assert status == 403, (method, headers)
+                status, _, body = _request(port, method, name, sent)
+                assert status == 403, (method, sent)
                 assert trace.read_bytes()[:1000] not in body
         assert proc.poll() is None  # refusing did not end the server
         status, headers, body = _request(
