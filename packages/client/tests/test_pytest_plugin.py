@@ -349,15 +349,20 @@ def test_asyncio_imported_after_the_first_event_still_gives_tasks_their_tracks(
     assert model.tracks[tracks["in the loop"]].name.startswith("task ")
 
 
-def test_the_size_cap_cuts_a_calls_trace_and_fails_the_run(tmp_path: Path) -> None:
+def _many_calls(tmp_path: Path) -> Path:
+    """A project of 20 tests of 10,000 calls each: some 12 MiB with --perfetto-calls."""
     project = tmp_path / "project"
     (project / "tests").mkdir(parents=True)
-    # 20 tests of 10,000 calls each: some 10 MB with --perfetto-calls.
     (project / "tests" / "test_many.py").write_text(
         "import pytest\n\n\ndef leaf(i):\n    return i\n\n\n"
         "@pytest.mark.parametrize('n', range(20))\n"
         "def test_calls(n):\n    assert sum(leaf(i) for i in range(10_000)) == 49_995_000\n"
     )
+    return project
+
+
+def test_the_size_cap_cuts_a_calls_trace_and_fails_the_run(tmp_path: Path) -> None:
+    project = _many_calls(tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     out = elsewhere / "run.pftrace"
@@ -402,3 +407,35 @@ def test_the_size_cap_takes_a_size_in_mb(tmp_path: Path) -> None:
     assert result.returncode == 4
     assert "--perfetto-max-size: takes a size in MB (0: no cap), not '-3'" in result.stderr
     assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xdist") is None, reason="pytest-xdist not installed")
+def test_the_size_cap_holds_for_xdist_workers_joined(tmp_path: Path) -> None:
+    project = _many_calls(tmp_path)
+
+    result = _pytest(
+        project,
+        "-p",
+        "no:randomly",
+        "-n",
+        "2",
+        "--perfetto",
+        "run.pftrace",
+        "--perfetto-calls",
+        "--perfetto-max-size",
+        "3",
+        "tests",
+    )
+
+    assert result.returncode == 3, result.stdout + result.stderr
+    out = project / "run.pftrace"
+    assert 2 << 20 <= out.stat().st_size <= 3 << 20  # one worker's part: two would not fit
+    assert sorted(p.name for p in project.iterdir()) == ["run.pftrace", "tests"]  # no parts
+    wrote = _wrote(result.stdout)
+    assert wrote["procs"] is None
+    assert "gw0: the size cap of 3 MiB was reached" in wrote["lost"]
+    assert "gw1: the size cap of 3 MiB was reached" in wrote["lost"]
+    assert wrote["lost"].endswith("MiB not written; the trace is partial)")
+    trace: Any = parse_upstream_trace(out.read_bytes())
+    events = sum(packet.HasField("track_event") for packet in trace.packet)
+    assert int(wrote["events"].replace(",", "")) == events

@@ -312,6 +312,7 @@ class _Controller:
         stats = SinkStats(self.path, max_bytes=self.max_bytes, started=self._started)
         incomplete = False
         builds = set()
+        joined = 0
         with out:
             for worker in sorted(self._parts, key=lambda w: (len(w), w)):
                 part = self._parts[worker]
@@ -323,6 +324,7 @@ class _Controller:
                             shutil.copyfileobj(f, out)
                             stats.bytes_written = out.tell()
                             stats.events_written += part["events"]
+                            joined += 1
                 except OSError as exc:
                     reasons.append(f"{worker}'s part: {exc.strerror or exc}")
                     stats.events_lost += part["events"]
@@ -350,7 +352,7 @@ class _Controller:
             stats.events_lost,
             "; ".join(reasons),
             max(stops, default=0) - min(starts, default=0),
-            len(self._parts),
+            joined,
             build=builds.pop() if len(builds) == 1 else "",
             incomplete=incomplete,
             cut="; ".join(filter(None, (*cuts, stats.cut()))),
