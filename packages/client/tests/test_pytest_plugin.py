@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from perfetto_protos.upstream import parse_upstream_trace
 from trace_model import TraceModel
 from tracer_support import decode
 
@@ -346,3 +347,95 @@ def test_asyncio_imported_after_the_first_event_still_gives_tasks_their_tracks(
     assert tracks["after the loop"] == main_thread
     assert tracks["in the loop"] != main_thread
     assert model.tracks[tracks["in the loop"]].name.startswith("task ")
+
+
+def _many_calls(tmp_path: Path) -> Path:
+    """A project of 20 tests of 10,000 calls each: some 12 MiB with --perfetto-calls."""
+    project = tmp_path / "project"
+    (project / "tests").mkdir(parents=True)
+    (project / "tests" / "test_many.py").write_text(
+        "import pytest\n\n\ndef leaf(i):\n    return i\n\n\n"
+        "@pytest.mark.parametrize('n', range(20))\n"
+        "def test_calls(n):\n    assert sum(leaf(i) for i in range(10_000)) == 49_995_000\n"
+    )
+    return project
+
+
+def test_the_size_cap_cuts_a_calls_trace_and_fails_the_run(tmp_path: Path) -> None:
+    project = _many_calls(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = elsewhere / "run.pftrace"
+
+    result = _pytest(
+        project,
+        "-p",
+        "no:randomly",
+        "--perfetto",
+        str(out),
+        "--perfetto-calls",
+        "--perfetto-max-size",
+        "3",
+        "tests",
+    )
+
+    assert result.returncode == 3, result.stdout + result.stderr  # passed, the trace partial
+    assert "20 passed" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+    assert 2 << 20 <= out.stat().st_size <= 3 << 20
+    wrote = _wrote(result.stdout)
+    cut = re.fullmatch(
+        r"(?P<lost>[\d,]+) lost \(the size cap of 3 MiB was reached [\d.]+ s in: "
+        r"(?P<dropped>[\d.,]+) MiB not written; the trace is partial\)",
+        wrote["lost"],
+    )
+    assert cut is not None, wrote["lost"]
+    assert int(cut["lost"].replace(",", "")) > 100_000
+    assert float(cut["dropped"]) > 2
+    trace: Any = parse_upstream_trace(out.read_bytes())  # upstream's schema reads it all
+    events = sum(packet.HasField("track_event") for packet in trace.packet)
+    assert int(wrote["events"].replace(",", "")) == events
+    decoded = decode(out)  # and it means what it meant up to the cut
+    assert "test_many.leaf" in {name for t in decoded.threads.values() for name in t.names()}
+    assert all(problem.endswith("never ended") for problem in decoded.problems)
+
+
+def test_the_size_cap_takes_a_size_in_mb(tmp_path: Path) -> None:
+    result = _pytest(
+        _project(tmp_path), "--perfetto", "t.pftrace", "--perfetto-max-size", "-3", "tests"
+    )
+    assert result.returncode == 4
+    assert "--perfetto-max-size: takes a size in MB (0: no cap), not '-3'" in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("xdist") is None, reason="pytest-xdist not installed")
+def test_the_size_cap_holds_for_xdist_workers_joined(tmp_path: Path) -> None:
+    project = _many_calls(tmp_path)
+
+    result = _pytest(
+        project,
+        "-p",
+        "no:randomly",
+        "-n",
+        "2",
+        "--perfetto",
+        "run.pftrace",
+        "--perfetto-calls",
+        "--perfetto-max-size",
+        "3",
+        "tests",
+    )
+
+    assert result.returncode == 3, result.stdout + result.stderr
+    out = project / "run.pftrace"
+    assert 2 << 20 <= out.stat().st_size <= 3 << 20  # one worker's part: two would not fit
+    assert sorted(p.name for p in project.iterdir()) == ["run.pftrace", "tests"]  # no parts
+    wrote = _wrote(result.stdout)
+    assert wrote["procs"] is None
+    assert "gw0: the size cap of 3 MiB was reached" in wrote["lost"]
+    assert "gw1: the size cap of 3 MiB was reached" in wrote["lost"]
+    assert wrote["lost"].endswith("MiB not written; the trace is partial)")
+    trace: Any = parse_upstream_trace(out.read_bytes())
+    events = sum(packet.HasField("track_event") for packet in trace.packet)
+    assert int(wrote["events"].replace(",", "")) == events

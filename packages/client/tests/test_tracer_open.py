@@ -4,7 +4,10 @@ script that writes down the address it was given, or PERFETTO_TRACE_NO_BROWSER=1
 
 from __future__ import annotations
 
+import http.client
 import os
+import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -20,6 +23,7 @@ from tracer_support import BIN, decode, end, sigint_reaches_children
 
 PERFETTO_TRACE = str(BIN / "perfetto-trace")
 LINK = "https://ui.perfetto.dev/#!/?url=http://127.0.0.1:{port}/{name}"
+UI_ORIGIN = "https://ui.perfetto.dev"
 
 
 def _free_port() -> int:
@@ -73,11 +77,39 @@ def _fake_browser(tmp_path: Path) -> tuple[Path, Path]:
     return script, seen
 
 
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A trace perfetto-trace wrote (about 600 KB), made once for the module."""
+    folder = tmp_path_factory.mktemp("recorded")
+    (folder / "prog.py").write_text("for i in range(20_000):\n    abs(i)\n")
+    subprocess.run(
+        [PERFETTO_TRACE, "run", "-q", "-o", "out.pftrace", "prog.py"],
+        cwd=folder,
+        check=True,
+        timeout=120,
+    )
+    return folder / "out.pftrace"
+
+
 @pytest.fixture
-def trace(tmp_path: Path) -> Path:
+def trace(tmp_path: Path, recorded: Path) -> Path:
     path = tmp_path / "my trace.pftrace"
-    path.write_bytes(b"\x0a\x02\x08\x01" * 1000 + os.urandom(100_000))
+    shutil.copyfile(recorded, path)
     return path
+
+
+def _request(
+    port: int, method: str, path: str, headers: dict[str, str]
+) -> tuple[int, http.client.HTTPMessage, bytes]:
+    """Sends one request with exactly `headers` (Host included); the status, headers and the
+    bytes that came after the headers until the server closed the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as conn:
+        lines = [f"{method} {path} HTTP/1.1", *(f"{k}: {v}" for k, v in headers.items())]
+        conn.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        response = http.client.HTTPResponse(conn)
+        response.begin()
+        assert response.fp is not None
+        return response.status, response.headers, response.fp.read()
 
 
 def test_open_serves_the_file_once_with_the_uis_headers(tmp_path: Path, trace: Path) -> None:
@@ -241,3 +273,119 @@ def test_run_open_does_not_serve_an_incomplete_trace(tmp_path: Path) -> None:
     assert "recording stopped: writing /dev/full" in proc.stderr
     assert "serving" not in proc.stderr
     assert "ui.perfetto.dev" not in proc.stderr
+
+
+def test_an_idle_connection_does_not_hold_up_the_fetch(tmp_path: Path, trace: Path) -> None:
+    port = _free_port()
+    proc = _start(
+        ["open", "--port", str(port), str(trace)], tmp_path, _env(PERFETTO_TRACE_NO_BROWSER="1")
+    )
+    idle: list[socket.socket] = []
+    try:
+        _until_serving(proc)
+        for i in range(12):  # more than the listen backlog that used to fill up
+            conn = socket.create_connection(("127.0.0.1", port), timeout=60)
+            if i % 2:
+                conn.sendall(b"GET /my%20trace.pftrace HTTP/1.1\r\n")  # and never the rest
+            idle.append(conn)
+        started = time.monotonic()
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/my%20trace.pftrace", timeout=20
+        ) as response:
+            assert response.read() == trace.read_bytes()
+        assert time.monotonic() - started < 20
+        assert proc.wait(timeout=60) == 0
+    finally:
+        for conn in idle:
+            conn.close()
+        end(proc)
+
+
+def test_only_the_uis_requests_to_this_host_are_served(tmp_path: Path, trace: Path) -> None:
+    port = _free_port()
+    proc = _start(
+        ["open", "--port", str(port), str(trace)], tmp_path, _env(PERFETTO_TRACE_NO_BROWSER="1")
+    )
+    name = "/my%20trace.pftrace"
+    here = f"127.0.0.1:{port}"
+    refused = [
+        {"Host": f"attacker.example:{port}"},  # a page that rebound its name to 127.0.0.1
+        {"Host": f"attacker.example:{port}", "Origin": f"http://attacker.example:{port}"},
+        {"Host": "127.0.0.1"},
+        {"Host": f"127.0.0.1:{port + 1}"},
+        {},
+        {"Host": here, "Origin": "https://attacker.example"},
+        {"Host": here, "Origin": "null"},
+    ]
+    try:
+        _until_serving(proc)
+        for sent in refused:
+            for method in ("GET", "HEAD"):
+                status, _, body = _request(port, method, name, sent)
+                assert status == 403, (method, sent)
+                assert trace.read_bytes()[:1000] not in body
+        assert proc.poll() is None  # refusing did not end the server
+        status, headers, body = _request(
+            port,
+            "GET",
+            name,
+            {"Host": f"LOCALHOST:{port}", "Origin": UI_ORIGIN, "Connection": "close"},
+        )
+        assert status == 200
+        assert body == trace.read_bytes()
+        assert headers["Access-Control-Allow-Origin"] == "https://ui.perfetto.dev"
+        assert proc.wait(timeout=60) == 0
+    finally:
+        end(proc)
+
+
+def test_head_gives_the_headers_without_the_body(tmp_path: Path, trace: Path) -> None:
+    port = _free_port()
+    proc = _start(
+        ["open", "--port", str(port), str(trace)], tmp_path, _env(PERFETTO_TRACE_NO_BROWSER="1")
+    )
+    host = {"Host": f"127.0.0.1:{port}", "Connection": "close"}
+    try:
+        _until_serving(proc)
+        status, headers, body = _request(port, "HEAD", "/my%20trace.pftrace", host)
+        assert status == 200
+        assert body == b""
+        assert headers["Content-Length"] == str(trace.stat().st_size)
+        assert headers["Content-Type"] == "application/octet-stream"
+        assert headers["Access-Control-Allow-Origin"] == "https://ui.perfetto.dev"
+        assert headers["Cache-Control"] == "no-cache"
+        assert _request(port, "HEAD", "/other.pftrace", host)[0] == 404
+        assert proc.poll() is None  # a HEAD is not the fetch
+        status, _, body = _request(port, "GET", "/my%20trace.pftrace", host)
+        assert (status, body) == (200, trace.read_bytes())
+        assert proc.wait(timeout=60) == 0
+    finally:
+        end(proc)
+
+
+@pytest.mark.parametrize("first_byte", [0x0A, 0x42])
+def test_a_file_that_is_not_a_trace_is_one_line_and_exit_1(tmp_path: Path, first_byte: int) -> None:
+    noise = tmp_path / "noise.pftrace"
+    # 0x0A passes the first byte that report checks: the rest must be decoded to tell.
+    noise.write_bytes(bytes([first_byte]) + random.Random(30).randbytes(1 << 20))
+    report = subprocess.run(
+        [PERFETTO_TRACE, "report", str(noise)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    proc = subprocess.run(
+        [PERFETTO_TRACE, "open", "--port", str(_free_port()), str(noise)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(PERFETTO_TRACE_NO_BROWSER="1"),
+        check=False,
+    )
+    assert report.returncode == 1
+    assert proc.returncode == 1
+    assert proc.stderr == report.stderr  # one verdict: report's
+    assert proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith(f"perfetto-trace: {noise} is ")
+    assert proc.stdout == ""

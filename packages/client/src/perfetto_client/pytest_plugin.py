@@ -7,11 +7,13 @@ name `perfetto`); without `--perfetto` it only adds its options. The recording i
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """`--perfetto OUT.pftrace` and `--perfetto-calls`."""
+    """`--perfetto OUT.pftrace`, `--perfetto-calls` and `--perfetto-max-size MB`."""
     group = parser.getgroup("perfetto", "Perfetto trace of the run (perfetto-client)")
     group.addoption(
         "--perfetto",
@@ -26,6 +28,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="with --perfetto: also record every Python call (as perfetto-trace run; slower)",
     )
+    group.addoption(
+        "--perfetto-max-size",
+        metavar="MB",
+        type=_max_size,
+        default=None,
+        help="with --perfetto: stop writing the trace before it grows past MB megabytes "
+        "(0: no cap; default: perfetto-trace run's --max-size); what is left out is counted "
+        "and the trace is partial",
+    )
+
+
+def _max_size(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"takes a size in MB (0: no cap), not {text!r}")
+    return value
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist has said whether this process runs tests
@@ -39,4 +60,4 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     from perfetto_client._tracer._test_run import start_test_run
 
-    start_test_run(config, output, calls)
+    start_test_run(config, output, calls, config.getoption("perfetto_max_size"))

@@ -78,13 +78,18 @@ class Children:
                 "ended before recording started in it"
             )
         with open(stats.path, "ab") as out:
+            stats.bytes_written = out.tell()
             for part in written:
-                with open(os.path.join(self.parts, part + ".pftrace"), "rb") as data:
-                    shutil.copyfileobj(data, out)
-                count += 1
+                path = os.path.join(self.parts, part + ".pftrace")
                 info = _read_json(os.path.join(self.parts, part + ".json"))
-                stats.events_written += int(info.get("events", 0))
                 stats.events_lost += int(info.get("lost", 0))
+                if not stats.admit(os.path.getsize(path), int(info.get("events", 0))):
+                    continue  # past the size cap: counted there
+                with open(path, "rb") as data:
+                    shutil.copyfileobj(data, out)
+                stats.bytes_written = out.tell()
+                count += 1
+                stats.events_written += int(info.get("events", 0))
                 if info.get("reason") and not stats.lost_reason:
                     stats.lost_reason = str(info["reason"])
                 if not info:
@@ -159,8 +164,9 @@ def _start_child_recording(parts: str, options: TraceOptions) -> None:
                 "events": summary.events_written,
                 "lost": summary.events_lost,
             }
-            if summary.lost_reason:
-                info["reason"] = summary.lost_reason
+            reason = "; ".join(filter(None, (summary.lost_reason, summary.cut)))
+            if reason:
+                info["reason"] = reason
             with open(os.path.join(parts, f"{pid}.json"), "w") as f:
                 json.dump(info, f)
         except OSError:

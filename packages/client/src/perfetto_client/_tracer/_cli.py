@@ -15,7 +15,12 @@ from typing import Any, NoReturn
 from perfetto_client._errors import TracingError
 from perfetto_client._trace_command import release_snapshot_signal
 from perfetto_client._tracer._engine import TRANSPARENT, on_fork_in_child
-from perfetto_client._tracer._options import DEFAULT_OUTPUT, DEFAULT_UI_PORT, TraceOptions
+from perfetto_client._tracer._options import (
+    DEFAULT_MAX_SIZE_MB,
+    DEFAULT_OUTPUT,
+    DEFAULT_UI_PORT,
+    TraceOptions,
+)
 from perfetto_client._tracer._recording import Recording
 from perfetto_client._tracer._runner import Program, without_own_frames
 
@@ -61,6 +66,16 @@ def _parse_megabytes(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a size in MB: {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError("--ring must be positive")
+    return value
+
+
+def _parse_max_size(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size in MB: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError("--max-size takes a size in MB (0: no cap)")
     return value
 
 
@@ -164,6 +179,14 @@ def _parser() -> argparse.ArgumentParser:
         default=0.0,
         metavar="MB",
         help="flight recorder: keep only the last MB megabytes; SIGUSR1 writes a snapshot",
+    )
+    run.add_argument(
+        "--max-size",
+        type=_parse_max_size,
+        default=DEFAULT_MAX_SIZE_MB,
+        metavar="MB",
+        help="stop writing the trace before it grows past MB megabytes (%(default)g; 0: no "
+        "cap); what is left out is counted and the trace is said to be partial",
     )
     run.add_argument(
         "--snapshot-trigger",
@@ -326,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         gc=not args.no_gc,
         exception_types=args.exception_types,
         ring_mb=args.ring,
+        max_size_mb=args.max_size,
         snapshot_triggers=tuple(args.snapshot_trigger),
         follow_children=args.follow_children,
         system=args.system,

@@ -7,6 +7,8 @@ import dataclasses
 DEFAULT_OUTPUT = "trace.pftrace"
 DEFAULT_UI_PORT = 9001
 """Where `--open` serves the trace: the port ui.perfetto.dev may fetch from (upstream's)."""
+DEFAULT_MAX_SIZE_MB = 1024.0
+"""The trace file's size cap unless told otherwise (`--max-size`, `--perfetto-max-size`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +25,9 @@ class TraceOptions:
     `client_events` also records the program's own track events (perfetto_client API) once
     it initializes tracing; `otel` (OpenTelemetry spans) and `log_level` (records of the
     root logger from that level on) start that session at once. `system` sends the calls
-    to the system's `traced` instead of `output` (see `_system_sink.py`).
+    to the system's `traced` instead of `output` (see `_system_sink.py`). `max_size_mb` caps
+    the trace file (and each child's part) as upstream's `max_file_size_bytes` does; 0 means
+    no cap (see `_sink.SinkStats.admit`).
     """
 
     output: str = DEFAULT_OUTPUT
@@ -43,3 +47,4 @@ class TraceOptions:
     otel: bool = False
     log_level: int | None = None
     pure: bool = False
+    max_size_mb: float = DEFAULT_MAX_SIZE_MB

@@ -87,7 +87,8 @@ class Recording:
                 )
         else:
             try:
-                sink = FileSink(self.options.output, header, ring)
+                max_bytes = int(self.options.max_size_mb * (1 << 20))
+                sink = FileSink(self.options.output, header, ring, max_bytes)
             except OSError as exc:
                 raise TracingError(
                     f"can't write {self.options.output!r}: {exc.strerror or exc}"
@@ -126,9 +127,14 @@ class Recording:
         client_part = self._client.finish() if self._client is not None else None
         stats: SinkStats = engine.stop()
         if self._client is not None:
-            if client_part is not None and not engine.write_error:
+            if (
+                client_part is not None
+                and not engine.write_error
+                and stats.admit(os.path.getsize(client_part.path), client_part.events)
+            ):
                 with open(client_part.path, "rb") as part, open(stats.path, "ab") as out:
                     shutil.copyfileobj(part, out)
+                    stats.bytes_written = out.tell()
                 stats.events_written += client_part.events
                 if client_part.lost:
                     stats.lost_reason = "; ".join(
@@ -152,6 +158,7 @@ class Recording:
             self.options.system,
             "compiled" if engine.hook.COMPILED else "pure",
             incomplete=bool(engine.write_error),
+            cut=stats.cut(),
         )
         return self.summary
 
@@ -199,7 +206,7 @@ class record(contextlib.ContextDecorator):  # noqa: N801 (used like a function)
     `with perfetto_client.record("out.pftrace"):` or `@perfetto_client.record("out.pftrace")`;
     the keyword arguments are `TraceOptions` fields (`include`, `exclude`, `max_depth`,
     `min_duration_ns`, `c_calls`, `gc`, `exceptions`, `exception_types`, `ring_mb`,
-    `snapshot_triggers`, `follow_children`, `otel`, `log_level`).
+    `snapshot_triggers`, `follow_children`, `otel`, `log_level`, `max_size_mb`).
     After the block, `.summary` says what was written.
     """
 

@@ -12,18 +12,57 @@ import contextlib
 import dataclasses
 import os
 import threading
+import time
 from typing import Protocol
 
 
 @dataclasses.dataclass
 class SinkStats:
-    """What reached the file and what did not."""
+    """What reached the file and what did not.
+
+    `max_bytes` > 0 caps the file's size, as upstream's `max_file_size_bytes`: the first
+    batch (or appended part) that would take the file past it, and everything after it, is
+    not written but counted in `events_lost` and `bytes_dropped` (see `admit`).
+    """
 
     path: str
     bytes_written: int = 0
     events_written: int = 0
     events_lost: int = 0
     lost_reason: str = ""
+    max_bytes: int = 0
+    bytes_dropped: int = 0
+    cut_after_s: float | None = None
+    """Seconds from the sink's start to the batch the cap cut, once it cut."""
+    started: float = dataclasses.field(default_factory=time.monotonic)
+
+    def admit(self, size: int, events: int) -> bool:
+        """True when `size` more bytes keep the file within the cap: the caller writes them
+        and counts them. Else they (holding `events` events) are counted dropped here, and
+        so is everything offered after them: the file ends at a whole batch."""
+        if self.cut_after_s is None and (
+            not self.max_bytes or self.bytes_written + size <= self.max_bytes
+        ):
+            return True
+        if self.cut_after_s is None:
+            self.cut_after_s = time.monotonic() - self.started
+        self.bytes_dropped += size
+        self.events_lost += events
+        return False
+
+    def cut(self) -> str:
+        """What the cap cut, as the summary says it ("" when it cut nothing)."""
+        if self.cut_after_s is None:
+            return ""
+        return (
+            f"the size cap of {self.max_bytes / (1 << 20):g} MiB was reached "
+            f"{self.cut_after_s:.3f} s in: {_mib(self.bytes_dropped)} not written; "
+            "the trace is partial"
+        )
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):,.1f} MiB"
 
 
 class Sink(Protocol):
@@ -46,10 +85,14 @@ class Sink(Protocol):
 
 
 class FileSink:
-    """Writes batches to `path` as they arrive; with `ring_bytes` keeps only the newest ones."""
+    """Writes batches to `path` as they arrive; with `ring_bytes` keeps only the newest ones.
 
-    def __init__(self, path: str, header: bytes, ring_bytes: int = 0) -> None:
-        self.stats = SinkStats(path)
+    With `max_bytes` > 0 the file (header included) grows to at most that many bytes (see
+    `SinkStats.admit`); a ring is bounded by `ring_bytes` instead.
+    """
+
+    def __init__(self, path: str, header: bytes, ring_bytes: int = 0, max_bytes: int = 0) -> None:
+        self.stats = SinkStats(path, max_bytes=0 if ring_bytes else max_bytes)
         self._header = header
         self._ring_bytes = ring_bytes
         self._ring: collections.deque[tuple[bytes, int]] = collections.deque()
@@ -76,6 +119,9 @@ class FileSink:
                 self.stats.events_lost += events
                 return
             if self._file is not None:
+                header = len(self._header) if self._unwritten_header else 0
+                if not self.stats.admit(header + len(data), events):
+                    return
                 try:
                     interrupted = self._append_header()
                 except OSError:
@@ -97,6 +143,8 @@ class FileSink:
         if not self._unwritten_header:
             return None
         self._unwritten_header = False
+        if self.stats.cut_after_s is not None:  # the cap cut before the first batch
+            return None
         return self._append(self._header)
 
     def _append(self, data: bytes, events: int = 0) -> BaseException | None:

@@ -21,12 +21,20 @@ class Summary:
     """Which profile hook ran: "compiled" or "pure"."""
     incomplete: bool = False
     """A write error stopped the recording: the file is not offered for opening."""
+    cut: str = ""
+    """What the size cap cut (`SinkStats.cut`): the trace is partial, whole up to the cut."""
+
+    @property
+    def partial(self) -> bool:
+        """True when the trace lacks events it should hold: a write error or the size cap."""
+        return self.incomplete or bool(self.cut)
 
     def lines(self) -> list[str]:
         """The summary as `perfetto-trace` prints it."""
-        lost = f"{self.events_lost:,} lost ({self.lost_reason})" if self.events_lost else "0 lost"
-        if not self.events_lost and self.lost_reason:
-            lost = f"0 lost; {self.lost_reason}"
+        reason = "; ".join(filter(None, (self.lost_reason, self.cut)))
+        lost = f"{self.events_lost:,} lost ({reason})" if self.events_lost else "0 lost"
+        if not self.events_lost and reason:
+            lost = f"0 lost; {reason}"
         procs = f" from {self.processes} processes" if self.processes > 1 else ""
         build = f" ({self.build} hook)" if self.build else ""
         if self.system:

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import pytest
 
 from perfetto_client import begin, end, instant, trace_event
-from perfetto_client._tracer._sink import FileSink, Sink
+from perfetto_client._tracer._options import DEFAULT_MAX_SIZE_MB
+from perfetto_client._tracer._sink import FileSink, Sink, SinkStats
 from perfetto_client._tracer._summary import Summary
 
 if TYPE_CHECKING:
@@ -35,14 +36,20 @@ _SEQUENCES_PER_WORKER = 256
 _PLUGIN_NAME = "perfetto-test-run"
 
 
-def start_test_run(config: pytest.Config, output: str, calls: bool) -> None:
-    """Starts recording this pytest process (or, in pytest-xdist's controller, its workers)."""
+def start_test_run(
+    config: pytest.Config, output: str, calls: bool, max_size_mb: float | None
+) -> None:
+    """Starts recording this pytest process (or, in pytest-xdist's controller, its workers)
+    into a trace of at most `max_size_mb` MiB (0: no cap; None: `perfetto-trace run`'s)."""
     path = os.path.abspath(output)
+    if max_size_mb is None:
+        max_size_mb = DEFAULT_MAX_SIZE_MB
+    max_bytes = int(max_size_mb * (1 << 20))
     if config.pluginmanager.hasplugin("dsession"):
-        plugin: _TestRun | _Controller = _Controller(path)
+        plugin: _TestRun | _Controller = _Controller(path, max_bytes)
     else:
         worker = getattr(config, "workerinput", {}).get("workerid")
-        plugin = _TestRun(config, path, calls, worker)
+        plugin = _TestRun(config, path, calls, worker, max_bytes)
         plugin.start()
     config.pluginmanager.register(plugin, _PLUGIN_NAME)
 
@@ -69,16 +76,20 @@ def _print_summary(summary: Summary, terminal: Any) -> None:
 
 
 def _fail_if_incomplete(session: pytest.Session, summary: Summary | None) -> None:
-    """A run whose trace could not be written whole does not exit 0 (pytest's status 3)."""
-    if summary is not None and summary.incomplete and session.exitstatus == pytest.ExitCode.OK:
+    """A run whose trace is partial (a write error, the size cap) does not exit 0 (pytest's
+    status 3)."""
+    if summary is not None and summary.partial and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
 class _TestRun:
     """The recording of one process that runs tests (pytest itself, or an xdist worker)."""
 
-    def __init__(self, config: pytest.Config, path: str, calls: bool, worker: str | None) -> None:
+    def __init__(
+        self, config: pytest.Config, path: str, calls: bool, worker: str | None, max_bytes: int
+    ) -> None:
         self.config = config
+        self.max_bytes = max_bytes
         self.path = path
         self.output = _part_path(path, worker) if worker else path
         self.calls = calls
@@ -108,7 +119,12 @@ class _TestRun:
 
             # No builtin calls: pluggy runs the hook wrappers that begin and end the test
             # slices through next() and send(), whose slices they would straddle.
-            options = TraceOptions(output=self.output, client_events=False, c_calls=False)
+            options = TraceOptions(
+                output=self.output,
+                client_events=False,
+                c_calls=False,
+                max_size_mb=self.max_bytes / (1 << 20),
+            )
             self._recording = Recording(options)
             try:
                 self._recording.start()
@@ -119,7 +135,7 @@ class _TestRun:
         else:
             try:
                 # No header: the track events' sequences describe the process themselves.
-                sink = FileSink(self.output, b"")
+                sink = FileSink(self.output, b"", max_bytes=self.max_bytes)
             except OSError as exc:
                 raise pytest.UsageError(
                     f"--perfetto: can't write {self.output!r}: {exc.strerror or exc}"
@@ -155,6 +171,7 @@ class _TestRun:
                 stats.lost_reason,
                 self._stopped_ns - self._started_ns,
                 1,
+                cut=stats.cut(),
             )
         if events.write_error is not None:
             error = events.write_error
@@ -237,6 +254,7 @@ class _TestRun:
                 "span": [self._started_ns, self._stopped_ns],
                 "build": s.build,
                 "incomplete": s.incomplete,
+                "cut": s.cut,
             }
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
@@ -253,8 +271,10 @@ class _TestRun:
 class _Controller:
     """pytest-xdist's controller: joins its workers' parts into the trace at `path`."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, max_bytes: int) -> None:
         self.path = path
+        self.max_bytes = max_bytes
+        self._started = time.monotonic()
         self.summary: Summary | None = None
         self._parts: dict[str, dict[str, Any]] = {}
         self._missing: list[str] = []
@@ -287,25 +307,33 @@ class _Controller:
         if out is None:
             return
         reasons = []
-        events = lost = 0
+        cuts = []
+        # The cap's time counts from the run's start: the cut happens here, at its end.
+        stats = SinkStats(self.path, max_bytes=self.max_bytes, started=self._started)
         incomplete = False
         builds = set()
+        joined = 0
         with out:
             for worker in sorted(self._parts, key=lambda w: (len(w), w)):
                 part = self._parts[worker]
+                stats.events_lost += part["lost"]
                 try:
                     with open(part["part"], "rb") as f:
-                        shutil.copyfileobj(f, out)
+                        size = os.fstat(f.fileno()).st_size
+                        if stats.admit(size, part["events"]):  # else counted at the cap
+                            shutil.copyfileobj(f, out)
+                            stats.bytes_written = out.tell()
+                            stats.events_written += part["events"]
+                            joined += 1
                 except OSError as exc:
                     reasons.append(f"{worker}'s part: {exc.strerror or exc}")
-                    lost += part["events"]
+                    stats.events_lost += part["events"]
                     incomplete = True
-                else:
-                    events += part["events"]
-                lost += part["lost"]
                 incomplete |= part["incomplete"]
                 if part["reason"]:
                     reasons.append(f"{worker}: {part['reason']}")
+                if part["cut"]:
+                    cuts.append(f"{worker}: {part['cut']}")
                 if part["build"]:
                     builds.add(part["build"])
                 with contextlib.suppress(OSError):
@@ -320,13 +348,14 @@ class _Controller:
         self.summary = Summary(
             self.path,
             size,
-            events,
-            lost,
+            stats.events_written,
+            stats.events_lost,
             "; ".join(reasons),
             max(stops, default=0) - min(starts, default=0),
-            len(self._parts),
+            joined,
             build=builds.pop() if len(builds) == 1 else "",
             incomplete=incomplete,
+            cut="; ".join(filter(None, (*cuts, stats.cut()))),
         )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
