@@ -207,6 +207,10 @@ def record(args: argparse.Namespace) -> int:
         print(f"heap_profile: program killed by {signal.Signals(-status).name}", file=sys.stderr)
     else:
         print(f"heap_profile: program exited with status {status}", file=sys.stderr)
+    from heapprofd._profile_summary import profile_losses  # after the program: not start-up
+
+    for line in profile_losses(data):
+        print(f"heap_profile: {line}", file=sys.stderr)
     print(
         f"heap_profile: wrote {out} ({len(data)} bytes); open it at https://ui.perfetto.dev",
         file=sys.stderr,

@@ -171,13 +171,19 @@ class Unwinder:
             return
         self._ring.set_reader_paused()
 
+    def _drop(self, reason: str) -> None:
+        """Marks the client bad: it is disconnected and its dumps say `buffer_corrupted`."""
+        _log.warning("pid %d: %s; disconnecting it", self.pid, reason)
+        self._corrupt = True
+
     def _drain_all(self) -> None:
         ring = self._ring
         if self._native is not None:  # libraries loaded since, while the process surely lives
             self._reload_maps()
         while not self._corrupt:
             events, slow, corrupt = read_events(ring, _MAX_RECORDS_PER_DRAIN, self._callstacks)
-            self._corrupt = corrupt
+            if corrupt:
+                self._drop("its ring buffer is corrupt (positions or record sizes)")
             if events:
                 batch = RecordBatch(events=events)  # type: ignore[arg-type]
                 if slow:
@@ -194,9 +200,8 @@ class Unwinder:
             assert isinstance(record, bytes)
             try:
                 events[index] = self._parse(batch, record)
-            except (struct.error, ValueError, UnicodeError) as exc:
-                _log.warning("pid %d: bad record (%s); disconnecting it", self.pid, exc)
-                self._corrupt = True
+            except Exception as exc:  # whatever a client writes is untrusted input
+                self._drop(f"bad record ({type(exc).__name__}: {exc})")
                 del events[index:]
                 del slow[position:]
                 return
