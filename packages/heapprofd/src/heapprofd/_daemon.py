@@ -80,6 +80,7 @@ def run_program(argv: list[str]) -> int:
     # no daemon or no session for us yet: a session may still signal us
     with contextlib.suppress(OSError, HeapprofdError):
         _client.connect()
+    _client.leave_out_runner_frames()
     wait = os.environ.pop(WAIT_ENV, "")
     if wait:
         _client.wait_until_profiling(float(wait))
