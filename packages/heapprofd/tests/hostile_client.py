@@ -28,7 +28,8 @@ def main() -> None:
     os.setuid(uid)
     # a uid change makes the process undumpable: its /proc/self/mem would be root's
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
-    assert os.getuid() == uid and os.geteuid() == uid
+    assert os.getuid() == uid
+    assert os.geteuid() == uid
     deadline = time.monotonic() + 30
     while True:  # the session that matches this program may still be starting
         try:
@@ -44,7 +45,7 @@ def main() -> None:
         os.ftruncate(ring_fd, 0)
         print("FTRUNCATE ok", flush=True)
     except OSError as exc:
-        print(f"FTRUNCATE {errno.errorcode[exc.errno]}", flush=True)
+        print(f"FTRUNCATE {errno.errorcode.get(exc.errno or 0, exc.errno)}", flush=True)
     page = mmap.PAGESIZE
     if os.fstat(ring_fd).st_size == size:
         ring = mmap.mmap(ring_fd, size)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from heapprofd._bookkeeping import MAX_HEAPS_PER_PROCESS
 from hp_testlib import (
     HERE,
     KEPT_BYTES,
@@ -26,8 +27,6 @@ from hp_testlib import (
     wait_for,
 )
 from perfetto_protos.upstream import parse_upstream_trace
-
-from heapprofd._bookkeeping import MAX_HEAPS_PER_PROCESS
 
 HOSTILE = str(HERE / "hostile_client.py")
 OTHER_UID = 2001
@@ -119,10 +118,12 @@ def test_a_client_of_another_uid_cannot_shrink_its_buffer_or_hurt_a_root_program
     assert f"pid {attacker_pid}: bad record" in stack.daemon_log
     dumps = heap_dumps(trace)
     bad = list(iter_processes(dumps, attacker_pid))
-    assert bad and all(dump.flags["buffer_corrupted"] for dump in bad)
+    assert bad
+    assert all(dump.flags["buffer_corrupted"] for dump in bad)
     fine = list(iter_processes(dumps, victim.pid))
     assert len(fine) == 1
-    assert not fine[0].flags["buffer_corrupted"] and not fine[0].flags["buffer_overran"]
+    assert not fine[0].flags["buffer_corrupted"]
+    assert not fine[0].flags["buffer_overran"]
     keep = fine[0].totals("keep_10mb")
     assert 0.85 * KEPT_BYTES < keep["allocated"] < 1.2 * KEPT_BYTES
     assert _profile_packets(trace, victim.pid) >= 1

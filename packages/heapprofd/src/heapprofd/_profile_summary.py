@@ -45,7 +45,7 @@ def profile_losses(trace: bytes) -> list[str]:
 
 def _profile_packets(trace: bytes) -> list[ProfilePacket]:
     return [
-        ProfilePacket.FromString(field.as_bytes())
+        ProfilePacket.FromString(bytes(field.as_bytes()))
         for packet in ProtoDecoder(trace)
         if packet.id == _TRACE_PACKET
         for field in packet.as_message()
