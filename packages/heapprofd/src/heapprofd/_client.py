@@ -8,6 +8,7 @@ sampling until the session ends.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import select
@@ -16,7 +17,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType, ModuleType
 
 from heapprofd._errors import HeapprofdError
@@ -164,6 +165,17 @@ def enable() -> None:
         _state.enabled = True
 
 
+@contextlib.contextmanager
+def own_allocations() -> Iterator[None]:
+    """Within it, this thread's allocations are heapprofd's own and are not sampled."""
+    native = _native()
+    own = native.set_own_thread(True)
+    try:
+        yield
+    finally:
+        native.set_own_thread(own)
+
+
 def leave_out_runner_frames() -> None:
     """Leaves the frames that run the program (the caller's, its callers' and runpy's) out of
     the program's samples: its stacks start at the program's own outermost frame."""
@@ -224,8 +236,7 @@ def connect(path: str | None = None) -> bool:
         for heap in _heaps:
             intervals[heap._index] = config.interval_for(heap.name)
         _state.config = config
-        own = native.set_own_thread(True)  # what connecting allocates is not the program's
-        try:
+        with own_allocations():  # what connecting allocates is not the program's
             # sampling starts once every heap's name has been written
             native.activate(
                 ring,
@@ -235,8 +246,6 @@ def connect(path: str | None = None) -> bool:
                 config.block_client_timeout_us,
             )
             _state.connection = _Connection(sock, ring)
-        finally:
-            native.set_own_thread(own)
         _state.connections += 1
         for heap in _heaps:
             if intervals[heap._index]:
