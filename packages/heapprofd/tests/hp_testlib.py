@@ -23,6 +23,8 @@ from perfetto_protos.upstream import parse_upstream_trace
 HERE = Path(__file__).resolve().parent
 TARGET = str(HERE / "target_main.py")
 TIMEOUT = 60.0
+KEPT_BYTES = 10240 * (1000 + 1 + 56)
+"""What target_main.py's `keep` keeps: 10240 bytearrays, the object and its 1001-byte buffer."""
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = TIMEOUT) -> None:

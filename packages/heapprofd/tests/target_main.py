@@ -7,6 +7,7 @@ import threading
 import time
 
 from heapprofd import _client, _native, client
+from heapprofd._wire import pack_heap_name
 
 kept: list[bytearray] = []
 pool = client.Heap("pool")
@@ -47,6 +48,16 @@ def write_garbage() -> None:
     ring.write(b"\xff" * 64)
     ring.write(b"\x01\x00")
     ring.write((3).to_bytes(8, "little") + b"\x01" * 8 + b"\xff" * 16)
+
+
+def heap_flood(count: int) -> int:
+    """Names `count` heaps (ids from 1000) that no Heap object stands for."""
+    ring = client_ring()
+    for i in range(count):
+        record = pack_heap_name(1000 + i, f"flood-{i}", 4096)
+        while ring.write(record) < 0:  # full: the daemon drains it every 50 ms
+            time.sleep(0.001)
+    return count
 
 
 def client_ring() -> _native.SharedRingBuffer:
@@ -90,6 +101,8 @@ def main() -> None:
         elif command == "garbage":
             write_garbage()
             print("GARBAGE", flush=True)
+        elif command.startswith("heapflood "):
+            print(f"FLOODED {heap_flood(int(command.split()[1]))}", flush=True)
         elif command == "state":
             print(f"STATE {client.is_profiling()}", flush=True)
 

@@ -8,9 +8,16 @@ import socket
 from collections.abc import Iterator
 
 import pytest
-from hp_testlib import Stack, Target, config_for, heap_dumps, iter_processes, record, wait_for
-
-KEPT_BYTES = 10240 * (1000 + 1 + 56)  # 10240 bytearrays: the object and its 1001-byte buffer
+from hp_testlib import (
+    KEPT_BYTES,
+    Stack,
+    Target,
+    config_for,
+    heap_dumps,
+    iter_processes,
+    record,
+    wait_for,
+)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import heapprofd
 import pytest
 from heapprofd._preload import native_unavailable
 from hp_testlib import HeapDump, heap_dumps
@@ -205,3 +206,44 @@ def test_the_preload_library_leaves_an_unprofiled_program_alone(tmp_path: Path) 
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == '{\n    "a": "x",\n    "b": [\n        1,\n        2\n    ]\n}\n'
+
+
+MANY_FRAMES_PY = """
+import ctypes
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+kept = []
+# 3,000 distinct functions: the client's frame table grows (calloc) while it samples them
+for i in range(3000):
+    exec(f"def f{i}():\\n    kept.append(bytearray(4096))\\n    kept.append(libc.malloc(4096))")
+    globals()[f"f{i}"]()
+print("done")
+"""
+
+
+def test_heapprofd_does_not_profile_itself(tmp_path: Path) -> None:
+    (tmp_path / "prog.py").write_text(MANY_FRAMES_PY)
+    result = _heap_profile(
+        "--native", "-o", "self.pftrace", "prog.py", cwd=tmp_path, env=_private_env(tmp_path)
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "done\n"
+    dumps = heap_dumps((tmp_path / "self.pftrace").read_bytes())
+    assert {d.heap_name for d in dumps} >= {"python", "libc.malloc"}
+    package = str(Path(heapprofd.__file__).parent)
+    allocators = {"malloc", "calloc", "realloc", "reallocarray", "memalign", "aligned_alloc"}
+    sampled = 0
+    for dump in dumps:
+        for stack, _ in dump.samples:
+            sampled += 1
+            # the leaf of a native stack is the preload library's allocator: the call itself
+            ours = [
+                frame
+                for i, frame in enumerate(stack)
+                if frame[1].startswith(package)
+                and not (i == len(stack) - 1 and frame[0] in allocators)
+            ]
+            assert not ours, (dump.heap_name, stack)
+    assert sampled > 100

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import struct
@@ -99,6 +100,28 @@ def test_a_held_spinlock_makes_writes_fail_fast() -> None:
     meta[0] = 0
     assert buf.write(b"a") >= 0
     meta.close()
+
+
+def test_the_buffer_is_sealed_against_shrinking_growing_and_unsealing() -> None:
+    buf = SharedRingBuffer.create(4 * PAGE)
+    seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+    assert fcntl.fcntl(buf.fd, fcntl.F_GET_SEALS) & seals == seals
+    for size in (0, PAGE, 10 * PAGE):
+        with pytest.raises(PermissionError):
+            os.ftruncate(buf.fd, size)
+    with pytest.raises(PermissionError):
+        fcntl.fcntl(buf.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE)
+    assert buf.write(b"still here") >= 0
+    assert buf.read() == b"still here"
+    buf.close()
+
+
+def test_attach_refuses_a_buffer_that_is_not_sealed() -> None:
+    fd = os.memfd_create("unsealed", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, PAGE + 4 * PAGE)
+    with pytest.raises(ValueError, match="not sealed"):
+        SharedRingBuffer.attach(fd)
+    os.close(fd)
 
 
 def test_attach_rejects_sizes_that_are_not_a_power_of_two() -> None:

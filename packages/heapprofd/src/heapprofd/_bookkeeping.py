@@ -5,7 +5,18 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["CallstackTotals", "HeapTracker", "ProcessState", "monotonic_coarse_ns"]
+__all__ = [
+    "MAX_HEAPS_PER_PROCESS",
+    "CallstackTotals",
+    "HeapTracker",
+    "ProcessState",
+    "monotonic_coarse_ns",
+]
+
+MAX_HEAPS_PER_PROCESS = 256
+"""Heaps the daemon keeps per client process; the records of any further heap id are refused.
+Our Python client has at most 65 heaps (`libc.malloc`, `python`, 63 custom ones) and
+upstream's client API 256, so only a misbehaving client reaches it."""
 
 
 class CallstackTotals:
@@ -85,12 +96,29 @@ class ProcessState:
     client_error: int = 0
     spinlock_blocked_us: int = 0
     start_timestamp: int = 0
+    refused_heap_records: int = 0
+    """HeapName, Malloc and Free records of heap ids past MAX_HEAPS_PER_PROCESS, dropped."""
 
-    def heap(self, heap_id: int) -> HeapTracker:
+    def heap(self, heap_id: int) -> HeapTracker | None:
+        """The tracker of `heap_id` (made for a heap used before it was named); None when the
+        process has MAX_HEAPS_PER_PROCESS heaps already (the record is counted as refused)."""
         tracker = self.heaps.get(heap_id)
         if tracker is None:
+            if len(self.heaps) >= MAX_HEAPS_PER_PROCESS:
+                self.refused_heap_records += 1
+                return None
             tracker = self.heaps[heap_id] = HeapTracker(f"heap-{heap_id}", 0)
         return tracker
+
+    def name_heap(self, heap_id: int, name: str, interval: int, track_max: bool) -> None:
+        """Names `heap_id` (a HeapName record), within the bound on heaps."""
+        tracker = self.heaps.get(heap_id)
+        if tracker is not None:
+            tracker.name, tracker.interval = name, interval
+        elif len(self.heaps) >= MAX_HEAPS_PER_PROCESS:
+            self.refused_heap_records += 1
+        else:
+            self.heaps[heap_id] = HeapTracker(name, interval, track_max)
 
 
 _CLOCK_MONOTONIC_COARSE = 6  # Linux's clock id; the time module does not name it

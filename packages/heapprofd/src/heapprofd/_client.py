@@ -8,14 +8,16 @@ sampling until the session ends.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import select
 import signal
 import socket
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType, ModuleType
 
 from heapprofd._errors import HeapprofdError
@@ -111,6 +113,7 @@ class _Connection:
 
     def _wait_end(self) -> None:
         native = _native()
+        native.set_own_thread(True)
         while native.is_active():
             try:
                 ready, _, _ = select.select([self._watch], [], [], 0.2)
@@ -162,6 +165,35 @@ def enable() -> None:
         _state.enabled = True
 
 
+@contextlib.contextmanager
+def own_allocations() -> Iterator[None]:
+    """Within it, this thread's allocations are heapprofd's own and are not sampled."""
+    native = _native()
+    own = native.set_own_thread(True)
+    try:
+        yield
+    finally:
+        native.set_own_thread(own)
+
+
+def leave_out_runner_frames() -> None:
+    """Leaves the frames that run the program (the caller's, its callers' and runpy's) out of
+    the program's samples: its stacks start at the program's own outermost frame."""
+    import runpy
+
+    codes = [
+        runpy.run_path.__code__,
+        runpy.run_module.__code__,
+        runpy._run_module_code.__code__,  # type: ignore[attr-defined]
+        runpy._run_code.__code__,  # type: ignore[attr-defined]
+    ]
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        codes.append(frame.f_code)
+        frame = frame.f_back
+    _native().set_runner_codes(codes)
+
+
 def _after_fork_in_child() -> None:
     """A forked child stops profiling: the connection and buffer are its parent's."""
     native = _native()
@@ -204,15 +236,16 @@ def connect(path: str | None = None) -> bool:
         for heap in _heaps:
             intervals[heap._index] = config.interval_for(heap.name)
         _state.config = config
-        # sampling starts once every heap's name has been written
-        native.activate(
-            ring,
-            sock.fileno(),
-            [0] * len(_heaps),
-            config.block_client,
-            config.block_client_timeout_us,
-        )
-        _state.connection = _Connection(sock, ring)
+        with own_allocations():  # what connecting allocates is not the program's
+            # sampling starts once every heap's name has been written
+            native.activate(
+                ring,
+                sock.fileno(),
+                [0] * len(_heaps),
+                config.block_client,
+                config.block_client_timeout_us,
+            )
+            _state.connection = _Connection(sock, ring)
         _state.connections += 1
         for heap in _heaps:
             if intervals[heap._index]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import runpy
@@ -80,24 +81,31 @@ def run_program(argv: list[str]) -> int:
     except HeapprofdError as exc:
         print(f"heapprofd: {exc}", file=sys.stderr)
         return 1
-    # no daemon or no session for us yet: a session may still signal us
-    with contextlib.suppress(OSError, HeapprofdError):
-        _client.connect()
-    wait = os.environ.pop(WAIT_ENV, "")
-    if wait:
-        _client.wait_until_profiling(float(wait))
+    with _client.own_allocations():  # until the program starts, the work is heapprofd's
+        _client.leave_out_runner_frames()
+        # no daemon or no session for us yet: a session may still signal us
+        with contextlib.suppress(OSError, HeapprofdError):
+            _client.connect()
+        wait = os.environ.pop(WAIT_ENV, "")
+        if wait:
+            _client.wait_until_profiling(float(wait))
+        program = _prepare_program(argv)
+    program()
+    return 0
+
+
+def _prepare_program(argv: list[str]) -> Callable[[], object]:
+    """Sets up sys for `script.py args` or `-m module args`; the call that runs it."""
     if argv[0] == "-m":
         sys.argv = argv[1:]
         sys.path.insert(0, os.getcwd())  # as `python -m` does
         sys.excepthook = _without_own_frames(sys.excepthook)
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-        return 0
+        return functools.partial(runpy.run_module, argv[1], run_name="__main__", alter_sys=True)
     script = argv[0]
     sys.argv = list(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     sys.excepthook = _without_own_frames(sys.excepthook)
-    runpy.run_path(os.path.abspath(script), run_name="__main__")
-    return 0
+    return functools.partial(runpy.run_path, os.path.abspath(script), run_name="__main__")
 
 
 _RUNPY = runpy.run_path.__code__.co_filename

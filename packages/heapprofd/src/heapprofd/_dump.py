@@ -93,6 +93,8 @@ class DumpState:
         dump.start_timestamp = process.start_timestamp
         dump.stats.unwinding_errors = process.unwinding_errors
         dump.stats.client_spinlock_blocked_us = process.spinlock_blocked_us
+        if process.refused_heap_records:
+            dump.stats.refused_heap_records = process.refused_heap_records
         if tracker is not None:
             dump.heap_name = tracker.name
             dump.sampling_interval_bytes = tracker.interval

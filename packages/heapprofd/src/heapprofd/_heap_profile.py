@@ -266,6 +266,10 @@ def record(args: argparse.Namespace, out: Output) -> int:
         print(f"heap_profile: program killed by {signal.Signals(-status).name}", file=sys.stderr)
     else:
         print(f"heap_profile: program exited with status {status}", file=sys.stderr)
+    from heapprofd._profile_summary import profile_losses  # after the program: not start-up
+
+    for line in profile_losses(data):
+        print(f"heap_profile: {line}", file=sys.stderr)
     exit_status = status if status >= 0 else 128 - status
     problem = out.write(data)
     if problem is not None:

@@ -45,6 +45,18 @@ cdef extern from *:
     #define HP_CURRENT_FRAME(ts) ((ts)->cframe == NULL ? NULL : (ts)->cframe->current_frame)
     #define HP_FRAME_CODE(f) ((PyObject *)(f)->f_code)
     #endif
+    /* The code objects of `heapprofd run`'s own frames (and runpy's), outside the program:
+       a stack's outermost frames among them are not the program's and are left out. */
+    #define HP_MAX_RUNNER_CODES 32
+    static PyObject *hp_runner_codes[HP_MAX_RUNNER_CODES];
+    static int hp_runner_count;
+
+    static int hp_is_runner(PyObject *code) {
+        for (int i = 0; i < hp_runner_count; i++)
+            if (hp_runner_codes[i] == code) return 1;
+        return 0;
+    }
+
     static int hp_walk_thread(PyThreadState *ts, PyObject **codes, int *lastis, int max) {
         if (ts == NULL) return 0;
         _PyInterpreterFrame *f = HP_CURRENT_FRAME(ts);
@@ -57,6 +69,8 @@ cdef extern from *:
             }
             f = f->previous;
         }
+        if (f == NULL)
+            while (n > 0 && hp_is_runner(codes[n - 1])) n--;
         return n;
     }
 
@@ -123,8 +137,16 @@ cdef extern from *:
     static void (*hp_on_sample)(int raw, void *p, uint64_t size, uint64_t sample);
     static void (*hp_on_free)(int raw, void *p);
 
+    /* The native preload library's guard, when it is loaded: while this thread is in the
+       sampled path, the library does not sample the allocations it makes either. */
+    typedef void (*hp_preload_in_hook_fn)(int v);
+    static hp_preload_in_hook_fn hp_preload_in_hook;
+
     static int hp_get_in_hook(void) { return hp_tls.in_hook; }
-    static void hp_set_in_hook(int v) { hp_tls.in_hook = v; }
+    static void hp_set_in_hook(int v) {
+        hp_tls.in_hook = v;
+        if (hp_preload_in_hook != NULL) hp_preload_in_hook(v);
+    }
 
     static inline uint64_t hp_filter_slot(uint64_t k) { return ((k >> 4) ^ (k >> 20)) & 0xffff; }
 
@@ -340,6 +362,8 @@ cdef extern from *:
     int hp_peer_closed(int fd) nogil
     int hp_send_byte(int fd) nogil
     int hp_walk(PyObject **codes, int *lastis, int maxn)
+    PyObject *hp_runner_codes[32]
+    int hp_runner_count
     int hp_walk_this_thread(PyObject **codes, int *lastis, int maxn) nogil
     const char *hp_ascii(PyObject *s, Py_ssize_t *length) nogil
     PyObject *hp_code_qualname(PyObject *code) nogil
@@ -350,6 +374,8 @@ cdef extern from *:
     int hp_code_line(PyObject *code, int lasti) nogil
     void *dlsym(void *handle, const char *name) nogil
     void *RTLD_DEFAULT
+    ctypedef void (*hp_preload_in_hook_fn)(int v) noexcept nogil
+    hp_preload_in_hook_fn hp_preload_in_hook
     int hp_get_in_hook() nogil
     void hp_set_in_hook(int v) nogil
     uint64_t __atomic_load_n(uint64_t *p, int order) nogil
@@ -378,6 +404,7 @@ cdef extern from "Python.h":
     void PyMem_GetAllocator(PyMemAllocatorDomain domain, PyMemAllocatorEx *allocator)
     void PyMem_SetAllocator(PyMemAllocatorDomain domain, PyMemAllocatorEx *allocator)
     int PyGILState_Check() nogil
+    void Py_IncRef(PyObject *o) nogil
     const char *PyUnicode_AsUTF8AndSize(object o, Py_ssize_t *size) except NULL
 
 cdef extern from *:
@@ -441,7 +468,8 @@ cdef class SharedRingBuffer:
 
     @staticmethod
     def create(size: int) -> SharedRingBuffer:
-        """A new buffer of `size` bytes (a power of two, a multiple of the page size)."""
+        """A new buffer of `size` bytes (a power of two, a multiple of the page size) in a memfd
+        sealed against shrinking, growing and unsealing; OSError when it cannot be sealed."""
         cdef int fd
         cdef SharedRingBuffer buf = SharedRingBuffer()
         cdef long page = 4096
@@ -450,6 +478,9 @@ cdef class SharedRingBuffer:
         if size < page or size % page or size & (size - 1):
             raise ValueError(f"ring buffer size {size} is not a power-of-two number of pages")
         fd = hp_memfd(size + page)
+        if fd == -2:
+            raise OSError(errno, "the kernel cannot seal a memfd; an unsealed ring buffer"
+                          " is never passed to a client")
         if fd < 0:
             raise OSError(errno, "memfd_create failed")
         if hp_ring_map(&buf.ring, fd) != 0:
@@ -459,11 +490,14 @@ cdef class SharedRingBuffer:
 
     @staticmethod
     def attach(fd: int) -> SharedRingBuffer:
-        """Maps the buffer whose descriptor is `fd` (the buffer takes ownership of `fd`)."""
+        """Maps the buffer whose descriptor is `fd` (the buffer takes ownership of `fd`); it
+        must be sealed against shrinking, growing and unsealing, as `create` makes it."""
         cdef SharedRingBuffer buf = SharedRingBuffer()
         cdef int rc = hp_ring_map(&buf.ring, fd)
         if rc == -2:
             raise ValueError("the ring buffer size is invalid")
+        if rc == -3:
+            raise ValueError("the ring buffer is not sealed")
         if rc != 0:
             raise OSError(errno, "cannot map the ring buffer")
         return buf
@@ -858,10 +892,11 @@ cdef int _native_python_frames(uint64_t *ids, int max_ids) noexcept nogil:
     cdef int lastis[MAX_FRAMES]
     cdef int n, i
     cdef uint64_t mask, j = 0, fid
-    cdef bint found
+    cdef bint found, has_gil
     if not _active or hp_get_in_hook():
         return 0
     n = hp_walk_this_thread(codes, lastis, max_ids if max_ids < MAX_FRAMES else MAX_FRAMES)
+    has_gil = PyGILState_Check()
     for i in range(n):
         if not hp_frames_trylock():
             return 0  # this thread is inside the table's own allocation
@@ -880,13 +915,16 @@ cdef int _native_python_frames(uint64_t *ids, int max_ids) noexcept nogil:
             _next_frame_id += 1
             # interned when there is room without growing the table (no allocation here)
             if (_frames_cap and (_frames_count + 1) * 2 <= _frames_cap
-                    and _pending_count < 1024):
+                    and (has_gil or _pending_count < 1024)):
                 _frames[j].code = codes[i]
                 _frames[j].lasti = lastis[i]
                 _frames[j].frame_id = fid
                 _frames_count += 1
-                _pending_refs[_pending_count] = codes[i]
-                _pending_count += 1
+                if has_gil:  # the frame may return (and free its code) before any lookup
+                    Py_IncRef(codes[i])
+                else:
+                    _pending_refs[_pending_count] = codes[i]
+                    _pending_count += 1
         hp_frames_unlock()
         if not found:
             if not _send_frame_nogil(fid, codes[i], lastis[i]):
@@ -915,11 +953,15 @@ cdef bint _send_frame_nogil(uint64_t frame_id, PyObject *code, int lasti) noexce
     return _send(rec, 8 + PYTHON_FRAME_SIZE, name, name_len, filename, file_len) >= 0
 
 cdef void _share_python_frames() noexcept nogil:
-    """Gives the native preload library, when loaded, this thread's Python frames."""
+    """Gives the native preload library, when loaded, this thread's Python frames, and makes
+    it skip the allocations of the client's own sampled path (a re-entrancy guard per
+    thread, as upstream's client has)."""
+    global hp_preload_in_hook
     cdef set_python_frames_fn set_fn = <set_python_frames_fn>dlsym(
         RTLD_DEFAULT, "heapprofd_preload_set_python_frames")
     if set_fn != NULL:
         set_fn(_native_python_frames)
+    hp_preload_in_hook = <hp_preload_in_hook_fn>dlsym(RTLD_DEFAULT, "heapprofd_preload_in_hook")
 
 cdef void _record_malloc(heap_t *h, uint64_t addr, uint64_t size, uint64_t sample_size) noexcept:
     cdef PyObject *codes[MAX_FRAMES]
@@ -1077,6 +1119,28 @@ def activate(SharedRingBuffer ring, int sock, intervals: list, bint block_client
     _active = True
     hp_set_python_interval(_heaps[0].interval)
     _share_python_frames()
+
+
+_runner_codes: list = []  # holds the references of hp_runner_codes
+
+
+def set_runner_codes(codes: list) -> None:
+    """The code objects of the frames that run the program (heapprofd's own and runpy's): the
+    outermost frames of a stack among them are left out of its samples (at most 32)."""
+    global hp_runner_count, _runner_codes
+    cdef int i
+    _runner_codes = list(codes[:32])
+    for i in range(len(_runner_codes)):
+        hp_runner_codes[i] = <PyObject *>_runner_codes[i]
+    hp_runner_count = len(_runner_codes)
+
+
+def set_own_thread(bint own) -> bool:
+    """While `own`, this thread's allocations are heapprofd's own and are not sampled (the
+    re-entrancy guard of the sampled path); returns the previous state."""
+    cdef bint previous = hp_get_in_hook() != 0
+    hp_set_in_hook(1 if own else 0)
+    return previous
 
 
 def deactivate() -> None:

@@ -21,7 +21,12 @@ from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_protos.config.profiling.heapprofd_config_pb2 import HeapprofdConfig
 from perfetto_service import ProducerIPCClient
 
-from heapprofd._bookkeeping import HeapTracker, ProcessState, monotonic_coarse_ns
+from heapprofd._bookkeeping import (
+    MAX_HEAPS_PER_PROCESS,
+    HeapTracker,
+    ProcessState,
+    monotonic_coarse_ns,
+)
 from heapprofd._dump import DumpState
 from heapprofd._preload import NATIVE_HEAP
 from heapprofd._process_matcher import (
@@ -434,12 +439,9 @@ class HeapprofdProducer:
     def _on_batch(
         self, instance: DataSourceInstance, state: ProcessState, batch: RecordBatch
     ) -> None:
+        refused = state.refused_heap_records
         for heap_id, name, interval in batch.heap_names:
-            named = state.heaps.get(heap_id)
-            if named is None:
-                state.heaps[heap_id] = HeapTracker(name, interval, instance.config.dump_at_max)
-            else:
-                named.name, named.interval = name, interval
+            state.name_heap(heap_id, name, interval, instance.config.dump_at_max)
         for fid, name, path, line in batch.frames:
             state.frames[fid] = (name, path, line)
         for fid, native_frame in batch.native_frames:
@@ -455,11 +457,20 @@ class HeapprofdProducer:
             if heap_id != tracker_id:
                 tracker = heaps.get(heap_id) or state.heap(heap_id)
                 tracker_id = heap_id
-            assert tracker is not None
+            elif tracker is None:
+                state.refused_heap_records += 1
+            if tracker is None:
+                continue
             if len(event) == 4:
                 tracker.malloc(event[3], event[1], event[2])
             else:
                 tracker.free(event[1])
+        if refused == 0 and state.refused_heap_records:
+            _log.warning(
+                "pid %d: more than %d heaps; the records of further heaps are refused",
+                state.pid,
+                MAX_HEAPS_PER_PROCESS,
+            )
 
     def _on_end(self, instance: DataSourceInstance, state: ProcessState, end: ClientEnd) -> None:
         stats = end.stats

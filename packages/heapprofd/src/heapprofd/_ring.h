@@ -5,6 +5,7 @@
 #define HEAPPROFD_RING_H_
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -43,6 +44,16 @@ _Static_assert(sizeof(hp_meta_t) == 144, "metadata page layout");
 #define HP_HEADER 8
 #define HP_ALIGN(x) (((x) + 7ull) & ~7ull)
 #define HP_LOCK_TRIES 1024
+/* The seals the daemon puts on the buffer before passing it: a client can neither shrink it
+   (the daemon's reads would fault) nor grow it, nor remove the seals. */
+#ifndef F_ADD_SEALS
+#define F_ADD_SEALS 1033
+#define F_GET_SEALS 1034
+#define F_SEAL_SEAL 0x0001
+#define F_SEAL_SHRINK 0x0002
+#define F_SEAL_GROW 0x0004
+#endif
+#define HP_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
 typedef struct {
     hp_meta_t *meta;
@@ -53,6 +64,8 @@ typedef struct {
     int fd;
 } hp_ring_t;
 
+/* Maps the buffer of `fd`: 0, or -1 on a system error, -2 when its size is invalid, -3 when
+   it is not sealed against shrinking, growing and unsealing. */
 static inline int hp_ring_map(hp_ring_t *r, int fd) {
     struct stat st;
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
@@ -61,6 +74,8 @@ static inline int hp_ring_map(hp_ring_t *r, int fd) {
     if (with_meta < 2 * page) return -2;
     uint64_t size = with_meta - page;
     if (size % page || (size & (size - 1))) return -2;
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || (seals & HP_SEALS) != HP_SEALS) return -3;
     uint64_t outer = page + size * 2 + HP_GUARD_SIZE;
     uint8_t *region = mmap(NULL, outer, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (region == MAP_FAILED) return -1;
@@ -199,10 +214,14 @@ static inline uint64_t hp_coarse_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* A memfd of `size` bytes, sealed (HP_SEALS); -1 with errno set when it cannot be made, -2
+   when the kernel cannot seal it (an unsealed buffer is never used). */
 static inline int hp_memfd(uint64_t size) {
-    int fd = (int)syscall(SYS_memfd_create, "heapprofd_ringbuf", 1u /* MFD_CLOEXEC */);
-    if (fd < 0) return -1;
-    if (ftruncate(fd, (off_t)size) != 0) { close(fd); return -1; }
+    int fd = (int)syscall(SYS_memfd_create, "heapprofd_ringbuf",
+                          3u /* MFD_CLOEXEC | MFD_ALLOW_SEALING */);
+    if (fd < 0) return errno == EINVAL ? -2 : -1;
+    if (ftruncate(fd, (off_t)size) != 0) { int e = errno; close(fd); errno = e; return -1; }
+    if (fcntl(fd, F_ADD_SEALS, HP_SEALS) != 0) { int e = errno; close(fd); errno = e; return -2; }
     return fd;
 }
 

@@ -47,6 +47,9 @@ ARCH_X86_64 = 4  # upstream's (unwindstack's) ArchEnum
 NATIVE_FRAME_BASE = 1 << 63
 """Native frame ids start here, apart from the client's Python frame ids."""
 PRELOAD_LIBRARY = "libheapprofd_preload.so"
+CLIENT_HOOKS = "/heapprofd/_native."
+"""In the path of the Python client's compiled module, whose allocator hooks native stacks
+pass through."""
 EVAL_LOOP_FUNCTIONS = frozenset({"_PyEval_EvalFrameDefault", "_PyEval_EvalFrame"})
 """CPython's evaluation loop, where a mixed stack's Python frames go."""
 _NATIVE_LENGTHS = struct.Struct("<QQ")  # the stack's bytes, the Python frame ids after it
@@ -171,13 +174,19 @@ class Unwinder:
             return
         self._ring.set_reader_paused()
 
+    def _drop(self, reason: str) -> None:
+        """Marks the client bad: it is disconnected and its dumps say `buffer_corrupted`."""
+        _log.warning("pid %d: %s; disconnecting it", self.pid, reason)
+        self._corrupt = True
+
     def _drain_all(self) -> None:
         ring = self._ring
         if self._native is not None:  # libraries loaded since, while the process surely lives
             self._reload_maps()
         while not self._corrupt:
             events, slow, corrupt = read_events(ring, _MAX_RECORDS_PER_DRAIN, self._callstacks)
-            self._corrupt = corrupt
+            if corrupt:
+                self._drop("its ring buffer is corrupt (positions or record sizes)")
             if events:
                 batch = RecordBatch(events=events)  # type: ignore[arg-type]
                 if slow:
@@ -194,9 +203,8 @@ class Unwinder:
             assert isinstance(record, bytes)
             try:
                 events[index] = self._parse(batch, record)
-            except (struct.error, ValueError, UnicodeError) as exc:
-                _log.warning("pid %d: bad record (%s); disconnecting it", self.pid, exc)
-                self._corrupt = True
+            except Exception as exc:  # whatever a client writes is untrusted input
+                self._drop(f"bad record ({type(exc).__name__}: {exc})")
                 del events[index:]
                 del slow[position:]
                 return
@@ -285,13 +293,15 @@ class Unwinder:
         if cached is not None:
             return cached
         frames = [self._native_frame(pc) for pc in pcs]
-        # the preload library's own frames, except its malloc hook, are not the program's
+        # the preload library's own frames, except its malloc hook, are not the program's;
+        # nor are the Python client's hooks that pass an allocation on to malloc
         while (
             len(frames) > 1
             and frames[0][1][0].endswith(PRELOAD_LIBRARY)
             and frames[1][1][0].endswith(PRELOAD_LIBRARY)
         ):
             frames.pop(0)
+        frames = frames[:1] + [f for f in frames[1:] if CLIENT_HOOKS not in f[1][0]]
         ids = []
         for frame in frames:
             fid = self._native_frames.get(frame)

@@ -469,6 +469,10 @@ HP_EXPORT void heapprofd_preload_set_python_frames(hp_python_frames_fn fn) {
     __atomic_store_n(&hp_python_frames, fn, __ATOMIC_RELEASE);
 }
 
+/* Set by the Python client around its own sampled path (1 on entry, 0 on exit): the
+   allocations it makes there (its frame table, its records) are not the program's. */
+HP_EXPORT void heapprofd_preload_in_hook(int v) { hp_in_hook = v; }
+
 /* The connection, for the Python client of the same process, which shares it (one
    connection per process): 1 with the socket, the ring buffer's descriptor and the
    ClientConfiguration copied out, 0 when this library did not connect. */

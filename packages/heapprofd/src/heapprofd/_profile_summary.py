@@ -1,0 +1,53 @@
+"""What a recorded heap profile lost, per process, in lines for heap_profile to print."""
+
+from __future__ import annotations
+
+from perfetto_protos.trace.profiling.profile_packet_pb2 import ProfilePacket
+from protozero import ProtoDecoder
+
+from heapprofd._bookkeeping import MAX_HEAPS_PER_PROCESS
+
+__all__ = ["profile_losses"]
+
+_TRACE_PACKET = 1  # Trace.packet
+_PROFILE_PACKET = 37  # TracePacket.profile_packet
+
+
+def profile_losses(trace: bytes) -> list[str]:
+    """One line per process whose heap dumps in `trace` say that data was lost or refused."""
+    overran: set[int] = set()
+    corrupted: set[int] = set()
+    refused: dict[int, int] = {}
+    for packet in _profile_packets(trace):
+        for dump in packet.process_dumps:
+            if dump.buffer_overran:
+                overran.add(dump.pid)
+            if dump.buffer_corrupted:
+                corrupted.add(dump.pid)
+            if dump.stats.refused_heap_records:
+                refused[dump.pid] = max(refused.get(dump.pid, 0), dump.stats.refused_heap_records)
+    lines = []
+    for pid in sorted(overran | corrupted | set(refused)):
+        if pid in overran:
+            lines.append(
+                f"pid {pid}: its ring buffer overran and samples were lost"
+                " (--block-client loses none; --shmem-size makes it larger)"
+            )
+        if pid in corrupted:
+            lines.append(f"pid {pid}: it wrote a corrupt record and was disconnected")
+        if pid in refused:
+            lines.append(
+                f"pid {pid}: {refused[pid]:,} records of heaps past the bound of"
+                f" {MAX_HEAPS_PER_PROCESS} heaps per process were refused"
+            )
+    return lines
+
+
+def _profile_packets(trace: bytes) -> list[ProfilePacket]:
+    return [
+        ProfilePacket.FromString(bytes(field.as_bytes()))
+        for packet in ProtoDecoder(trace)
+        if packet.id == _TRACE_PACKET
+        for field in packet.as_message()
+        if field.id == _PROFILE_PACKET
+    ]
