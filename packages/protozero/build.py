@@ -11,6 +11,12 @@ It also compiles every `lib*.c` under `src/` into a plain shared library `lib*.s
 its own, and a failure to build it (e.g. missing -dev headers of a library it links) is a
 warning, even with PERFETTO_PY_EXPECT_COMPILED=1: the package works without it.
 
+It is also the package's build backend (`build-backend = "build"`, `backend-path = ["."]`):
+poetry-core's, except that a wheel is built from a copy of the package without any compiled
+file, so that it holds exactly the building interpreter's modules (a checkout's `src/` also
+holds the other Python versions' develop builds). A develop install (`pip install -e`)
+compiles in place, into `src/`.
+
 Every package with compiled modules carries an identical copy of this file.
 """
 
@@ -24,7 +30,9 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "src"
@@ -42,6 +50,58 @@ EXPECT_COMPILED = "PERFETTO_PY_EXPECT_COMPILED"
 CFLAGS = ["-O2", "-g0", "-fno-strict-aliasing"]
 _PXD_CIMPORT = re.compile(r"^\s*(?:from\s+(\w+)[\w.]*\s+cimport|cimport\s+(\w+))", re.M)
 _PY_CIMPORT = re.compile(r"\bcython\.cimports\.(\w+)")
+
+
+# What a wheel is not built from: the products of earlier builds (in place or not).
+_BUILT = ("*.so", "__pycache__", "*.egg-info")
+_BUILT_AT_ROOT = ("build", "dist")
+# The PEP 517 hooks other than build_wheel: poetry-core's, unchanged.
+_POETRY_HOOKS = frozenset(
+    {
+        "build_sdist",
+        "build_editable",
+        "get_requires_for_build_wheel",
+        "get_requires_for_build_sdist",
+        "get_requires_for_build_editable",
+        "prepare_metadata_for_build_wheel",
+        "prepare_metadata_for_build_editable",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _POETRY_HOOKS:
+        from poetry.core.masonry import api
+
+        return getattr(api, name)
+    raise AttributeError(name)
+
+
+def build_wheel(
+    wheel_directory: str,
+    config_settings: dict[str, Any] | None = None,
+    metadata_directory: str | None = None,
+) -> str:
+    """The PEP 517 hook: poetry-core's wheel, built (and compiled) in a copy of this package
+    that holds none of the compiled files of earlier builds."""
+    from poetry.core.masonry import api
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        built = shutil.ignore_patterns(*_BUILT)(directory, names)
+        return built | (set(_BUILT_AT_ROOT) & set(names) if Path(directory) == HERE else set())
+
+    wheels = os.path.abspath(wheel_directory)
+    metadata = os.path.abspath(metadata_directory) if metadata_directory else None
+    with tempfile.TemporaryDirectory(prefix="perfetto-build-") as tmp:
+        copy = Path(tmp) / HERE.name
+        shutil.copytree(HERE, copy, ignore=ignore)
+        here = Path.cwd()
+        os.chdir(copy)  # poetry-core builds the project of the working directory
+        try:
+            name: str = api.build_wheel(wheels, config_settings, metadata)
+        finally:
+            os.chdir(here)
+    return name
 
 
 def compiled_sources(source: Path = SOURCE) -> list[Path]:
