@@ -4,7 +4,9 @@ The build backend runs it when the package is installed from source (poetry-core
 script hook); `tools/build_native.py` runs it for development. Without Cython, setuptools or a C
 compiler it builds nothing and the package installs and runs as pure Python (a `.pyx` module,
 having no pure form, is then missing). With PERFETTO_PY_EXPECT_COMPILED=1 any of those, or a
-failed compilation, is an error instead.
+failed compilation, is an error instead. With PERFETTO_PY_NO_BUILD=1 it compiles nothing and
+leaves `src/` as it is (`tools/dev.py trace` installs the packages recording does not need
+compiled that way; `tools/build_native.py` compiles them later).
 
 It also compiles every `lib*.c` under `src/` into a plain shared library `lib*.so` beside it
 (e.g. an LD_PRELOAD library). A `.pyx` whose header has a `# build: optional` line is built on
@@ -46,6 +48,7 @@ DIRECTIVES = {
     "warn.unreachable": False,  # the pure-Python branches after `if cython.compiled: return`
 }
 EXPECT_COMPILED = "PERFETTO_PY_EXPECT_COMPILED"
+NO_BUILD = "PERFETTO_PY_NO_BUILD"
 # `.pyx` modules store integers through cast pointers into byte buffers.
 CFLAGS = ["-O2", "-g0", "-fno-strict-aliasing"]
 _PXD_CIMPORT = re.compile(r"^\s*(?:from\s+(\w+)[\w.]*\s+cimport|cimport\s+(\w+))", re.M)
@@ -191,7 +194,7 @@ def build() -> int:
     """Compiles every module of `compiled_sources()` into a `.so` beside its `.py`."""
     sources = compiled_sources()
     libraries = shared_libraries()
-    if not sources and not libraries:
+    if (not sources and not libraries) or os.environ.get(NO_BUILD) == "1":
         return 0
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     for source in sources:  # never ship or load a compiled module older than its source
