@@ -14,8 +14,8 @@
                                        current directory (trace.pftrace there)
 
 The project lives in `.venv/`. `trace` installs there only what recording needs (perfetto-client
-and the packages below it, in develop mode, compiled); every other command installs every
-package and the dev tools, with poetry (itself in `.tools/`). The install step is skipped
+and the packages below it, in develop mode, the client compiled); every other command installs
+every package and the dev tools, with poetry (itself in `.tools/`). The install step is skipped
 while the pyproject files and poetry.lock are unchanged.
 """
 
@@ -57,8 +57,9 @@ DEVELOP_ORDER = [
     "packages/heapprofd",
 ]
 # What `trace` installs: perfetto-trace's package and those below it, compiling only the first
-# (its recorder: compiling them all took 150 s of CPU, this one 42 s); the others run as pure
-# Python until `tools/build_native.py` (which `test` runs first) compiles them.
+# (its recorder; a first trace from a fresh clone took 168 s of CPU compiling them all, 62 s
+# compiling this one); the others run as pure Python until `tools/build_native.py` (which
+# `test` runs first) compiles them.
 TRACE_PACKAGES = DEVELOP_ORDER[: DEVELOP_ORDER.index("packages/client") + 1]
 TRACE_COMPILED = ["packages/client"]
 BUILD_BACKEND = "poetry-core>=2.0,<3"
