@@ -6,12 +6,13 @@ Run them through `python3 tools/dev.py nox -s NAME` (or `nox -s NAME` inside `.v
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+from types import ModuleType
 
 import nox
 
@@ -40,7 +41,6 @@ TEST_REQUIREMENTS = [
     "opentelemetry-sdk",
     *("grpcio-tools", "mypy-protobuf", "ruff", "mypy"),
 ]
-BUILD_REQUIREMENTS = ["cython", "setuptools"]
 
 PURE = "PERFETTO_PY_PURE"
 EXPECT_COMPILED = "PERFETTO_PY_EXPECT_COMPILED"
@@ -122,7 +122,7 @@ def _develop_venv(session: nox.Session, python: str) -> Path:
     interpreter = _require_interpreter(session, python)
     inputs = [ROOT / "poetry.lock", *(path / "pyproject.toml" for path in PACKAGE_DIRS.values())]
     stamp = venv / ".develop-installed"
-    requirements = _locked(TEST_REQUIREMENTS + BUILD_REQUIREMENTS)
+    requirements = _dev().locked(TEST_REQUIREMENTS)
     digest = hashlib.sha256(" ".join(requirements).encode())
     for path in inputs:
         digest.update(path.read_bytes())
@@ -136,11 +136,14 @@ def _develop_venv(session: nox.Session, python: str) -> Path:
     return venv
 
 
-def _locked(names: list[str]) -> list[str]:
-    """Requirements pinned to poetry.lock's versions (a name it does not lock stays bare)."""
-    lock = tomllib.loads((ROOT / "poetry.lock").read_text())
-    versions = {package["name"]: package["version"] for package in lock["package"]}
-    return [f"{name}=={versions[name]}" if name in versions else name for name in names]
+def _dev() -> ModuleType:
+    """tools/dev.py, imported (its `locked` pins requirements to poetry.lock)."""
+    spec = importlib.util.spec_from_file_location("dev", ROOT / "tools" / "dev.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _require_interpreter(session: nox.Session, version: str) -> str:

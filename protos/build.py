@@ -4,12 +4,20 @@ The build backend runs it when the package is installed from source (poetry-core
 script hook); `tools/build_native.py` runs it for development. Without Cython, setuptools or a C
 compiler it builds nothing and the package installs and runs as pure Python (a `.pyx` module,
 having no pure form, is then missing). With PERFETTO_PY_EXPECT_COMPILED=1 any of those, or a
-failed compilation, is an error instead.
+failed compilation, is an error instead. With PERFETTO_PY_NO_BUILD=1 it compiles nothing and
+leaves `src/` as it is (`tools/dev.py trace` installs the packages recording does not need
+compiled that way; `tools/build_native.py` compiles them later).
 
 It also compiles every `lib*.c` under `src/` into a plain shared library `lib*.so` beside it
 (e.g. an LD_PRELOAD library). A `.pyx` whose header has a `# build: optional` line is built on
 its own, and a failure to build it (e.g. missing -dev headers of a library it links) is a
 warning, even with PERFETTO_PY_EXPECT_COMPILED=1: the package works without it.
+
+It is also the package's build backend (`build-backend = "build"`, `backend-path = ["."]`):
+poetry-core's, except that a wheel is built from a copy of the package without any compiled
+file, so that it holds exactly the building interpreter's modules (a checkout's `src/` also
+holds the other Python versions' develop builds). A develop install (`pip install -e`)
+compiles in place, into `src/`.
 
 Every package with compiled modules carries an identical copy of this file.
 """
@@ -24,7 +32,9 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "src"
@@ -38,10 +48,63 @@ DIRECTIVES = {
     "warn.unreachable": False,  # the pure-Python branches after `if cython.compiled: return`
 }
 EXPECT_COMPILED = "PERFETTO_PY_EXPECT_COMPILED"
+NO_BUILD = "PERFETTO_PY_NO_BUILD"
 # `.pyx` modules store integers through cast pointers into byte buffers.
 CFLAGS = ["-O2", "-g0", "-fno-strict-aliasing"]
 _PXD_CIMPORT = re.compile(r"^\s*(?:from\s+(\w+)[\w.]*\s+cimport|cimport\s+(\w+))", re.M)
 _PY_CIMPORT = re.compile(r"\bcython\.cimports\.(\w+)")
+
+
+# What a wheel is not built from: the products of earlier builds (in place or not).
+_BUILT = ("*.so", "__pycache__", "*.egg-info")
+_BUILT_AT_ROOT = ("build", "dist")
+# The PEP 517 hooks other than build_wheel: poetry-core's, unchanged.
+_POETRY_HOOKS = frozenset(
+    {
+        "build_sdist",
+        "build_editable",
+        "get_requires_for_build_wheel",
+        "get_requires_for_build_sdist",
+        "get_requires_for_build_editable",
+        "prepare_metadata_for_build_wheel",
+        "prepare_metadata_for_build_editable",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _POETRY_HOOKS:
+        from poetry.core.masonry import api
+
+        return getattr(api, name)
+    raise AttributeError(name)
+
+
+def build_wheel(
+    wheel_directory: str,
+    config_settings: dict[str, Any] | None = None,
+    metadata_directory: str | None = None,
+) -> str:
+    """The PEP 517 hook: poetry-core's wheel, built (and compiled) in a copy of this package
+    that holds none of the compiled files of earlier builds."""
+    from poetry.core.masonry import api
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        built = shutil.ignore_patterns(*_BUILT)(directory, names)
+        return built | (set(_BUILT_AT_ROOT) & set(names) if Path(directory) == HERE else set())
+
+    wheels = os.path.abspath(wheel_directory)
+    metadata = os.path.abspath(metadata_directory) if metadata_directory else None
+    with tempfile.TemporaryDirectory(prefix="perfetto-build-") as tmp:
+        copy = Path(tmp) / HERE.name
+        shutil.copytree(HERE, copy, ignore=ignore)
+        here = Path.cwd()
+        os.chdir(copy)  # poetry-core builds the project of the working directory
+        try:
+            name: str = api.build_wheel(wheels, config_settings, metadata)
+        finally:
+            os.chdir(here)
+    return name
 
 
 def compiled_sources(source: Path = SOURCE) -> list[Path]:
@@ -131,7 +194,7 @@ def build() -> int:
     """Compiles every module of `compiled_sources()` into a `.so` beside its `.py`."""
     sources = compiled_sources()
     libraries = shared_libraries()
-    if not sources and not libraries:
+    if (not sources and not libraries) or os.environ.get(NO_BUILD) == "1":
         return 0
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     for source in sources:  # never ship or load a compiled module older than its source

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,3 +33,44 @@ def test_dev_trace_runs_the_program_where_the_caller_is(tmp_path: Path) -> None:
     names = {n.name for packet in packets for n in packet.interned_data.event_names}
     assert any(name.split(".")[-1] == "work" for name in names), names
     assert not (ROOT / "prog.py").exists()
+
+
+def _fresh_clone(directory: Path) -> Path:
+    """The checkout's files (tracked, and new ones not ignored) copied into `directory`, as a
+    fresh clone of this tree: no `.venv/`, no `.tools/`, nothing built."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    for name in listed.stdout.decode().split("\0"):
+        if name and (ROOT / name).is_file():
+            (directory / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, directory / name)
+    return directory
+
+
+def test_dev_trace_on_a_fresh_clone_installs_no_dev_tools(tmp_path: Path) -> None:
+    clone = _fresh_clone(tmp_path / "clone")
+    (tmp_path / "prog.py").write_text("def work():\n    pass\nwork()\n")
+    # Nothing compiled (the compilation's own cost is measured in README.md, not here).
+    env = {**os.environ, "PERFETTO_PY_NO_BUILD": "1"}
+    env.pop("VIRTUAL_ENV", None)
+    proc = subprocess.run(
+        [sys.executable, str(clone / "tools" / "dev.py"), "trace", "prog.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"wrote {tmp_path / 'trace.pftrace'} (" in proc.stderr
+    assert not (clone / ".tools").exists(), "poetry was installed"
+    installed = {p.name.split("-")[0].lower() for p in clone.glob(".venv/lib/*/site-packages/*")}
+    assert {"mypy", "ruff", "nox", "pytest", "grpcio_tools", "viztracer"}.isdisjoint(installed)
+    assert {"perfetto_client", "perfetto_service", "protobuf", "cython"} <= installed
+    assert not any(clone.glob(".venv/lib/*/site-packages/perfetto_cmd*"))

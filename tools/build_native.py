@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Builds every package's compiled modules in place (the `.so` beside the `.py` in `src/`).
 
-    python3 tools/build_native.py [--force]
+    python3 tools/build_native.py [--force] [PACKAGE_DIR...]
 
 Each package with compiled modules (a `.pxd` beside the `.py`, or a `.pyx`) has a `build.py`,
 identical in every package, that the build backend also runs on `pip install`. This runs it
 for the packages whose `.so` files for the running interpreter are missing or older than their
 `.py`/`.pxd`/`.pyx` (a no-op when all are up to date). Run it with each Python version in use:
 the `.so` files carry the version in their name and coexist. The build must succeed:
-PERFETTO_PY_EXPECT_COMPILED=1 is set for it. See docs/native.md.
+PERFETTO_PY_EXPECT_COMPILED=1 is set for it. Given package directories (`packages/client`), it
+builds those only. See docs/native.md.
 """
 
 from __future__ import annotations
@@ -87,9 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    parser.add_argument("packages", nargs="*", type=Path, help="only these (default: all)")
     args = parser.parse_args(argv)
     canonical = CANONICAL_BUILD.read_bytes()
+    chosen = {(ROOT / p).resolve() for p in args.packages}
     for package in native_packages():
+        if chosen and package not in chosen:
+            continue
         build_script = package / "build.py"
         if build_script.read_bytes() != canonical:
             rel = build_script.relative_to(ROOT)

@@ -13,14 +13,17 @@
                                        record SCRIPT with `perfetto-trace run`, run in the
                                        current directory (trace.pftrace there)
 
-Poetry lives in `.tools/`, the project (every package in develop mode plus the dev tools)
-in `.venv/`. The install step is skipped while pyproject files and poetry.lock are unchanged.
+The project lives in `.venv/`. `trace` installs there only what recording needs (perfetto-client
+and the packages below it, in develop mode, the client compiled); every other command installs
+every package and the dev tools, with poetry (itself in `.tools/`). The install step is skipped
+while the pyproject files and poetry.lock are unchanged.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,7 +56,19 @@ DEVELOP_ORDER = [
     "packages/cli",
     "packages/heapprofd",
 ]
+# What `trace` installs: perfetto-trace's package and those below it, compiling only the first
+# (its recorder; a first trace from a fresh clone took 168 s of CPU compiling them all, 62 s
+# compiling this one); the others run as pure Python until `tools/build_native.py` (which
+# `test` runs first) compiles them.
+TRACE_PACKAGES = DEVELOP_ORDER[: DEVELOP_ORDER.index("packages/client") + 1]
+TRACE_COMPILED = ["packages/client"]
 BUILD_BACKEND = "poetry-core>=2.0,<3"
+# What the packages' builds need besides BUILD_BACKEND, at poetry.lock's versions.
+BUILD_REQUIREMENTS = ["cython", "setuptools"]
+VENV = ROOT / ".venv"
+# The fingerprint of the pyproject files and the lock each install was made for.
+TRACE_STAMP = VENV / ".dev-trace-installed"
+FULL_STAMP = VENV / ".dev-installed"
 
 
 def _bin(env: Path, name: str) -> Path:
@@ -71,6 +86,11 @@ def _env() -> dict[str, str]:
 def _package_files() -> list[Path]:
     """The pyproject.toml of every package of the monorepo."""
     return sorted([ROOT / "protos" / "pyproject.toml", *ROOT.glob("packages/*/pyproject.toml")])
+
+
+def _distributions() -> list[str]:
+    """The distribution names of the monorepo's packages."""
+    return [tomllib.loads(f.read_text())["project"]["name"] for f in _package_files()]
 
 
 def _fingerprint() -> str:
@@ -99,8 +119,8 @@ def ensure_system_packages() -> None:
     subprocess.run(["apt-get", "install", "-y", "-qq", *missing], env=quiet, check=True)
 
 
-def ensure_environment() -> None:
-    """Creates `.tools` (poetry) and `.venv` (the project) if they are missing or stale."""
+def _poetry() -> Path:
+    """Poetry, installed into `.tools` if it is not there."""
     poetry = _bin(TOOLS, "poetry")
     if not poetry.exists():
         print("dev: installing poetry into .tools/", flush=True)
@@ -108,34 +128,93 @@ def ensure_environment() -> None:
         pip = [str(_bin(TOOLS, "python")), "-m", "pip", "install", "-q"]
         subprocess.run([*pip, "--upgrade", "pip"], check=True)
         subprocess.run([*pip, POETRY_SPEC], check=True)
-    stamp = ROOT / ".venv" / ".dev-installed"
+    return poetry
+
+
+def ensure_environment(full: bool = True) -> None:
+    """Brings `.venv` up to date: with `full`, every package in develop mode and the dev tools
+    (poetry.lock); without, only TRACE_PACKAGES and what they need."""
     fingerprint = _fingerprint()
-    if stamp.exists() and stamp.read_text() == fingerprint:
+
+    def current(stamp: Path) -> bool:
+        return stamp.is_file() and stamp.read_text() == fingerprint
+
+    if current(FULL_STAMP) or (not full and current(TRACE_STAMP)):
         return
-    print("dev: installing the project into .venv/", flush=True)
-    python = _bin(ROOT / ".venv", "python")
-    if python.exists():
-        # Poetry skips a path package whose version did not change, even when its scripts or
-        # entry points did: uninstall ours so that it installs them anew.
-        names = [tomllib.loads(f.read_text())["project"]["name"] for f in _package_files()]
-        uninstall = [str(python), "-m", "pip", "uninstall", "-q", "-y", *names]
-        subprocess.run(uninstall, cwd=ROOT, env=_env(), check=False)
-    # The dev tools first (Cython, setuptools), then our packages, then the locked rest: poetry
-    # leaves a path package alone that is installed at its version.
-    subprocess.run([str(poetry), "install", "--only", "dev"], cwd=ROOT, env=_env(), check=True)
-    develop_install(python)
+    python = _bin(VENV, "python")
+    if current(TRACE_STAMP):  # `trace` installed these for this fingerprint: the rest only
+        packages = [p for p in DEVELOP_ORDER if p not in TRACE_PACKAGES]
+    else:
+        if python.exists():
+            # A path package whose version did not change is not reinstalled, even when its
+            # scripts or entry points did: uninstall ours so that they install anew.
+            uninstall = [str(python), "-m", "pip", "uninstall", "-q", "-y", *_distributions()]
+            subprocess.run(uninstall, cwd=ROOT, env=_env(), check=False)
+            FULL_STAMP.unlink(missing_ok=True)
+            TRACE_STAMP.unlink(missing_ok=True)
+        else:
+            print("dev: creating .venv/", flush=True)
+            venv.create(VENV, with_pip=True)
+        packages = DEVELOP_ORDER if full else TRACE_PACKAGES
+    poetry = _poetry() if full else None
+    compiled = packages if full else TRACE_COMPILED
+    pure = [p for p in packages if p not in compiled]
+    print(f"dev: installing {_listed(packages)} into .venv/ (develop mode)", flush=True)
+    if pure:
+        print(
+            f"dev: compiling {_listed(compiled)} only: {_listed(pure)} run as pure Python until"
+            " `python3 tools/dev.py test` (or tools/build_native.py) compiles them",
+            flush=True,
+        )
+    develop_install(python, packages, compiled)
+    if not full:
+        TRACE_STAMP.write_text(fingerprint)
+        return
+    assert poetry is not None
+    print("dev: installing the dev tools into .venv/", flush=True)
+    # Poetry leaves a path package alone that is installed at its version.
     subprocess.run([str(poetry), "install"], cwd=ROOT, env=_env(), check=True)
-    stamp.write_text(fingerprint)
+    TRACE_STAMP.write_text(fingerprint)
+    FULL_STAMP.write_text(fingerprint)
 
 
-def develop_install(python: Path) -> None:
-    """Installs every package of the repository in develop mode into the environment of
-    `python` (which has Cython and setuptools), each built there after what it cimports."""
+def _listed(packages: list[str]) -> str:
+    return ", ".join(Path(p).name for p in packages)
+
+
+def locked(names: list[str]) -> list[str]:
+    """Requirements pinned to poetry.lock's versions (a name it does not lock stays bare)."""
+    lock = tomllib.loads((ROOT / "poetry.lock").read_text())
+    versions = {package["name"]: package["version"] for package in lock["package"]}
+    return [f"{name}=={versions[name]}" if name in versions else name for name in names]
+
+
+def _third_party_dependencies(packages: list[str]) -> list[str]:
+    """The names of the distributions `packages` depend on, other than ours."""
+    projects = [tomllib.loads((ROOT / p / "pyproject.toml").read_text()) for p in packages]
+    ours = set(_distributions())
+    names = set()
+    for project in projects:
+        for requirement in project["project"].get("dependencies", []):
+            match = re.match(r"[A-Za-z0-9._-]+", requirement)
+            assert match is not None, requirement
+            names.add(match.group().lower())
+    return sorted(names - ours)
+
+
+def develop_install(
+    python: Path, packages: list[str] = DEVELOP_ORDER, compiled: list[str] = DEVELOP_ORDER
+) -> None:
+    """Installs `packages` (DEVELOP_ORDER's, in its order) in develop mode into the environment
+    of `python`, each after what it cimports, those of `compiled` compiled there (build.py);
+    their build requirements and third-party dependencies at poetry.lock's versions."""
     pip = [str(python), "-m", "pip", "install", "-q"]
-    subprocess.run([*pip, BUILD_BACKEND], cwd=ROOT, env=_env(), check=True)
-    for package in DEVELOP_ORDER:
-        install = [*pip, "--no-build-isolation", "-e", package]
-        subprocess.run(install, cwd=ROOT, env=_env(), check=True)
+    requirements = locked(BUILD_REQUIREMENTS + _third_party_dependencies(packages))
+    subprocess.run([*pip, BUILD_BACKEND, *requirements], cwd=ROOT, env=_env(), check=True)
+    for package in packages:
+        install = [*pip, "--no-build-isolation", "--no-deps", "-e", package]
+        env = _env() if package in compiled else {**_env(), "PERFETTO_PY_NO_BUILD": "1"}
+        subprocess.run(install, cwd=ROOT, env=env, check=True)
 
 
 def run(cmd: list[str], cwd: Path = ROOT) -> int:
@@ -157,7 +236,7 @@ def main(argv: list[str]) -> int:
         return 0
     if command == "test":
         ensure_system_packages()
-    ensure_environment()
+    ensure_environment(full=command != "trace")
     if command == "test":
         built = run(["python", "tools/build_native.py"])
         if built != 0:
@@ -176,7 +255,7 @@ def main(argv: list[str]) -> int:
     if command == "run":
         return run(rest)
     if command == "trace":
-        built = run(["python", "tools/build_native.py"])
+        built = run(["python", "tools/build_native.py", *TRACE_COMPILED])
         if built != 0:
             return built
         # The program runs where the caller is; the trace lands there too.

@@ -8,15 +8,18 @@
         a fresh virtual environment VENV with the distributions DIST installed, their perfetto
         siblings taken from OUT (third-party dependencies from the normal index)
 
-`build` needs pypa/build in the running interpreter (the nox sessions install it).
+`build` needs pypa/build in the running interpreter (the nox sessions install it). Each wheel is
+built out of tree (build.py), and `build` fails if one holds a compiled module of another Python.
 """
 
 from __future__ import annotations
 
 import argparse
 import email.parser
+import re
 import subprocess
 import sys
+import sysconfig
 import tomllib
 import zipfile
 from pathlib import Path
@@ -27,6 +30,9 @@ CIMPORTED = ("perfetto-protozero", "perfetto-protos", "perfetto-smb")
 """The packages whose .pxd files other packages' compiled modules cimport at build time (and
 perfetto-protos, a dependency of perfetto-smb), each built and installed, with its
 dependencies, before the packages whose build requires it."""
+EXTENSION = re.compile(r"\.(cpython-\d+\w*-[\w-]+|abi3)\.so$")
+"""A compiled Python module's suffix (`.cpython-312-x86_64-linux-gnu.so`); a plain C library
+(`lib*.so`) has none."""
 
 
 def package_dirs(tree: Path) -> list[Path]:
@@ -81,7 +87,19 @@ def build(tree: Path, out: Path) -> list[Path]:
             wheel = max(out.glob(pattern), key=lambda w: w.stat().st_mtime)
             install = [*pip, "--find-links", str(out), "--force-reinstall", str(wheel)]
             subprocess.run(install, check=True)
-    return sorted(out.glob("*.whl"))
+    wheels = sorted(out.glob("*.whl"))
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    for wheel in wheels:
+        foreign = [m for m in compiled_modules(wheel) if not m.endswith(suffix)]
+        if foreign:
+            raise SystemExit(f"dists: {wheel.name} holds other Pythons' modules: {foreign}")
+    return wheels
+
+
+def compiled_modules(wheel: Path) -> list[str]:
+    """The compiled Python modules a wheel holds, by their path in it."""
+    with zipfile.ZipFile(wheel) as archive:
+        return sorted(n for n in archive.namelist() if EXTENSION.search(n))
 
 
 def wheel_metadata(wheel: Path) -> email.message.Message:
