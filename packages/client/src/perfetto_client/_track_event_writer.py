@@ -198,6 +198,13 @@ def _interned_entry(tag: bytes, iid: int, name: str) -> bytes:
     return _field_bytes(tag, body)
 
 
+def event_name_entry(iid: int, name: str) -> bytes:
+    """The encoded InternedData.event_names field of one EventName."""
+    if not SHORT_VARINTS:
+        load_encoders()
+    return _interned_entry(_INTERNED_NAME, iid, name)
+
+
 def source_location_entry(iid: int, file: str, function: str, line: int) -> bytes:
     """The encoded InternedData.source_locations field of one SourceLocation."""
     if not SHORT_VARINTS:  # perfetto-trace interns locations without initializing tracing
