@@ -12,9 +12,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
+from trace_model import Slice as ModelSlice
 from trace_model import TraceModel
 from tracer_support import HOOKS, Slice, client_events, decode, require_compiled_hook
 
@@ -128,7 +128,8 @@ def _main_slice(path: Path, name: str) -> Slice:
     return found
 
 
-def _within(item: Any, call: Slice) -> bool:
+def _within(item: ModelSlice, call: Slice) -> bool:
+    """Whether a slice of the program's own events lies inside one of its recorded calls."""
     end = item.end if item.end is not None else item.begin
     return call.ts <= item.begin and end <= call.ts + call.dur
 
