@@ -58,8 +58,6 @@ def test_recording_into_a_file_loads_no_service_stack(tmp_path: Path, options: l
     heavy = sorted(m for m in loaded if m.split(".")[0] in NOT_FOR_A_FILE or m in NOT_FOR_A_FILE)
     assert heavy == []
     # Nor the generated writers (TracePacket's loads every message it may nest, the trace
-    # config and stats included: more than the rest of perfetto-trace's start-up), nor what
-    # only --follow-children uses.
+    # config and stats included: more than the rest of perfetto-trace's start-up).
     generated = sorted(m for m in loaded if m.endswith(("_pbzero", "_pb2")))
     assert generated == []
-    assert "perfetto_client._tracer._children" not in loaded
