@@ -5,11 +5,14 @@ fresh process; its figure is the CPU time (user + system, children included: hea
 `traced` and daemon) over `python empty.py`, median of N runs, the commands interleaved (the
 machine is shared). Both builds in one run: compiled (the `.so` files built in place) and pure
 (PERFETTO_PY_PURE=1); `--this-build-only` measures only the build the environment selects.
-heap_profile gets private socket paths, so that it starts its own `traced` and daemon. The
-bytecode caches are written (to the scratch directory) by a first run that is not counted, as
-an installed package has them: PYTHONDONTWRITEBYTECODE would make every run compile every module.
+`viztracer empty.py` (when viztracer is installed beside) is the reference for
+`perfetto-trace run`, measured in the same run; `--only TEXT` measures only the commands whose
+label contains TEXT (and the references). heap_profile gets private socket paths, so that it
+starts its own `traced` and daemon. The bytecode caches are written (to the scratch
+directory) by a first run that is not counted, as an installed package has them:
+PYTHONDONTWRITEBYTECODE would make every run compile every module.
 
-    python packages/client/benchmarks/bench_startup.py [--runs N] [--this-build-only]
+    python packages/client/benchmarks/bench_startup.py [--runs N] [--this-build-only] [--only TEXT]
 """
 
 from __future__ import annotations
@@ -29,14 +32,18 @@ INITIALIZE = (
     "import perfetto_client + Tracing.initialize(IN_PROCESS)",
 )
 REFERENCE = "python empty.py"
+RUN = "perfetto-trace run empty.py"
 # label -> (argv, its exit status, goal compiled, goal pure in seconds over the reference)
 COMMANDS: dict[str, tuple[list[str], int, float, float]] = {
     REFERENCE: ([sys.executable, "empty.py"], 0, 0.0, 0.0),
-    "perfetto-trace run empty.py": ([f"{BIN}/perfetto-trace", "run", "empty.py"], 0, 0.10, 0.15),
+    RUN: ([f"{BIN}/perfetto-trace", "run", "empty.py"], 0, 0.10, 0.15),
     "perfetto --help": ([f"{BIN}/perfetto", "--help"], 1, 0.15, 0.15),
     "heap_profile -- empty.py": ([f"{BIN}/heap_profile", "--", "empty.py"], 0, 0.30, 0.30),
     INITIALIZE[1]: ([sys.executable, "-c", INITIALIZE[0]], 0, 0.04, 0.10),
 }
+VIZTRACER = "viztracer empty.py (reference)"
+if (BIN / "viztracer").exists():  # its JSON goes to the scratch directory, like our trace
+    COMMANDS[VIZTRACER] = ([f"{BIN}/viztracer", "--quiet", "empty.py"], 0, 0.0, 0.0)
 
 
 def cpu_seconds(argv: list[str], status: int, cwd: str, env: dict[str, str]) -> float:
@@ -66,7 +73,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--this-build-only", action="store_true")
+    parser.add_argument("--only", default="", metavar="TEXT")
     args = parser.parse_args()
+    commands = {
+        label: command
+        for label, command in COMMANDS.items()
+        if label in (REFERENCE, VIZTRACER) or args.only in label
+    }
     if args.this_build_only:
         builds = ["pure" if os.environ.get("PERFETTO_PY_PURE") == "1" else "compiled"]
     else:
@@ -77,25 +90,37 @@ def main() -> None:
         samples: dict[tuple[str, str], list[float]] = {}
         for run in range(args.runs + 1):
             for build in builds:
-                for label, (argv, status, _, _) in COMMANDS.items():
+                for label, (argv, status, _, _) in commands.items():
                     spent = cpu_seconds(argv, status, scratch, envs[build])
                     if run:  # the first run writes the bytecode caches
                         samples.setdefault((build, label), []).append(spent)
     med = {key: statistics.median(values) for key, values in samples.items()}
-    print(f"start-up, CPU s over `python empty.py` in the same run, median of {args.runs}")
+    load = os.getloadavg()[0]
+    print(
+        f"start-up on Python {sys.version.split()[0]}, CPU s over `python empty.py` in the same "
+        f"run, median of {args.runs} (load average {load:.1f})"
+    )
     print("| command | " + " | ".join(builds) + " | goal |")
     print("|---|" + "---|" * len(builds) + "---|")
     bare = " | ".join(f"{med[(b, REFERENCE)]:.3f} s" for b in builds)
     print(f"| {REFERENCE} (reference) | {bare} | |")
-    for label, (_, _, goal_compiled, goal_pure) in COMMANDS.items():
-        if label == REFERENCE:
+    if VIZTRACER in commands:
+        cells = [f"+{med[(b, VIZTRACER)] - med[(b, REFERENCE)]:.3f}" for b in builds]
+        print(f"| {VIZTRACER} | " + " | ".join(cells) + " | |")
+    for label, (_, _, goal_compiled, goal_pure) in commands.items():
+        if label in (REFERENCE, VIZTRACER):
             continue
+        below_viztracer = label == RUN and VIZTRACER in commands
         cells = []
         for build in builds:
             over = med[(build, label)] - med[(build, REFERENCE)]
             goal = goal_compiled if build == "compiled" else goal_pure
+            if below_viztracer:
+                goal = med[(build, VIZTRACER)] - med[(build, REFERENCE)]
             cells.append(f"+{over:.3f}{'' if over <= goal else ' (OVER)'}")
         goals = f"≤ +{goal_compiled:.2f} / +{goal_pure:.2f}"
+        if below_viztracer:
+            goals = "below viztracer's"
         print(f"| {label} | " + " | ".join(cells) + f" | {goals} |")
 
 

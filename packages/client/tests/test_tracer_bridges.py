@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 from perfetto_protos.upstream import parse_upstream_trace
-from trace_model import TraceModel
-from tracer_support import HOOKS, decode, require_compiled_hook
+from tracer_support import HOOKS, client_events, decode, require_compiled_hook
 
 TRACE = [sys.executable, "-m", "perfetto_client._tracer", "run"]
 
@@ -54,21 +53,6 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
 
 
-def _client_events(path: Path) -> TraceModel:
-    """The trace's track events written through the client API (the program's sequences;
-    the hook's calls are decoded by tracer_support)."""
-    trace: Any = parse_upstream_trace(path.read_bytes())
-    client = {
-        p.trusted_packet_sequence_id
-        for p in trace.packet
-        if p.HasField("track_event") and p.sequence_flags & 2
-    }
-    kept = [p for p in trace.packet if p.trusted_packet_sequence_id in client]
-    del trace.packet[:]
-    trace.packet.extend(kept)
-    return TraceModel(trace.SerializeToString())
-
-
 @pytest.mark.parametrize("hook", HOOKS)
 def test_otel_and_logging_of_an_untouched_program(tmp_path: Path, hook: str) -> None:
     if hook == "compiled":
@@ -88,7 +72,7 @@ def test_otel_and_logging_of_an_untouched_program(tmp_path: Path, hook: str) -> 
     assert proc.stderr.startswith(plain.stderr)  # ...still configures the root logger
     assert "0 lost" in proc.stderr
 
-    client = _client_events(out)
+    client = client_events(out)
     slices = client.slices()
     spans = [(s.name, s.depth, s.args) for s in slices if s.categories == ["otel"]]
     assert spans == [
@@ -117,7 +101,7 @@ def test_logging_level_filters_and_otel_without_the_sdk_fails_in_one_line(tmp_pa
     proc = _run([*TRACE, "-q", "--logging", "ERROR", "-o", str(out), "p.py"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "WARNING:root:w\nERROR:root:e\n"  # as python prints them
-    logs = [e.log.body for e in _client_events(out).events if e.log is not None]
+    logs = [e.log.body for e in client_events(out).events if e.log is not None]
     assert logs == ["e"]
 
     bad = _run([*TRACE, "--logging", "LOUD", "p.py"], tmp_path)
@@ -164,5 +148,5 @@ def test_the_summary_counts_the_programs_own_events_and_the_service_stays_quiet(
     assert proc.stderr.count("\n") == plain.stderr.count("\n") + 2  # the summary's two lines
     trace: Any = parse_upstream_trace(out.read_bytes())
     events = sum(1 for p in trace.packet if p.HasField("track_event"))
-    assert len([e for e in _client_events(out).events if e.log is not None]) == 300
+    assert len([e for e in client_events(out).events if e.log is not None]) == 300
     assert f" {events:,} events, 0 lost" in proc.stderr

@@ -1,7 +1,8 @@
 """What `perfetto-trace run` loads before the program starts: none of the service stack.
 
-Recording into a file needs the hook, the engine and the writers; the tracing service, its IPC,
-shared memory, asyncio and protobuf load only for `--system` (start-up cost, issue #23).
+Recording into a file needs the hook, the engine and the client library's encoders; the
+tracing service, its IPC, shared memory, asyncio and protobuf load only for `--system`
+(start-up cost, issues #23 and #30), the generated writers never.
 """
 
 from __future__ import annotations
@@ -56,3 +57,7 @@ def test_recording_into_a_file_loads_no_service_stack(tmp_path: Path, options: l
     assert "perfetto_client._tracer._engine" in loaded
     heavy = sorted(m for m in loaded if m.split(".")[0] in NOT_FOR_A_FILE or m in NOT_FOR_A_FILE)
     assert heavy == []
+    # Nor the generated writers (TracePacket's loads every message it may nest, the trace
+    # config and stats included: more than the rest of perfetto-trace's start-up).
+    generated = sorted(m for m in loaded if m.endswith(("_pbzero", "_pb2")))
+    assert generated == []

@@ -21,9 +21,11 @@ from typing import Any
 
 import pytest
 from perfetto_protos.upstream import parse_upstream_trace
+from trace_model import TraceModel
 
 SLICE_BEGIN, SLICE_END, INSTANT = 1, 2, 3
 SEQ_INCREMENTAL_STATE_CLEARED = 1
+SEQ_NEEDS_INCREMENTAL_STATE = 2
 ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 BUILD_NATIVE = ROOT / "tools" / "build_native.py"
@@ -192,6 +194,21 @@ def decode(path: str | os.PathLike[str]) -> Decoded:
         for s in stack:
             problems.append(f"thread {threads[track].name}: slice {s.name} never ended")
     return Decoded(threads, processes, problems)
+
+
+def client_events(path: str | os.PathLike[str]) -> TraceModel:
+    """The trace's track events written through the client API (the program's own sequences,
+    which need incremental state; `decode` reads the recorder's calls)."""
+    trace: Any = parse_upstream_trace(Path(path).read_bytes())
+    client = {
+        p.trusted_packet_sequence_id
+        for p in trace.packet
+        if p.HasField("track_event") and p.sequence_flags & SEQ_NEEDS_INCREMENTAL_STATE
+    }
+    kept = [p for p in trace.packet if p.trusted_packet_sequence_id in client]
+    del trace.packet[:]
+    trace.packet.extend(kept)
+    return TraceModel(trace.SerializeToString())
 
 
 def run_traced(

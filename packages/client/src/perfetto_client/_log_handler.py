@@ -7,6 +7,7 @@ import logging
 from perfetto_client._categories import Category
 from perfetto_client._track_event import now, thread_writers
 from perfetto_client._track_event_writer import event_keys
+from perfetto_client._unrecorded import tell_if_nowhere_to_write
 
 __all__ = ["LOG_CATEGORY", "PerfettoLogHandler", "priority"]
 
@@ -19,6 +20,9 @@ _PRIO_INFO = 4
 _PRIO_WARN = 5
 _PRIO_ERROR = 6
 _PRIO_FATAL = 7
+
+_told = False
+"""Whether `emit` checked once that tracing is set up in this process."""
 
 
 def priority(level: int) -> int:
@@ -43,7 +47,9 @@ class PerfettoLogHandler(logging.Handler):
     (category `log`): the formatted record as its interned body, the file, function and line
     of the logging call as its interned source location, and a priority from its level. The
     trace processor lists them in its log table (the UI's log panel) with their severity.
-    Records are written only while a session records the `log` category.
+    Records are written only while a session records the `log` category; the first record
+    emitted while nothing in the process can record (no session, tracing not initialized)
+    prints one line on stderr saying so.
     """
 
     def __init__(self, level: int | str = logging.NOTSET) -> None:
@@ -53,6 +59,10 @@ class PerfettoLogHandler(logging.Handler):
         """Writes `record` (formatted with the handler's formatter) as a log message."""
         category = LOG_CATEGORY
         if not category.enabled:
+            global _told  # noqa: PLW0603 - checked once per process
+            if not _told:
+                _told = True
+                tell_if_nowhere_to_write("PerfettoLogHandler")
             return
         try:
             body = self.format(record)

@@ -19,6 +19,7 @@ from perfetto_client._track_event_writer import (
     flow_fields,
 )
 from perfetto_client._tracks import NamedTrack, Track
+from perfetto_client._unrecorded import tell_if_nowhere_to_write
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -35,6 +36,13 @@ _NO_IIDS: list[int] = []
 _spans_tracks: dict[int, tuple[NamedTrack, bytes]] = {}
 """Each thread's spans track and its track_uuid field, by the uuid of the thread's track."""
 _ERROR = StatusCode.ERROR
+
+_open: dict[int, tuple[Track, tuple[TrackEventInstance, ...], int]] = {}
+"""Span id -> (track, session instances, begin timestamp) of the spans begun, whichever
+processor began them: a span seen by two processors (the program's own and the one
+`perfetto-trace run --otel` adds) is written once."""
+_told = False
+"""Whether `on_start` checked once that tracing is set up in this process."""
 
 
 def _spans_track(event_type: int) -> tuple[Track, bytes]:
@@ -58,24 +66,29 @@ class PerfettoSpanProcessor(SpanProcessor):
     A span begins on the track of the thread (or asyncio task) that starts it and ends on
     that same track, whichever thread ends it. Its attributes become debug annotations
     (with `otel.status_code` and `otel.status_description` for status ERROR), its events
-    instants, and each of its links a flow from the linked span's slice to its own.
+    instants, and each of its links a flow from the linked span's slice to its own. A span
+    is written once however many PerfettoSpanProcessors see it. The first span started
+    while nothing in the process can record (no session, tracing not initialized) prints
+    one line on stderr saying so.
     """
-
-    def __init__(self) -> None:
-        self._open: dict[int, tuple[Track, tuple[TrackEventInstance, ...], int]] = {}
-        """Span id -> (track, session instances, begin timestamp) of the spans begun."""
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         """Begins the span's slice."""
         category = OTEL_CATEGORY
         if not category.enabled:
+            global _told  # noqa: PLW0603 - checked once per process
+            if not _told:
+                _told = True
+                tell_if_nowhere_to_write("PerfettoSpanProcessor")
             return
         writers = thread_writers(category.mask)
         if not writers:
             return
+        span_id: int = span.context.span_id
+        if span_id in _open:
+            return
         ts = now()
         track, extra = _spans_track(TYPE_SLICE_BEGIN)
-        span_id: int = span.context.span_id
         extra += _FLOW_ID + span_id.to_bytes(8, "little")
         if getattr(span, "_links", True):  # the SDK's own list: no copy when it is empty
             extra += flow_fields((), tuple(link.context.span_id for link in span.links))
@@ -83,11 +96,11 @@ class PerfettoSpanProcessor(SpanProcessor):
         if key is None:
             key = category.event_key(span.name)
         write_event(writers, key, TYPE_SLICE_BEGIN, ts, track, extra, _NO_IIDS)
-        self._open[span_id] = (track, category.instances, ts)
+        _open[span_id] = (track, category.instances, ts)
 
     def on_end(self, span: ReadableSpan) -> None:
         """Ends the span's slice on the track it began on, with its attributes and events."""
-        state = self._open.pop(span.context.span_id, None)
+        state = _open.pop(span.context.span_id, None)
         if state is None:
             return
         track, instances, begin_ts = state

@@ -107,6 +107,13 @@ _CMDLINE = b"\x12"  # ProcessDescriptor.cmdline (2)
 _PROCESS_NAME = b"\x32"  # ProcessDescriptor.process_name (6)
 _TID = b"\x10"  # ThreadDescriptor.tid (2)
 _THREAD_NAME = b"\x2a"  # ThreadDescriptor.thread_name (5)
+_TRACK_NAME = b"\x12"  # TrackDescriptor.name (2)
+_COUNTER = b"\x42"  # TrackDescriptor.counter (8)
+_COUNTER_TYPE_FIELD = b"\x08"  # CounterDescriptor.type (1)
+_COUNTER_UNIT = b"\x18"  # CounterDescriptor.unit (3)
+_COUNTER_UNIT_MULTIPLIER = b"\x20"  # CounterDescriptor.unit_multiplier (4)
+_COUNTER_IS_INCREMENTAL = b"\x28\x01"  # CounterDescriptor.is_incremental (5) = true
+_COUNTER_UNIT_NAME = b"\x32"  # CounterDescriptor.unit_name (6)
 _MAX_LOG_BODIES = 1024
 """Log message bodies a sequence remembers (and reuses the iids of) at most."""
 _MAX_CACHED_TAILS = 50_000
@@ -189,6 +196,13 @@ def _interned_entry(tag: bytes, iid: int, name: str) -> bytes:
     encoded = name.encode("utf-8", "surrogatepass")
     body = b"\x08" + varint(iid) + _field_bytes(b"\x12", encoded)
     return _field_bytes(tag, body)
+
+
+def event_name_entry(iid: int, name: str) -> bytes:
+    """The encoded InternedData.event_names field of one EventName."""
+    if not SHORT_VARINTS:
+        load_encoders()
+    return _interned_entry(_INTERNED_NAME, iid, name)
 
 
 def source_location_entry(iid: int, file: str, function: str, line: int) -> bytes:
@@ -880,6 +894,41 @@ def thread_descriptor_packet(uuid: int, parent_uuid: int, pid: int, tid: int, na
         _UUID + varint(uuid) + _field_bytes(_THREAD, thread) + _PARENT_UUID + varint(parent_uuid)
     )
     return _field_bytes(_TRACK_DESCRIPTOR, track)
+
+
+def track_descriptor_packet(
+    uuid: int, parent_uuid: int, name: str | None = None, counter: bytes | None = None
+) -> bytes:
+    """The TracePacket with the TrackDescriptor of a custom track: its uuid, its parent's (0:
+    none), its name (None: unnamed) and its encoded CounterDescriptor (None: not a counter)."""
+    if not SHORT_VARINTS:  # a track may be described before tracing starts
+        load_encoders()
+    track = _UUID + varint(uuid)
+    if name is not None:
+        track += _field_bytes(_TRACK_NAME, name.encode("utf-8", "surrogatepass"))
+    if parent_uuid:
+        track += _PARENT_UUID + varint(parent_uuid)
+    if counter is not None:
+        track += _field_bytes(_COUNTER, counter)
+    return _field_bytes(_TRACK_DESCRIPTOR, track)
+
+
+def counter_descriptor(
+    counter_type: int, unit: int, unit_name: str, unit_multiplier: int, is_incremental: bool
+) -> bytes:
+    """An encoded CounterDescriptor (fields at their defaults left out)."""
+    if not SHORT_VARINTS:
+        load_encoders()
+    out = _COUNTER_TYPE_FIELD + varint(counter_type) if counter_type else b""
+    if unit:
+        out += _COUNTER_UNIT + varint(unit)
+    if unit_multiplier != 1:
+        out += _COUNTER_UNIT_MULTIPLIER + varint(unit_multiplier & _U64)
+    if is_incremental:
+        out += _COUNTER_IS_INCREMENTAL
+    if unit_name:
+        out += _field_bytes(_COUNTER_UNIT_NAME, unit_name.encode("utf-8", "surrogatepass"))
+    return out
 
 
 def fixed64(value: int) -> bytes:

@@ -91,8 +91,17 @@ class Track:
         """The encoded descriptor packet (computed once per track object)."""
         cached: bytes | None = getattr(self, "_descriptor_bytes", None)
         if cached is None:
-            cached = self._descriptor_bytes = self.descriptor().SerializeToString()
+            from perfetto_client._track_event_writer import track_descriptor_packet
+
+            name, counter = self._described()
+            cached = self._descriptor_bytes = track_descriptor_packet(
+                self.uuid, self.parent_uuid, name, counter
+            )
         return cached
+
+    def _described(self) -> tuple[str | None, bytes | None]:
+        """The track's name (None: unnamed) and encoded CounterDescriptor (None: none)."""
+        return None, None
 
     def lineage(self) -> tuple[Track, ...]:
         """This track's custom ancestors, outermost first, then the track itself."""
@@ -130,15 +139,11 @@ class Track:
         return cls(track_id, parent=GLOBAL)
 
     def descriptor(self) -> TracePacket:
-        """The TracePacket describing this track."""
+        """The TracePacket describing this track (decoded with protobuf: events never need
+        it, they write `descriptor_bytes()`)."""
         from perfetto_protos.trace.trace_packet_pb2 import TracePacket
 
-        packet = TracePacket()
-        desc = packet.track_descriptor
-        desc.uuid = self.uuid
-        if self.parent_uuid:
-            desc.parent_uuid = self.parent_uuid
-        return packet
+        return TracePacket.FromString(self.descriptor_bytes())
 
 
 class _Default(enum.Enum):
@@ -171,12 +176,6 @@ class ProcessTrack(Track):
         """The track of the calling process."""
         return cls()
 
-    def descriptor(self) -> TracePacket:
-        """The TracePacket with this process's ProcessDescriptor."""
-        from perfetto_protos.trace.trace_packet_pb2 import TracePacket
-
-        return TracePacket.FromString(self.descriptor_bytes())
-
     def descriptor_bytes(self) -> bytes:
         """The encoded descriptor packet (with the process's current name)."""
         from perfetto_client._track_event_writer import process_descriptor_packet
@@ -203,12 +202,6 @@ class ThreadTrack(Track):
         """The thread's CPU time counter track (upstream's "thread_time", incremental ns)."""
         return ThreadTimeTrack(self)
 
-    def descriptor(self) -> TracePacket:
-        """The TracePacket with this thread's ThreadDescriptor."""
-        from perfetto_protos.trace.trace_packet_pb2 import TracePacket
-
-        return TracePacket.FromString(self.descriptor_bytes())
-
     def descriptor_bytes(self) -> bytes:
         """The encoded descriptor packet."""
         from perfetto_client._track_event_writer import thread_descriptor_packet
@@ -230,11 +223,8 @@ class NamedTrack(Track):
         self.name = name
         super().__init__(_hash64("named", name, track_id), parent)
 
-    def descriptor(self) -> TracePacket:
-        """The TracePacket naming this track."""
-        packet = super().descriptor()
-        packet.track_descriptor.name = self.name
-        return packet
+    def _described(self) -> tuple[str | None, bytes | None]:
+        return self.name, None
 
 
 class CounterUnit(enum.IntEnum):
@@ -269,23 +259,20 @@ class CounterTrack(Track):
         self.is_incremental = is_incremental
         super().__init__(_hash64("counter", name, track_id), parent)
 
-    def descriptor(self) -> TracePacket:
-        """The TracePacket describing this counter track."""
-        packet = super().descriptor()
-        desc = packet.track_descriptor
-        desc.name = self.name
-        counter = desc.counter
-        counter.SetInParent()
+    def _described(self) -> tuple[str | None, bytes | None]:
+        return self.name, self._counter_fields(0)
+
+    def _counter_fields(self, counter_type: int) -> bytes:
+        """The encoded CounterDescriptor of this track, of CounterDescriptor.type `counter_type`."""
+        from perfetto_client._track_event_writer import counter_descriptor
+
         if isinstance(self.unit, CounterUnit):
-            if self.unit:
-                counter.unit = int(self.unit)  # type: ignore[assignment]
+            unit, unit_name = int(self.unit), ""
         else:
-            counter.unit_name = self.unit
-        if self.unit_multiplier != 1:
-            counter.unit_multiplier = self.unit_multiplier
-        if self.is_incremental:
-            counter.is_incremental = True
-        return packet
+            unit, unit_name = 0, self.unit
+        return counter_descriptor(
+            counter_type, unit, unit_name, self.unit_multiplier, self.is_incremental
+        )
 
 
 class ThreadTimeTrack(CounterTrack):
@@ -294,8 +281,5 @@ class ThreadTimeTrack(CounterTrack):
     def __init__(self, thread: ThreadTrack) -> None:
         super().__init__("thread_time", is_incremental=True, parent=thread)
 
-    def descriptor(self) -> TracePacket:
-        """The TracePacket describing the thread time counter track."""
-        packet = super().descriptor()
-        packet.track_descriptor.counter.type = 1  # type: ignore[assignment]  # COUNTER_THREAD_TIME_NS
-        return packet
+    def _described(self) -> tuple[str | None, bytes | None]:
+        return self.name, self._counter_fields(1)  # COUNTER_THREAD_TIME_NS

@@ -3,7 +3,8 @@
 `--otel` adds a `PerfettoSpanProcessor` to every OpenTelemetry SDK `TracerProvider` the
 program creates (and to the global one, if already set); `--logging` gives a
 `PerfettoLogHandler` the records that reach the root logger's handlers. Both write through
-the client API, into the recording's client session.
+the client API, into the recording's track events, as the program's own processors and
+handlers do: a span or record that also reaches one of those is written once.
 """
 
 from __future__ import annotations
@@ -16,11 +17,24 @@ from perfetto_client._errors import TracingError
 from perfetto_client._log_handler import PerfettoLogHandler
 
 
+def _reaches_root_alone(logger: Any, level: int) -> bool:
+    """Whether a record of `level` from `logger` reaches the root logger's handlers (as
+    `Logger.callHandlers` walks them) and no PerfettoLogHandler of the program's own takes it
+    on the way: that one writes it, once."""
+    while True:
+        for handler in logger.handlers:
+            if isinstance(handler, PerfettoLogHandler) and level >= handler.level:
+                return False
+        if not logger.propagate or logger.parent is None:
+            return logger.parent is None
+        logger = logger.parent
+
+
 class _RootHook:
     """`--logging`'s handler, given each record that reaches the root logger's handlers
     without being one of them: `logging.basicConfig`, the module's `logging.warning` & co.
     (which configure the root logger when it has no handler) and Python's last resort work
-    as without it."""
+    as without it. A record one of the program's own PerfettoLogHandlers takes is left to it."""
 
     def __init__(self, level: int) -> None:
         self.handler = PerfettoLogHandler(level)
@@ -32,10 +46,7 @@ class _RootHook:
         handler = self.handler
 
         def callHandlers(logger: logging.Logger, record: logging.LogRecord) -> None:  # noqa: N802
-            reached: Any = logger
-            while reached.propagate and reached.parent is not None:
-                reached = reached.parent
-            if reached.parent is None and record.levelno >= handler.level:
+            if record.levelno >= handler.level and _reaches_root_alone(logger, record.levelno):
                 handler.handle(record)
             original(logger, record)
 

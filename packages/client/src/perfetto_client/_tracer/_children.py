@@ -15,10 +15,8 @@ import contextlib
 import dataclasses
 import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import time
 import types
 from typing import Any
@@ -37,6 +35,8 @@ class Children:
 
     def __init__(self, options: TraceOptions) -> None:
         self.options = options
+        import tempfile  # here, as shutil below: loading them costs every run ~4-10 ms of CPU
+
         out_dir = os.path.dirname(os.path.abspath(options.output))
         self.parts = tempfile.mkdtemp(prefix=".perfetto-trace-children-", dir=out_dir)
         self._saved: dict[str, str | None] = {}
@@ -64,6 +64,8 @@ class Children:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+        import shutil
+
         count = 0
         names = sorted(os.listdir(self.parts))
         started = {n[: -len(".started")] for n in names if n.endswith(".started")}

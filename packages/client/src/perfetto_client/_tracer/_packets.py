@@ -3,22 +3,29 @@
 Every batch a thread hands over starts with `batch_prologue`, so a batch decodes on its own
 (the flight recorder drops whole batches): incremental state cleared, defaults (the thread's
 track, the sequence's incremental clock), a clock snapshot tying that clock to BOOTTIME, and
-the thread's track descriptor. Upstream's field numbers; encoded with the generated writers.
+the thread's track descriptor. Upstream's field numbers; encoded by the client library's
+track event encoders (the generated writers of TracePacket load every message it may nest:
+more than a short program's whole run costs).
 """
 
 from __future__ import annotations
 
-from perfetto_protos.trace.interned_data.interned_data_pbzero import InternedData
-from perfetto_protos.trace.trace_packet_pbzero import TracePacket
-from perfetto_protos.trace.trace_pbzero import Trace
-from protozero import HeapBuffered, encode_tag, encode_varint
-
-from perfetto_client._track_event_writer import source_location_entry
+from perfetto_client._track_event_writer import (
+    clock_snapshot_packet,
+    event_name_entry,
+    load_encoders,
+    process_descriptor_packet,
+    source_location_entry,
+    thread_descriptor_packet,
+    varint,
+)
 from perfetto_client._tracks import process_uuid
 
 BOOTTIME = 6
-INCREMENTAL_CLOCK = 64
-SEQ_INCREMENTAL_STATE_CLEARED = 1
+_SEQUENCE_ID = b"\x50"  # TracePacket.trusted_packet_sequence_id (10, varint)
+_PACKET = b"\x0a"  # Trace.packet (1, length-delimited)
+
+load_encoders()
 
 
 def sequence_field(sequence_id: int) -> bytes:
@@ -29,7 +36,13 @@ def sequence_field(sequence_id: int) -> bytes:
     """
     if not sequence_id:
         return b""
-    return encode_tag(TracePacket.FIELD_TRUSTED_PACKET_SEQUENCE_ID, 0) + encode_varint(sequence_id)
+    return _SEQUENCE_ID + varint(sequence_id)
+
+
+def _framed(packet: bytes, sequence_id: int) -> bytes:
+    """`packet` (a TracePacket's fields) as a Trace.packet field, with its sequence id."""
+    body = packet + sequence_field(sequence_id)
+    return _PACKET + varint(len(body)) + body
 
 
 def thread_uuid(tid: int) -> int:
@@ -40,59 +53,21 @@ def thread_uuid(tid: int) -> int:
 
 def process_descriptor(pid: int, name: str, cmdline: list[str], sequence_id: int) -> bytes:
     """The process track's descriptor, framed as a Trace (sequence id 0: none written)."""
-    hb = HeapBuffered(Trace)
-    packet = hb.msg.add_packet()
-    if sequence_id:
-        packet.set_trusted_packet_sequence_id(sequence_id)
-    track = packet.begin_track_descriptor()
-    track.set_uuid(process_uuid())
-    process = track.begin_process()
-    process.set_pid(pid)
-    process.set_process_name(name)
-    for arg in cmdline:
-        process.add_cmdline(arg)
-    return hb.serialize()
+    return _framed(process_descriptor_packet(process_uuid(), pid, name, cmdline), sequence_id)
 
 
 def batch_prologue(
     pid: int, tid: int, thread_name: str, sequence_id: int, timestamp_ns: int
 ) -> bytes:
     """The two packets that open a batch (framed as a Trace; sequence id 0: none written)."""
-    hb = HeapBuffered(Trace)
-    packet = hb.msg.add_packet()
-    if sequence_id:
-        packet.set_trusted_packet_sequence_id(sequence_id)
-    packet.set_sequence_flags(SEQ_INCREMENTAL_STATE_CLEARED)
-    defaults = packet.begin_trace_packet_defaults()
-    defaults.set_timestamp_clock_id(INCREMENTAL_CLOCK)
-    defaults.begin_track_event_defaults().set_track_uuid(thread_uuid(tid))
-    snapshot = packet.begin_clock_snapshot()
-    clock = snapshot.add_clocks()
-    clock.set_clock_id(BOOTTIME)
-    clock.set_timestamp(timestamp_ns)
-    clock = snapshot.add_clocks()
-    clock.set_clock_id(INCREMENTAL_CLOCK)
-    clock.set_timestamp(timestamp_ns)
-    clock.set_is_incremental(True)
-    packet = hb.msg.add_packet()
-    if sequence_id:
-        packet.set_trusted_packet_sequence_id(sequence_id)
-    track = packet.begin_track_descriptor()
-    track.set_uuid(thread_uuid(tid))
-    track.set_parent_uuid(process_uuid())
-    thread = track.begin_thread()
-    thread.set_pid(pid)
-    thread.set_tid(tid)
-    thread.set_thread_name(thread_name)
-    return hb.serialize()
+    track = thread_uuid(tid)
+    return _framed(clock_snapshot_packet(timestamp_ns, BOOTTIME, track), sequence_id) + _framed(
+        thread_descriptor_packet(track, process_uuid(), pid, tid, thread_name), sequence_id
+    )
 
 
 def interned_name(iid: int, name: str, file: str | None = None, line: int = 0) -> bytes:
     """InternedData for one event name (and its source location when `file` is given)."""
-    hb = HeapBuffered(InternedData)
-    event_name = hb.msg.add_event_names()
-    event_name.set_iid(iid)
-    event_name.set_name(name)
     if file is None:
-        return hb.serialize()
-    return hb.serialize() + source_location_entry(iid, file, name, line)
+        return event_name_entry(iid, name)
+    return event_name_entry(iid, name) + source_location_entry(iid, file, name, line)

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import sys
-import tempfile
 import threading
 import types
 from typing import TYPE_CHECKING, Any
 
 from perfetto_client._errors import TracingError
 from perfetto_client._tracer import _children, _packets
-from perfetto_client._tracer._client_events import ClientEvents
 from perfetto_client._tracer._engine import Engine, current, hook_module
 from perfetto_client._tracer._options import DEFAULT_OUTPUT, TraceOptions
 from perfetto_client._tracer._sink import FileSink, Sink, SinkStats
+from perfetto_client._tracer._sink_track_events import SinkTrackEvents
 from perfetto_client._tracer._summary import Summary
 from perfetto_client._tracer._triggers import SnapshotTriggers
 from perfetto_client._tracks import given_process_name
@@ -43,7 +41,7 @@ class Recording:
         self.engine: Engine | None = None
         self.summary: Summary | None = None
         self._children: _children.Children | None = None
-        self._client: ClientEvents | None = None
+        self._client: SinkTrackEvents | None = None
         self._triggers: SnapshotTriggers | None = None
         self._bridges: Bridges | None = None
         self._snapshots = 0
@@ -96,18 +94,17 @@ class Recording:
         if self.options.follow_children:
             self._children = _children.Children(self.options)
             self._children.enable()
-        self.engine = Engine(self.options, sink)
-        self.engine.start()
         if self.options.client_events and not self.options.system:
-            out_dir = os.path.dirname(os.path.abspath(self.options.output))
-            fd, part = tempfile.mkstemp(".pftrace", ".perfetto-trace-client-", out_dir)
-            os.close(fd)
-            self._client = ClientEvents(part, self.engine)
-            self._client.enable()
+            # The program's own track events (and its spans and log records) go straight into
+            # the sink, whether or not it initializes tracing itself. Set up before the engine
+            # starts: nothing of it is recorded as the program's calls.
+            self._client = SinkTrackEvents(sink)
+            self._client.start()
             if bridges is not None:
-                self._client.start_now()
                 bridges.install()
                 self._bridges = bridges
+        self.engine = Engine(self.options, sink)
+        self.engine.start()
         if self.options.snapshot_triggers and ring:
             self._triggers = SnapshotTriggers(self.options.snapshot_triggers, self._on_trigger)
             self._triggers.enable()
@@ -124,25 +121,16 @@ class Recording:
         if self._bridges is not None:
             self._bridges.uninstall()
             self._bridges = None
-        client_part = self._client.finish() if self._client is not None else None
+        client, self._client = self._client, None
+        if client is not None:
+            client.stop()  # its last batches reach the sink before the engine closes it
+            if client.write_error is not None and not engine.write_error:
+                error = client.write_error
+                engine.write_error = f"writing {engine.sink.stats.path}: {error.strerror or error}"
         stats: SinkStats = engine.stop()
-        if self._client is not None:
-            if (
-                client_part is not None
-                and not engine.write_error
-                and stats.admit(os.path.getsize(client_part.path), client_part.events)
-            ):
-                with open(client_part.path, "rb") as part, open(stats.path, "ab") as out:
-                    shutil.copyfileobj(part, out)
-                    stats.bytes_written = out.tell()
-                stats.events_written += client_part.events
-                if client_part.lost:
-                    stats.lost_reason = "; ".join(
-                        filter(None, (stats.lost_reason, client_part.lost))
-                    )
-            with contextlib.suppress(OSError):
-                os.unlink(self._client.part)
-            self._client = None
+        if client is not None and client.late_events:
+            stats.events_lost += client.late_events
+            stats.lost_reason = stats.lost_reason or "written after the recording stopped"
         processes = 1
         if self._children is not None:
             extra = self._children.collect(stats)

@@ -17,7 +17,7 @@ from protozero import ProtoDecoder, encode_tag, encode_varint
 
 from perfetto_client._categories import registry
 from perfetto_client._tracer._sink import Sink
-from perfetto_client._track_event import TrackEventInstance, watch_thread_names
+from perfetto_client._track_event import TrackEventInstance, thread_writers, watch_thread_names
 from perfetto_client._track_event_writer import load_encoders
 
 _PACKET_TAG = b"\x0a"  # Trace.packet (1), length-delimited
@@ -123,10 +123,12 @@ class SinkTrackEvents:
             self.write_error = self.write_error or exc
 
     def start(self) -> None:
-        """From now on, every enabled category's events are recorded."""
+        """From now on, every enabled category's events are recorded. The calling thread's
+        sequence starts now: its first event costs no more than the next."""
         load_encoders()
         watch_thread_names()
         registry.start_instance(self.instance)
+        thread_writers(1 << self.instance.slot)
 
     def stop(self) -> None:
         """Stops recording and hands every sequence's packets to the sink."""
