@@ -6,6 +6,7 @@ import tempfile
 from collections.abc import Iterator
 
 import pytest
+from google.protobuf.descriptor import Descriptor
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from protozero import encode_varint
 from traced_testlib import ConsumerSession, Traced, make_config
@@ -27,8 +28,9 @@ def _config_with(path: tuple[str, ...]) -> TraceConfig:
     """The test config plus the string field at `path` holding `NOT_UTF8` (in a new element
     where a field is repeated), parsed from the bytes a consumer would send."""
     numbers = []
-    descriptor = TraceConfig.DESCRIPTOR
+    descriptor: Descriptor | None = TraceConfig.DESCRIPTOR
     for name in path:
+        assert descriptor is not None
         field = descriptor.fields_by_name[name]
         numbers.append(field.number)
         descriptor = field.message_type

@@ -154,6 +154,11 @@ def _unread_bytes(sock: socket.socket) -> int:
     return out[0]
 
 
+def _wait_all_read(clients: list[socket.socket]) -> None:
+    """Waits until traced has read everything sent on `clients`."""
+    wait_for(lambda: not any(map(_unread_bytes, clients)), TIMEOUT)
+
+
 HALF_FRAME_ROUNDS = 5
 HALF_FRAME_CONNECTIONS = 400
 
@@ -174,7 +179,7 @@ def test_connections_dropped_mid_frame_give_their_memory_back(traced: Traced) ->
     peaks = []
     afters = []
     for _ in range(HALF_FRAME_ROUNDS):
-        clients = []
+        clients: list[socket.socket] = []
         try:
             for n in range(HALF_FRAME_CONNECTIONS):
                 client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -182,7 +187,7 @@ def test_connections_dropped_mid_frame_give_their_memory_back(traced: Traced) ->
                 client.connect(traced.producer_socket if n % 2 else traced.consumer_socket)
                 client.sendall(half_frame)
             # traced has read every half frame: each connection holds one.
-            wait_for(lambda: not any(_unread_bytes(c) for c in clients), TIMEOUT)
+            _wait_all_read(clients)
             peaks.append(_rss(traced.pid) - baseline)
         finally:
             for client in clients:
