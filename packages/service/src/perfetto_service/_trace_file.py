@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from perfetto_service._errors import ServiceError
+
 __all__ = [
     "TRACE_PACKET_TAG",
     "CorruptTraceError",
@@ -26,11 +28,11 @@ TRACE_PACKET_TAG = 0x0A
 CHUNK_SIZE = 16 << 20
 
 
-class CorruptTraceError(Exception):
+class CorruptTraceError(ServiceError):
     """A packet does not decode; the message says which and where."""
 
 
-class TraceFileError(Exception):
+class TraceFileError(ServiceError):
     """The trace file cannot be read or decoded; the message is the one line to print."""
 
 
