@@ -50,13 +50,10 @@ def test_a_truncated_trace_is_summarized_up_to_the_cut(tmp_path: Path) -> None:
     assert b"truncated: the last packet is incomplete" in result.stdout
 
 
-def test_streams_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    data = b"".join(sdk_like_packets(rounds=50))
-    monkeypatch.setattr(_summary, "CHUNK_SIZE", 97)  # packets straddle every chunk boundary
-    with (tmp_path / "t").open("wb") as file:
-        file.write(data)
-    with (tmp_path / "t").open("rb") as file:
-        summary = _summary.summarize(file)
+def test_streams_in_chunks(tmp_path: Path) -> None:
+    (tmp_path / "t").write_bytes(b"".join(sdk_like_packets(rounds=50)))
+    # Packets straddle every chunk boundary.
+    summary = _summary.summarize(str(tmp_path / "t"), chunk_size=97)
     assert summary.slices["app", "work"].count == 50
     assert summary.counters["queue_depth"].count == 50
     assert summary.truncated_at is None

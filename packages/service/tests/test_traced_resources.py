@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import array
+import fcntl
 import os
 import resource
 import socket
+import struct
 import tempfile
+import termios
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,3 +145,68 @@ def test_sessions_past_the_buffer_memory_limit_are_refused() -> None:
         finally:
             second.close()
             first.close()
+
+
+def _unread_bytes(sock: socket.socket) -> int:
+    """Bytes sent on a UNIX socket that its peer has not read yet."""
+    out = array.array("i", [0])
+    fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, out)
+    return out[0]
+
+
+def _wait_all_read(clients: list[socket.socket]) -> None:
+    """Waits until traced has read everything sent on `clients`."""
+    wait_for(lambda: not any(map(_unread_bytes, clients)), TIMEOUT)
+
+
+HALF_FRAME_ROUNDS = 5
+HALF_FRAME_CONNECTIONS = 400
+
+
+def test_connections_dropped_mid_frame_give_their_memory_back(traced: Traced) -> None:
+    # Each connection announces a frame of the largest size and sends all but 68 bytes of it.
+    size = 131072 - 4
+    half_frame = struct.pack("<I", size) + bytes(size - 68)
+    fds = _open_fds(traced.pid)  # no connection yet
+    warm_up = ConsumerSession(traced.consumer_socket)
+    try:
+        warm_up.client.enable_tracing(make_config(duration_ms=1))
+        assert warm_up.wait_disabled() == ""
+    finally:
+        warm_up.close()
+    wait_for(lambda: _open_fds(traced.pid) <= fds, TIMEOUT)
+    baseline = _rss(traced.pid)
+    peaks = []
+    afters = []
+    for _ in range(HALF_FRAME_ROUNDS):
+        clients: list[socket.socket] = []
+        try:
+            for n in range(HALF_FRAME_CONNECTIONS):
+                client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                clients.append(client)
+                client.connect(traced.producer_socket if n % 2 else traced.consumer_socket)
+                client.sendall(half_frame)
+            # traced has read every half frame: each connection holds one.
+            _wait_all_read(clients)
+            peaks.append(_rss(traced.pid) - baseline)
+        finally:
+            for client in clients:
+                client.close()
+        wait_for(lambda: _open_fds(traced.pid) <= fds, TIMEOUT)
+        afters.append(_rss(traced.pid) - baseline)
+    held = [f"{p / MIB:.0f}/{a / MIB:.0f}" for p, a in zip(peaks, afters, strict=True)]
+    # While open, a half frame costs what it holds (at most the frame size limit, as
+    # upstream's); once dropped, nothing.
+    assert max(peaks) < HALF_FRAME_CONNECTIONS * (size + 4096) + 24 * MIB, held
+    assert max(afters) < 16 * MIB, f"MiB held at the peak/after each round: {held}"
+    session = ConsumerSession(traced.consumer_socket)
+    (producer,) = start_producers(traced.producer_socket, ["after"], 10)
+    try:
+        session.client.enable_tracing(make_config())
+        producer.wait_line("WROTE")
+        session.client.disable_tracing()
+        assert session.wait_disabled() == ""
+        assert len(fortesting_packets(session.read_trace())) == 10
+    finally:
+        producer.close()
+        session.close()

@@ -7,13 +7,19 @@ distinct names, whatever the trace's size. Upstream's schema gives the packet ty
 
 from __future__ import annotations
 
-import os
+import heapq
 import struct
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from perfetto_service import (
+    TRACE_PACKET_TAG,
+    CorruptTraceError,
+    TraceFileError,
+    read_trace_file,
+)
 from protozero import read_varint
 
 from perfetto_cmd._errors import CliError
@@ -21,10 +27,11 @@ from perfetto_cmd._errors import CliError
 __all__ = ["TraceSummary", "summarize_file"]
 
 CHUNK_SIZE = 8 << 20
+ROWS = 20
+"""Rows printed per table, the largest first (as `perfetto-trace report --limit`'s default);
+the rest are counted in one line."""
 
 # Field numbers (upstream's; checked against its schema by the tests).
-_TRACE_PACKET = 1
-_PACKET_TAG = _TRACE_PACKET << 3 | 2
 _P_PROCESS_TREE = 2
 _P_CLOCK_SNAPSHOT = 6
 _P_TIMESTAMP = 8
@@ -60,7 +67,7 @@ _Fields = dict[int, list[tuple[int, int, int]]]
 
 
 def _fields(buf: memoryview, pos: int, end: int) -> _Fields:
-    """The fields of the message in buf[pos:end]; stops quietly at malformed input."""
+    """The fields of the message in buf[pos:end]; `CorruptTraceError` if it is malformed."""
     out: _Fields = {}
     while pos < end:
         tag = buf[pos]
@@ -69,7 +76,7 @@ def _fields(buf: memoryview, pos: int, end: int) -> _Fields:
         else:
             tag, pos = read_varint(buf, pos, end)
             if pos < 0:
-                break
+                raise CorruptTraceError("a tag runs past its end")
         wire_type = tag & 7
         if wire_type == 0:
             value = buf[pos] if pos < end else 0x80
@@ -78,34 +85,61 @@ def _fields(buf: memoryview, pos: int, end: int) -> _Fields:
             else:
                 value, pos = read_varint(buf, pos, end)
                 if pos < 0:
-                    break
+                    raise CorruptTraceError("a varint runs past its end")
             item = (0, value, 0)
         elif wire_type == 2:
-            size = buf[pos] if pos < end else 0x80
-            if size < 0x80:
-                pos += 1
-            else:
-                size, pos = read_varint(buf, pos, end)
-                if pos < 0:
-                    break
-            if pos + size > end:
-                break
+            size, pos = _length(buf, pos, end, "a field runs past its end")
             item = (2, pos, size)
             pos += size
         elif wire_type == 1:
             item = (1, int.from_bytes(buf[pos : pos + 8], "little"), 0)
-            pos += 8
+            pos = _skip_fixed(pos, 8, end, "a message")
         elif wire_type == 5:
             item = (5, int.from_bytes(buf[pos : pos + 4], "little"), 0)
-            pos += 4
+            pos = _skip_fixed(pos, 4, end, "a message")
         else:
-            break
+            raise CorruptTraceError("a field of a message runs past its end")
         got = out.get(tag >> 3)
         if got is None:
             out[tag >> 3] = [item]
         else:
             got.append(item)
     return out
+
+
+def _length(buf: memoryview, pos: int, end: int, error: str) -> tuple[int, int]:
+    """(size, payload offset) of the length-delimited field whose size is at `pos`; the
+    payload must end by `end`, else `CorruptTraceError(error)`."""
+    size = buf[pos] if pos < end else 0x80
+    if size < 0x80:
+        pos += 1
+    else:
+        size, pos = read_varint(buf, pos, end)
+        if pos < 0:
+            raise CorruptTraceError(error)
+    if size > end - pos:
+        raise CorruptTraceError(error)
+    return size, pos
+
+
+def _skip_field(buf: memoryview, pos: int, end: int, wire_type: int) -> int:
+    """Where the varint or fixed-size field of a message whose value is at `pos` ends."""
+    if wire_type == 0:
+        _, pos = read_varint(buf, pos, end)
+        if pos < 0:
+            raise CorruptTraceError("a varint runs past its end")
+        return pos
+    if wire_type == 1:
+        return _skip_fixed(pos, 8, end, "a message")
+    if wire_type == 5:
+        return _skip_fixed(pos, 4, end, "a message")
+    raise CorruptTraceError("a field of a message runs past its end")
+
+
+def _skip_fixed(pos: int, size: int, end: int, where: str) -> int:
+    if pos + size > end:
+        raise CorruptTraceError(f"a field of {where} runs past its end")
+    return pos + size
 
 
 def _int(fields: _Fields, field_id: int, default: int = 0) -> int:
@@ -128,14 +162,14 @@ def _text(buf: memoryview, fields: _Fields, field_id: int) -> str | None:
 _unpack_double = struct.Struct("<d").unpack
 
 
-@dataclass
+@dataclass(slots=True)
 class _SliceStats:
     count: int = 0
     total_ns: int = 0
     max_ns: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class _CounterStats:
     count: int = 0
     low: float = float("inf")
@@ -198,7 +232,7 @@ class TraceSummary:
             else:
                 tag, pos = read_varint(buf, pos, end)
                 if pos < 0:
-                    break
+                    raise CorruptTraceError("a tag runs past its end")
             field_id = tag >> 3
             wire_type = tag & 7
             if wire_type == 0:
@@ -208,7 +242,7 @@ class TraceSummary:
                 else:
                     value, pos = read_varint(buf, pos, end)
                     if pos < 0:
-                        break
+                        raise CorruptTraceError("a varint runs past its end")
                 if field_id == _P_TIMESTAMP:
                     ts = value
                 elif field_id == _P_SEQUENCE_ID:
@@ -225,14 +259,10 @@ class TraceSummary:
                     kind = field_id
             elif wire_type == 2:
                 size = buf[pos] if pos < end else 0x80
-                if size < 0x80:
+                if size < 0x80 and size < end - pos:  # the common case, inline
                     pos += 1
                 else:
-                    size, pos = read_varint(buf, pos, end)
-                    if pos < 0:
-                        break
-                if pos + size > end:
-                    break
+                    size, pos = _length(buf, pos, end, "a field runs past its end")
                 if field_id == _P_INTERNED_DATA:
                     if interned is None:
                         interned = []
@@ -245,15 +275,15 @@ class TraceSummary:
                     payload_size = size
                 pos += size
             elif wire_type == 1:
-                pos += 8
+                pos = _skip_fixed(pos, 8, end, "a packet")
                 if not kind and field_id not in metadata:
                     kind = field_id
             elif wire_type == 5:
-                pos += 4
+                pos = _skip_fixed(pos, 4, end, "a packet")
                 if not kind and field_id not in metadata:
                     kind = field_id
             else:
-                break
+                raise CorruptTraceError("a field of a packet runs past its end")
         types = self.packet_types
         types[kind] = types.get(kind, 0) + 1
         sequence = self._sequences.get(sequence_id)
@@ -289,14 +319,29 @@ class TraceSummary:
             seq.default_track = _int(_fields(buf, offset, offset + size), _TE_TRACK_UUID)
 
     def _interned(self, buf: memoryview, item: tuple[int, int, int], seq: _Sequence) -> None:
-        interned = _fields(buf, item[1], item[1] + item[2])
-        for field_id, table in (
-            (_ID_EVENT_CATEGORIES, seq.categories),
-            (_ID_EVENT_NAMES, seq.names),
-        ):
-            for _, offset, size in interned.get(field_id, ()):
-                entry = _fields(buf, offset, offset + size)
+        """Adds the event categories and names of an InternedData to the sequence's tables,
+        entry by entry (a table of a million names costs one str per name)."""
+        pos = item[1]
+        end = pos + item[2]
+        while pos < end:
+            tag = buf[pos]
+            if tag < 0x80:
+                pos += 1
+            else:
+                tag, pos = read_varint(buf, pos, end)
+                if pos < 0:
+                    raise CorruptTraceError("a tag runs past its end")
+            wire_type = tag & 7
+            if wire_type != 2:
+                pos = _skip_field(buf, pos, end, wire_type)
+                continue
+            size, pos = _length(buf, pos, end, "a field runs past its end")
+            field_id = tag >> 3
+            if field_id in {_ID_EVENT_NAMES, _ID_EVENT_CATEGORIES}:
+                entry = _fields(buf, pos, pos + size)
+                table = seq.names if field_id == _ID_EVENT_NAMES else seq.categories
                 table[_int(entry, 1)] = _text(buf, entry, 2) or ""
+            pos += size
 
     def _track_event(  # noqa: PLR0917
         self, buf: memoryview, pos: int, end: int, ts: int, sequence_id: int, seq: _Sequence
@@ -314,7 +359,7 @@ class TraceSummary:
             else:
                 tag, pos = read_varint(buf, pos, end)
                 if pos < 0:
-                    break
+                    raise CorruptTraceError("a tag of its track_event runs past its end")
             field_id = tag >> 3
             wire_type = tag & 7
             if wire_type == 0:
@@ -324,7 +369,7 @@ class TraceSummary:
                 else:
                     value, pos = read_varint(buf, pos, end)
                     if pos < 0:
-                        break
+                        raise CorruptTraceError("a varint of its track_event runs past its end")
                 if field_id == _TE_TYPE:
                     event_type = value
                 elif field_id == _TE_TRACK_UUID:
@@ -339,14 +384,17 @@ class TraceSummary:
                     counter = float(_signed(value))
             elif wire_type == 2:
                 size = buf[pos] if pos < end else 0x80
-                if size < 0x80:
+                if size < 0x80 and size < end - pos:  # the common case, inline
                     pos += 1
                 else:
-                    size, pos = read_varint(buf, pos, end)
-                    if pos < 0:
-                        break
-                if pos + size > end:
-                    break
+                    size, pos = _length(
+                        buf,
+                        pos,
+                        end,
+                        "the name of its track_event runs past its end"
+                        if field_id == _TE_NAME
+                        else "a field of its track_event runs past its end",
+                    )
                 if field_id == _TE_NAME:
                     name = str(buf[pos : pos + size], "utf-8", "replace")
                 elif field_id == _TE_CATEGORIES:
@@ -360,17 +408,18 @@ class TraceSummary:
                     while at < pos + size:
                         value, at = read_varint(buf, at, pos + size)
                         if at < 0:
-                            break
+                            raise CorruptTraceError("a varint of its track_event runs past its end")
                         category_iids.append(value)
                 pos += size
             elif wire_type == 1:
+                at = pos
+                pos = _skip_fixed(pos, 8, end, "its track_event")
                 if field_id == _TE_DOUBLE_COUNTER_VALUE:
-                    counter = _unpack_double(buf[pos : pos + 8])[0]
-                pos += 8
+                    counter = _unpack_double(buf[at:pos])[0]
             elif wire_type == 5:
-                pos += 4
+                pos = _skip_fixed(pos, 4, end, "its track_event")
             else:
-                break
+                raise CorruptTraceError("a field of its track_event runs past its end")
         if event_type == _COUNTER:
             self._counter_sample(track, 0.0 if counter is None else counter)
             return
@@ -478,71 +527,59 @@ _HANDLERS: dict[int, _Handler] = {
 }
 
 
-class _NotATraceError(CliError):
-    """The file is not a Perfetto trace; the message says why."""
+def _feed(summary: TraceSummary) -> Callable[[bytes, int], int]:
+    """The `perfetto_service.read_trace_file` decoder that adds each packet to `summary`."""
+    add = summary.add_packet
 
-
-def _packets(file: Any, summary: TraceSummary) -> Iterator[tuple[memoryview, int, int]]:
-    """(buffer, start, end) of each packet in the trace file, read in chunks."""
-    pending = b""
-    base = 0  # file offset of pending[0]
-    chunk = file.read(CHUNK_SIZE)
-    if not chunk:
-        raise _NotATraceError("the file is empty")
-    if chunk[0] != _PACKET_TAG:  # what upstream's trace_processor checks first
-        raise _NotATraceError(f"it begins with byte 0x{chunk[0]:02x}, not a TracePacket")
-    while True:
-        data = pending + chunk if pending else chunk
-        if not data:
-            return
+    def feed(data: bytes, base: int) -> int:
         buf = memoryview(data)
         end = len(data)
         pos = 0
         while pos < end:
             start = pos
-            if buf[pos] == _PACKET_TAG and pos + 2 < end:  # the common case, inline
+            if buf[pos] == TRACE_PACKET_TAG and pos + 2 < end:  # the common case, inline
                 size = buf[pos + 1]
                 if size < 0x80:
                     pos += 2
                 else:
                     size, pos = read_varint(buf, pos + 1, end)
                     if pos < 0:
-                        pos = start
-                        break
-                if pos + size > end:
-                    pos = start
-                    break
-                yield buf, pos, pos + size
+                        return start
+                if size > end - pos:
+                    return start
+                try:
+                    add(buf, pos, pos + size)
+                except CorruptTraceError as exc:
+                    raise CorruptTraceError(f"the packet at offset {base + start}: {exc}") from None
                 pos += size
                 continue
             tag, pos = read_varint(buf, pos, end)
             if pos < 0:
-                pos = start
-                break
+                return start
             wire_type = tag & 7
             if wire_type == 2:
                 size, pos = read_varint(buf, pos, end)
-                if pos < 0 or pos + size > end:
-                    pos = start
-                    break
-                if tag >> 3 == _TRACE_PACKET:
-                    yield buf, pos, pos + size
+                if pos < 0 or size > end - pos:
+                    return start
+                if tag == TRACE_PACKET_TAG:
+                    try:
+                        add(buf, pos, pos + size)
+                    except CorruptTraceError as exc:
+                        raise CorruptTraceError(
+                            f"the packet at offset {base + start}: {exc}"
+                        ) from None
                 pos += size
             elif wire_type == 0:
                 _, pos = read_varint(buf, pos, end)
                 if pos < 0:
-                    pos = start
-                    break
+                    return start
             else:
-                raise _NotATraceError(f"unexpected wire type {wire_type} at offset {base + start}")
-        del buf
-        pending = data[pos:]
-        base += pos
-        if not chunk:
-            if pending:
-                summary.truncated_at = base
-            return
-        chunk = file.read(CHUNK_SIZE)
+                raise CorruptTraceError(
+                    f"offset {base + start} holds wire type {wire_type}, not a TracePacket"
+                )
+        return end
+
+    return feed
 
 
 def _ms(ns: int) -> str:
@@ -580,8 +617,12 @@ def _packet_type_names() -> dict[int, str]:
     return {f.number: f.name for f in descriptor.fields}
 
 
-def format_summary(path: str, summary: TraceSummary) -> str:
-    """The report for `summary`."""
+def _more(count: int, what: str, indent: str = "  ") -> list[str]:
+    return [f"{indent}... {count:,} more {what}"] if count > 0 else []
+
+
+def format_summary(path: str, summary: TraceSummary, limit: int = ROWS) -> str:
+    """The report for `summary`: at most `limit` rows per table, the rest counted."""
     names = _packet_type_names()
     out = [f"{path}: {summary.size} bytes, {summary.packets} packets"]
     if summary.truncated_at is not None:
@@ -595,32 +636,38 @@ def format_summary(path: str, summary: TraceSummary) -> str:
     if summary.slices or summary.instants:
         out += ["", "Track events (slices: count, total and max duration in ms):"]
         out.append(f"  {'CATEGORY':<24} {'NAME':<32} {'COUNT':>9} {'TOTAL':>12} {'MAX':>10}")
-        rows = sorted(summary.slices.items(), key=lambda kv: -kv[1].total_ns)
+        rows = heapq.nlargest(limit, summary.slices.items(), key=lambda kv: kv[1].total_ns)
         for (category, name), stats in rows:
             out.append(
                 f"  {category:<24} {name:<32} {stats.count:>9} {_ms(stats.total_ns):>12} "
                 f"{_ms(stats.max_ns):>10}"
             )
-        for (category, name), count in summary.instants.most_common():
+        out += _more(len(summary.slices) - len(rows), "slice names")
+        instants = summary.instants.most_common(limit)
+        for (category, name), count in instants:
             out.append(f"  {category:<24} {name:<32} {count:>9} {'(instant)':>12}")
+        out += _more(len(summary.instants) - len(instants), "instant names")
         if summary.unterminated_slices:
             out.append(f"  {summary.unterminated_slices} slices did not end before the trace did")
     if summary.counters:
         out += ["", "Counters:"]
         out.append(f"  {'NAME':<40} {'SAMPLES':>9} {'MIN':>12} {'MAX':>12} {'LAST':>12}")
-        for name, c in sorted(summary.counters.items()):
+        counters = _first(limit, summary.counters.items())
+        for name, c in counters:
             out.append(f"  {name:<40} {c.count:>9} {c.low:>12g} {c.high:>12g} {c.last:>12g}")
+        out += _more(len(summary.counters) - len(counters), "counters")
     if summary.processes or summary.threads:
         out += ["", f"Processes: {len(summary.processes)}, threads: {len(summary.threads)}"]
         by_pid: dict[int, list[str]] = {}
         for tid, (pid, name) in sorted(summary.threads.items()):
             by_pid.setdefault(pid, []).append(f"{tid} {name}".rstrip())
-        for pid in sorted(set(summary.processes) | set(by_pid)):
+        pids = sorted(set(summary.processes) | set(by_pid))
+        for pid in pids[:limit]:
             out.append(f"  pid {pid} {summary.processes.get(pid, '')}".rstrip())
-            for thread in by_pid.get(pid, [])[:20]:
+            for thread in by_pid.get(pid, [])[:limit]:
                 out.append(f"    tid {thread}")
-            if len(by_pid.get(pid, [])) > 20:
-                out.append(f"    ... {len(by_pid[pid]) - 20} more threads")
+            out += _more(len(by_pid.get(pid, [])) - limit, "threads", "    ")
+        out += _more(len(pids) - limit, "processes")
     out += ["", "Data losses:"]
     out.append(f"  packets that follow lost ones on their sequence: {summary.packets_after_loss}")
     if summary.trace_stats is not None:
@@ -628,29 +675,31 @@ def format_summary(path: str, summary: TraceSummary) -> str:
     return "\n".join(out) + "\n"
 
 
-def summarize(file: Any) -> TraceSummary:
-    """Reads a trace from the binary file object `file` and summarizes it."""
+def _first(
+    limit: int, items: Iterable[tuple[str, _CounterStats]]
+) -> list[tuple[str, _CounterStats]]:
+    """The first `limit` of `items` in name order."""
+    return heapq.nsmallest(limit, items, key=lambda kv: kv[0])
+
+
+def summarize(path: str, chunk_size: int = CHUNK_SIZE) -> TraceSummary:
+    """Reads the trace at `path` and summarizes it (raises `perfetto_service.TraceFileError`)."""
     summary = TraceSummary()
-    add = summary.add_packet
-    for buf, start, end in _packets(file, summary):
-        add(buf, start, end)
+    end = read_trace_file(path, _feed(summary), chunk_size)
+    summary.size = end.size
+    summary.truncated_at = end.truncated_at
     summary.finish()
     return summary
 
 
-def summarize_file(path: str, out: TextIO) -> int:
-    """Prints the summary of the trace at `path` to `out`; 0, or `CliError` (unreadable, not a
-    Perfetto trace)."""
+def summarize_file(path: str, out: TextIO, limit: int = ROWS) -> int:
+    """Prints the summary of the trace at `path` to `out`, `limit` rows per table; 0, or
+    `CliError` (unreadable, not a Perfetto trace, corrupt)."""
     try:
-        with open(path, "rb") as file:
-            size = os.fstat(file.fileno()).st_size
-            summary = summarize(file)
-    except OSError as exc:
-        raise CliError(f"cannot read {path}: {exc.strerror}") from None
-    except _NotATraceError as exc:
-        raise CliError(f"{path} is not a Perfetto trace ({exc})") from None
+        summary = summarize(path)
+    except TraceFileError as exc:
+        raise CliError(str(exc)) from None
     if not summary.packets:
         raise CliError(f"{path} is not a Perfetto trace (no complete TracePacket in it)")
-    summary.size = size
-    out.write(format_summary(path, summary))
+    out.write(format_summary(path, summary, limit))
     return 0

@@ -26,6 +26,13 @@ if TYPE_CHECKING:
         TaskRunner,
         TracePacketSlices,
     )
+    from perfetto_service._trace_file import (
+        TRACE_PACKET_TAG,
+        CorruptTraceError,
+        TraceFileEnd,
+        TraceFileError,
+        read_trace_file,
+    )
     from perfetto_service.core._read_slicer import packet_preamble, trace_file_bytes
     from perfetto_service.core._tracing_service import TracingService, flush_flags
     from perfetto_service.core._write_into_file import TRACE_FILE_WRITE_FAILED
@@ -39,6 +46,7 @@ if TYPE_CHECKING:
     __version__: str
 
 _INTERFACES = "perfetto_service._interfaces"
+_TRACE_FILE = "perfetto_service._trace_file"
 _EXPORTS: dict[str, str] = {
     "AsyncioTaskRunner": _INTERFACES,
     "ClientIdentity": _INTERFACES,
@@ -46,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     "ConsumerEndpoint": _INTERFACES,
     "ConsumerIPCClient": "perfetto_service.ipc.consumer._consumer_ipc_client",
     "ConsumerPort": "perfetto_service.ipc.service._consumer_port",
+    "CorruptTraceError": _TRACE_FILE,
     "Producer": _INTERFACES,
     "ProducerEndpoint": _INTERFACES,
     "ProducerIPCClient": "perfetto_service.ipc.producer._producer_ipc_client",
@@ -54,24 +63,30 @@ _EXPORTS: dict[str, str] = {
     "ServiceIPCHost": "perfetto_service.ipc.service._host",
     "SessionCloned": _INTERFACES,
     "TRACE_FILE_WRITE_FAILED": "perfetto_service.core._write_into_file",
+    "TRACE_PACKET_TAG": _TRACE_FILE,
     "TaskRunner": _INTERFACES,
+    "TraceFileEnd": _TRACE_FILE,
+    "TraceFileError": _TRACE_FILE,
     "TracePacketSlices": _INTERFACES,
     "TracingService": "perfetto_service.core._tracing_service",
     "consumer_socket_name": "perfetto_service.ipc._default_socket",
     "flush_flags": "perfetto_service.core._tracing_service",
     "packet_preamble": "perfetto_service.core._read_slicer",
     "producer_socket_names": "perfetto_service.ipc._default_socket",
+    "read_trace_file": _TRACE_FILE,
     "trace_file_bytes": "perfetto_service.core._read_slicer",
 }
 
 __all__ = [
     "TRACE_FILE_WRITE_FAILED",
+    "TRACE_PACKET_TAG",
     "AsyncioTaskRunner",
     "ClientIdentity",
     "Consumer",
     "ConsumerEndpoint",
     "ConsumerIPCClient",
     "ConsumerPort",
+    "CorruptTraceError",
     "Producer",
     "ProducerEndpoint",
     "ProducerIPCClient",
@@ -80,6 +95,8 @@ __all__ = [
     "ServiceIPCHost",
     "SessionCloned",
     "TaskRunner",
+    "TraceFileEnd",
+    "TraceFileError",
     "TracePacketSlices",
     "TracingService",
     "__version__",
@@ -87,6 +104,7 @@ __all__ = [
     "flush_flags",
     "packet_preamble",
     "producer_socket_names",
+    "read_trace_file",
     "trace_file_bytes",
 ]
 

@@ -137,6 +137,7 @@ class FrameEndpoint(ABC):
         if self._closed:
             return
         self._closed = True
+        self._decoder.release()
         if self._fd_for_next is not None:
             close_fd(self._fd_for_next)
             self._fd_for_next = None

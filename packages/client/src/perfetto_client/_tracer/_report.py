@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any, TextIO
 
-from perfetto_client._tracer._slices import CorruptTraceError, Function, SliceReader
+from perfetto_service import TraceFileError, read_trace_file
+
+from perfetto_client._tracer._slices import Function, SliceReader
 
 __all__ = ["ReportError", "print_report", "read_trace"]
-
-CHUNK_SIZE = 16 << 20
 
 
 class ReportError(Exception):
@@ -22,33 +22,20 @@ class ReportError(Exception):
 
 
 def read_trace(path: str, limit: int) -> SliceReader:
-    """Decodes the trace at `path`, keeping the `limit` slowest calls."""
+    """Decodes the trace at `path`, keeping the `limit` slowest calls.
+
+    The file's verdicts (unreadable, not a trace, corrupt) are `perfetto_service`'s, which
+    `perfetto --summary` gives too; a truncated trace is refused as well.
+    """
     reader = SliceReader(limit)
     try:
-        with open(path, "rb") as file:
-            chunk = file.read(CHUNK_SIZE)
-            if not chunk:
-                raise ReportError(f"{path} is empty")
-            if chunk[0] != 0x0A:  # Trace.packet: what upstream's trace_processor checks first
-                raise ReportError(
-                    f"{path} is not a Perfetto trace (it begins with byte 0x{chunk[0]:02x})"
-                )
-            pending = b""
-            base = 0  # the file offset of pending[0]
-            while chunk:
-                data = pending + chunk if pending else chunk
-                pos = reader.feed(data, 0, len(data), base)
-                pending = data[pos:]
-                base += pos
-                chunk = file.read(CHUNK_SIZE)
-    except OSError as exc:
-        raise ReportError(f"cannot read {path}: {exc.strerror}") from None
-    except CorruptTraceError as exc:
-        raise ReportError(f"{path} is corrupt: {exc}") from None
-    if pending:
+        end = read_trace_file(path, lambda data, base: reader.feed(data, 0, len(data), base))
+    except TraceFileError as exc:
+        raise ReportError(str(exc)) from None
+    if end.truncated_at is not None:
         raise ReportError(
-            f"{path} is truncated: the packet at offset {base} ends past the end of the file "
-            f"({len(pending)} bytes of it are there)"
+            f"{path} is truncated: the packet at offset {end.truncated_at} ends past the end "
+            f"of the file ({end.truncated_bytes} bytes of it are there)"
         )
     return reader
 
@@ -89,6 +76,7 @@ def report_json(path: str, reader: SliceReader, limit: int) -> dict[str, Any]:
         "trace": path,
         "calls": reader.calls,
         "threads": len({track.uuid for track in reader.stacks if track.frames}),
+        "functions": len(functions),
         "span_ns": max(0, reader.last_ns - start),
         "functions_by_total": [
             _function_json(f) for f in sorted(functions, key=lambda f: -f.total_ns)[:limit]
@@ -131,8 +119,12 @@ def format_report(report: dict[str, Any], limit: int) -> str:
         f"{report['trace']}: {report['calls']:,} calls on {threads} "
         f"thread{'' if threads == 1 else 's'}, spanning {report['span_ns'] / 1e9:.3f} s",
     ]
+    more = report["functions"] - len(report["functions_by_total"])
+    rest = [f"{'':>12} ... {more:,} more functions"] if more > 0 else []
     out += _function_rows(f"Functions by total time (top {limit}):", report["functions_by_total"])
+    out += rest
     out += _function_rows(f"Functions by self time (top {limit}):", report["functions_by_self"])
+    out += rest
     out += ["", f"Slowest calls (top {limit}):"]
     out.append(f"{'DURATION ms':>12} {'START s':>10}  {'THREAD':<24} FUNCTION")
     for call in report["slowest_calls"]:

@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import heapq
 
-__all__ = ["CorruptTraceError", "Frame", "Function", "SliceReader", "Track"]
+from perfetto_service import CorruptTraceError
+
+__all__ = ["Frame", "Function", "SliceReader", "Track"]
 
 _SLICE_BEGIN = 1
 _SLICE_END = 2
 _FIRST_INCREMENTAL_CLOCK = 64
-
-
-class CorruptTraceError(Exception):
-    """A packet does not decode; the message says which and where."""
 
 
 class Function:

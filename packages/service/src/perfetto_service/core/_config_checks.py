@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 
 from perfetto_service.core._session import TracingSession
@@ -20,6 +22,7 @@ GUARDRAILS_MAX_DURATION_MS = 24 * _MS_PER_HOUR
 """The same, with enable_extra_guardrails."""
 _GUARDRAILS_MAX_BUFFER_KB = 128 * 1024
 _BUGREPORT_FILENAME = re.compile(r"[a-zA-Z0-9._-]*")
+_BUGREPORT_FILENAME_ERROR = "bugreport_filename contains invalid chars. Use [a-zA-Z0-9-_.]+"
 _TRIGGER_STOP = TraceConfig.TriggerConfig.STOP_TRACING
 _TRIGGER_CLONE = TraceConfig.TriggerConfig.CLONE_SNAPSHOT
 
@@ -31,7 +34,14 @@ def check_trace_config(
 
     The buffers, triggers, durations, names and per-uid limits are checked in upstream's
     order; what needs resources (buffers, the output file) is checked when it is acquired.
+    A string field that is not UTF-8 is refused first, naming the field (upstream's message
+    for `bugreport_filename`, whose characters upstream checks).
     """
+    invalid = invalid_utf8_field(config)
+    if invalid == "bugreport_filename":
+        return _BUGREPORT_FILENAME_ERROR
+    if invalid:
+        return f"TraceConfig.{invalid} is not valid UTF-8"
     guardrails = config.enable_extra_guardrails
     max_duration = GUARDRAILS_MAX_DURATION_MS if guardrails else MAX_DURATION_MS
     if config.duration_ms > max_duration:
@@ -48,7 +58,7 @@ def check_trace_config(
     if mode and config.duration_ms:
         return "duration_ms was set, this must not be set for traces with triggers."
     if not _BUGREPORT_FILENAME.fullmatch(config.bugreport_filename):
-        return "bugreport_filename contains invalid chars. Use [a-zA-Z0-9-_.]+"
+        return _BUGREPORT_FILENAME_ERROR
     if mode in (_TRIGGER_STOP, _TRIGGER_CLONE) and config.write_into_file:
         return (
             "Specifying trigger mode STOP_TRACING/CLONE_SNAPSHOT and write_into_file "
@@ -120,4 +130,26 @@ def check_trace_config(
         )
     if len(sessions) >= MAX_CONCURRENT_SESSIONS:
         return f"Too many concurrent tracing sesions ({len(sessions)})"
+    return ""
+
+
+def invalid_utf8_field(message: Message) -> str:
+    """The path of the first string field in `message` (nested ones included) that is not
+    UTF-8, e.g. `data_sources[0].config.name`; "" if there is none.
+
+    Protobuf hands such a proto2 string out as `bytes` instead of `str`.
+    """
+    for field, value in message.ListFields():
+        if field.type == FieldDescriptor.TYPE_STRING:
+            values = value if field.is_repeated else (value,)
+            for index, item in enumerate(values):
+                if isinstance(item, bytes):
+                    return field.name + (f"[{index}]" if field.is_repeated else "")
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            children = value if field.is_repeated else (value,)
+            for index, child in enumerate(children):
+                inner = invalid_utf8_field(child)
+                if inner:
+                    where = f"{field.name}[{index}]" if field.is_repeated else field.name
+                    return f"{where}.{inner}"
     return ""

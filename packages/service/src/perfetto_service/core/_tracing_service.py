@@ -41,7 +41,7 @@ from perfetto_service.core._chunk_mover import (
     move_chunks,
     target_buffer,
 )
-from perfetto_service.core._config_checks import check_trace_config
+from perfetto_service.core._config_checks import check_trace_config, invalid_utf8_field
 from perfetto_service.core._consumer_endpoint import ConsumerEndpointImpl
 from perfetto_service.core._name_filter import name_matches
 from perfetto_service.core._producer_endpoint import ProducerEndpointImpl
@@ -770,8 +770,15 @@ class TracingService:
         return instance
 
     def change_trace_config(self, consumer: ConsumerEndpointImpl, config: TraceConfig) -> None:
-        """Takes new producer name filters for the session's data sources (nothing else)."""
+        """Takes new producer name filters for the session's data sources (nothing else).
+
+        A config with a string field that is not UTF-8 changes nothing (logged).
+        """
         session = self.session(consumer.tracing_session_id)
+        invalid = invalid_utf8_field(config)
+        if invalid:
+            _log.warning("ChangeTraceConfig ignored: TraceConfig.%s is not valid UTF-8", invalid)
+            return
         if session is None or session.state not in (
             SessionState.STARTED,
             SessionState.CONFIGURED,
