@@ -86,15 +86,14 @@ class DumpState:
         dump.disconnected = process.disconnected
         dump.buffer_overran = process.buffer_overran
         dump.buffer_corrupted = process.buffer_corrupted
-        dump.hit_guardrail = process.hit_guardrail or guardrail
+        # upstream's flag for a profile a daemon bound cut short: its memory, or heaps refused
+        dump.hit_guardrail = process.hit_guardrail or guardrail or process.refused_heap_records > 0
         if process.client_error:
             dump.client_error = process.client_error  # type: ignore[assignment]
         dump.timestamp = timestamp
         dump.start_timestamp = process.start_timestamp
         dump.stats.unwinding_errors = process.unwinding_errors
         dump.stats.client_spinlock_blocked_us = process.spinlock_blocked_us
-        if process.refused_heap_records:
-            dump.stats.refused_heap_records = process.refused_heap_records
         if tracker is not None:
             dump.heap_name = tracker.name
             dump.sampling_interval_bytes = tracker.interval

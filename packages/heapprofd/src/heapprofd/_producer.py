@@ -484,6 +484,13 @@ class HeapprofdProducer:
         state.spinlock_blocked_us = stats["client_spinlock_blocked_us"]
         instance.unwinders.pop(state.pid, None)
         _log.info("pid %d %s", state.pid, "disconnected" if state.disconnected else "stopped")
+        if state.refused_heap_records:
+            _log.warning(
+                "pid %d: %d records of heaps past the bound of %d heaps per process were refused",
+                state.pid,
+                state.refused_heap_records,
+                MAX_HEAPS_PER_PROCESS,
+            )
         if instance.stopped:
             return
         # as upstream: a client's state is dumped when its connection ends

@@ -17,17 +17,17 @@ def profile_losses(trace: bytes) -> list[str]:
     """One line per process whose heap dumps in `trace` say that data was lost or refused."""
     overran: set[int] = set()
     corrupted: set[int] = set()
-    refused: dict[int, int] = {}
+    guardrail: set[int] = set()
     for packet in _profile_packets(trace):
         for dump in packet.process_dumps:
             if dump.buffer_overran:
                 overran.add(dump.pid)
             if dump.buffer_corrupted:
                 corrupted.add(dump.pid)
-            if dump.stats.refused_heap_records:
-                refused[dump.pid] = max(refused.get(dump.pid, 0), dump.stats.refused_heap_records)
+            if dump.hit_guardrail:
+                guardrail.add(dump.pid)
     lines = []
-    for pid in sorted(overran | corrupted | set(refused)):
+    for pid in sorted(overran | corrupted | guardrail):
         if pid in overran:
             lines.append(
                 f"pid {pid}: its ring buffer overran and samples were lost"
@@ -35,10 +35,10 @@ def profile_losses(trace: bytes) -> list[str]:
             )
         if pid in corrupted:
             lines.append(f"pid {pid}: it wrote a corrupt record and was disconnected")
-        if pid in refused:
+        if pid in guardrail:
             lines.append(
-                f"pid {pid}: {refused[pid]:,} records of heaps past the bound of"
-                f" {MAX_HEAPS_PER_PROCESS} heaps per process were refused"
+                f"pid {pid}: heapprofd hit a guardrail (its memory bound, or more than"
+                f" {MAX_HEAPS_PER_PROCESS} heaps in the process) and the profile is partial"
             )
     return lines
 

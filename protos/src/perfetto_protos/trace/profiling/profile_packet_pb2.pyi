@@ -117,16 +117,11 @@ class ProfilePacket(_message.Message):
         UNWINDING_TIME_US_FIELD_NUMBER: _builtins.int
         TOTAL_UNWINDING_TIME_US_FIELD_NUMBER: _builtins.int
         CLIENT_SPINLOCK_BLOCKED_US_FIELD_NUMBER: _builtins.int
-        REFUSED_HEAP_RECORDS_FIELD_NUMBER: _builtins.int
         unwinding_errors: _builtins.int
         heap_samples: _builtins.int
         map_reparses: _builtins.int
         total_unwinding_time_us: _builtins.int
         client_spinlock_blocked_us: _builtins.int
-        refused_heap_records: _builtins.int
-        """Ours, not upstream's (a number far from upstream's): heapprofd's records (HeapName,
-        Malloc, Free) of heap ids past its bound on heaps per process, dropped.
-        """
         @_builtins.property
         def unwinding_time_us(self) -> Global___ProfilePacket.Histogram: ...
         def __init__(
@@ -138,11 +133,10 @@ class ProfilePacket(_message.Message):
             unwinding_time_us: Global___ProfilePacket.Histogram | None = ...,
             total_unwinding_time_us: _builtins.int | None = ...,
             client_spinlock_blocked_us: _builtins.int | None = ...,
-            refused_heap_records: _builtins.int | None = ...,
         ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _typing.Literal["client_spinlock_blocked_us", b"client_spinlock_blocked_us", "heap_samples", b"heap_samples", "map_reparses", b"map_reparses", "refused_heap_records", b"refused_heap_records", "total_unwinding_time_us", b"total_unwinding_time_us", "unwinding_errors", b"unwinding_errors", "unwinding_time_us", b"unwinding_time_us"]  # noqa: Y015
+        _HasFieldArgType: _TypeAlias = _typing.Literal["client_spinlock_blocked_us", b"client_spinlock_blocked_us", "heap_samples", b"heap_samples", "map_reparses", b"map_reparses", "total_unwinding_time_us", b"total_unwinding_time_us", "unwinding_errors", b"unwinding_errors", "unwinding_time_us", b"unwinding_time_us"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["client_spinlock_blocked_us", b"client_spinlock_blocked_us", "heap_samples", b"heap_samples", "map_reparses", b"map_reparses", "refused_heap_records", b"refused_heap_records", "total_unwinding_time_us", b"total_unwinding_time_us", "unwinding_errors", b"unwinding_errors", "unwinding_time_us", b"unwinding_time_us"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["client_spinlock_blocked_us", b"client_spinlock_blocked_us", "heap_samples", b"heap_samples", "map_reparses", b"map_reparses", "total_unwinding_time_us", b"total_unwinding_time_us", "unwinding_errors", b"unwinding_errors", "unwinding_time_us", b"unwinding_time_us"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -381,7 +381,6 @@ class ProfilePacket_ProcessStats(Message):
     FIELD_UNWINDING_TIME_US = 4
     FIELD_TOTAL_UNWINDING_TIME_US = 5
     FIELD_CLIENT_SPINLOCK_BLOCKED_US = 6
-    FIELD_REFUSED_HEAP_RECORDS = 1000
 
     def set_unwinding_errors(self, value: int) -> None:
         if _COMPILED:
@@ -547,37 +546,6 @@ class ProfilePacket_ProcessStats(Message):
             w.write_ptr = q
         else:
             self.put_varint(0x30, value)
-
-    def set_refused_heap_records(self, value: int) -> None:
-        if _COMPILED:
-            self.put_varint(0x3EC0, value)
-            return
-        w = self.stream_writer
-        p = w.write_ptr
-        if p + 10 <= w.end and 0 <= value < 0x100_0000_0000_0000:
-            buf = w.buffer
-            buf[p] = 0xC0
-            buf[p + 1] = 0x3E
-            if value < 0x80:
-                buf[p + 2] = value
-                w.write_ptr = p + 3
-                return
-            if value < 0x4000:
-                data = _VARINTS[value]
-            elif value < 0x1000_0000:
-                data = _PAIRS[value & 0x3FFF] + _VARINTS[value >> 14]
-            elif value < 0x400_0000_0000:
-                data = _PAIRS[value & 0x3FFF] + _PAIRS[(value >> 14) & 0x3FFF]
-                data += _VARINTS[value >> 28]
-            else:
-                data = _PAIRS[value & 0x3FFF] + _PAIRS[(value >> 14) & 0x3FFF]
-                data += _PAIRS[(value >> 28) & 0x3FFF] + _VARINTS[value >> 42]
-            p += 2
-            q = p + len(data)
-            buf[p:q] = data
-            w.write_ptr = q
-        else:
-            self.put_varint(0x3EC0, value)
 
 
 class ProfilePacket_ProcessHeapSamples_ClientError(IntEnum):
