@@ -29,7 +29,6 @@ MAX_FIELD_ID: Final = (1 << 29) - 1
 UINT64_MASK: Final = 0xFFFF_FFFF_FFFF_FFFF
 
 
-
 def _two_byte_strings(first: bytes, second: bytes) -> tuple[bytes, ...]:
     """The strings `bytes((first[i], second[i]))` for every i.
 
