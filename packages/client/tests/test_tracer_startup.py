@@ -2,7 +2,8 @@
 
 Recording into a file needs the hook, the engine and the client library's encoders; the
 tracing service, its IPC, shared memory, asyncio and protobuf load only for `--system`
-(start-up cost, issues #23 and #30), the generated writers never.
+(start-up cost, issues #23 and #30), the generated writers never; nor dataclasses (it loads
+inspect) or json (#30).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ NOT_FOR_A_FILE = (
     "perfetto_wire",
     "google.protobuf",
     "importlib.metadata",
+    "dataclasses",
+    "inspect",
+    "json",
 )
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import _thread
 import atexit
 import contextlib
-import dataclasses
 import json
 import os
 import signal
@@ -43,7 +42,7 @@ class Children:
 
     def enable(self) -> None:
         """Children started from now on record into this recording's parts directory."""
-        settings = dataclasses.asdict(self.options)
+        settings = self.options._asdict()
         settings["follow_children"] = False
         settings["client_events"] = False
         settings["snapshot_triggers"] = ()
@@ -147,7 +146,7 @@ def _start_child_recording(parts: str, options: TraceOptions) -> None:
     from perfetto_client._tracer._recording import Recording
 
     pid = os.getpid()
-    options = dataclasses.replace(options, output=os.path.join(parts, f"{pid}.pftrace"))
+    options = options._replace(output=os.path.join(parts, f"{pid}.pftrace"))
     recording = Recording(options)
     recording.start()
     _note_process_starts(parts)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+from typing import NamedTuple
 
 DEFAULT_OUTPUT = "trace.pftrace"
 DEFAULT_UI_PORT = 9001
@@ -11,8 +11,7 @@ DEFAULT_MAX_SIZE_MB = 1024.0
 """The trace file's size cap unless told otherwise (`--max-size`, `--perfetto-max-size`)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class TraceOptions:
+class TraceOptions(NamedTuple):
     """Options shared by `perfetto-trace run` and `perfetto_client.record`.
 
     `include`/`exclude` are globs matched against a function's module name (a pattern also

@@ -10,7 +10,7 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from perfetto_client._errors import TracingError
-from perfetto_client._tracer import _children, _packets
+from perfetto_client._tracer import _packets
 from perfetto_client._tracer._engine import Engine, current, hook_module
 from perfetto_client._tracer._options import DEFAULT_OUTPUT, TraceOptions
 from perfetto_client._tracer._sink import FileSink, Sink, SinkStats
@@ -21,6 +21,7 @@ from perfetto_client._tracks import given_process_name
 
 if TYPE_CHECKING:
     from perfetto_client._tracer._bridges import Bridges
+    from perfetto_client._tracer._children import Children
 
 
 def process_name(argv: list[str]) -> str:
@@ -40,7 +41,7 @@ class Recording:
         self.options = options
         self.engine: Engine | None = None
         self.summary: Summary | None = None
-        self._children: _children.Children | None = None
+        self._children: Children | None = None
         self._client: SinkTrackEvents | None = None
         self._triggers: SnapshotTriggers | None = None
         self._bridges: Bridges | None = None
@@ -92,7 +93,10 @@ class Recording:
                     f"can't write {self.options.output!r}: {exc.strerror or exc}"
                 ) from None
         if self.options.follow_children:
-            self._children = _children.Children(self.options)
+            # Imported here: it loads json, which a recording without children does not need.
+            from perfetto_client._tracer._children import Children
+
+            self._children = Children(self.options)
             self._children.enable()
         if self.options.client_events and not self.options.system:
             # The program's own track events (and its spans and log records) go straight into

@@ -9,32 +9,43 @@ from __future__ import annotations
 import _thread
 import collections
 import contextlib
-import dataclasses
 import os
 import threading
 import time
 from typing import Protocol
 
 
-@dataclasses.dataclass
 class SinkStats:
     """What reached the file and what did not.
 
     `max_bytes` > 0 caps the file's size, as upstream's `max_file_size_bytes`: the first
     batch (or appended part) that would take the file past it, and everything after it, is
-    not written but counted in `events_lost` and `bytes_dropped` (see `admit`).
+    not written but counted in `events_lost` and `bytes_dropped` (see `admit`). `cut_after_s`
+    is the seconds from the sink's start (`started`) to the batch the cap cut, once it cut.
     """
 
-    path: str
-    bytes_written: int = 0
-    events_written: int = 0
-    events_lost: int = 0
-    lost_reason: str = ""
-    max_bytes: int = 0
-    bytes_dropped: int = 0
-    cut_after_s: float | None = None
-    """Seconds from the sink's start to the batch the cap cut, once it cut."""
-    started: float = dataclasses.field(default_factory=time.monotonic)
+    __slots__ = (
+        "bytes_dropped",
+        "bytes_written",
+        "cut_after_s",
+        "events_lost",
+        "events_written",
+        "lost_reason",
+        "max_bytes",
+        "path",
+        "started",
+    )
+
+    def __init__(self, path: str, max_bytes: int = 0, started: float | None = None) -> None:
+        self.path = path
+        self.bytes_written = 0
+        self.events_written = 0
+        self.events_lost = 0
+        self.lost_reason = ""
+        self.max_bytes = max_bytes
+        self.bytes_dropped = 0
+        self.cut_after_s: float | None = None
+        self.started = time.monotonic() if started is None else started
 
     def admit(self, size: int, events: int) -> bool:
         """True when `size` more bytes keep the file within the cap: the caller writes them

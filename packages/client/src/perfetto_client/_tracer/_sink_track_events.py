@@ -8,7 +8,6 @@ tracks the recorder's calls use, so the two nest in one timeline.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 from collections.abc import Callable
@@ -28,7 +27,6 @@ _SEQUENCE_IDS = (1 << 14) - 1
 """Sequence ids 1..16383: below the recorder's own (its threads' batches)."""
 
 
-@dataclasses.dataclass(frozen=True)
 class _EveryCategory:
     """The TrackEventConfig fields a track_event instance reads: every category and tag, no
     thread time (the generated protobuf class costs more to import than a small test run)."""
@@ -37,8 +35,8 @@ class _EveryCategory:
     disabled_categories: tuple[str, ...] = ()
     enabled_tags: tuple[str, ...] = ("*",)
     disabled_tags: tuple[str, ...] = ()
-    enable_thread_time_sampling: bool = False
-    thread_time_subsampling_ns: int = 0
+    enable_thread_time_sampling = False
+    thread_time_subsampling_ns = 0
 
 
 class _Sequence:

@@ -2,27 +2,60 @@
 
 from __future__ import annotations
 
-import dataclasses
+_FIELDS = (
+    "path",
+    "size",
+    "events_written",
+    "events_lost",
+    "lost_reason",
+    "span_ns",
+    "processes",
+    "system",
+    "build",
+    "incomplete",
+    "cut",
+)
 
 
-@dataclasses.dataclass
 class Summary:
-    """What a finished recording wrote."""
+    """What a finished recording wrote.
 
-    path: str
-    size: int
-    events_written: int
-    events_lost: int
-    lost_reason: str
-    span_ns: int
-    processes: int
-    system: bool = False
-    build: str = ""
-    """Which profile hook ran: "compiled" or "pure"."""
-    incomplete: bool = False
-    """A write error stopped the recording: the file is not offered for opening."""
-    cut: str = ""
-    """What the size cap cut (`SinkStats.cut`): the trace is partial, whole up to the cut."""
+    `build` is which profile hook ran ("compiled" or "pure"); `incomplete` says a write error
+    stopped the recording (the file is not offered for opening); `cut` is what the size cap
+    cut (`SinkStats.cut`): the trace is partial, whole up to the cut.
+    """
+
+    __slots__ = _FIELDS
+
+    def __init__(  # noqa: PLR0917 (the fields in order, as the recorders pass them)
+        self,
+        path: str,
+        size: int,
+        events_written: int,
+        events_lost: int,
+        lost_reason: str,
+        span_ns: int,
+        processes: int,
+        system: bool = False,
+        build: str = "",
+        incomplete: bool = False,
+        cut: str = "",
+    ) -> None:
+        self.path = path
+        self.size = size
+        self.events_written = events_written
+        self.events_lost = events_lost
+        self.lost_reason = lost_reason
+        self.span_ns = span_ns
+        self.processes = processes
+        self.system = system
+        self.build = build
+        self.incomplete = incomplete
+        self.cut = cut
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS)
+        return f"Summary({fields})"
 
     @property
     def partial(self) -> bool:
