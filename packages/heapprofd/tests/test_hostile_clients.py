@@ -149,13 +149,16 @@ def test_a_heap_name_flood_is_bounded_and_counted(stack: Stack) -> None:
         target.command("keep", "KEPT")
 
     try:
-        trace = record(stack, config_for([target.pid], all_heaps=True), during)
+        # the client waits for room rather than drop samples: the flood fills the ring
+        config = config_for([target.pid], all_heaps=True, block_client=True)
+        trace = record(stack, config, during)
     finally:
         target.close()
     assert stack.daemon.poll() is None
     dumps = list(iter_processes(heap_dumps(trace), target.pid))
     assert len(dumps) <= MAX_HEAPS_PER_PROCESS
     python = next(dump for dump in dumps if dump.heap_name == "python")
+    assert not python.flags["buffer_overran"]
     assert python.totals("keep_10mb")["allocated"] > 0.85 * KEPT_BYTES
     parsed: Any = parse_upstream_trace(trace)
     flags = {
