@@ -86,7 +86,9 @@ def test_max_size_cuts_the_trace_and_says_what_it_left_out(tmp_path: Path) -> No
     assert written + lost == _events(full_wrote["events"])  # every event counted once
     dropped = float(match["dropped"].replace(",", "")) * (1 << 20)
     difference = whole.stat().st_size - capped.stat().st_size
-    assert abs(dropped - difference) < 0.05 * difference  # timestamps' varints vary a little
+    # the same events in both runs (above), but not the same bytes: their timestamps' deltas,
+    # varint-encoded, grow with the machine's load (5.2 % apart in one loaded CI run)
+    assert abs(dropped - difference) < 0.10 * difference
     assert f"open it by dragging {capped}" in cut.stderr  # whole up to the cut: it opens
 
 
