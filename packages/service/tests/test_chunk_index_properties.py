@@ -42,7 +42,7 @@ _operations = st.lists(st.one_of(_inserts, _inserts, _removes, _copies), max_siz
 
 def _insert(index: _Index, key: int) -> None:
     slot = index.insert(key)
-    assert 0 <= slot < index.slot_count
+    assert 0 <= slot < len(index.seqs)
     fields = index.fields
     for i, value in enumerate(_fields_of(key)):
         fields[slot * STRIDE + i] = value
@@ -72,7 +72,7 @@ def _slot_contents(index: _Index, key: int) -> tuple[int, list[int], Any, Any] |
 
 def _live_keys(index: _Index) -> set[int]:
     """The keys of the slots a buffer's walk over every slot visits (`seqs` not None)."""
-    return {index.keys[s] for s in range(index.slot_count) if index.seqs[s] is not None}
+    return {index.keys[s] for s in range(len(index.seqs)) if index.seqs[s] is not None}
 
 
 @_SETTINGS
@@ -107,7 +107,7 @@ def test_both_indexes_hold_the_same_chunks_after_the_same_operations(
             copies = table.copy(), mapping.copy()
             # A copy is independent: changing the original leaves it as it was.
             for index in (table, mapping):
-                for slot in range(index.slot_count):
+                for slot in range(len(index.seqs)):
                     index.props[slot] = "changed"
                     index.fields[slot * STRIDE] = -1
                 index.insert(_key(9, 9, 9))
@@ -127,11 +127,11 @@ def test_the_table_grows_and_reuses_removed_slots() -> None:
     """Enough chunks to rehash the table several times, then churn through removals."""
     table = _chunk_index.ChunkIndex(STRIDE)
     mapping = _chunk_index_pure.ChunkIndex(STRIDE)
-    first = table.slot_count
+    first = len(table.seqs)
     for chunk_id in range(5000):
         for index in (table, mapping):
             _insert(index, _key(3, 4, chunk_id))
-    assert table.slot_count > first
+    assert len(table.seqs) > first
     for chunk_id in range(0, 5000, 2):
         for index in (table, mapping):
             _remove(index, _key(3, 4, chunk_id))

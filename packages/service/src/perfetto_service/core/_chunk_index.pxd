@@ -26,12 +26,9 @@ cdef class ChunkIndex:
 
     cdef object _allocate(self, Py_ssize_t capacity)
     cdef inline Py_ssize_t _home(self, unsigned long long key) noexcept
-    @cython.locals(
-        states="unsigned char[::1]", keys="unsigned long long[::1]", mask=Py_ssize_t,
-        slot=Py_ssize_t, state="unsigned char",
-    )
+    @cython.locals(mask=Py_ssize_t, slot=Py_ssize_t, state="unsigned char")
     cpdef Py_ssize_t find(self, unsigned long long key) except -2
-    @cython.locals(states="unsigned char[::1]", mask=Py_ssize_t, slot=Py_ssize_t, grow=bint)
+    @cython.locals(mask=Py_ssize_t, slot=Py_ssize_t, grow=bint)
     cpdef Py_ssize_t insert(self, unsigned long long key) except -2
     cpdef remove(self, Py_ssize_t slot)
     @cython.locals(

@@ -24,7 +24,11 @@ _U64 = 0xFFFFFFFFFFFFFFFF
 
 
 class ChunkIndex:
-    """Chunk slots by key; `insert` may move every slot (rehash), `find` and `remove` do not."""
+    """Chunk slots by key; `insert` may move every slot (rehash), `find` and `remove` do not.
+
+    `props` and `seqs` hold an entry per slot, used or not: slot numbers are below their
+    length. A free slot's `seqs` entry is None once the caller cleared it.
+    """
 
     __slots__ = (
         "_capacity",
@@ -47,11 +51,6 @@ class ChunkIndex:
         self._live = 0
         self._allocate(_MIN_CAPACITY)
 
-    @property
-    def slot_count(self) -> int:
-        """How many slots there are (used or not): slot numbers are below it."""
-        return self._capacity
-
     def _allocate(self, capacity: int) -> None:
         """Replaces the table by an empty one of `capacity` slots, a power of 2."""
         self._keys = array.array("Q", bytes(8 * capacity))
@@ -72,15 +71,13 @@ class ChunkIndex:
 
     def find(self, key: int) -> int:
         """The slot of the chunk with `key`, or -1 if it is not in the index."""
-        states = self.states
-        keys = self.keys
         mask = self._capacity - 1
         slot = self._home(key)
         while True:
-            state = states[slot]
+            state = self.states[slot]
             if state == _EMPTY:
                 return -1
-            if state == _USED and keys[slot] == key:
+            if state == _USED and self.keys[slot] == key:
                 return slot
             slot = (slot + 1) & mask
 
@@ -89,14 +86,13 @@ class ChunkIndex:
         if (self._live + self._tombstones + 1) * 2 > self._capacity:
             grow = (self._live + 1) * 4 > self._capacity
             self._rehash(self._capacity * 2 if grow else self._capacity)
-        states = self.states
         mask = self._capacity - 1
         slot = self._home(key)
-        while states[slot] == _USED:
+        while self.states[slot] == _USED:
             slot = (slot + 1) & mask
-        if states[slot] == _TOMBSTONE:
+        if self.states[slot] == _TOMBSTONE:
             self._tombstones -= 1
-        states[slot] = _USED
+        self.states[slot] = _USED
         self.keys[slot] = key
         self._live += 1
         return slot

@@ -12,7 +12,11 @@ from typing import Any
 
 
 class ChunkIndex:
-    """Chunk slots by key; slots never move."""
+    """Chunk slots by key; slots never move.
+
+    `props` and `seqs` hold an entry per slot, used or not: slot numbers are below their
+    length. A free slot's `seqs` entry is None once the caller cleared it.
+    """
 
     __slots__ = ("_empty", "_free", "_slot_of", "fields", "keys", "props", "seqs")
 
@@ -24,11 +28,6 @@ class ChunkIndex:
         self.fields: array.array[int] = array.array("q")
         self.props: list[Any] = []
         self.seqs: list[Any] = []
-
-    @property
-    def slot_count(self) -> int:
-        """How many slots there are (used or not): slot numbers are below it."""
-        return len(self.keys)
 
     def find(self, key: int) -> int:
         """The slot of the chunk with `key`, or -1 if it is not in the index."""

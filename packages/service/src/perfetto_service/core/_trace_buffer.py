@@ -1218,7 +1218,7 @@ class TraceBuffer:
         index = self._index
         keys = index.keys
         seqs = index.seqs
-        for slot in range(index.slot_count):
+        for slot in range(len(seqs)):
             held = seqs[slot]
             if held is None:  # a free slot (or one being freed)
                 continue
