@@ -27,6 +27,7 @@ def test_the_data_path_modules_have_a_compiled_form() -> None:
     modules = _native.compiled_modules("perfetto_service")
     assert "perfetto_service.core._packet_validator" in modules
     assert "perfetto_service.core._trace_buffer" in modules
+    assert "perfetto_service.core._chunk_index" in modules
     assert "perfetto_service.core._read_slicer" in modules
 
 

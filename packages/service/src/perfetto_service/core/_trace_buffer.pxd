@@ -2,6 +2,8 @@ import cython
 
 from protozero._decoder cimport read_varint
 
+from perfetto_service.core._chunk_index cimport ChunkIndex
+
 cdef Py_ssize_t RECORD_HEADER_SIZE
 cdef Py_ssize_t _MAX_RECORD_SIZE
 cdef Py_ssize_t _CHUNK_ID_MASK
@@ -21,12 +23,8 @@ cdef Py_ssize_t _F_READ
 cdef Py_ssize_t _F_CUR
 cdef Py_ssize_t _F_STATE
 cdef Py_ssize_t _STRIDE
-cdef long long _USED
-cdef long long _TOMBSTONE
 cdef long long _COMPLETE
 cdef long long _SKIPPED
-cdef Py_ssize_t _MIN_CAPACITY
-cdef unsigned long long _GOLDEN
 
 cdef unsigned long long _chunk_key(
     unsigned long long producer_id, unsigned long long writer_id, unsigned long long chunk_id
@@ -96,18 +94,7 @@ cdef class TraceBuffer:
     cdef object _policy
     cdef Py_ssize_t _max_record_size
     cdef Py_ssize_t _wptr
-    cdef object _keys
-    cdef unsigned long long[::1] _key_view
-    cdef object _fields
-    cdef long long[::1] _f
-    cdef list _props
-    cdef list _seqs
-    cdef Py_ssize_t _capacity
-    cdef Py_ssize_t _shift
-    cdef Py_ssize_t _live
-    cdef Py_ssize_t _tombstones
-    cdef dict _slot_of
-    cdef list _free
+    cdef ChunkIndex _index
     cdef readonly dict _sequences
     cdef _Sequence _last_seq
     cdef bint _oldest_found
@@ -123,25 +110,12 @@ cdef class TraceBuffer:
     cdef Py_ssize_t _read_chunk_id
     cdef Py_ssize_t _read_slot
 
-    cdef object _allocate(self, object capacity)
-    @cython.locals(mask=Py_ssize_t, slot=Py_ssize_t, state="long long")
-    cdef Py_ssize_t _find(self, unsigned long long key) except -2
-    @cython.locals(
-        fields="long long[::1]", mask=Py_ssize_t, slot=Py_ssize_t, grow=bint, base=Py_ssize_t
-    )
+    @cython.locals(index=ChunkIndex, fields="long long[::1]", slot=Py_ssize_t, base=Py_ssize_t)
     cdef object _insert(
         self, unsigned long long key, object props, _Sequence seq, Py_ssize_t offset, Py_ssize_t record_size,
         Py_ssize_t num_fragments, Py_ssize_t flags, bint complete,
     )
     cdef object _remove(self, Py_ssize_t slot)
-    @cython.locals(
-        old_keys="unsigned long long[::1]", old_fields="long long[::1]", old_props=list,
-        old_seqs=list,
-        old_capacity=Py_ssize_t, keys="unsigned long long[::1]", fields="long long[::1]",
-        mask=Py_ssize_t, old=Py_ssize_t, key="unsigned long long", slot=Py_ssize_t,
-        field=Py_ssize_t,
-    )
-    cdef object _rehash(self, Py_ssize_t capacity)
 
     @cython.locals(
         size=Py_ssize_t, header_size=Py_ssize_t, record_size=Py_ssize_t, producer_id=Py_ssize_t,
@@ -210,8 +184,8 @@ cdef class TraceBuffer:
     @cython.locals(sequence_key="unsigned long long", slot=Py_ssize_t)
     cdef bint _enter_sequence(self, _Sequence seq) except -1
     @cython.locals(
-        seq=_Sequence, fields="long long[::1]", keys="unsigned long long[::1]", slot=Py_ssize_t,
-        chunk_id=Py_ssize_t, last=Py_ssize_t,
+        seq=_Sequence, index=ChunkIndex, keys="unsigned long long[::1]", seqs=list,
+        slot=Py_ssize_t, chunk_id=Py_ssize_t, last=Py_ssize_t,
     )
     cdef object _find_oldest(self)
     @cython.locals(

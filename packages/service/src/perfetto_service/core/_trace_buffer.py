@@ -29,8 +29,10 @@ except ImportError:  # installed without Cython: runs as pure Python
 
 if cython.compiled:
     from cython.cimports.libc.string import memcpy, memset
-else:  # compiled, _trace_buffer.pxd cimports it from protozero
+else:  # compiled, _trace_buffer.pxd cimports them
     from protozero._decoder import read_varint
+
+    from perfetto_service.core._chunk_index_pure import ChunkIndex
 
 from perfetto_service.core._field_encoding import varint_field
 
@@ -245,11 +247,10 @@ class ChunkPayloadHistogram:
         self.sums[bucket] += value
 
 
-# The chunk index. Each chunk record in the ring has a slot: its key (producer, writer and
-# chunk id packed in 64 bits) in `_keys` and _STRIDE integer fields in `_fields`. Compiled,
-# the slots are an open-addressed table (linear probing, tombstones) probed in C; pure, a
-# dict maps keys to slots. Slots move only when an insertion rehashes the table, and every
-# insertion ends the read pass first, so the read cursor can hold a slot number.
+# The chunk index (`ChunkIndex`: compiled `_chunk_index`, pure `_chunk_index_pure`). Each
+# chunk record in the ring has a slot: its key (producer, writer and chunk id packed in 64
+# bits) and these _STRIDE integer fields. Slots move only when an insertion rehashes the
+# index, and every insertion ends the read pass first, so the read cursor can hold a slot.
 _F_OFFSET = 0
 """Where the chunk's record starts in the ring."""
 _F_SIZE = 1
@@ -262,15 +263,9 @@ _F_CUR = 5
 """Offset of the next fragment to read, from the start of the record's payload."""
 _F_STATE = 6
 _STRIDE = 7
-_USED = 1
-_TOMBSTONE = 2
 _COMPLETE = 4
 _SKIPPED = 8
 """The last fragment consumed from the chunk was skipped (lost)."""
-_MIN_CAPACITY = 256
-_GOLDEN = 0x9E3779B97F4A7C15
-"""Fibonacci hashing's multiplier: the top bits of key * _GOLDEN pick a key's first slot."""
-_EMPTY_SLOT = bytes(8 * _STRIDE)
 
 
 def _chunk_key(producer_id: int, writer_id: int, chunk_id: int) -> int:
@@ -430,21 +425,7 @@ class TraceBuffer:
         self._policy = overwrite_policy
         self._max_record_size = min(size, _MAX_RECORD_SIZE)
         self._wptr = 0
-        self._keys: array.array[int] = array.array("Q")
-        self._key_view = self._keys
-        self._fields: array.array[int] = array.array("q")
-        self._f = self._fields
-        self._props: list[PacketSequenceProperties | None] = []
-        self._seqs: list[_Sequence | None] = []
-        """The sequence of the chunk in each slot."""
-        self._capacity = 0
-        self._shift = 0
-        self._live = 0
-        self._tombstones = 0
-        self._slot_of: dict[int, int] = {}
-        self._free: list[int] = []
-        if cython.compiled:
-            self._allocate(_MIN_CAPACITY)
+        self._index = ChunkIndex(_STRIDE)
         self._sequences: dict[tuple[int, int], _Sequence] = {}
         self._last_seq: _Sequence | None = None
         """The sequence of the last chunk stored: the next one's too, most of the time."""
@@ -504,21 +485,11 @@ class TraceBuffer:
         clone._read_pos = self._read_pos
         clone._read_chunk_id = self._read_chunk_id
         clone._read_slot = self._read_slot
-        clone._capacity = self._capacity
-        clone._shift = self._shift
-        clone._live = self._live
-        clone._tombstones = self._tombstones
-        clone._keys = array.array("Q", self._keys)
-        clone._key_view = clone._keys
-        clone._fields = array.array("q", self._fields)
-        clone._f = clone._fields
-        clone._props = list(self._props)
-        clone._slot_of = dict(self._slot_of)
-        clone._free = list(self._free)
+        clone._index = index = self._index.copy()
         # One deep copy, so that the read cursor and the sequences keep pointing at each other.
         (
             clone._sequences,
-            clone._seqs,
+            index.seqs,
             clone._stats,
             clone._writer_stats,
             clone._read_order,
@@ -526,7 +497,7 @@ class TraceBuffer:
         ) = copy.deepcopy(
             (
                 self._sequences,
-                self._seqs,
+                self._index.seqs,
                 self._stats,
                 self._writer_stats,
                 self._read_order,
@@ -536,32 +507,6 @@ class TraceBuffer:
         return clone
 
     # The chunk index -------------------------------------------------------------------
-
-    def _allocate(self, capacity: int) -> None:
-        """Replaces the (compiled) table by an empty one of `capacity` slots, a power of 2."""
-        self._keys = array.array("Q", bytes(8 * capacity))
-        self._key_view = self._keys
-        self._fields = array.array("q", bytes(8 * _STRIDE * capacity))
-        self._f = self._fields
-        self._props = [None] * capacity
-        self._seqs = [None] * capacity
-        self._capacity = capacity
-        self._shift = 65 - capacity.bit_length()
-        self._tombstones = 0
-
-    def _find(self, key: int) -> int:
-        """The slot of the chunk with `key`, or -1 if it is not in the buffer."""
-        if cython.compiled:
-            mask = self._capacity - 1
-            slot = (key * _GOLDEN) >> self._shift
-            while True:
-                state = self._f[slot * _STRIDE + _F_STATE]
-                if not state:
-                    return -1
-                if state & _USED and self._key_view[slot] == key:
-                    return slot
-                slot = (slot + 1) & mask
-        return self._slot_of.get(key, -1)
 
     def _insert(  # noqa: PLR0917 - private, a new chunk's fields
         self,
@@ -575,33 +520,12 @@ class TraceBuffer:
         complete: bool,
     ) -> None:
         """Adds the chunk with `key` (not in the buffer) to the index, nothing read yet."""
-        if cython.compiled:
-            if (self._live + self._tombstones + 1) * 2 > self._capacity:
-                grow = (self._live + 1) * 4 > self._capacity
-                self._rehash(self._capacity * 2 if grow else self._capacity)
-            fields = self._f
-            mask = self._capacity - 1
-            slot = (key * _GOLDEN) >> self._shift
-            while fields[slot * _STRIDE + _F_STATE] & _USED:
-                slot = (slot + 1) & mask
-            if fields[slot * _STRIDE + _F_STATE]:
-                self._tombstones -= 1
-        elif self._free:
-            slot = self._free.pop()
-        else:
-            slot = len(self._props)
-            self._props.append(None)
-            self._seqs.append(None)
-            self._keys.append(0)
-            self._fields.frombytes(_EMPTY_SLOT)
-        if not cython.compiled:
-            self._slot_of[key] = slot
-        self._live += 1
-        self._key_view[slot] = key
-        self._props[slot] = props
-        self._seqs[slot] = seq
+        index = self._index
+        slot = index.insert(key)
+        index.props[slot] = props
+        index.seqs[slot] = seq
         seq.chunk_count += 1
-        fields = self._f
+        fields = index.fields
         base = slot * _STRIDE
         fields[base + _F_OFFSET] = offset
         fields[base + _F_SIZE] = record_size
@@ -609,43 +533,12 @@ class TraceBuffer:
         fields[base + _F_FLAGS] = flags
         fields[base + _F_READ] = 0
         fields[base + _F_CUR] = 0
-        fields[base + _F_STATE] = _USED | _COMPLETE if complete else _USED
+        fields[base + _F_STATE] = _COMPLETE if complete else 0
 
     def _remove(self, slot: int) -> None:
         """Takes the chunk in `slot` out of the index (`_forget_chunk` updates its sequence)."""
-        if cython.compiled:
-            self._f[slot * _STRIDE + _F_STATE] = _TOMBSTONE
-            self._tombstones += 1
-        else:
-            del self._slot_of[self._keys[slot]]
-            self._f[slot * _STRIDE + _F_STATE] = 0
-            self._free.append(slot)
-        self._props[slot] = None
-        self._live -= 1
-
-    def _rehash(self, capacity: int) -> None:
-        """Moves every chunk into a new (compiled) table of `capacity` slots, no tombstones."""
-        old_keys = self._key_view
-        old_fields = self._f
-        old_props = self._props
-        old_seqs = self._seqs
-        old_capacity = self._capacity
-        self._allocate(capacity)
-        keys = self._key_view
-        fields = self._f
-        mask = capacity - 1
-        for old in range(old_capacity):
-            if not old_fields[old * _STRIDE + _F_STATE] & _USED:
-                continue
-            key = old_keys[old]
-            slot = (key * _GOLDEN) >> self._shift
-            while fields[slot * _STRIDE + _F_STATE]:
-                slot = (slot + 1) & mask
-            keys[slot] = key
-            self._props[slot] = old_props[old]
-            self._seqs[slot] = old_seqs[old]
-            for field in range(_STRIDE):
-                fields[slot * _STRIDE + field] = old_fields[old * _STRIDE + field]
+        self._index.remove(slot)
+        self._index.props[slot] = None
 
     # Writing ---------------------------------------------------------------------------
 
@@ -742,7 +635,7 @@ class TraceBuffer:
             chunk_flags &= ~(_LAST_CONTINUES | _NEEDS_PATCHING)
 
         key = _chunk_key(producer_id, writer_id, chunk_id)
-        existing = self._find(key)
+        existing = self._index.find(key)
         if existing >= 0:
             self._recommit(
                 existing,
@@ -839,7 +732,7 @@ class TraceBuffer:
         stats = self._stats
         size = len(payload)
         record_size = (size + RECORD_HEADER_SIZE + 15) & ~15
-        fields = self._f
+        fields = self._index.fields
         base = slot * _STRIDE
         old_fragments = fields[base + _F_FRAGMENTS]
         old_flags = fields[base + _F_FLAGS]
@@ -852,7 +745,9 @@ class TraceBuffer:
             return
         if old_fragments == num_fragments:
             return
-        following = self._find(_chunk_key(producer_id, writer_id, (chunk_id + 1) & _CHUNK_ID_MASK))
+        following = self._index.find(
+            _chunk_key(producer_id, writer_id, (chunk_id + 1) & _CHUNK_ID_MASK)
+        )
         if following >= 0 and fields[following * _STRIDE + _F_READ] > 0:
             # Reading already moved past this chunk; rewriting it would reorder packets.
             stats.abi_violations += 1
@@ -866,7 +761,7 @@ class TraceBuffer:
             fields[base + _F_STATE] |= _COMPLETE
         else:
             fields[base + _F_STATE] &= ~_COMPLETE
-        seq = self._seqs[slot]
+        seq = self._index.seqs[slot]
         assert seq is not None
         if seq.resume is not None and _before(chunk_id, seq.resume):
             seq.resume = None
@@ -992,7 +887,7 @@ class TraceBuffer:
         forbids overwriting an unread chunk.
         """
         data = self._data
-        fields = self._f
+        fields = self._index.fields
         pos = self._wptr
         end = pos + bytes_to_clear
         removed = self._removed
@@ -1019,7 +914,7 @@ class TraceBuffer:
             if flags & _PADDING_BIT:
                 padding_cleared += record_size
             else:
-                slot = self._find(_chunk_key(producer_id, writer_id, chunk_id))
+                slot = self._index.find(_chunk_key(producer_id, writer_id, chunk_id))
                 if slot >= 0:
                     base = slot * _STRIDE
                     if fields[base + _F_READ] < fields[base + _F_FRAGMENTS]:
@@ -1044,11 +939,11 @@ class TraceBuffer:
 
     def _forget_chunk(self, slot: int) -> None:
         """Updates the sequence of the chunk in `slot`, just taken out of the index."""
-        key = self._key_view[slot]
+        key = self._index.keys[slot]
         chunk_id = key & _CHUNK_ID_MASK
-        seq = self._seqs[slot]
+        seq = self._index.seqs[slot]
         assert seq is not None
-        self._seqs[slot] = None
+        self._index.seqs[slot] = None
         seq.chunk_count -= 1
         resume = seq.resume
         if resume is None:
@@ -1059,8 +954,8 @@ class TraceBuffer:
             # left, where the next read starts, is its successor if that one is here.
             following = (resume + 1) & _CHUNK_ID_MASK
             if (
-                self._find(sequence_key | ((resume - 1) & _CHUNK_ID_MASK)) < 0
-                and self._find(sequence_key | following) >= 0
+                self._index.find(sequence_key | ((resume - 1) & _CHUNK_ID_MASK)) < 0
+                and self._index.find(sequence_key | following) >= 0
             ):
                 seq.resume = following
                 seq.resume_dropped = True
@@ -1068,7 +963,7 @@ class TraceBuffer:
             return
         if not _before(chunk_id, resume):
             return
-        if self._find(sequence_key | ((chunk_id - 1) & _CHUNK_ID_MASK)) >= 0:
+        if self._index.find(sequence_key | ((chunk_id - 1) & _CHUNK_ID_MASK)) >= 0:
             # A hole in the middle of the already-read prefix: recompute on the next read.
             seq.resume = None
         elif seq.resume_source == chunk_id:
@@ -1094,7 +989,7 @@ class TraceBuffer:
         """
         stats = self._stats
         slot = (
-            self._find(_chunk_key(producer_id, writer_id, chunk_id))
+            self._index.find(_chunk_key(producer_id, writer_id, chunk_id))
             if 0 <= producer_id <= _U16_MAX
             and 0 <= writer_id <= _U16_MAX
             and 0 <= chunk_id <= _CHUNK_ID_MASK
@@ -1103,7 +998,7 @@ class TraceBuffer:
         if slot < 0:
             stats.patches_failed += 1
             return False
-        fields = self._f
+        fields = self._index.fields
         base = slot * _STRIDE
         record_offset = fields[base + _F_OFFSET]
         payload_start = record_offset + RECORD_HEADER_SIZE
@@ -1185,7 +1080,7 @@ class TraceBuffer:
         """`read_next_packets` returning offsets instead of views, for bulk consumers."""
         max_bytes = max(max_bytes, 1)
         prev_dropped = True
-        fields = self._f
+        fields = self._index.fields
         while True:
             slot = self._read_slot
             if slot < 0:
@@ -1230,7 +1125,7 @@ class TraceBuffer:
                         # The chunk is given up; whoever reads it next sees the loss.
                         fields[base + _F_STATE] |= _SKIPPED
                     if offsets:
-                        props = self._props[slot]
+                        props = self._index.props[slot]
                         assert props is not None
                         return PacketSpans(self._data, offsets, props, 1 if prev_dropped else 0)
                     if failed:
@@ -1238,7 +1133,7 @@ class TraceBuffer:
                         break
                     continue
 
-                props = self._props[slot]
+                props = self._index.props[slot]
                 assert props is not None
                 ahead, ahead_slices = self._read_ahead()
                 if ahead == _AHEAD_OK:
@@ -1263,7 +1158,7 @@ class TraceBuffer:
         Returns the (start, end) offsets of the non-empty packets read, flattened, and
         whether a bad fragment made the chunk be given up.
         """
-        fields = self._f
+        fields = self._index.fields
         base = slot * _STRIDE
         record_offset = fields[base + _F_OFFSET]
         record_size = fields[base + _F_SIZE]
@@ -1297,12 +1192,12 @@ class TraceBuffer:
         sequence_key = _chunk_key(seq.producer_id, seq.writer_id, 0)
         resume = seq.resume
         if resume is not None:
-            slot = self._find(sequence_key | resume)
+            slot = self._index.find(sequence_key | resume)
             if slot >= 0:
                 self._read_chunk_id = resume
                 self._read_slot = slot
                 return seq.resume_dropped
-            if self._find(sequence_key | ((resume - 1) & _CHUNK_ID_MASK)) >= 0:
+            if self._index.find(sequence_key | ((resume - 1) & _CHUNK_ID_MASK)) >= 0:
                 self._read_slot = -1
                 return True
         if not self._oldest_found:
@@ -1312,7 +1207,7 @@ class TraceBuffer:
         seq.resume_dropped = True
         seq.resume_source = None
         self._read_chunk_id = start
-        self._read_slot = self._find(sequence_key | start)
+        self._read_slot = self._index.find(sequence_key | start)
         return True
 
     def _find_oldest(self) -> None:
@@ -1320,13 +1215,13 @@ class TraceBuffer:
         wrapping chunk-id order (where upstream's SequenceIterator starts)."""
         for seq in self._read_order:
             seq.oldest = -1
-        fields = self._f
-        keys = self._key_view
-        for slot in range(len(self._seqs)):
-            if not fields[slot * _STRIDE + _F_STATE] & _USED:
+        index = self._index
+        keys = index.keys
+        seqs = index.seqs
+        for slot in range(len(seqs)):
+            held = seqs[slot]
+            if held is None:  # a free slot (or one being freed)
                 continue
-            held = self._seqs[slot]
-            assert held is not None
             seq = held
             chunk_id = keys[slot] & _CHUNK_ID_MASK
             last = seq.last_written
@@ -1342,7 +1237,7 @@ class TraceBuffer:
         seq = self._read_seq
         if slot < 0 or seq is None:
             return
-        fields = self._f
+        fields = self._index.fields
         base = slot * _STRIDE
         chunk_id = self._read_chunk_id
         if chunk_id == seq.last_written or not fields[base + _F_STATE] & _COMPLETE:
@@ -1355,13 +1250,13 @@ class TraceBuffer:
             seq.resume_dropped = bool(fields[base + _F_STATE] & _SKIPPED)
             seq.resume_source = chunk_id
         self._read_chunk_id = following
-        self._read_slot = self._find(_chunk_key(seq.producer_id, seq.writer_id, following))
+        self._read_slot = self._index.find(_chunk_key(seq.producer_id, seq.writer_id, following))
 
     def _read_ahead(self) -> tuple[int, list[memoryview]]:
         """Gathers a packet that continues over the next chunks, if all of them are here."""
         seq = self._read_seq
         assert seq is not None
-        fields = self._f
+        fields = self._index.fields
         sequence_key = _chunk_key(seq.producer_id, seq.writer_id, 0)
         last_written = seq.last_written
         ahead_id = self._read_chunk_id
@@ -1370,7 +1265,7 @@ class TraceBuffer:
             if ahead_id == last_written or not fields[ahead * _STRIDE + _F_STATE] & _COMPLETE:
                 return _AHEAD_NEXT_SEQUENCE, []
             ahead_id = (ahead_id + 1) & _CHUNK_ID_MASK
-            ahead = self._find(sequence_key | ahead_id)
+            ahead = self._index.find(sequence_key | ahead_id)
             if ahead < 0:
                 return _AHEAD_NEXT_SEQUENCE, []
             num_fragments = fields[ahead * _STRIDE + _F_FRAGMENTS]
@@ -1402,7 +1297,7 @@ class TraceBuffer:
 
         Returns False, having counted it, for a fragment that overruns its chunk.
         """
-        fields = self._f
+        fields = self._index.fields
         base = slot * _STRIDE
         if fields[base + _F_READ] >= fields[base + _F_FRAGMENTS]:
             # Only a producer rewriting chunks behind the reader can lead here.
@@ -1435,11 +1330,11 @@ class TraceBuffer:
 
     def _chunk_read(self, slot: int) -> None:
         """Accounts for a complete chunk whose last fragment was just read."""
-        fields = self._f
+        fields = self._index.fields
         base = slot * _STRIDE
         self._stats.chunks_read += 1
         self._stats.bytes_read += fields[base + _F_SIZE]
-        key = self._key_view[slot]
+        key = self._index.keys[slot]
         writer = (key >> 48, (key >> 32) & _U16_MAX)
         histogram = self._writer_stats.get(writer)
         if histogram is None:
@@ -1456,7 +1351,7 @@ class TraceBuffer:
 
     def _give_up_chunk(self, slot: int) -> None:
         """Marks a chunk with a bad fragment as fully read so it is never parsed again."""
-        fields = self._f
+        fields = self._index.fields
         base = slot * _STRIDE
         fields[base + _F_CUR] = 0
         fields[base + _F_READ] = fields[base + _F_FRAGMENTS]
