@@ -6,7 +6,8 @@
 
 For `protos/perfetto/X/Y.proto` it writes `perfetto_protos/X/Y_pb2.py` (protobuf),
 `Y_pb2.pyi` (mypy-protobuf stubs) and `Y_pbzero.py` (ProtoZero writers, from
-`python -m protozero.codegen`; with a `Y_pbzero.pxd` for the files of COMPILED), plus an
+`python -m protozero.codegen`; with a `Y_pbzero.pxd` for the files of COMPILED), the field
+tags of every message (`perfetto_protos/tags/fields.py` and `fields_c.pxd`, TAGS), plus an
 `__init__.py` in every generated directory.
 
 The `_pb2` modules register their files in `perfetto_protos._pool.POOL`, not in protobuf's
@@ -48,6 +49,10 @@ COMPILED = [
 ]
 """The files whose ProtoZero writers also get a `.pxd`: compiled where perfetto-protos is built
 with Cython (the hot ones: compiling all would take minutes of each wheel build)."""
+
+TAGS = "tags/fields"
+"""The field numbers and tags of every message: `perfetto_protos/tags/fields.py` (the pure
+build's) and `fields_c.pxd` (C constants the compiled modules of every package cimport)."""
 
 
 def proto_files() -> list[str]:
@@ -118,6 +123,7 @@ def _run_pbzero(descriptor_set: Path, out: Path) -> None:
         "--package",
         PACKAGE,
         *(f"--compiled={name}" for name in COMPILED),
+        f"--tags={TAGS}",
     ]
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if result.returncode != 0:

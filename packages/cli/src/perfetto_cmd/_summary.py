@@ -14,6 +14,51 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from perfetto_protos.tags.fields import (
+    ClockSnapshot_Clock_clock_id_ID,
+    ClockSnapshot_Clock_is_incremental_ID,
+    ClockSnapshot_Clock_timestamp_ID,
+    ClockSnapshot_clocks_ID,
+    EventName_iid_ID,
+    EventName_name_ID,
+    InternedData_event_categories_ID,
+    InternedData_event_names_ID,
+    ProcessDescriptor_cmdline_ID,
+    ProcessDescriptor_pid_ID,
+    ProcessDescriptor_process_name_ID,
+    ThreadDescriptor_pid_ID,
+    ThreadDescriptor_thread_name_ID,
+    ThreadDescriptor_tid_ID,
+    TracePacket_clock_snapshot_ID,
+    TracePacket_incremental_state_cleared_ID,
+    TracePacket_interned_data_ID,
+    TracePacket_previous_packet_dropped_ID,
+    TracePacket_process_descriptor_ID,
+    TracePacket_sequence_flags_ID,
+    TracePacket_thread_descriptor_ID,
+    TracePacket_timestamp_clock_id_ID,
+    TracePacket_timestamp_ID,
+    TracePacket_trace_packet_defaults_ID,
+    TracePacket_trace_stats_ID,
+    TracePacket_track_descriptor_ID,
+    TracePacket_track_event_ID,
+    TracePacket_trusted_packet_sequence_id_ID,
+    TracePacketDefaults_track_event_defaults_ID,
+    TrackDescriptor_atrace_name_ID,
+    TrackDescriptor_name_ID,
+    TrackDescriptor_process_ID,
+    TrackDescriptor_static_name_ID,
+    TrackDescriptor_thread_ID,
+    TrackDescriptor_uuid_ID,
+    TrackEvent_categories_ID,
+    TrackEvent_category_iids_ID,
+    TrackEvent_counter_value_ID,
+    TrackEvent_double_counter_value_ID,
+    TrackEvent_name_ID,
+    TrackEvent_name_iid_ID,
+    TrackEvent_track_uuid_ID,
+    TrackEvent_type_ID,
+)
 from perfetto_service import (
     TRACE_PACKET_TAG,
     CorruptTraceError,
@@ -31,36 +76,44 @@ ROWS = 20
 """Rows printed per table, the largest first (as `perfetto-trace report --limit`'s default);
 the rest are counted in one line."""
 
-# Field numbers (upstream's; checked against its schema by the tests).
-_P_PROCESS_TREE = 2
-_P_CLOCK_SNAPSHOT = 6
-_P_TIMESTAMP = 8
-_P_SEQUENCE_ID = 10
-_P_TRACK_EVENT = 11
-_P_INTERNED_DATA = 12
-_P_SEQUENCE_FLAGS = 13
-_P_TRACE_STATS = 35
-_P_INCREMENTAL_STATE_CLEARED = 41
-_P_PREVIOUS_PACKET_DROPPED = 42
-_P_PROCESS_DESCRIPTOR = 43
-_P_THREAD_DESCRIPTOR = 44
-_P_TIMESTAMP_CLOCK_ID = 58
-_P_DEFAULTS = 59
-_P_TRACK_DESCRIPTOR = 60
+# Field numbers, from the generated tags (upstream's; checked against its schema by the tests).
+_P_CLOCK_SNAPSHOT = TracePacket_clock_snapshot_ID
+_P_TIMESTAMP = TracePacket_timestamp_ID
+_P_SEQUENCE_ID = TracePacket_trusted_packet_sequence_id_ID
+_P_TRACK_EVENT = TracePacket_track_event_ID
+_P_INTERNED_DATA = TracePacket_interned_data_ID
+_P_SEQUENCE_FLAGS = TracePacket_sequence_flags_ID
+_P_TRACE_STATS = TracePacket_trace_stats_ID
+_P_INCREMENTAL_STATE_CLEARED = TracePacket_incremental_state_cleared_ID
+_P_PREVIOUS_PACKET_DROPPED = TracePacket_previous_packet_dropped_ID
+_P_PROCESS_DESCRIPTOR = TracePacket_process_descriptor_ID
+_P_THREAD_DESCRIPTOR = TracePacket_thread_descriptor_ID
+_P_TIMESTAMP_CLOCK_ID = TracePacket_timestamp_clock_id_ID
+_P_DEFAULTS = TracePacket_trace_packet_defaults_ID
+_P_TRACK_DESCRIPTOR = TracePacket_track_descriptor_ID
 _SEQ_INCREMENTAL_STATE_CLEARED = 1
-_TE_CATEGORY_IIDS = 3
-_TE_TYPE = 9
-_TE_NAME_IID = 10
-_TE_TRACK_UUID = 11
-_TE_CATEGORIES = 22
-_TE_NAME = 23
-_TE_COUNTER_VALUE = 30
-_TE_DOUBLE_COUNTER_VALUE = 44
+_TE_CATEGORY_IIDS = TrackEvent_category_iids_ID
+_TE_TYPE = TrackEvent_type_ID
+_TE_NAME_IID = TrackEvent_name_iid_ID
+_TE_TRACK_UUID = TrackEvent_track_uuid_ID
+_TE_CATEGORIES = TrackEvent_categories_ID
+_TE_NAME = TrackEvent_name_ID
+_TE_COUNTER_VALUE = TrackEvent_counter_value_ID
+_TE_DOUBLE_COUNTER_VALUE = TrackEvent_double_counter_value_ID
 _SLICE_BEGIN, _SLICE_END, _INSTANT, _COUNTER = 1, 2, 3, 4
-_ID_EVENT_CATEGORIES = 1
-_ID_EVENT_NAMES = 2
-_DEFAULTS_TRACK_EVENT = 11
+_ID_EVENT_CATEGORIES = InternedData_event_categories_ID
+_ID_EVENT_NAMES = InternedData_event_names_ID
+_DEFAULTS_TRACK_EVENT = TracePacketDefaults_track_event_defaults_ID
 _FIRST_SEQUENCE_SCOPED_CLOCK = 64
+# ProcessTree is not modelled in protos/ (its README, "What is left out"): upstream's numbers.
+_P_PROCESS_TREE = 2  # TracePacket.process_tree
+_PT_PROCESSES = 1  # ProcessTree.processes
+_PT_THREADS = 2  # ProcessTree.threads
+_PT_PROCESS_PID = 1  # ProcessTree.Process.pid
+_PT_PROCESS_CMDLINE = 3  # ProcessTree.Process.cmdline
+_PT_THREAD_TID = 1  # ProcessTree.Thread.tid
+_PT_THREAD_NAME = 2  # ProcessTree.Thread.name
+_PT_THREAD_TGID = 3  # ProcessTree.Thread.tgid
 
 _Fields = dict[int, list[tuple[int, int, int]]]
 """Field id -> [(wire type, value or payload offset, payload size)]."""
@@ -340,7 +393,7 @@ class TraceSummary:
             if field_id in {_ID_EVENT_NAMES, _ID_EVENT_CATEGORIES}:
                 entry = _fields(buf, pos, pos + size)
                 table = seq.names if field_id == _ID_EVENT_NAMES else seq.categories
-                table[_int(entry, 1)] = _text(buf, entry, 2) or ""
+                table[_int(entry, EventName_iid_ID)] = _text(buf, entry, EventName_name_ID) or ""
             pos += size
 
     def _track_event(  # noqa: PLR0917
@@ -464,43 +517,55 @@ class TraceSummary:
 
     def _track_descriptor(self, buf: memoryview, pos: int, end: int, _seq: _Sequence) -> None:
         track = _fields(buf, pos, end)
-        uuid = _int(track, 1)
-        name = _text(buf, track, 2) or _text(buf, track, 10) or _text(buf, track, 13)
+        uuid = _int(track, TrackDescriptor_uuid_ID)
+        name = (
+            _text(buf, track, TrackDescriptor_name_ID)
+            or _text(buf, track, TrackDescriptor_static_name_ID)
+            or _text(buf, track, TrackDescriptor_atrace_name_ID)
+        )
         if name:
             self._track_names[uuid] = name
-        for _, o, s in track.get(3, ()):
+        for _, o, s in track.get(TrackDescriptor_process_ID, ()):
             self._process_descriptor(buf, o, o + s, _seq)
-        for _, o, s in track.get(4, ()):
+        for _, o, s in track.get(TrackDescriptor_thread_ID, ()):
             self._thread_descriptor(buf, o, o + s, _seq)
 
     def _process_descriptor(self, buf: memoryview, pos: int, end: int, _seq: _Sequence) -> None:
         process = _fields(buf, pos, end)
-        pid = _int(process, 1)
-        name = _text(buf, process, 6) or _text(buf, process, 2)
+        pid = _int(process, ProcessDescriptor_pid_ID)
+        name = _text(buf, process, ProcessDescriptor_process_name_ID) or _text(
+            buf, process, ProcessDescriptor_cmdline_ID
+        )
         if name or pid not in self.processes:
             self.processes[pid] = name or ""
 
     def _thread_descriptor(self, buf: memoryview, pos: int, end: int, _seq: _Sequence) -> None:
         thread = _fields(buf, pos, end)
-        tid = _int(thread, 2)
-        name = _text(buf, thread, 5)
+        tid = _int(thread, ThreadDescriptor_tid_ID)
+        name = _text(buf, thread, ThreadDescriptor_thread_name_ID)
         if name or tid not in self.threads:
-            self.threads[tid] = (_int(thread, 1), name or "")
+            self.threads[tid] = (_int(thread, ThreadDescriptor_pid_ID), name or "")
 
     def _process_tree(self, buf: memoryview, pos: int, end: int, _seq: _Sequence) -> None:
         tree = _fields(buf, pos, end)
-        for _, o, s in tree.get(1, ()):
+        for _, o, s in tree.get(_PT_PROCESSES, ()):
             process = _fields(buf, o, o + s)
-            self.processes[_int(process, 1)] = _text(buf, process, 3) or ""
-        for _, o, s in tree.get(2, ()):
+            pid = _int(process, _PT_PROCESS_PID)
+            self.processes[pid] = _text(buf, process, _PT_PROCESS_CMDLINE) or ""
+        for _, o, s in tree.get(_PT_THREADS, ()):
             thread = _fields(buf, o, o + s)
-            self.threads[_int(thread, 1)] = (_int(thread, 3), _text(buf, thread, 2) or "")
+            tid = _int(thread, _PT_THREAD_TID)
+            pid = _int(thread, _PT_THREAD_TGID)
+            self.threads[tid] = (pid, _text(buf, thread, _PT_THREAD_NAME) or "")
 
     def _clock_snapshot(self, buf: memoryview, pos: int, end: int, seq: _Sequence) -> None:
-        for _, o, s in _fields(buf, pos, end).get(1, ()):
+        for _, o, s in _fields(buf, pos, end).get(ClockSnapshot_clocks_ID, ()):
             clock = _fields(buf, o, o + s)
-            if _int(clock, 3) and _int(clock, 1) >= _FIRST_SEQUENCE_SCOPED_CLOCK:
-                seq.clocks[_int(clock, 1)] = _int(clock, 2)
+            clock_id = _int(clock, ClockSnapshot_Clock_clock_id_ID)
+            if _int(clock, ClockSnapshot_Clock_is_incremental_ID) and (
+                clock_id >= _FIRST_SEQUENCE_SCOPED_CLOCK
+            ):
+                seq.clocks[clock_id] = _int(clock, ClockSnapshot_Clock_timestamp_ID)
 
     def _trace_stats(self, buf: memoryview, pos: int, end: int, _seq: _Sequence) -> None:
         self.trace_stats = bytes(buf[pos:end])

@@ -22,32 +22,36 @@ if cython.compiled:
     from cython.cimports.cpython.long import PyLong_AsLongLongAndOverflow
     from cython.cimports.cpython.unicode import PyUnicode_AsUTF8AndSize
     from cython.cimports.libc.string import memcpy
-    from cython.cimports.perfetto_client._packet_sink import (
-        pc_put_bytes,
-        pc_put_varint,
-        pc_varint_size,
+    from cython.cimports.perfetto_client._packet_sink import pc_put_bytes
+    from cython.cimports.perfetto_protos.tags.fields_c import (
+        DebugAnnotation_bool_value_TAG,
+        DebugAnnotation_double_value_TAG,
+        DebugAnnotation_int_value_TAG,
+        DebugAnnotation_string_value_TAG,
+        TrackEvent_debug_annotations_TAG,
     )
+    from cython.cimports.protozero._varint import put_varint, varint_size
 
 __all__ = ["Traceable", "encode_annotations", "put_annotated_event"]
 
 _ANNOTATION = b"\x22"  # TrackEvent.debug_annotations (4)
 _NAME_IID = b"\x08"  # DebugAnnotation.name_iid (1)
-_BOOL = b"\x10"  # bool_value (2)
-_UINT = b"\x18"  # uint_value (3)
-_INT = b"\x20"  # int_value (4)
-_DOUBLE = b"\x29"  # double_value (5, fixed64)
-_STRING = b"\x32"  # string_value (6)
-_NAME = b"\x52"  # name (10)
-_DICT_ENTRY = b"\x5a"  # dict_entries (11)
-_ARRAY_VALUE = b"\x62"  # array_values (12)
+_BOOL = b"\x10"  # DebugAnnotation.bool_value (2)
+_UINT = b"\x18"  # DebugAnnotation.uint_value (3)
+_INT = b"\x20"  # DebugAnnotation.int_value (4)
+_DOUBLE = b"\x29"  # DebugAnnotation.double_value (5, fixed64)
+_STRING = b"\x32"  # DebugAnnotation.string_value (6)
+_NAME = b"\x52"  # DebugAnnotation.name (10)
+_DICT_ENTRY = b"\x5a"  # DebugAnnotation.dict_entries (11)
+_ARRAY_VALUE = b"\x62"  # DebugAnnotation.array_values (12)
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 _UINT64_MAX = (1 << 64) - 1
 _MAX_DEPTH = 32
 # An empty dict or list has no entries to carry its type: say it with the NestedValue form
 # (nested_value = 8, NestedValue.nested_type = DICT (1) or ARRAY (2)).
-_EMPTY_DICT = b"\x42\x02\x08\x01"
-_EMPTY_ARRAY = b"\x42\x02\x08\x02"
+_EMPTY_DICT = b"\x42\x02\x08\x01"  # DebugAnnotation.nested_value: nested_type DICT
+_EMPTY_ARRAY = b"\x42\x02\x08\x02"  # DebugAnnotation.nested_value: nested_type ARRAY
 
 
 @runtime_checkable
@@ -182,15 +186,15 @@ def put_annotated_event(
             if n < 0:
                 return False
             body = len(found[0]) + n
-            size += 1 + pc_varint_size(body) + body
+            size += 1 + varint_size(body) + body
         p = writer._open_packet(ts, b"", len(fields) + size, True)
         if p == cython.NULL:
             return False
         p = pc_put_bytes(p, fields)
         for name, value in args.items():
             prefix = _name_fields[name][0]
-            p[0] = 0x22  # _ANNOTATION
-            p = pc_put_varint(p + 1, len(prefix) + _simple_value_size(value))
+            p[0] = TrackEvent_debug_annotations_TAG
+            p = put_varint(p + 1, len(prefix) + _simple_value_size(value))
             p = pc_put_bytes(p, prefix)
             p = _put_simple_value(p, value)
         writer._close_packet(p, True)
@@ -209,7 +213,7 @@ def _simple_value_size(value: object) -> int:
             number = PyLong_AsLongLongAndOverflow(value, cython.address(overflow))
             if overflow:
                 return -1
-            size: int = 1 + pc_varint_size(number)
+            size: int = 1 + varint_size(number)
             return size
         if kind is bool:
             return 2
@@ -220,7 +224,7 @@ def _simple_value_size(value: object) -> int:
                 PyUnicode_AsUTF8AndSize(value, cython.address(length))
             except UnicodeEncodeError:
                 return -1
-            total: int = 1 + pc_varint_size(length) + length
+            total: int = 1 + varint_size(length) + length
             return total
     return -1
 
@@ -233,22 +237,20 @@ def _put_simple_value(p: Any, value: object) -> Any:
         length = 0
         kind = type(value)
         if kind is int:
-            p[0] = 0x20  # _INT
-            return pc_put_varint(
-                p + 1, PyLong_AsLongLongAndOverflow(value, cython.address(overflow))
-            )
+            p[0] = DebugAnnotation_int_value_TAG
+            return put_varint(p + 1, PyLong_AsLongLongAndOverflow(value, cython.address(overflow)))
         if kind is bool:
-            p[0] = 0x10  # _BOOL
+            p[0] = DebugAnnotation_bool_value_TAG
             p[1] = 1 if value is True else 0
             return p + 2
         if kind is float:
-            p[0] = 0x29  # _DOUBLE (little-endian, as struct.pack("<d"))
+            p[0] = DebugAnnotation_double_value_TAG  # little-endian, as struct.pack("<d")
             number = value
             memcpy(p + 1, cython.address(number), 8)
             return p + 9
         text = PyUnicode_AsUTF8AndSize(value, cython.address(length))
-        p[0] = 0x32  # _STRING
-        p = pc_put_varint(p + 1, length)
+        p[0] = DebugAnnotation_string_value_TAG
+        p = put_varint(p + 1, length)
         memcpy(p, text, length)
         return p + length
     return p

@@ -5,7 +5,8 @@
 # a sequence is bound to a TraceWriter: cimporting perfetto_smb would make
 # `import perfetto_client` import it and its protos. `pc_reserve_packet` frames a packet of
 # `size` bytes and returns where they go (NULL: use write_packet); the caller writes exactly
-# `size` bytes there, then calls `pc_commit_packet`, with nothing in between.
+# `size` bytes there, then calls `pc_commit_packet`, with nothing in between. Varints are
+# written with protozero's one codec (`protozero/_varint.pxd`).
 
 cdef extern from *:
     """
@@ -22,25 +23,7 @@ cdef extern from *:
         memcpy(p, PyBytes_AS_STRING(data), size);
         return p + size;
     }
-    static inline int pc_varint_size(unsigned long long value) {
-        int size = 1;
-        while (value >= 0x80) {
-            value >>= 7;
-            size++;
-        }
-        return size;
-    }
-    static inline unsigned char *pc_put_varint(unsigned char *p, unsigned long long value) {
-        while (value >= 0x80) {
-            *p++ = (unsigned char)(value | 0x80);
-            value >>= 7;
-        }
-        *p++ = (unsigned char)value;
-        return p;
-    }
     """
     unsigned char *pc_reserve_packet(void *fn, object writer, Py_ssize_t size) except? NULL
     int pc_commit_packet(void *fn, object writer, Py_ssize_t size) except -1
     unsigned char *pc_put_bytes(unsigned char *p, bytes data)
-    int pc_varint_size(unsigned long long value) nogil
-    unsigned char *pc_put_varint(unsigned char *p, unsigned long long value) nogil

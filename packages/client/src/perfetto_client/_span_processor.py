@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
+from perfetto_protos.tags.fields import TrackEvent_flow_ids_TAG
+from protozero import encode_varint
 
 from perfetto_client._api import _task_track
 from perfetto_client._categories import Category
@@ -30,7 +32,7 @@ __all__ = ["OTEL_CATEGORY", "PerfettoSpanProcessor"]
 
 OTEL_CATEGORY = Category("otel", description="OpenTelemetry spans (PerfettoSpanProcessor)")
 
-_FLOW_ID = b"\xf9\x02"  # TrackEvent.flow_ids (47, fixed64)
+_FLOW_ID = encode_varint(TrackEvent_flow_ids_TAG)
 _NO_IIDS: list[int] = []
 
 _spans_tracks: dict[int, tuple[NamedTrack, bytes]] = {}

@@ -33,10 +33,14 @@ if cython.compiled:
     from cython.cimports.perfetto_client._packet_sink import (
         pc_commit_packet,
         pc_put_bytes,
-        pc_put_varint,
         pc_reserve_packet,
-        pc_varint_size,
     )
+    from cython.cimports.perfetto_protos.tags.fields_c import (
+        TracePacket_interned_data_TAG,
+        TracePacket_timestamp_TAG,
+        TracePacket_track_event_TAG,
+    )
+    from cython.cimports.protozero._varint import put_varint, varint_size
 
 __all__ = [
     "CLOCK_ID_INCREMENTAL",
@@ -97,7 +101,9 @@ _EXTRA_COUNTER_TRACK_UUID = b"\xf8\x01"  # TrackEventDefaults.extra_counter_trac
 _CLOCK = b"\x0a"  # ClockSnapshot.clocks (1)
 _CLOCK_ID = b"\x08"  # ClockSnapshot.Clock.clock_id (1)
 _CLOCK_TIMESTAMP = b"\x10"  # ClockSnapshot.Clock.timestamp (2)
-_CLOCK_INCREMENTAL_NS = b"\x18\x01\x20\x01"  # is_incremental (3), unit_multiplier_ns (4) = 1
+_CLOCK_INCREMENTAL = b"\x18\x01"  # ClockSnapshot.Clock.is_incremental (3) = true
+_CLOCK_UNIT_NS = b"\x20\x01"  # ClockSnapshot.Clock.unit_multiplier_ns (4) = 1
+_CLOCK_INCREMENTAL_NS = _CLOCK_INCREMENTAL + _CLOCK_UNIT_NS
 _UUID = b"\x08"  # TrackDescriptor.uuid (1)
 _PROCESS = b"\x1a"  # TrackDescriptor.process (3)
 _THREAD = b"\x22"  # TrackDescriptor.thread (4)
@@ -114,6 +120,15 @@ _COUNTER_UNIT = b"\x18"  # CounterDescriptor.unit (3)
 _COUNTER_UNIT_MULTIPLIER = b"\x20"  # CounterDescriptor.unit_multiplier (4)
 _COUNTER_IS_INCREMENTAL = b"\x28\x01"  # CounterDescriptor.is_incremental (5) = true
 _COUNTER_UNIT_NAME = b"\x32"  # CounterDescriptor.unit_name (6)
+_ENTRY_IID = b"\x08"  # EventName.iid (1), as in EventCategory and DebugAnnotationName
+_ENTRY_NAME = b"\x12"  # EventName.name (2), as in EventCategory and DebugAnnotationName
+_LOCATION_IID = b"\x08"  # SourceLocation.iid (1)
+_LOCATION_FILE = b"\x12"  # SourceLocation.file_name (2)
+_LOCATION_FUNCTION = b"\x1a"  # SourceLocation.function_name (3)
+_LOCATION_LINE = b"\x20"  # SourceLocation.line_number (4)
+_LOG_LOCATION_IID = b"\x08"  # LogMessage.source_location_iid (1)
+_LOG_BODY_IID = b"\x10"  # LogMessage.body_iid (2)
+_LOG_PRIO = b"\x18"  # LogMessage.prio (3)
 _MAX_LOG_BODIES = 1024
 """Log message bodies a sequence remembers (and reuses the iids of) at most."""
 _MAX_CACHED_TAILS = 50_000
@@ -194,7 +209,7 @@ def _field_bytes(tag: bytes, data: bytes) -> bytes:
 
 def _interned_entry(tag: bytes, iid: int, name: str) -> bytes:
     encoded = name.encode("utf-8", "surrogatepass")
-    body = b"\x08" + varint(iid) + _field_bytes(b"\x12", encoded)
+    body = _ENTRY_IID + varint(iid) + _field_bytes(_ENTRY_NAME, encoded)
     return _field_bytes(tag, body)
 
 
@@ -210,11 +225,11 @@ def source_location_entry(iid: int, file: str, function: str, line: int) -> byte
     if not SHORT_VARINTS:  # perfetto-trace interns locations without initializing tracing
         load_encoders()
     body = (
-        b"\x08"
+        _LOCATION_IID
         + varint(iid)
-        + _field_bytes(b"\x12", file.encode("utf-8", "surrogatepass"))
-        + _field_bytes(b"\x1a", function.encode("utf-8", "surrogatepass"))
-        + b"\x20"
+        + _field_bytes(_LOCATION_FILE, file.encode("utf-8", "surrogatepass"))
+        + _field_bytes(_LOCATION_FUNCTION, function.encode("utf-8", "surrogatepass"))
+        + _LOCATION_LINE
         + varint(line)
     )
     return _field_bytes(_INTERNED_SOURCE_LOCATION, body)
@@ -625,10 +640,7 @@ class TrackEventWriter:
         if cython.compiled:
             encoded = cython.cast(cython.ulonglong, value)  # a negative value as uint64
             body = (
-                len(_COUNTER_TYPE)
-                + len(track_field)
-                + len(_COUNTER_VALUE)
-                + pc_varint_size(encoded)
+                len(_COUNTER_TYPE) + len(track_field) + len(_COUNTER_VALUE) + varint_size(encoded)
             )
             p = self._open_packet(ts, b"", body, True)
             if p == cython.NULL:
@@ -636,7 +648,7 @@ class TrackEventWriter:
             p = pc_put_bytes(p, _COUNTER_TYPE)
             p = pc_put_bytes(p, track_field)
             p = pc_put_bytes(p, _COUNTER_VALUE)
-            p = pc_put_varint(p, encoded)
+            p = put_varint(p, encoded)
             self._close_packet(p, True)
             return True
         return False
@@ -654,23 +666,23 @@ class TrackEventWriter:
             delta = ts - self.last_ts
             if delta < 0:
                 return cython.NULL
-            size = 1 + pc_varint_size(delta) + body
+            size = 1 + varint_size(delta) + body
             if interned:
-                size += 1 + pc_varint_size(len(interned)) + len(interned)
+                size += 1 + varint_size(len(interned)) + len(interned)
             if event:
-                size += 1 + pc_varint_size(body) + len(_NEEDS_STATE)
+                size += 1 + varint_size(body) + len(_NEEDS_STATE)
             p = pc_reserve_packet(self._reserve_fn, self._sink, size)
             if p == cython.NULL:
                 return cython.NULL
-            p[0] = 0x40  # _TS
-            p = pc_put_varint(p + 1, delta)
+            p[0] = TracePacket_timestamp_TAG
+            p = put_varint(p + 1, delta)
             if interned:
-                p[0] = 0x62  # _INTERNED_DATA
-                p = pc_put_varint(p + 1, len(interned))
+                p[0] = TracePacket_interned_data_TAG
+                p = put_varint(p + 1, len(interned))
                 p = pc_put_bytes(p, interned)
             if event:
-                p[0] = 0x5A  # _TRACK_EVENT
-                p = pc_put_varint(p + 1, body)
+                p[0] = TracePacket_track_event_TAG
+                p = put_varint(p + 1, body)
             self.last_ts = ts
             self._packet_size = size
             return p
@@ -705,7 +717,8 @@ class TrackEventWriter:
             self._last_log_body_iid += 1
             body_iid = bodies[body] = self._last_log_body_iid
             interned += _interned_entry(_INTERNED_LOG_BODY, body_iid, body)
-        message = b"\x08" + varint(location_iid) + b"\x10" + varint(body_iid) + b"\x18"
+        message = _LOG_LOCATION_IID + varint(location_iid) + _LOG_BODY_IID + varint(body_iid)
+        message += _LOG_PRIO
         message += SHORT_VARINTS[priority]
         self.event(
             key, TYPE_INSTANT, ts, _LOG_MESSAGE + SHORT_VARINTS[len(message)] + message, interned

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
+from perfetto_protos.tags.fields import Trace_packet_ID, TracePacket_profile_packet_ID
 from perfetto_protos.trace.profiling.profile_packet_pb2 import ProfilePacket
 from protozero import ProtoDecoder
 
 from heapprofd._bookkeeping import MAX_HEAPS_PER_PROCESS
 
 __all__ = ["profile_losses"]
-
-_TRACE_PACKET = 1  # Trace.packet
-_PROFILE_PACKET = 37  # TracePacket.profile_packet
 
 
 def profile_losses(trace: bytes) -> list[str]:
@@ -47,7 +45,7 @@ def _profile_packets(trace: bytes) -> list[ProfilePacket]:
     return [
         ProfilePacket.FromString(bytes(field.as_bytes()))
         for packet in ProtoDecoder(trace)
-        if packet.id == _TRACE_PACKET
+        if packet.id == Trace_packet_ID
         for field in packet.as_message()
-        if field.id == _PROFILE_PACKET
+        if field.id == TracePacket_profile_packet_ID
     ]

@@ -18,6 +18,7 @@ from protozero._proto_utils import (
     WritableBuffer,
     encode_tag,
     encode_varint,
+    varint_size,
     write_redundant_varint,
 )
 from protozero._scattered_stream_writer import ScatteredStreamWriter, ScatteredStreamWriterDelegate
@@ -44,6 +45,7 @@ __all__ = [
     "encode_varint",
     "read_varint",
     "tag_word",
+    "varint_size",
     "write_redundant_varint",
 ]
 

@@ -96,6 +96,11 @@ def store_varint(view: WritableBuffer, p: int, value: int) -> int:
     return p + 1
 
 
+def varint_size(value: int) -> int:
+    """The size in bytes of the shortest varint encoding of `value` (0 <= value < 2**64)."""
+    return max(1, (value.bit_length() + 6) // 7)
+
+
 def store_redundant_varint(view: WritableBuffer, p: int, value: int, size: int) -> int:
     """Stores `value` as a varint padded to exactly `size` bytes at `view[p]`, unchecked.
 

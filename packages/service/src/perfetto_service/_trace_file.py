@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from perfetto_protos.tags.fields import Trace_packet_TAG
+
 from perfetto_service._errors import ServiceError
 
 __all__ = [
@@ -22,7 +24,7 @@ __all__ = [
     "read_trace_file",
 ]
 
-TRACE_PACKET_TAG = 0x0A
+TRACE_PACKET_TAG = Trace_packet_TAG
 """The tag of `Trace.packet` (field 1, length-delimited): a trace file's first byte."""
 
 CHUNK_SIZE = 16 << 20

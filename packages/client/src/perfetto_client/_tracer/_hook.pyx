@@ -16,7 +16,16 @@ from libc.stdint cimport uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memmove, memset
 
-from protozero import read_varint
+from perfetto_protos.tags.fields_c cimport (
+    Trace_packet_TAG,
+    TracePacket_interned_data_TAG,
+    TracePacket_timestamp_TAG,
+    TracePacket_track_event_TAG,
+    TrackEvent_name_iid_TAG,
+    TrackEvent_source_location_iid_TAG,
+    TrackEvent_type_TAG,
+)
+from protozero._varint cimport put_varint, read_varint, varint_size
 
 cdef extern from *:
     """
@@ -176,25 +185,6 @@ cdef int _cgrow() except -1:
             _ctable[j] = old[i]
     free(old)
     return 0
-
-
-# The hook writes through raw pointers into its malloc'd batch, with no Python object to hand
-# protozero's encoders (which store into typed memoryviews); the pure hook uses protozero's.
-cdef inline unsigned char* _varint(unsigned char* p, uint64_t v) noexcept nogil:
-    while v >= 0x80:
-        p[0] = <unsigned char>(v | 0x80)
-        p += 1
-        v >>= 7
-    p[0] = <unsigned char>v
-    return p + 1
-
-
-cdef inline int _varint_size(uint64_t v) noexcept nogil:
-    cdef int n = 1
-    while v >= 0x80:
-        v >>= 7
-        n += 1
-    return n
 
 
 cdef int _hook(PyObject* obj, PyFrameObject* frame, int what, PyObject* arg) noexcept:
@@ -460,38 +450,39 @@ cdef class ThreadRecorder:
             self._reserve(48 + blob_len)
         p0 = self.buf + self.pos
         p = p0 + 2
-        p[0] = 0x40  # timestamp (8), a delta on the sequence's incremental clock
-        p = _varint(p + 1, ts - self.last_ts)
+        # A delta on the sequence's incremental clock. Every tag below is 1 byte but the
+        # source location's (put_varint of a constant: the C compiler unrolls it).
+        p[0] = TracePacket_timestamp_TAG
+        p = put_varint(p + 1, ts - self.last_ts)
         self.last_ts = ts
-        p[0] = 0x5A  # track_event (11)
+        p[0] = TracePacket_track_event_TAG
         q = p + 2
-        q[0] = 0x48  # type (9)
+        q[0] = TrackEvent_type_TAG
         q[1] = <unsigned char>kind
         q += 2
         if iid != 0:
-            q[0] = 0x50  # name_iid (10)
-            q = _varint(q + 1, iid)
+            q[0] = TrackEvent_name_iid_TAG
+            q = put_varint(q + 1, iid)
             if location and kind == SLICE_BEGIN:
-                q[0] = 0x90  # source_location_iid (34)
-                q[1] = 0x02
-                q = _varint(q + 2, iid)
+                q = put_varint(q, TrackEvent_source_location_iid_TAG)
+                q = put_varint(q, iid)
         p[1] = <unsigned char>(q - p - 2)
         p = q
         if blob_len:
-            p[0] = 0x62  # interned_data (12)
-            p = _varint(p + 1, blob_len)
+            p[0] = TracePacket_interned_data_TAG
+            p = put_varint(p + 1, blob_len)
             memcpy(p, blob, blob_len)
             p += blob_len
         memcpy(p, self.seq, self.seq_len)
         p += self.seq_len
         body = p - p0 - 2
-        p0[0] = 0x0A  # Trace.packet (1)
+        p0[0] = Trace_packet_TAG
         if body < 128:
             p0[1] = <unsigned char>body
         else:
-            size_len = _varint_size(body)
+            size_len = varint_size(body)
             memmove(p0 + 1 + size_len, p0 + 2, body)
-            _varint(p0 + 1, body)
+            put_varint(p0 + 1, body)
             p = p0 + 1 + size_len + body
         self.pos = p - self.buf
         self.events += 1
@@ -708,6 +699,7 @@ def uninstall_all_threads():
 def split_packets(bytes batch):
     """The packets of a batch (framed as a Trace), each without its `Trace.packet` framing."""
     cdef const unsigned char* p = <const unsigned char*><char*>batch
+    cdef const unsigned char[::1] view = batch
     cdef Py_ssize_t pos = 0, end = len(batch), size
     cdef list packets = []
     while pos < end:
@@ -715,7 +707,7 @@ def split_packets(bytes batch):
             size = p[pos + 1]
             pos += 2
         else:
-            size, pos = read_varint(batch, pos + 1, end)
+            size, pos = read_varint(view, pos + 1, end)
         packets.append(batch[pos:pos + size])
         pos += size
     return packets

@@ -13,6 +13,15 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from perfetto_protos.tags.fields import (
+    Trace_packet_TAG,
+    TracePacket_interned_data_TAG,
+    TracePacket_timestamp_TAG,
+    TracePacket_track_event_TAG,
+    TrackEvent_name_iid_TAG,
+    TrackEvent_source_location_iid_TAG,
+    TrackEvent_type_TAG,
+)
 from protozero import encode_varint, read_varint
 from protozero._proto_utils import SHORT_VARINTS
 
@@ -30,6 +39,14 @@ _codes: dict[int, int] = {}
 _interned_codes: list[types.CodeType] = []
 _c_functions: dict[Any, int] = {}
 _CLOCK = time.CLOCK_BOOTTIME
+
+_PACKET = encode_varint(Trace_packet_TAG)
+_TIMESTAMP = encode_varint(TracePacket_timestamp_TAG)
+_TRACK_EVENT = encode_varint(TracePacket_track_event_TAG)
+_INTERNED_DATA = encode_varint(TracePacket_interned_data_TAG)
+_TYPE = encode_varint(TrackEvent_type_TAG)
+_NAME_IID = encode_varint(TrackEvent_name_iid_TAG)
+_SOURCE_LOCATION_IID = encode_varint(TrackEvent_source_location_iid_TAG)
 
 
 def now_ns() -> int:
@@ -71,12 +88,8 @@ class _Deliver(BaseException):
 def _heads(tail: bytes) -> tuple[bytes, bytes, bytes]:
     # The start of a packet whose timestamp delta is a 1, 2 or 3 byte varint, then `tail`.
     return tuple(  # type: ignore[return-value]
-        b"\x0a" + _varint(1 + size + len(tail)) + b"\x40" for size in (1, 2, 3)
+        _PACKET + encode_varint(1 + size + len(tail)) + _TIMESTAMP for size in (1, 2, 3)
     )
-
-
-def _varint(value: int) -> bytes:
-    return SHORT_VARINTS[value] if value < 16384 else encode_varint(value)
 
 
 class ThreadRecorder:
@@ -206,10 +219,10 @@ class ThreadRecorder:
 
     def _pieces(self, iid: int) -> tuple[bytes, bytes, bytes, bytes]:
         # A SLICE_BEGIN of `iid` is head (by the size of the timestamp delta) + delta + tail.
-        event = b"\x48" + SHORT_VARINTS[SLICE_BEGIN] + b"\x50" + _varint(iid)
+        event = _TYPE + SHORT_VARINTS[SLICE_BEGIN] + _NAME_IID + encode_varint(iid)
         if self.locations[iid]:
-            event += b"\x90\x02" + _varint(iid)
-        tail = b"\x5a" + SHORT_VARINTS[len(event)] + event + self.seq
+            event += _SOURCE_LOCATION_IID + encode_varint(iid)
+        tail = _TRACK_EVENT + SHORT_VARINTS[len(event)] + event + self.seq
         return (*_heads(tail), tail)
 
     def _fast_profile(self) -> Callable[[types.FrameType, str, Any], None]:
@@ -226,7 +239,8 @@ class ThreadRecorder:
         short = SHORT_VARINTS
         seen = self.fast_seen
         buf = self.buf
-        end_tail = b"\x5a\x02\x48" + SHORT_VARINTS[SLICE_END] + self.seq
+        end_event = _TYPE + SHORT_VARINTS[SLICE_END]
+        end_tail = _TRACK_EVENT + SHORT_VARINTS[len(end_event)] + end_event + self.seq
         end_pieces = (*_heads(end_tail), end_tail)
         encode = encode_varint
         module_type = types.ModuleType
@@ -363,27 +377,27 @@ class ThreadRecorder:
                 self.engine.write_batch(self, bytes(self.buf))
             finally:
                 self._start_batch(ts)
-        event = b"\x48" + SHORT_VARINTS[kind]
+        event = _TYPE + SHORT_VARINTS[kind]
         interned = b""
         if iid:
-            event += b"\x50" + encode_varint(iid)
+            event += _NAME_IID + encode_varint(iid)
             if kind == SLICE_BEGIN and self.locations[iid]:
-                event += b"\x90\x02" + encode_varint(iid)
+                event += _SOURCE_LOCATION_IID + encode_varint(iid)
             if self.seen.get(iid) != self.batch_no:
                 self.seen[iid] = self.batch_no
                 blob = self.blobs[iid]
-                interned = b"\x62" + encode_varint(len(blob)) + blob
+                interned = _INTERNED_DATA + encode_varint(len(blob)) + blob
         body = (
-            b"\x40"
+            _TIMESTAMP
             + encode_varint(ts - self.last_ts)
-            + b"\x5a"
+            + _TRACK_EVENT
             + SHORT_VARINTS[len(event)]
             + event
             + interned
             + self.seq
         )
         self.last_ts = ts
-        self.buf += b"\x0a" + encode_varint(len(body)) + body
+        self.buf += _PACKET + encode_varint(len(body)) + body
         self.events += 1
 
     # ---- the stack --------------------------------------------------------------------------

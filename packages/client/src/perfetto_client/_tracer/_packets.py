@@ -10,6 +10,9 @@ more than a short program's whole run costs).
 
 from __future__ import annotations
 
+from perfetto_protos.tags.fields import Trace_packet_TAG, TracePacket_trusted_packet_sequence_id_TAG
+from protozero import encode_varint
+
 from perfetto_client._track_event_writer import (
     clock_snapshot_packet,
     event_name_entry,
@@ -22,8 +25,8 @@ from perfetto_client._track_event_writer import (
 from perfetto_client._tracks import process_uuid
 
 BOOTTIME = 6
-_SEQUENCE_ID = b"\x50"  # TracePacket.trusted_packet_sequence_id (10, varint)
-_PACKET = b"\x0a"  # Trace.packet (1, length-delimited)
+_SEQUENCE_ID = encode_varint(TracePacket_trusted_packet_sequence_id_TAG)
+_PACKET = encode_varint(Trace_packet_TAG)
 
 load_encoders()
 

@@ -12,16 +12,21 @@ import os
 import threading
 from collections.abc import Callable
 
-from protozero import ProtoDecoder, encode_tag, encode_varint
+from perfetto_protos.tags.fields import (
+    Trace_packet_TAG,
+    TracePacket_track_event_ID,
+    TracePacket_trusted_packet_sequence_id_TAG,
+)
+from protozero import ProtoDecoder, encode_varint
 
 from perfetto_client._categories import registry
 from perfetto_client._tracer._sink import Sink
 from perfetto_client._track_event import TrackEventInstance, thread_writers, watch_thread_names
 from perfetto_client._track_event_writer import load_encoders
 
-_PACKET_TAG = b"\x0a"  # Trace.packet (1), length-delimited
-_SEQUENCE_ID_TAG = encode_tag(10, 0)  # TracePacket.trusted_packet_sequence_id (10), varint
-_TRACK_EVENT_FIELD = 11  # TracePacket.track_event
+_PACKET_TAG = encode_varint(Trace_packet_TAG)
+_SEQUENCE_ID_TAG = encode_varint(TracePacket_trusted_packet_sequence_id_TAG)
+_TRACK_EVENT_FIELD = TracePacket_track_event_ID
 _BATCH_BYTES = 64 << 10
 _SEQUENCE_IDS = (1 << 14) - 1
 """Sequence ids 1..16383: below the recorder's own (its threads' batches)."""

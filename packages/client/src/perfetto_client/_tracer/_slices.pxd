@@ -1,5 +1,10 @@
 import cython
 
+cdef int _PROCESS_TREE
+cdef int _PROCESSES
+cdef int _PROCESS_PID
+cdef int _PROCESS_CMDLINE
+
 
 cdef class Function:
     cdef public str name
@@ -62,7 +67,7 @@ cdef class SliceReader:
     cdef Py_ssize_t _at
     cdef bytes _data
 
-    @cython.locals(value="unsigned long long", shift=int, b="unsigned long long")
+    @cython.locals(value="unsigned long long")
     cdef inline unsigned long long _varint(self, const unsigned char[::1] buf, Py_ssize_t pos, Py_ssize_t end) noexcept
     @cython.locals(size="unsigned long long")
     cdef Py_ssize_t _skip(self, const unsigned char[::1] buf, Py_ssize_t pos, Py_ssize_t end, int wire_type, str where) except -1

@@ -12,6 +12,7 @@ from protozero._proto_utils import (
     WIRE_TYPE_FIXED32,
     WIRE_TYPE_FIXED64,
     WIRE_TYPE_LENGTH_DELIMITED,
+    WIRE_TYPE_START_GROUP,
     WIRE_TYPE_VARINT,
     encode_tag,
 )
@@ -72,6 +73,26 @@ _NOT_PACKABLE = {TYPE_STRING, TYPE_BYTES, TYPE_MESSAGE, TYPE_GROUP}
 _SET_FIELDS = "set_fields"
 """The compiled writers' method that sets several scalar fields in one call."""
 _RESERVED = frozenset(dir(Message))
+
+
+def is_packed(field: FieldDesc, syntax: str) -> bool:
+    """Whether a repeated field is written packed (proto3's default, proto2's `packed` option)."""
+    if field.label != LABEL_REPEATED or field.type in _NOT_PACKABLE:
+        return False
+    if field.packed_option is not None:
+        return field.packed_option
+    return syntax == "proto3"
+
+
+def field_wire_type(field: FieldDesc, syntax: str) -> int:
+    """The wire type a field is written with."""
+    if is_packed(field, syntax):
+        return WIRE_TYPE_LENGTH_DELIMITED
+    if field.type == TYPE_GROUP:
+        return WIRE_TYPE_START_GROUP
+    if field.type == TYPE_MESSAGE:
+        return WIRE_TYPE_LENGTH_DELIMITED
+    return _SCALARS[field.type][1]
 
 
 @dataclass(frozen=True)
@@ -314,11 +335,7 @@ class _FileRenderer:
         return f"{self._alias_for(ref.proto_file)}.{ref.name}"
 
     def _is_packed(self, field: FieldDesc) -> bool:
-        if field.label != LABEL_REPEATED or field.type in _NOT_PACKABLE:
-            return False
-        if field.packed_option is not None:
-            return field.packed_option
-        return self._desc.syntax == "proto3"
+        return is_packed(field, self._desc.syntax)
 
     def _enum_lines(self, enum: EnumDesc, name: str, full_name: str) -> list[str]:
         self._uses_int_enum = True

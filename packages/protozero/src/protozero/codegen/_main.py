@@ -8,11 +8,12 @@ from pathlib import Path
 
 from protozero.codegen._descriptors import DescriptorError, parse_descriptor_set
 from protozero.codegen._generator import generate
+from protozero.codegen._tags import field_tags, render_tags_pxd, render_tags_py
 
 
 def main(argv: list[str] | None = None) -> int:
     """Writes `OUT_DIR/<file minus prefix, minus .proto>_pbzero.py` for each selected file (and
-    a `.pxd` beside it for those `--compiled` selects)."""
+    a `.pxd` beside it for those `--compiled` selects), and the field tags `--tags` asks for."""
     parser = argparse.ArgumentParser(
         prog="python -m protozero.codegen",
         description="Generates ProtoZero writer classes from a FileDescriptorSet "
@@ -35,6 +36,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="PATTERN",
         help="also write a .pxd (a compiled build) for the files matching this glob; repeatable",
     )
+    parser.add_argument(
+        "--tags",
+        default="",
+        metavar="STEM",
+        help="also write the field tags of the selected files: OUT_DIR/STEM.py (Python "
+        "constants) and OUT_DIR/STEM_c.pxd (C constants), e.g. --tags tags/fields",
+    )
     args = parser.parse_args(argv)
     try:
         data = args.descriptor_set.read_bytes()
@@ -44,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         files = parse_descriptor_set(data)
         sources = generate(files, args.strip_prefix, args.package, args.compiled)
+        if args.tags:
+            tags = field_tags(files, args.strip_prefix)
+            dotted = f"{args.package}.{args.tags}" if args.package else args.tags
+            dotted = dotted.replace("/", ".")
+            sources[f"{args.tags}.py"] = render_tags_py(tags, f"{dotted}_c")
+            sources[f"{args.tags}_c.pxd"] = render_tags_pxd(tags, dotted)
     except DescriptorError as exc:
         print(f"protozero.codegen: {args.descriptor_set}: {exc}", file=sys.stderr)
         return 1

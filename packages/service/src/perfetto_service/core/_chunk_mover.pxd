@@ -14,21 +14,6 @@ cdef int _VARINT
 cdef int _FIXED64
 cdef int _BYTES
 cdef int _FIXED32
-cdef unsigned long long _REQUEST_MOVE
-cdef unsigned long long _REQUEST_PATCH
-cdef unsigned long long _REQUEST_FLUSH_ID
-cdef unsigned long long _MOVE_PAGE
-cdef unsigned long long _MOVE_CHUNK
-cdef unsigned long long _MOVE_TARGET_BUFFER
-cdef unsigned long long _MOVE_DATA
-cdef unsigned long long _MOVE_INCOMPLETE
-cdef unsigned long long _PATCH_TARGET_BUFFER
-cdef unsigned long long _PATCH_WRITER_ID
-cdef unsigned long long _PATCH_CHUNK_ID
-cdef unsigned long long _PATCH_PATCHES
-cdef unsigned long long _PATCH_HAS_MORE
-cdef unsigned long long _PATCH_OFFSET
-cdef unsigned long long _PATCH_DATA
 
 cpdef object target_buffer(dict buffers, object endpoint, object buffer_id, object writer_id)
 cpdef object commit_data_request(object request)
@@ -57,10 +42,7 @@ cdef class _CommitWalk:
 
     @cython.locals(end=Py_ssize_t, tag="unsigned long long")
     cdef bint walk(self) except -1
-    @cython.locals(
-        pos=Py_ssize_t, value="unsigned long long",
-        bits="unsigned long long", shift=int, limit=Py_ssize_t, byte="unsigned char",
-    )
+    @cython.locals(pos=Py_ssize_t, value="unsigned long long", after=Py_ssize_t)
     cdef unsigned long long _varint(self, Py_ssize_t end) noexcept
     @cython.locals(length="unsigned long long", room="unsigned long long")
     cdef Py_ssize_t _message_end(self, Py_ssize_t end) noexcept

@@ -25,6 +25,45 @@ from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 
 from perfetto_service.core._trace_buffer import Patch
 
+if cython.compiled:
+    from cython.cimports.perfetto_protos.tags.fields_c import (
+        CommitDataRequest_chunks_to_move_TAG,
+        CommitDataRequest_chunks_to_patch_TAG,
+        CommitDataRequest_ChunksToMove_chunk_incomplete_TAG,
+        CommitDataRequest_ChunksToMove_chunk_TAG,
+        CommitDataRequest_ChunksToMove_data_TAG,
+        CommitDataRequest_ChunksToMove_page_TAG,
+        CommitDataRequest_ChunksToMove_target_buffer_TAG,
+        CommitDataRequest_ChunkToPatch_chunk_id_TAG,
+        CommitDataRequest_ChunkToPatch_has_more_patches_TAG,
+        CommitDataRequest_ChunkToPatch_Patch_data_TAG,
+        CommitDataRequest_ChunkToPatch_Patch_offset_TAG,
+        CommitDataRequest_ChunkToPatch_patches_TAG,
+        CommitDataRequest_ChunkToPatch_target_buffer_TAG,
+        CommitDataRequest_ChunkToPatch_writer_id_TAG,
+        CommitDataRequest_flush_request_id_TAG,
+    )
+    from cython.cimports.protozero._varint import read_varint
+else:
+    from perfetto_protos.tags.fields import (
+        CommitDataRequest_chunks_to_move_TAG,
+        CommitDataRequest_chunks_to_patch_TAG,
+        CommitDataRequest_ChunksToMove_chunk_incomplete_TAG,
+        CommitDataRequest_ChunksToMove_chunk_TAG,
+        CommitDataRequest_ChunksToMove_data_TAG,
+        CommitDataRequest_ChunksToMove_page_TAG,
+        CommitDataRequest_ChunksToMove_target_buffer_TAG,
+        CommitDataRequest_ChunkToPatch_chunk_id_TAG,
+        CommitDataRequest_ChunkToPatch_has_more_patches_TAG,
+        CommitDataRequest_ChunkToPatch_Patch_data_TAG,
+        CommitDataRequest_ChunkToPatch_Patch_offset_TAG,
+        CommitDataRequest_ChunkToPatch_patches_TAG,
+        CommitDataRequest_ChunkToPatch_target_buffer_TAG,
+        CommitDataRequest_ChunkToPatch_writer_id_TAG,
+        CommitDataRequest_flush_request_id_TAG,
+    )
+    from protozero import read_varint
+
 if not cython.compiled:  # compiled, the .pxd cimports them
     from perfetto_smb import SharedMemoryReader
 
@@ -58,27 +97,6 @@ _VARINT = 0
 _FIXED64 = 1
 _BYTES = 2
 _FIXED32 = 5
-
-# Tags (field number << 3 | wire type) of the fields the walk decodes.
-# CommitDataRequest: chunks_to_move = 1, chunks_to_patch = 2, flush_request_id = 3.
-_REQUEST_MOVE = 0x0A
-_REQUEST_PATCH = 0x12
-_REQUEST_FLUSH_ID = 0x18
-# ChunksToMove: page = 1, chunk = 2, target_buffer = 3, data = 4, chunk_incomplete = 5.
-_MOVE_PAGE = 0x08
-_MOVE_CHUNK = 0x10
-_MOVE_TARGET_BUFFER = 0x18
-_MOVE_DATA = 0x22
-_MOVE_INCOMPLETE = 0x28
-# ChunkToPatch: target_buffer = 1, writer_id = 2, chunk_id = 3, patches = 4, has_more = 5.
-_PATCH_TARGET_BUFFER = 0x08
-_PATCH_WRITER_ID = 0x10
-_PATCH_CHUNK_ID = 0x18
-_PATCH_PATCHES = 0x22
-_PATCH_HAS_MORE = 0x28
-# ChunkToPatch.Patch: offset = 1, data = 2.
-_PATCH_OFFSET = 0x08
-_PATCH_DATA = 0x12
 
 
 def target_buffer(
@@ -203,11 +221,11 @@ class _CommitWalk:
         end = len(self.buf)
         while self.pos < end:
             tag = self._varint(end)
-            if tag == _REQUEST_MOVE:
+            if tag == CommitDataRequest_chunks_to_move_TAG:
                 self._chunk_to_move(self._message_end(end))
-            elif tag == _REQUEST_PATCH:
+            elif tag == CommitDataRequest_chunks_to_patch_TAG:
                 self._chunk_to_patch(self._message_end(end))
-            elif tag == _REQUEST_FLUSH_ID:
+            elif tag == CommitDataRequest_flush_request_id_TAG:
                 self.flush_request_id = self._varint(end)
             else:
                 self._skip(tag, end)
@@ -220,22 +238,14 @@ class _CommitWalk:
         if pos < end and self.buf[pos] < 0x80:
             self.pos = pos + 1
             return self.buf[pos]
-        value = 0
-        shift = 0
-        limit = min(pos + _MAX_VARINT_BYTES, end)
-        while pos < limit:
-            byte = self.buf[pos]
-            pos += 1
-            if shift == 63 and byte > 1:
-                break
-            bits = byte & 0x7F  # compiled, a 64-bit integer before the shift
-            value |= bits << shift
-            if byte < 0x80:
-                self.pos = pos
-                return value
-            shift += 7
-        self.pos = _BAD
-        return 0
+        value: int
+        value, after = read_varint(self.buf, pos, end)
+        # A 10-byte varint holds 64 bits if its last byte is 0 or 1.
+        if after < 0 or (after - pos == _MAX_VARINT_BYTES and self.buf[after - 1] > 1):
+            self.pos = _BAD
+            return 0
+        self.pos = after
+        return value
 
     def _message_end(self, end: int) -> int:
         """The end of the length-delimited field whose length is at `pos`."""
@@ -271,17 +281,17 @@ class _CommitWalk:
         complete = True
         while self.pos < end:
             tag = self._varint(end)
-            if tag == _MOVE_PAGE:
+            if tag == CommitDataRequest_ChunksToMove_page_TAG:
                 page = self._varint(end) & _UINT32_MASK
-            elif tag == _MOVE_CHUNK:
+            elif tag == CommitDataRequest_ChunksToMove_chunk_TAG:
                 chunk = self._varint(end) & _UINT32_MASK
-            elif tag == _MOVE_TARGET_BUFFER:
+            elif tag == CommitDataRequest_ChunksToMove_target_buffer_TAG:
                 buffer_id = self._varint(end) & _UINT32_MASK
-            elif tag == _MOVE_DATA:
+            elif tag == CommitDataRequest_ChunksToMove_data_TAG:
                 data_end = self._message_end(end)
                 data_start = self.pos
                 self.pos = data_end
-            elif tag == _MOVE_INCOMPLETE:
+            elif tag == CommitDataRequest_ChunksToMove_chunk_incomplete_TAG:
                 complete = self._varint(end) == 0
             else:
                 self._skip(tag, end)
@@ -356,15 +366,15 @@ class _CommitWalk:
         patches: list[Patch] = []
         while self.pos < end:
             tag = self._varint(end)
-            if tag == _PATCH_TARGET_BUFFER:
+            if tag == CommitDataRequest_ChunkToPatch_target_buffer_TAG:
                 buffer_id = self._varint(end) & _UINT32_MASK
-            elif tag == _PATCH_WRITER_ID:
+            elif tag == CommitDataRequest_ChunkToPatch_writer_id_TAG:
                 writer_id = self._varint(end) & _UINT32_MASK
-            elif tag == _PATCH_CHUNK_ID:
+            elif tag == CommitDataRequest_ChunkToPatch_chunk_id_TAG:
                 chunk_id = self._varint(end) & _UINT32_MASK
-            elif tag == _PATCH_PATCHES:
+            elif tag == CommitDataRequest_ChunkToPatch_patches_TAG:
                 self._patch(self._message_end(end), patches)
-            elif tag == _PATCH_HAS_MORE:
+            elif tag == CommitDataRequest_ChunkToPatch_has_more_patches_TAG:
                 has_more = self._varint(end) != 0
             else:
                 self._skip(tag, end)
@@ -378,9 +388,9 @@ class _CommitWalk:
         data_start = data_end = 0
         while self.pos < end:
             tag = self._varint(end)
-            if tag == _PATCH_OFFSET:
+            if tag == CommitDataRequest_ChunkToPatch_Patch_offset_TAG:
                 offset = self._varint(end) & _UINT32_MASK
-            elif tag == _PATCH_DATA:
+            elif tag == CommitDataRequest_ChunkToPatch_Patch_data_TAG:
                 data_end = self._message_end(end)
                 data_start = self.pos
                 self.pos = data_end

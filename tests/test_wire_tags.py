@@ -1,0 +1,201 @@
+"""No hand-written encoder or decoder spells a field tag: each takes it from perfetto_protos.tags.
+
+`tools/gen_protos.py` generates the field numbers and tags of every message once
+(`perfetto_protos/tags/fields.py` and `fields_c.pxd`). This scans the hand-written sources of
+every package for what spells one instead:
+
+- a bytes literal written with `\\x` escapes that starts with the tag of a field of a message
+  the encoders write (`b"\\x5a"`, TracePacket.track_event);
+- a hex integer stored through a pointer (`p[0] = 0x5A`) or compared (`tag == 0x0A`);
+- a field number compared with an integer (`field_id == 8`, `sub_id in {1, 2}`);
+- a tag made from a field number (`encode_tag(10, 0)`, `(42 << 3) | 0`).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from perfetto_protos.tags import fields
+
+ROOT = Path(__file__).resolve().parent.parent
+
+WRITTEN = (
+    "TracePacket_",
+    "Trace_",
+    "TrackEvent_",
+    "InternedData_",
+    "TracePacketDefaults_",
+    "DebugAnnotation_",
+)
+"""The messages whose tags the hand-written encoders write (every other message's tags are
+caught by the comparisons and the tag-making rules)."""
+
+TAG_BYTES = {
+    bytes((value,)) if value < 0x80 else bytes((value & 0x7F | 0x80, value >> 7))
+    for name, value in vars(fields).items()
+    if name.endswith("_TAG") and name.startswith(WRITTEN) and value < 1 << 14
+}
+"""The encoded tags (1 or 2 bytes) of the fields of the messages in WRITTEN."""
+
+_BYTES_LITERAL = re.compile(r"""\bb(["'])((?:\\x[0-9a-fA-F]{2})+)""")
+_POINTER_STORE = re.compile(r"\w\[[^\]]*\]\s*=\s*0x[0-9a-fA-F]+\b(?!u)")
+_COMPARED = re.compile(
+    r"\b(?:tag|field_id|sub_id|other|\w+\.id)\s*(?:==|!=)\s*(?:0x[0-9a-fA-F]+|[1-9]\d*)\b"
+    r"|\b(?:tag|field_id|sub_id|other)\s+(?:not\s+)?in\s+[{(\[]\s*\d"
+)
+_MADE = re.compile(r"\b(?:encode_tag|make_tag)\(\s*\d|\(\s*\d+\s*<<\s*3\s*\)")
+_NAMED_BYTE = re.compile(r"^(_?[A-Z][A-Z0-9_]*) = 0x[0-9a-fA-F]{2}$", re.M)
+"""A constant that names a byte in hex (`_MOVE_PAGE = 0x08`): a tag, if a walk compares a tag
+with it (`if tag == _MOVE_PAGE`)."""
+
+NOT_CONVERTED = {
+    "packages/protozero/src/protozero/codegen/_descriptors.py": "google/protobuf/descriptor"
+    ".proto, which protos/ does not hold: protozero reads it to generate the rest",
+    "packages/wire/src/perfetto_wire/_call_frames.py": "IPCFrame's hand-unrolled encoder",
+    "packages/service/src/perfetto_service/core/_read_slicer.py": "not converted yet (#31)",
+    "packages/service/src/perfetto_service/core/_buffer_reader.py": "not converted yet (#31)",
+    "packages/service/src/perfetto_service/core/_trace_buffer.py": "its chunk record's "
+    '"CHU" mark, stored byte by byte, is no tag',
+    "packages/service/src/perfetto_service/core/_session_packets.py": "not converted yet (#31)",
+    "packages/service/src/perfetto_service/core/_trusted_fields.py": "not converted yet (#31)",
+    "packages/service/src/perfetto_service/ipc/service/_consumer_port.py": "not converted "
+    "yet (#31)",
+}
+"""Hand-written sources the scan leaves out, and why."""
+
+SDK_TABLES = {
+    "packages/client/src/perfetto_client/_track_event_writer.py",
+    "packages/client/src/perfetto_client/_debug_annotations.py",
+    "packages/client/src/perfetto_client/_api.py",
+}
+"""The SDK's modules, which `import perfetto_client` loads: importing perfetto_protos (and so
+protozero) there would cost more than the rest of the import, so their module-level tables of
+encoded tags stay bytes literals, each checked here against the generated tag its comment
+names (`_TS = b"\\x40"  # TracePacket.timestamp`). The rest of these modules is scanned."""
+
+_TABLE_LINE = re.compile(
+    r"""^(_[A-Z0-9_]+) = b(["'])((?:\\x[0-9a-fA-F]{2})+)\2\s*#\s*([A-Z]\w*(?:\.[A-Z]\w*)*)\.(\w+)"""
+)
+
+
+def hand_written_sources() -> list[Path]:
+    """Every `.py`, `.pyx` and `.pxd` under the packages' `src/` that no tool generated."""
+    generated_root = ROOT / "protos" / "src" / "perfetto_protos"
+    out = []
+    for src in sorted([*ROOT.glob("packages/*/src"), ROOT / "protos" / "src"]):
+        for path in sorted(src.rglob("*")):
+            if path.suffix not in {".py", ".pyx", ".pxd"} or "__pycache__" in path.parts:
+                continue
+            if path.parent != generated_root and generated_root in path.parents:
+                continue  # every subdirectory of perfetto_protos is generated
+            out.append(path)
+    return out
+
+
+def _code_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text without its comment) of each line; docstrings are kept (rarely
+    matched) but comments go: `# Trace.packet (1)` is how a constant says what it is."""
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        yield number, line.split("#", 1)[0] if "#" in line and '"' not in line else line
+
+
+def _bytes_tags(path: Path) -> Iterator[tuple[int, str]]:
+    if path.suffix == ".py":
+        text = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, bytes):
+                spelled = ast.get_source_segment(text, node) or ""
+                if "\\x" in spelled and any(node.value.startswith(t) for t in TAG_BYTES):
+                    yield node.lineno, spelled
+        return
+    for number, line in _code_lines(path):
+        for match in _BYTES_LITERAL.finditer(line):
+            value = bytes.fromhex(match.group(2).replace("\\x", ""))
+            if any(value.startswith(t) for t in TAG_BYTES):
+                yield number, match.group(0)
+
+
+def spelled_tags(path: Path) -> list[str]:
+    """Where `path` spells a field tag or number, as `path:line: text`."""
+    rel = path.relative_to(ROOT) if ROOT in path.parents else path
+    found = [f"{rel}:{n}: {text}" for n, text in _bytes_tags(path)]
+    compared = set(re.findall(r"\btag\s*==\s*(\w+)", path.read_text(encoding="utf-8")))
+    for number, line in _code_lines(path):
+        for rule in (_POINTER_STORE, _COMPARED, _MADE):
+            found += [f"{rel}:{number}: {m.group(0)}" for m in rule.finditer(line.rstrip())]
+        named = _NAMED_BYTE.match(line.rstrip())
+        if named is not None and named.group(1) in compared:
+            found.append(f"{rel}:{number}: {named.group(0)}")
+    return found
+
+
+def test_the_scan_covers_the_encoders_and_finds_a_spelled_tag(tmp_path: Path) -> None:
+    sources = {p.relative_to(ROOT).as_posix() for p in hand_written_sources()}
+    for encoder in (
+        "packages/client/src/perfetto_client/_tracer/_hook.pyx",
+        "packages/client/src/perfetto_client/_tracer/_hook_pure.py",
+        "packages/client/src/perfetto_client/_track_event_writer.py",
+        "packages/service/src/perfetto_service/core/_chunk_mover.py",
+        "packages/cli/src/perfetto_cmd/_summary.py",
+    ):
+        assert encoder in sources
+    assert not any("_pbzero" in s or s.endswith("tags/fields.py") for s in sources)
+    sample = tmp_path / "sample.pyx"
+    sample.write_text(
+        'TAIL = b"\\x5a\\x02"\nTEXT = b"\\x00\\x01"\np[0] = 0x5A\nif field_id == 8:\n'
+        "TAG = encode_tag(10, 0)\n_MOVE_PAGE = 0x08\nif field_id == 0:\nif tag == _MOVE_PAGE:\n"
+    )
+    got = [line.split(": ", 1)[1] for line in spelled_tags(sample)]
+    assert got == [
+        'b"\\x5a\\x02',
+        "p[0] = 0x5A",
+        "field_id == 8",
+        "encode_tag(1",
+        "_MOVE_PAGE = 0x08",
+    ]
+
+
+def _encoded(tag: int) -> bytes:
+    return bytes((tag,)) if tag < 0x80 else bytes((tag & 0x7F | 0x80, tag >> 7))
+
+
+def sdk_table_problems(path: Path) -> tuple[set[int], list[str]]:
+    """The lines of `path`'s table of encoded tags, and what is wrong with them: a value that
+    does not start with the encoding of the tag its comment names."""
+    lines: set[int] = set()
+    problems = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        match = _TABLE_LINE.match(line)
+        if match is None:
+            continue
+        lines.add(number)
+        value = bytes.fromhex(match.group(3).replace("\\x", ""))
+        name = f"{match.group(4).replace('.', '_')}_{match.group(5)}_TAG"
+        tag = getattr(fields, name, None)
+        if tag is None or not value.startswith(_encoded(tag)):
+            problems.append(f"{path.relative_to(ROOT)}:{number}: {match.group(1)} is not {name}")
+    return lines, problems
+
+
+def test_no_hand_written_source_spells_a_field_tag() -> None:
+    found = []
+    for path in hand_written_sources():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in NOT_CONVERTED:
+            continue
+        spelled = spelled_tags(path)
+        if rel in SDK_TABLES:
+            table, problems = sdk_table_problems(path)
+            spelled = [s for s in spelled if int(s.split(":")[1]) not in table] + problems
+        found += spelled
+    assert found == []
+
+
+def test_the_sdk_tables_are_checked_against_the_generated_tags() -> None:
+    for rel in SDK_TABLES:
+        lines, problems = sdk_table_problems(ROOT / rel)
+        assert lines
+        assert problems == []
