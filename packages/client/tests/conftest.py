@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 from perfetto_client import Backend, Tracing
 from trace_model import TraceModel
 from tracer_support import build_in_place
@@ -19,7 +14,8 @@ Recorder = Callable[..., TraceModel]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    build_in_place()
+    if not hasattr(session.config, "workerinput"):  # xdist's workers: built by the controller
+        build_in_place()
     from protozero import _native
 
     error = _native.expectation_error("perfetto_client")
