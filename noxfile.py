@@ -5,12 +5,15 @@ Run them through `python3 tools/dev.py nox -s NAME` (or `nox -s NAME` inside `.v
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -42,6 +45,11 @@ TEST_REQUIREMENTS = [
     *("grpcio-tools", "mypy-protobuf", "ruff", "mypy"),
 ]
 
+# pytest-xdist: one worker per core, the tests of an `xdist_group` on one worker (tests that
+# share what another test would disturb); a session's posargs come after, so `-- -n 0` runs
+# them in this process.
+PARALLEL = ["-n", "auto", "--dist", "loadgroup"]
+
 PURE = "PERFETTO_PY_PURE"
 EXPECT_COMPILED = "PERFETTO_PY_EXPECT_COMPILED"
 
@@ -60,10 +68,10 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=False)
 @nox.parametrize("package", ["repo", *PACKAGE_DIRS])
 def typecheck(session: nox.Session, package: str) -> None:
-    """mypy --strict over one package (sources, tests, benchmarks); `repo` = tools, tests/
-    and examples/."""
+    """mypy --strict over one package (sources, tests, benchmarks); `repo` = tools, tests/,
+    examples/ and testing/ (perfetto_testing)."""
     if package == "repo":
-        targets = ["noxfile.py", "tools", "tests", "examples"]
+        targets = ["noxfile.py", "tools", "tests", "examples", "testing"]
     else:
         path = PACKAGE_DIRS[package]
         dirs = (path / "src", path / "tests", path / "benchmarks")
@@ -74,21 +82,40 @@ def typecheck(session: nox.Session, package: str) -> None:
 @nox.session(python=False)
 @nox.parametrize("package", ["repo", *TESTED])
 def tests(session: nox.Session, package: str) -> None:
-    """pytest for one package (`repo` = the repository-wide checks in tests/).
+    """pytest for one package (`repo` = the repository-wide checks in tests/), its tests spread
+    over one worker per core (PARALLEL).
 
     A package with pure-mode compiled modules (`.pxd`) runs twice: compiled (built in place
     first; the run fails if they did not load), then pure Python (PERFETTO_PY_PURE=1). See
     docs/native.md.
     """
     path = ROOT / "tests" if package == "repo" else PACKAGE_DIRS[package] / "tests"
+    pytest = ["pytest", str(path), *PARALLEL, *session.posargs]
     if package != "repo" and _has_compiled_modules(package, "*.pxd"):
-        session.run("python", "tools/build_native.py")
-        session.run("pytest", str(path), *session.posargs, env={EXPECT_COMPILED: "1"})
-        session.run("pytest", str(path), *session.posargs, env={PURE: "1"})
+        _build_native(session, "python")
+        session.run(*pytest, env={EXPECT_COMPILED: "1"})
+        session.run(*pytest, env={PURE: "1"})
     else:  # `.pyx` modules have no pure form: their package's tests run once, built in place
         if package != "repo" and _has_compiled_modules(package, "*.pyx"):
-            session.run("python", "tools/build_native.py")
-        session.run("pytest", str(path), *session.posargs)
+            _build_native(session, "python")
+        session.run(*pytest)
+
+
+def _build_native(session: nox.Session, python: str) -> None:
+    """tools/build_native.py run by `python`, one build at a time (`_one_build_at_a_time`)."""
+    with _one_build_at_a_time():
+        session.run(python, "tools/build_native.py", external=True)
+
+
+@contextlib.contextmanager
+def _one_build_at_a_time() -> Iterator[None]:
+    """Holds the lock of the in-place builds: those of every Python version share intermediate
+    files (`build/native`), and `dev.py test` runs the versions' sessions side by side."""
+    lock_path = ROOT / ".nox" / "build_native.lock"
+    lock_path.parent.mkdir(exist_ok=True)
+    with lock_path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _has_compiled_modules(package: str, pattern: str) -> bool:
@@ -106,10 +133,11 @@ def tests_on(session: nox.Session, python: str, package: str) -> None:
     in develop mode (compiled modules built in place for that interpreter, beside 3.11's) and
     the test requirements at poetry.lock's versions.
     """
-    bin_dir = _develop_venv(session, python) / "bin"
-    session.run(str(bin_dir / "python"), "tools/build_native.py", external=True)
+    with _one_build_at_a_time():  # the develop installs compile too
+        bin_dir = _develop_venv(session, python) / "bin"
+    _build_native(session, str(bin_dir / "python"))
     path = ROOT / "tests" if package == "repo" else PACKAGE_DIRS[package] / "tests"
-    pytest = [str(bin_dir / "python"), "-m", "pytest", str(path), *session.posargs]
+    pytest = [str(bin_dir / "python"), "-m", "pytest", str(path), *PARALLEL, *session.posargs]
     # The venv's scripts (traced, perfetto-trace, ...) first on PATH, as for an installed user.
     path_env = os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])
     session.run(*pytest, env={EXPECT_COMPILED: "1", "PATH": path_env}, external=True)
@@ -120,7 +148,8 @@ def _develop_venv(session: nox.Session, python: str) -> Path:
     develop mode, once per change of the pyproject files, the lock or the requirements."""
     venv = ROOT / ".nox" / f"develop-{python}"
     interpreter = _require_interpreter(session, python)
-    inputs = [ROOT / "poetry.lock", *(path / "pyproject.toml" for path in PACKAGE_DIRS.values())]
+    packages = [*PACKAGE_DIRS.values(), ROOT / "testing"]
+    inputs = [ROOT / "poetry.lock", *(path / "pyproject.toml" for path in packages)]
     stamp = venv / ".develop-installed"
     requirements = _dev().locked(TEST_REQUIREMENTS)
     digest = hashlib.sha256(" ".join(requirements).encode())

@@ -10,8 +10,9 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from perfetto_testing import SLOW_TIMEOUT
+
 ROOT = Path(__file__).resolve().parent.parent
-TIMEOUT = 600
 
 
 def test_a_rebuild_keeps_the_other_python_versions_builds(tmp_path: Path) -> None:
@@ -34,7 +35,13 @@ def test_a_rebuild_keeps_the_other_python_versions_builds(tmp_path: Path) -> Non
     env = {**os.environ, "PERFETTO_PY_EXPECT_COMPILED": "1"}
     build = [sys.executable, "build.py"]
     result = subprocess.run(
-        build, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False
+        build,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SLOW_TIMEOUT,
+        check=False,
     )
 
     assert result.returncode == 0, result.stderr
@@ -45,7 +52,7 @@ def test_a_rebuild_keeps_the_other_python_versions_builds(tmp_path: Path) -> Non
         cwd=tmp_path / "src",
         capture_output=True,
         text=True,
-        timeout=TIMEOUT,
+        timeout=SLOW_TIMEOUT,
         check=True,
     )
     assert loaded.stdout == f"{own_build} 5\n"

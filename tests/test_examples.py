@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from perfetto_protos.upstream import parse_upstream_trace
+from perfetto_testing import SLOW_TIMEOUT
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
@@ -33,7 +34,6 @@ NOT_YET = {
 }
 # Examples of the protocol layers: they record no trace.
 NO_TRACE = {"ipc_host_and_client.py", "protozero_messages.py"}
-TIMEOUT = 300  # generous: a loaded 2-core machine; an example takes seconds
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
@@ -45,11 +45,15 @@ def _contains(haystack: list[str], needle: list[str]) -> bool:
     return any(haystack[i : i + len(needle)] == needle for i in range(len(haystack)))
 
 
+# One worker builds the tree in place (the fixture), the others would build it beside it.
+pytestmark = pytest.mark.xdist_group("builds the tree in place")
+
+
 @pytest.fixture(scope="module")
 def built_extensions() -> None:
     """Builds the stale compiled modules in place (examples use heapprofd's compiled client)."""
     build_native = [sys.executable, str(ROOT / "tools" / "build_native.py")]
-    subprocess.run(build_native, check=True, timeout=TIMEOUT)
+    subprocess.run(build_native, check=True, timeout=SLOW_TIMEOUT)
 
 
 @pytest.mark.usefixtures("built_extensions")
@@ -92,7 +96,7 @@ def _run_example(example: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=TIMEOUT,
+        timeout=SLOW_TIMEOUT,
         check=False,
     )
 

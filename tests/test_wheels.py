@@ -15,9 +15,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from perfetto_testing import SLOW_TIMEOUT
 
 ROOT = Path(__file__).resolve().parent.parent
-TIMEOUT = 600
 
 
 def _load(name: str, path: Path) -> ModuleType:
@@ -78,7 +78,13 @@ def _build_wheel(python: str, tree: Path, out: Path, isolated: bool) -> Path:
     env = {**os.environ, "PERFETTO_PY_EXPECT_COMPILED": "1"}
     env.pop("PYTHONPATH", None)
     result = subprocess.run(
-        command, cwd=tree, env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False
+        command,
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SLOW_TIMEOUT,
+        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     (wheel,) = out.glob("perfetto_tiny-*.whl")
@@ -88,7 +94,7 @@ def _build_wheel(python: str, tree: Path, out: Path, isolated: bool) -> Path:
 def _suffix_of(python: str) -> str:
     script = "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"
     run = subprocess.run(
-        [python, "-c", script], capture_output=True, text=True, timeout=TIMEOUT, check=True
+        [python, "-c", script], capture_output=True, text=True, timeout=SLOW_TIMEOUT, check=True
     )
     return run.stdout.strip()
 

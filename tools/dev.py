@@ -2,9 +2,10 @@
 """Sets up the development environment from nothing but python3, then runs a command in it.
 
     python3 tools/dev.py test          build the compiled modules in place, then lint, typecheck,
-                                       protos_check, layers and all tests on 3.11 (compiled and
-                                       pure), the compiled suites on 3.12 and 3.13 (tests_on),
-                                       then install_check on all three and compat (each timed)
+                                       protos_check and layers; all tests on 3.11 (compiled and
+                                       pure); the compiled suites on 3.12 and 3.13 side by side
+                                       (tests_on); install_check on all three and compat, in two
+                                       lanes side by side (TEST_PHASES); each phase's time printed
     python3 tools/dev.py nox [ARGS]    any nox session, e.g. `nox -s bench`
     python3 tools/dev.py run CMD...    any command inside the project environment
     python3 tools/dev.py develop       install every package in develop mode into the running
@@ -22,27 +23,41 @@ while the pyproject files and poetry.lock are unchanged.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 import venv
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / ".tools"
 POETRY_SPEC = "poetry>=2.1,<3"
-# `tests` on 3.11 (compiled and pure).
-TEST_SESSIONS = ["lint", "typecheck", "protos_check", "layers", "tests"]
-# The compiled suites on 3.12 and 3.13, once the 3.11 ones pass; their time is printed.
-OTHER_PYTHON_SESSIONS = ["tests_on"]
-# Built wheels installed alone (on 3.11 with the installed test suites, on 3.12 and 3.13
-# without), and the conformance kit against earlier versions: slower, so they run after the
-# others pass and their time is printed.
-PACKAGING_SESSIONS = ["install_check", "compat"]
+# What `test` runs after building the compiled modules in place: phases in this order, each
+# once the ones before it passed, each timed. A phase's lanes run side by side (nox processes
+# whose sessions share no files; every line is prefixed with its lane); a lane's sessions run
+# one after the other. `NAME@X.Y` selects the sessions NAME of Python X.Y.
+TEST_PHASES: list[tuple[str, dict[str, list[str]]]] = [
+    ("checks", {"checks": ["lint", "typecheck", "protos_check", "layers"]}),
+    ("tests on 3.11, compiled and pure", {"3.11": ["tests"]}),
+    ("compiled tests on 3.12 and 3.13", {"3.12": ["tests_on@3.12"], "3.13": ["tests_on@3.13"]}),
+    # Built wheels installed alone (on 3.11 with the installed test suites, on 3.12 and 3.13
+    # without), and the conformance kit against earlier versions (built by 3.11's builder, in
+    # its lane).
+    (
+        "packaging and compatibility",
+        {
+            "3.11": ["install_check@3.11", "compat"],
+            "3.12+": ["install_check@3.12", "install_check@3.13"],
+        },
+    ),
+]
 # Installed in develop mode in this order, without build isolation: a package's build cimports
 # the `.pxd` files of the siblings installed before it (its build-system.requires names them,
 # and poetry's isolated builds cannot find them: no index holds them).
@@ -55,6 +70,7 @@ DEVELOP_ORDER = [
     "packages/client",
     "packages/cli",
     "packages/heapprofd",
+    "testing",  # perfetto-testing: what every package's tests share (dev only, never published)
 ]
 # What `trace` installs: perfetto-trace's package and those below it, compiling only the first
 # (its recorder; a first trace from a fresh clone took 168 s of CPU compiling them all, 62 s
@@ -85,7 +101,8 @@ def _env() -> dict[str, str]:
 
 def _package_files() -> list[Path]:
     """The pyproject.toml of every package of the monorepo."""
-    return sorted([ROOT / "protos" / "pyproject.toml", *ROOT.glob("packages/*/pyproject.toml")])
+    tree = [ROOT / "protos" / "pyproject.toml", ROOT / "testing" / "pyproject.toml"]
+    return sorted([*tree, *ROOT.glob("packages/*/pyproject.toml")])
 
 
 def _distributions() -> list[str]:
@@ -217,13 +234,100 @@ def develop_install(
         subprocess.run(install, cwd=ROOT, env=env, check=True)
 
 
-def run(cmd: list[str], cwd: Path = ROOT) -> int:
-    """Runs `cmd` in `cwd` with the project's virtual environment first on PATH."""
+def _venv_env() -> dict[str, str]:
+    """The environment of a command run in the project's virtual environment."""
     env = _env()
     venv_dir = ROOT / ".venv"
     env["VIRTUAL_ENV"] = str(venv_dir)
     env["PATH"] = str(_bin(venv_dir, "")) + os.pathsep + env.get("PATH", "")
-    return subprocess.run(cmd, cwd=cwd, env=env, check=False).returncode
+    return env
+
+
+def run(cmd: list[str], cwd: Path = ROOT) -> int:
+    """Runs `cmd` in `cwd` with the project's virtual environment first on PATH."""
+    return subprocess.run(cmd, cwd=cwd, env=_venv_env(), check=False).returncode
+
+
+def _nox_sessions(selectors: list[str]) -> list[str]:
+    """The nox sessions `selectors` name: `NAME` as it is, `NAME@X.Y` as NAME's sessions whose
+    `python` parameter is X.Y."""
+    listing: list[dict[str, Any]] = []
+    if any("@" in selector for selector in selectors):
+        listed = subprocess.run(
+            ["nox", "-l", "--json"], cwd=ROOT, env=_venv_env(), capture_output=True, check=True
+        )
+        listing = json.loads(listed.stdout)
+    sessions = []
+    for selector in selectors:
+        name, _, python = selector.partition("@")
+        if not python:
+            sessions.append(name)
+            continue
+        chosen = [
+            s["session"]
+            for s in listing
+            if s["name"] == name and s["call_spec"].get("python") == python
+        ]
+        if not chosen:
+            raise SystemExit(f"dev: no nox session {name} of Python {python}")
+        sessions += chosen
+    return sessions
+
+
+def run_side_by_side(lanes: dict[str, list[str]], rest: list[str]) -> int:
+    """Runs each lane's nox sessions (`_nox_sessions`) in a nox process of its own, the lanes
+    side by side, each line of their output prefixed with `[LANE]`; the first failing lane's
+    status, else 0."""
+    if len(lanes) == 1:
+        [selectors] = lanes.values()
+        return run(["nox", "-s", *_nox_sessions(selectors), *rest])
+    started = []
+    for lane, selectors in lanes.items():
+        command = ["nox", "-s", *_nox_sessions(selectors), *rest]
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=_venv_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+        relay = threading.Thread(target=_relay, args=(lane, process), daemon=True)
+        relay.start()
+        started.append((process, relay))
+    statuses = []
+    for process, relay in started:
+        statuses.append(process.wait())
+        relay.join()
+    return next((status for status in statuses if status != 0), 0)
+
+
+def _relay(lane: str, process: subprocess.Popen[str]) -> None:
+    assert process.stdout is not None
+    for line in process.stdout:
+        print(f"[{lane}] {line}", end="", flush=True)
+
+
+def test(rest: list[str]) -> int:
+    """`dev.py test`: the compiled modules built in place, then TEST_PHASES; prints each phase's
+    time and, at the end, all of them."""
+    took: list[tuple[str, float]] = []
+    start = time.monotonic()
+    status = run(["python", "tools/build_native.py"])
+    took.append(("build the compiled modules in place", time.monotonic() - start))
+    for phase, lanes in TEST_PHASES:
+        if status != 0:
+            break
+        start = time.monotonic()
+        status = run_side_by_side(lanes, rest)
+        took.append((phase, time.monotonic() - start))
+        print(f"dev: {phase} took {took[-1][1]:.0f} s", flush=True)
+    for phase, seconds in took:
+        print(f"dev: {seconds / 60:5.1f} min  {phase}", flush=True)
+    total = sum(seconds for _, seconds in took)
+    print(f"dev: {total / 60:5.1f} min  in all{'' if status == 0 else ' (failed)'}", flush=True)
+    return status
 
 
 def main(argv: list[str]) -> int:
@@ -238,18 +342,7 @@ def main(argv: list[str]) -> int:
         ensure_system_packages()
     ensure_environment(full=command != "trace")
     if command == "test":
-        built = run(["python", "tools/build_native.py"])
-        if built != 0:
-            return built
-        status = run(["nox", "-s", *TEST_SESSIONS, *rest])
-        for sessions in (OTHER_PYTHON_SESSIONS, PACKAGING_SESSIONS):
-            if status != 0:
-                return status
-            start = time.monotonic()
-            status = run(["nox", "-s", *sessions])
-            took = time.monotonic() - start
-            print(f"dev: {' + '.join(sessions)} took {took:.0f} s", flush=True)
-        return status
+        return test(rest)
     if command == "nox":
         return run(["nox", *rest])
     if command == "run":

@@ -330,13 +330,16 @@ def run_tests(package: str, python: Path, work: Path) -> None:
         say(package, "has no tests yet")
         return
     tools = [f"{name}=={version(name)}" for name in TEST_TOOLS]
-    subprocess.run([str(python), "-m", "pip", "install", "-q", *tools], check=True)
+    # perfetto-testing (testing/): what every package's tests share, never published.
+    support = str(ROOT / "testing")
+    subprocess.run([str(python), "-m", "pip", "install", "-q", *tools, support], check=True)
     # The repository's layout without its sources: tests find the examples where they are.
     tests = work / "tree" / source.relative_to(ROOT)
     ignore = shutil.ignore_patterns("__pycache__")
     shutil.copytree(source, tests, ignore=ignore)
     shutil.copytree(ROOT / "examples", work / "tree" / "examples", ignore=ignore)
     args = ["-q", "-p", "no:cacheprovider", "--timeout=300", "--rootdir", str(tests), str(tests)]
+    args += ["-n", "auto", "--dist", "loadgroup"]  # as noxfile.py's PARALLEL
     result = subprocess.run(
         [str(python), "-m", "pytest", *args], check=False, cwd=work, capture_output=True, text=True
     )

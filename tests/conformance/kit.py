@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
 import subprocess
 import sys
 import threading
@@ -16,8 +15,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from perfetto_testing import TIMEOUT, end_process
+
 AGENT = str(Path(__file__).with_name("agent.py"))
-TIMEOUT = 60.0
 VERSIONS_ENV = "PERFETTO_CONFORMANCE_VERSIONS"
 
 
@@ -85,12 +85,9 @@ class Traced:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
         try:
-            self.process.wait(TIMEOUT)
+            end_process(self.process)
         finally:
-            self.process.kill()
             if self.process.stderr is not None:
                 self.process.stderr.close()
 

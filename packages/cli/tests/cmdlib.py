@@ -11,11 +11,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from perfetto_protos.upstream import parse_upstream_trace
+from perfetto_testing import TIMEOUT
 
 BIN = Path(sys.executable).parent
 PRODUCER_MAIN = str(Path(__file__).with_name("producer_main.py"))
-TIMEOUT = 60.0
 
 
 class Traced:
@@ -153,11 +152,6 @@ def start_perfetto(traced: Traced, *args: str, **kwargs: Any) -> subprocess.Pope
     )
     traced.commands.append(command)
     return command
-
-
-def read_trace(path: Path) -> Any:
-    """The trace at `path`, parsed with upstream's schema."""
-    return parse_upstream_trace(path.read_bytes())
 
 
 def packet_kinds(trace: Any) -> Counter[str]:

@@ -10,9 +10,10 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from cmdlib import Producer, Traced, perfetto, read_trace, start_perfetto, test_values
+from cmdlib import Producer, Traced, perfetto, start_perfetto, test_values
 from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
+from perfetto_testing import read_upstream_trace
 
 WRITE_INTO_FILE = """
 buffers { size_kb: 1024 }
@@ -26,7 +27,7 @@ duration_ms: 600000
 def _trace_configs(path: Path) -> list[TraceConfig]:
     return [
         TraceConfig.FromString(p.trace_config.SerializeToString())
-        for p in read_trace(path).packet
+        for p in read_upstream_trace(path).packet
         if p.HasField("trace_config")
     ]
 
@@ -51,7 +52,7 @@ def test_light_mode_maps_categories_to_track_event_and_says_what_it_ignored(
     assert source.config.name == "track_event"
     assert list(source.config.track_event_config.enabled_categories) == ["cat1", "cat2"]
     assert list(source.config.track_event_config.disabled_categories) == ["*"]
-    assert test_values(read_trace(out)) == [0, 1, 2, 3]
+    assert test_values(read_upstream_trace(out)) == [0, 1, 2, 3]
 
 
 def test_light_mode_size_streams_into_the_file(
@@ -65,7 +66,7 @@ def test_light_mode_size_streams_into_the_file(
     (config,) = _trace_configs(out)
     assert config.write_into_file
     assert config.max_file_size_bytes == 1024 * 1024
-    assert test_values(read_trace(out)) == list(range(5))
+    assert test_values(read_upstream_trace(out)) == list(range(5))
 
 
 @pytest.mark.parametrize(
@@ -127,7 +128,7 @@ def test_detach_then_is_detached_then_attach_stop_across_invocations(
     attach = perfetto(traced, "--attach=mykey", "--stop")
     assert attach.returncode == 0, attach.stderr
     assert "Trace written into the output file" in attach.stderr.decode()
-    assert test_values(read_trace(out)) == list(range(6))
+    assert test_values(read_upstream_trace(out)) == list(range(6))
     assert perfetto(traced, "--is_detached=mykey").returncode == 2
     missing = perfetto(traced, "--attach=mykey")
     assert missing.returncode == 2
@@ -217,7 +218,7 @@ def test_activate_triggers_config_and_trigger_perfetto_stop_a_session(
     assert result.returncode == 0, result.stderr
     _, stderr = session.communicate(timeout=60)
     assert session.returncode == 0, stderr
-    trace = read_trace(out)
+    trace = read_upstream_trace(out)
     assert test_values(trace) == [0, 1, 2]
     assert [p.trigger.trigger_name for p in trace.packet if p.HasField("trigger")] == ["stop-now"]
 
@@ -249,7 +250,7 @@ def test_background_prints_the_pid_and_keeps_tracing(
     deadline = time.monotonic() + 60
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert test_values(read_trace(out)) == [0, 1, 2, 3]
+    assert test_values(read_upstream_trace(out)) == [0, 1, 2, 3]
 
 
 def _alive(pid: int) -> bool:
@@ -299,11 +300,11 @@ def test_clone_and_clone_by_name_snapshot_a_running_session(
         result = perfetto(traced, *args, "-o", str(clone_out))
         assert result.returncode == 0, result.stderr
         assert f"Wrote {clone_out.stat().st_size} bytes into {clone_out}" in result.stderr.decode()
-        assert test_values(read_trace(clone_out)) == list(range(8))
+        assert test_values(read_upstream_trace(clone_out)) == list(range(8))
     assert session.poll() is None  # the cloned session keeps running
     session.send_signal(signal.SIGTERM)
     session.communicate(timeout=60)
-    assert test_values(read_trace(out)) == list(range(8))
+    assert test_values(read_upstream_trace(out)) == list(range(8))
 
 
 def test_clone_of_a_missing_session_is_a_service_error(traced: Traced, tmp_path: Path) -> None:
@@ -342,7 +343,7 @@ def test_clone_snapshot_triggers_write_numbered_snapshots(
         deadline = time.monotonic() + 60
         while not _complete_trace(snapshot) and time.monotonic() < deadline:
             time.sleep(0.05)
-        trace = read_trace(snapshot)
+        trace = read_upstream_trace(snapshot)
         assert test_values(trace) == [0, 1, 2, 3]
         assert [p.trigger.trigger_name for p in trace.packet if p.HasField("trigger")] == ["snap"]
     session.send_signal(signal.SIGTERM)
@@ -355,7 +356,7 @@ def _complete_trace(path: Path) -> bool:
     if not path.exists():
         return False
     try:
-        return any(p.HasField("trace_stats") for p in read_trace(path).packet)
+        return any(p.HasField("trace_stats") for p in read_upstream_trace(path).packet)
     except Exception:
         return False
 
@@ -374,7 +375,7 @@ def test_background_without_wait_returns_at_once_with_the_pid(
     deadline = time.monotonic() + 60
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert test_values(read_trace(out)) == [0, 1]
+    assert test_values(read_upstream_trace(out)) == [0, 1]
 
 
 def test_an_output_path_that_cannot_be_opened_is_one_line(traced: Traced, tmp_path: Path) -> None:

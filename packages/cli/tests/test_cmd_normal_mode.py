@@ -10,19 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cmdlib import (
-    BIN,
-    Producer,
-    Traced,
-    packet_kinds,
-    perfetto,
-    read_trace,
-    start_perfetto,
-    test_values,
-)
+from cmdlib import BIN, Producer, Traced, packet_kinds, perfetto, start_perfetto, test_values
 from google.protobuf import text_format
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.upstream import upstream_message_class
+from perfetto_testing import read_upstream_trace
 
 TEXT_CONFIG = """
 # what a user writes: comments, enums by name, a data source we do not model
@@ -56,7 +48,7 @@ def test_binary_config_file_writes_a_trace_with_the_producers_packets(
     stderr = result.stderr.decode()
     assert "Connected to the Perfetto traced service, TTL: 1s" in stderr
     assert f"Wrote {out.stat().st_size} bytes into {out}" in stderr
-    trace = read_trace(out)
+    trace = read_upstream_trace(out)
     assert test_values(trace) == list(range(25))
     assert packet_kinds(trace)["trace_config"] == 1
 
@@ -155,7 +147,9 @@ def test_add_attribute_lands_in_the_trace_config(
         input=TEXT_CONFIG.encode(),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    configs = [p.trace_config for p in read_trace(out).packet if p.HasField("trace_config")]
+    configs = [
+        p.trace_config for p in read_upstream_trace(out).packet if p.HasField("trace_config")
+    ]
     attributes = {a.key: a.string_value for a in configs[0].trace_attributes.attribute}
     assert attributes == {"build": "a=b", "empty": ""}
     bad = perfetto(traced, "--add-attribute", "=v", "-c", "-", "-o", str(out))
@@ -183,7 +177,7 @@ def test_write_into_file_streams_into_the_output(
     result = perfetto(traced, "-c", "-", "-o", str(out), input=config)
     assert result.returncode == 0, result.stderr
     assert "Trace written into the output file" in result.stderr.decode()
-    assert test_values(read_trace(out)) == list(range(40))
+    assert test_values(read_upstream_trace(out)) == list(range(40))
 
 
 def test_sigterm_mid_trace_stops_the_session_and_still_writes(
@@ -198,7 +192,7 @@ def test_sigterm_mid_trace_stops_the_session_and_still_writes(
     _, stderr = command.communicate(timeout=60)
     assert command.returncode == 0, stderr
     assert b"SIGINT/SIGTERM received: disabling tracing." in stderr
-    assert test_values(read_trace(out)) == list(range(12))
+    assert test_values(read_upstream_trace(out)) == list(range(12))
 
 
 def test_sigint_works_like_sigterm(
@@ -212,7 +206,7 @@ def test_sigint_works_like_sigterm(
     command.send_signal(signal.SIGINT)
     command.communicate(timeout=60)
     assert command.returncode == 0
-    assert test_values(read_trace(out)) == [0, 1, 2]
+    assert test_values(read_upstream_trace(out)) == [0, 1, 2]
 
 
 def test_traced_missing_prints_the_hint(tmp_path: Path) -> None:
@@ -234,7 +228,7 @@ def test_unknown_data_source_gives_a_trace_without_its_data(traced: Traced, tmp_
     text = 'buffers { size_kb: 64 } data_sources { config { name: "no.such" } } duration_ms: 200'
     result = perfetto(traced, "--txt", "-c", "-", "-o", str(out), input=text.encode())
     assert result.returncode == 0, result.stderr
-    kinds = packet_kinds(read_trace(out))
+    kinds = packet_kinds(read_upstream_trace(out))
     assert kinds["trace_config"] == 1
     assert "for_testing" not in kinds
 
@@ -310,10 +304,12 @@ def test_the_end_says_what_the_session_lost_as_its_trace_stats_count_it(
     out = tmp_path / "trace.pftrace"
     result = perfetto(traced, "-c", str(tmp_path / "config.pb"), "-o", str(out))
     assert result.returncode == 0, result.stderr
-    stats = [p.trace_stats for p in read_trace(out).packet if p.HasField("trace_stats")][-1]
+    stats = [p.trace_stats for p in read_upstream_trace(out).packet if p.HasField("trace_stats")][
+        -1
+    ]
     overwritten = stats.buffer_stats[0].chunks_overwritten
     assert overwritten > 0
-    assert len(test_values(read_trace(out))) < 20_000
+    assert len(test_values(read_upstream_trace(out))) < 20_000
     lines = [line for line in result.stderr.decode().splitlines() if "Data lost" in line]
     assert lines == [
         f"Data lost: {overwritten} chunks overwritten before they were read (the ring buffer "

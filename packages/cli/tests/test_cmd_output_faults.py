@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cmdlib import BIN, TIMEOUT, Producer, Traced, read_trace, start_perfetto, test_values
+from cmdlib import BIN, Producer, Traced, start_perfetto, test_values
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
+from perfetto_testing import TIMEOUT, read_upstream_trace
 from protozero import read_varint
 
 TIMEOUT_FLAG_S = 2.0
@@ -104,7 +105,7 @@ def test_write_into_file_onto_a_full_disk_fails_naming_the_cause(
     assert log.count("No space left on device") == 1, log
     data = out.read_bytes()
     assert _whole_packets_only(data) > 0
-    values = test_values(read_trace(out))
+    values = test_values(read_upstream_trace(out))
     assert 0 < len(values) < PACKETS
     assert values == list(range(len(values)))
 
@@ -121,7 +122,7 @@ def test_perfetto_out_onto_a_full_disk_fails_with_one_line(
     assert f"Failed to write packets into {out}: No space left on device" in failures[0]
     assert "Wrote" not in stderr
     _whole_packets_only(out.read_bytes())
-    values = test_values(read_trace(out))
+    values = test_values(read_upstream_trace(out))
     assert 0 < len(values) < PACKETS
 
 
@@ -213,4 +214,4 @@ def test_write_into_file_into_a_fifo_read_late_gets_the_whole_trace(
     text = stderr.decode()
     assert command.returncode == 0, text
     assert "Trace written into the output file" in text
-    assert test_values(read_trace(copy)) == list(range(PACKETS))
+    assert test_values(read_upstream_trace(copy)) == list(range(PACKETS))

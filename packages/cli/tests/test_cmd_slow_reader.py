@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cmdlib import BIN, TIMEOUT, Producer, Traced, read_trace, test_values
+from cmdlib import BIN, Producer, Traced, test_values
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
+from perfetto_testing import TIMEOUT, read_upstream_trace
 
 SLOW_READER_MAIN = str(Path(__file__).with_name("slow_reader_main.py"))
 CONSUMER_TIMEOUT_S = 2.0
@@ -81,7 +82,7 @@ def test_a_slow_reader_that_keeps_reading_gets_every_packet(
     size = out.stat().st_size
     assert size > 1.5 * CONSUMER_TIMEOUT_S * READER_RATE  # longer to read than the timeout
     assert f"Wrote {size} bytes into /dev/stdout" in stderr
-    assert test_values(read_trace(out)) == list(range(PACKETS))
+    assert test_values(read_upstream_trace(out)) == list(range(PACKETS))
 
 
 def test_a_reader_that_stops_longer_than_the_timeout_is_cut_off_and_told(
@@ -96,4 +97,4 @@ def test_a_reader_that_stops_longer_than_the_timeout_is_cut_off_and_told(
     assert len(lines) == 1, stderr
     assert "Disconnected from the traced service: the trace is incomplete" in lines[0]
     assert "Wrote" not in stderr
-    assert len(test_values(read_trace(out))) < PACKETS
+    assert len(test_values(read_upstream_trace(out))) < PACKETS

@@ -2,46 +2,19 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from perfetto_client import Backend, Tracing
-from trace_model import TraceModel
+from in_process_recording import Recorder, record_in_process
 from tracer_support import build_in_place
-
-Recorder = Callable[..., TraceModel]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    build_in_place()
+    if not hasattr(session.config, "workerinput"):  # xdist's workers: built by the controller
+        build_in_place()
     from protozero import _native
 
     error = _native.expectation_error("perfetto_client")
     if error is not None:
         pytest.exit(f"perfetto_client: {error}", returncode=1)
-
-
-def record_in_process(body: Callable[[], Any], config: Any = None) -> TraceModel:
-    """Runs `body` inside an in-process session and returns the decoded trace."""
-    Tracing.initialize(Backend.IN_PROCESS)
-    session = Tracing.new_trace(Backend.IN_PROCESS)
-    try:
-        session.setup(config)
-        session.start()
-        try:
-            body()
-        finally:
-            session.stop()
-        data = session.read_trace()
-    finally:
-        session.close()
-    return TraceModel(data)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from typing import Any
 
 import perfetto_client as pc
 import pytest
-from conftest import Recorder, record_in_process
+from in_process_recording import Recorder, record_in_process
 from perfetto_client import Backend, Tracing
 from perfetto_client._categories import category_enabled_by
 from perfetto_protos.config.track_event.track_event_config_pb2 import TrackEventConfig

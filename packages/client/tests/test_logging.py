@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from conftest import Recorder
+from in_process_recording import Recorder
 from perfetto_client.logging import PerfettoLogHandler
 
 # LogMessage.Priority

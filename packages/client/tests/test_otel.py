@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from conftest import Recorder
+from in_process_recording import Recorder
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 from perfetto_protos.upstream import parse_upstream_trace
+from perfetto_testing import SLOW_TIMEOUT
 from trace_model import TraceModel
 from tracer_support import decode
 
 PYTEST = str(Path(sys.executable).parent / "pytest")
-TIMEOUT = 300  # generous: a loaded 2-core machine
 
 SAMPLE = """
 import pytest
@@ -101,7 +101,7 @@ def _pytest(
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=TIMEOUT,
+        timeout=SLOW_TIMEOUT,
         check=False,
         env={**clean, **(env or {})},
     )

@@ -13,11 +13,11 @@ from typing import ClassVar
 
 import pytest
 from perfetto_client import Backend, Tracing
+from perfetto_testing import TIMEOUT
 from trace_model import TraceModel
 
 APP = str(Path(__file__).with_name("system_app_main.py"))
 TRACED = str(Path(sys.executable).with_name("traced"))
-TIMEOUT = 30.0
 
 
 class Traced:

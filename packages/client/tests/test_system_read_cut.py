@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from perfetto_testing import TIMEOUT
 
 APP = str(Path(__file__).with_name("read_cut_main.py"))
 TRACED = str(Path(sys.executable).with_name("traced"))
-TIMEOUT = 60.0
 CONSUMER_TIMEOUT_S = 1.0
 
 

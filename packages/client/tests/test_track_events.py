@@ -10,7 +10,7 @@ from typing import Any
 
 import perfetto_client as pc
 import pytest
-from conftest import Recorder
+from in_process_recording import Recorder
 from perfetto_client import _track_event
 from perfetto_client._track_event import thread_state
 from perfetto_client._track_event_writer import TYPE_COUNTER, counter_value_field

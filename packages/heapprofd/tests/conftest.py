@@ -1,4 +1,4 @@
-"""Builds the stale compiled modules in a checkout and puts the test helpers on the path."""
+"""Builds the stale compiled modules in a checkout."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-BUILD_NATIVE = HERE.parents[2] / "tools" / "build_native.py"
-sys.path.insert(0, str(HERE))
+import pytest
+
+BUILD_NATIVE = Path(__file__).resolve().parents[3] / "tools" / "build_native.py"
 
 
-def pytest_sessionstart() -> None:
-    if BUILD_NATIVE.is_file():  # in a checkout; installed code is tested as it is
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # In a checkout (installed code is tested as it is); by xdist's controller, not its workers.
+    if BUILD_NATIVE.is_file() and not hasattr(session.config, "workerinput"):
         subprocess.run([sys.executable, str(BUILD_NATIVE)], check=True)

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import subprocess
 import sys
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -19,20 +17,12 @@ from heapprofd._heap_profile import trace_config, traced_command
 from heapprofd._recorder import Recorder
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.upstream import parse_upstream_trace
+from perfetto_testing import TIMEOUT, end_process, wait_for
 
 HERE = Path(__file__).resolve().parent
 TARGET = str(HERE / "target_main.py")
-TIMEOUT = 60.0
 KEPT_BYTES = 10240 * (1000 + 1 + 56)
 """What target_main.py's `keep` keeps: 10240 bytearrays, the object and its 1001-byte buffer."""
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for a condition")
-        time.sleep(0.01)
 
 
 def _start(argv: list[str], env: dict[str, str], notify_env: str) -> subprocess.Popen[bytes]:
@@ -83,13 +73,7 @@ class Stack:
 
     def close(self) -> None:
         for process in (self.daemon, self.traced):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(TIMEOUT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            end_process(process)
         self._log_thread.join(TIMEOUT)
         if self.traced.stderr is not None:
             self.traced.stderr.close()

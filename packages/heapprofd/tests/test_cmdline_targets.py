@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hp_testlib import TIMEOUT, Stack, config_for, heap_dumps, iter_processes, record
+from hp_testlib import Stack, config_for, heap_dumps, iter_processes, record
+from perfetto_testing import TIMEOUT
 
 VICTIM = """\
 import sys

@@ -8,16 +8,8 @@ import socket
 from collections.abc import Iterator
 
 import pytest
-from hp_testlib import (
-    KEPT_BYTES,
-    Stack,
-    Target,
-    config_for,
-    heap_dumps,
-    iter_processes,
-    record,
-    wait_for,
-)
+from hp_testlib import KEPT_BYTES, Stack, Target, config_for, heap_dumps, iter_processes, record
+from perfetto_testing import wait_for
 
 
 @pytest.fixture(scope="module")

@@ -24,9 +24,9 @@ from hp_testlib import (
     heap_dumps,
     iter_processes,
     record,
-    wait_for,
 )
 from perfetto_protos.upstream import parse_upstream_trace
+from perfetto_testing import wait_for
 
 HOSTILE = str(HERE / "hostile_client.py")
 OTHER_UID = 2001

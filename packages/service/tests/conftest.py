@@ -1,13 +1,6 @@
-"""Makes the helper module next to the tests importable; checks which build loaded."""
-
-import sys
-from pathlib import Path
+"""Checks which build loaded."""
 
 import pytest
-
-_TESTS = str(Path(__file__).parent)
-if _TESTS not in sys.path:
-    sys.path.insert(0, _TESTS)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

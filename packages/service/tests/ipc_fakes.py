@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -29,15 +28,6 @@ from perfetto_service.core._relay_clients import RelayClients, RelayEndpoint
 from perfetto_smb import SharedMemory
 
 T = TypeVar("T")
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = 10.0) -> None:
-    """Polls `predicate` until it is true; fails the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for a condition")
-        time.sleep(0.005)
 
 
 class FakeProducerEndpoint:

@@ -7,18 +7,11 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-from ipc_fakes import wait_for
 from perfetto_protos.common.observable_events_pb2 import ObservableEvents
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_service import SessionCloned
-from traced_testlib import (
-    TIMEOUT,
-    ConsumerSession,
-    Traced,
-    fortesting_packets,
-    make_config,
-    start_producers,
-)
+from perfetto_testing import TIMEOUT, wait_for
+from traced_testlib import ConsumerSession, Traced, fortesting_packets, make_config, start_producers
 
 
 @pytest.fixture

@@ -17,7 +17,8 @@ from google.protobuf.message import Message
 from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
 from perfetto_protos.ipc import consumer_port_pb2, producer_port_pb2
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
-from traced_testlib import TIMEOUT, Traced
+from perfetto_testing import TIMEOUT
+from traced_testlib import Traced
 
 
 class RawClient:

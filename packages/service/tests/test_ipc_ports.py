@@ -10,13 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from ipc_fakes import (
-    FakeService,
-    HostThread,
-    RecordingConsumer,
-    RecordingProducer,
-    wait_for,
-)
+from ipc_fakes import FakeService, HostThread, RecordingConsumer, RecordingProducer
 from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
 from perfetto_protos.common.observable_events_pb2 import ObservableEvents
 from perfetto_protos.common.tracing_service_capabilities_pb2 import TracingServiceCapabilities
@@ -28,6 +22,7 @@ from perfetto_service import ConsumerIPCClient, ProducerIPCClient, ServiceError
 from perfetto_service.core._read_slicer import IPC_BUFFER_SIZE
 from perfetto_service.ipc.service._consumer_port import split_service_state
 from perfetto_smb import SharedMemory, SharedMemoryABI, SharedMemoryReader
+from perfetto_testing import wait_for
 from perfetto_wire import Client, Reply, RequestRejectedError, WireError
 
 

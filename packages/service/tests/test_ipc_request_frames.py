@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from ipc_fakes import wait_for
 from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
@@ -25,6 +24,7 @@ from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
 from perfetto_service import Consumer, ConsumerIPCClient, Producer, ProducerIPCClient
 from perfetto_service.ipc._client_base import PortClient
 from perfetto_service.ipc.producer._producer_ipc_client import default_sdk_version
+from perfetto_testing import wait_for
 
 CONSUMER_METHODS = [
     "EnableTracing",

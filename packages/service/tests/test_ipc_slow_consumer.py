@@ -12,8 +12,8 @@ import pytest
 from ipc_fakes import RecordingConsumer
 from perfetto_protos.upstream import parse_upstream_trace
 from perfetto_service import ConsumerIPCClient, TracePacketSlices
+from perfetto_testing import TIMEOUT
 from traced_testlib import (
-    TIMEOUT,
     Traced,
     fortesting_packets,
     make_config,

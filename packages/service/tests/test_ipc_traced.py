@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ipc_fakes import wait_for
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.upstream import parse_upstream_trace
 from perfetto_service.ipc.consumer._consumer_ipc_client import CONNECTION_LOST
+from perfetto_testing import TIMEOUT, wait_for
 from traced_testlib import (
-    TIMEOUT,
     ConsumerSession,
     ProducerProcess,
     Traced,

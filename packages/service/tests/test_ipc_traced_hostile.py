@@ -15,16 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ipc_fakes import wait_for
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
-from traced_testlib import (
-    TIMEOUT,
-    ConsumerSession,
-    Traced,
-    fortesting_packets,
-    make_config,
-    start_producers,
-)
+from perfetto_testing import TIMEOUT, wait_for
+from traced_testlib import ConsumerSession, Traced, fortesting_packets, make_config, start_producers
 
 HOSTILE_MAIN = str(Path(__file__).with_name("ipc_hostile_main.py"))
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from google.protobuf.message import Message
-from ipc_fakes import FakeService, HostThread, RecordingConsumer, RecordingProducer, wait_for
+from ipc_fakes import FakeService, HostThread, RecordingConsumer, RecordingProducer
 from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
 from perfetto_protos.common.tracing_service_capabilities_pb2 import TracingServiceCapabilities
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
@@ -21,11 +21,11 @@ from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_service import ConsumerIPCClient, ProducerIPCClient
 from perfetto_service.ipc.service._consumer_port import ConsumerPort
 from perfetto_service.ipc.service._producer_port import ProducerPort
+from perfetto_testing import TIMEOUT, wait_for
 from perfetto_wire import Deferred, Host, HostServer
 from traced_testlib import ConsumerSession, Traced, fortesting_packets, make_config
 
 Handler = Callable[[Message, Deferred], Message | None]
-TIMEOUT = 30.0
 # Fields no version of the schema has: what a newer peer may send.
 UNKNOWN_VARINT = bytes([0xF8, 0xFA, 0x03, 0x2A])  # field 8015, varint 42
 UNKNOWN_BYTES = bytes([0x82, 0xFB, 0x03, 0x05]) + b"newer"  # field 8016, "newer"

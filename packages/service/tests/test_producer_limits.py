@@ -16,9 +16,9 @@ import pytest
 from perfetto_protos.common.tracing_service_capabilities_pb2 import TracingServiceCapabilities
 from perfetto_protos.ipc import producer_port_pb2 as pb
 from perfetto_smb import MAX_WRITER_ID
+from perfetto_testing import TIMEOUT
 from traced_testlib import ConsumerSession, RawClient, Traced, make_config, start_producers
 
-TIMEOUT = 60.0
 WRITERS = 300_000
 ANSWERED_WITHIN = 5.0
 """Seconds: another client's request under heavy load (the stall was 22 s, and doubles with

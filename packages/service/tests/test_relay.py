@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from perfetto_protos.common.system_info_pb2 import SystemInfo
 from perfetto_protos.ipc import relay_port_pb2 as relay_pb
+from perfetto_testing import TIMEOUT
 from perfetto_wire import Client
 from perfetto_wire._host import machine_id_for
 from traced_testlib import (
@@ -36,7 +37,6 @@ from traced_testlib import (
 
 COUNT = 500
 BOOTTIME = 6
-TIMEOUT = 60.0
 
 
 class Relay:

@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 from perfetto_protos.common.system_info_pb2 import SystemInfo
 from perfetto_protos.ipc import relay_port_pb2 as relay_pb
+from perfetto_testing import TIMEOUT
 from perfetto_wire import Client, WireError
 from traced_testlib import ConsumerSession, RawClient, Traced, free_tcp_port, make_config
 
 NOBODY = 65534
-TIMEOUT = 60.0
 FORGED_SYSNAME = "ForgedOS"
 _PERMISSIONS = ("--set-socket-permissions", "0:0666:0:0600")
 

@@ -15,8 +15,8 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from ipc_fakes import wait_for
-from traced_testlib import TIMEOUT, ConsumerSession, Traced
+from perfetto_testing import TIMEOUT, wait_for
+from traced_testlib import ConsumerSession, Traced
 
 TRACED = [sys.executable, "-m", "perfetto_service.traced"]
 

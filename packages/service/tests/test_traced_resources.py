@@ -16,15 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ipc_fakes import wait_for
-from traced_testlib import (
-    TIMEOUT,
-    ConsumerSession,
-    Traced,
-    fortesting_packets,
-    make_config,
-    start_producers,
-)
+from perfetto_testing import TIMEOUT, wait_for
+from traced_testlib import ConsumerSession, Traced, fortesting_packets, make_config, start_producers
 
 MIB = 1 << 20
 

@@ -13,6 +13,7 @@ from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_service import ServiceError
 from perfetto_smb import SharedMemory
 from perfetto_smb._abi import pack_chunk_header
+from perfetto_testing import wait_for
 from tracing_service_harness import (
     FakeConsumer,
     FakeProducer,
@@ -23,7 +24,6 @@ from tracing_service_harness import (
     service_packet_kinds,
     simple_config,
     strings_of,
-    wait_until,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -388,7 +388,7 @@ def test_periodic_snapshots_flag_sync_markers_and_stats(env: ServiceEnv) -> None
         session = env.service.session(consumer.endpoint.tracing_session_id)
         return session is not None and session.should_emit_sync_marker
 
-    wait_until(lambda: env.call(ticked))  # the next periodic tick, however late it runs
+    wait_for(lambda: env.call(ticked))  # the next periodic tick, however late it runs
     second = service_packet_kinds(consumer.read_trace())
     third = service_packet_kinds(consumer.read_trace())
     assert first.count("synchronization_marker") == 1

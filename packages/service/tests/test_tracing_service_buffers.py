@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.upstream import parse_upstream_trace
+from perfetto_testing import wait_for
 from tracing_service_harness import (
     FakeConsumer,
     FakeProducer,
@@ -20,7 +21,6 @@ from tracing_service_harness import (
     service_packet_kinds,
     simple_config,
     strings_of,
-    wait_until,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -154,7 +154,7 @@ def test_write_into_file_by_path(env: ServiceEnv, tmp_path: Path) -> None:
     path = tmp_path / "trace.pftrace"
     producer, consumer = _start(env, _file_config(output_path=str(path), file_write_period_ms=100))
     _write_numbered(producer, 0, 200)
-    wait_until(lambda: path.stat().st_size > 200 * 180)  # drained while tracing
+    wait_for(lambda: path.stat().st_size > 200 * 180)  # drained while tracing
     _write_numbered(producer, 200, 200)
     # A write_into_file session cannot be read over IPC.
     assert consumer.read() == b""
@@ -241,6 +241,6 @@ def test_read_stream_ends_when_the_session_is_freed_mid_read(env: ServiceEnv) ->
         consumer.endpoint.free_buffers()
 
     env.call(read_then_free)
-    wait_until(lambda: consumer.read_done)
+    wait_for(lambda: consumer.read_done)
     assert len(consumer.chunks) == 2
     assert consumer.chunks[-1] == b""

@@ -24,6 +24,7 @@ from perfetto_protos.common.trace_stats_pb2 import TraceStats
 from perfetto_protos.upstream import upstream_message_class
 from perfetto_smb import MAX_WRITER_ID, PageLayout, SharedMemoryABI
 from perfetto_smb._abi import pack_chunk_header
+from perfetto_testing import wait_for
 from protozero import read_varint
 from tracing_service_harness import (
     FakeConsumer,
@@ -32,7 +33,6 @@ from tracing_service_harness import (
     make_packet,
     simple_config,
     strings_of,
-    wait_until,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -98,7 +98,7 @@ class Scene:
     def stats(self) -> TraceStats:
         self.consumer.stats.clear()
         self.env.call(self.consumer.endpoint.get_trace_stats)
-        wait_until(lambda: bool(self.consumer.stats))
+        wait_for(lambda: bool(self.consumer.stats))
         return self.consumer.stats[0][1]
 
     def finish(self) -> list[Any]:

@@ -12,6 +12,7 @@ from perfetto_protos.common.trace_stats_pb2 import TraceStats
 from perfetto_protos.common.tracing_service_capabilities_pb2 import TracingServiceCapabilities
 from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
+from perfetto_testing import wait_for
 from tracing_service_harness import (
     FakeConsumer,
     FakeProducer,
@@ -20,7 +21,6 @@ from tracing_service_harness import (
     service_packet_kinds,
     simple_config,
     strings_of,
-    wait_until,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -72,7 +72,7 @@ def test_flush_times_out_when_the_producer_never_acks(env: ServiceEnv) -> None:
     producer.ack_flushes = True
     assert consumer.flush(timeout_ms=5000) is True
     env.call(consumer.endpoint.get_trace_stats)
-    wait_until(lambda: bool(consumer.stats))
+    wait_for(lambda: bool(consumer.stats))
     success, stats = consumer.stats[0]
     assert success
     assert (stats.flushes_requested, stats.flushes_succeeded, stats.flushes_failed) == (2, 1, 1)
@@ -136,8 +136,8 @@ def test_periodic_flush_and_incremental_state_clear(env: ServiceEnv) -> None:
     producer.register("test.ds", handles_incremental_state_clear=True)
     consumer = FakeConsumer(env).connect()
     consumer.enable(config)
-    wait_until(lambda: sum(c.startswith("flush:") for c in producer.commands) >= 2)
-    wait_until(lambda: "clear:1" in producer.commands)
+    wait_for(lambda: sum(c.startswith("flush:") for c in producer.commands) >= 2)
+    wait_for(lambda: "clear:1" in producer.commands)
 
 
 def test_deferred_start(env: ServiceEnv) -> None:
@@ -239,7 +239,7 @@ def test_detach_and_attach(env: ServiceEnv) -> None:
 def test_detached_session_with_duration_ends_by_itself(env: ServiceEnv) -> None:
     producer, consumer = _session(env, simple_config(duration_ms=200))
     env.call(lambda: consumer.endpoint.detach("k"))
-    wait_until(lambda: env.call(lambda: env.service.session(1)) is None)
+    wait_for(lambda: env.call(lambda: env.service.session(1)) is None)
     assert producer.instance().stopped
 
 

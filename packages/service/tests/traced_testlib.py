@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import socket
 import subprocess
 import sys
@@ -14,17 +13,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ipc_fakes import RecordingConsumer, wait_for
+from ipc_fakes import RecordingConsumer
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
 from perfetto_protos.upstream import parse_upstream_trace
 from perfetto_service import ConsumerIPCClient
+from perfetto_testing import TIMEOUT, end_process, wait_for
 from perfetto_wire import FrameDecoder, encode_frame
 from perfetto_wire._call_frames import encode_invoke
 from protozero import encode_varint
 
 PRODUCER_MAIN = str(Path(__file__).with_name("ipc_producer_main.py"))
-TIMEOUT = 60.0  # a limit, not a duration: generous for a loaded 2-core machine
 
 
 class Traced:
@@ -88,13 +87,8 @@ class Traced:
         return ticks / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> int:
-        """SIGTERM, then waits; returns the exit status."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(TIMEOUT)
-        finally:
-            self.process.kill()
+        """SIGTERM, then waits (SIGKILL after the limit); returns the exit status."""
+        return end_process(self.process)
 
     def __enter__(self) -> Traced:
         return self

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -32,11 +31,10 @@ from perfetto_service import (
 from perfetto_service.core._consumer_endpoint import ConsumerEndpointImpl
 from perfetto_service.core._producer_endpoint import ProducerEndpointImpl
 from perfetto_smb import SharedMemoryArbiter, TraceWriter
+from perfetto_testing import TIMEOUT, wait_for
 from protozero import encode_varint
 
 T = TypeVar("T")
-
-TIMEOUT = 10.0
 
 
 class ServiceEnv:
@@ -74,15 +72,6 @@ class ServiceEnv:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(TIMEOUT)
         self.loop.close()
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = TIMEOUT) -> None:
-    """Polls `predicate` until it holds; fails the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for a condition")
-        time.sleep(0.005)
 
 
 def make_packet(text: str, **fields: int) -> bytes:
@@ -260,7 +249,7 @@ class FakeConsumer:
 
     def wait_disabled(self, timeout: float = TIMEOUT) -> str:
         """Waits for the end of the session; returns its error."""
-        wait_until(lambda: bool(self.disabled), timeout)
+        wait_for(lambda: bool(self.disabled), timeout)
         return self.disabled[-1]
 
     def stop(self) -> str:
@@ -272,7 +261,7 @@ class FakeConsumer:
         """Flush; returns its outcome."""
         results: list[bool] = []
         self.env.call(lambda: self.endpoint.flush(timeout_ms, results.append))
-        wait_until(lambda: bool(results), timeout_ms / 1000 + TIMEOUT)
+        wait_for(lambda: bool(results), timeout_ms / 1000 + TIMEOUT)
         return results[0]
 
     def read(self) -> bytes:
@@ -280,7 +269,7 @@ class FakeConsumer:
         self.chunks.clear()
         self.read_done = False
         self.env.call(self.endpoint.read_buffers)
-        wait_until(lambda: self.read_done)
+        wait_for(lambda: self.read_done)
         return b"".join(self.chunks)
 
     def read_trace(self) -> Any:

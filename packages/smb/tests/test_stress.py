@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 from perfetto_smb import PageLayout
+from perfetto_testing import TIMEOUT
 from protozero import _native
 from smb_stress import ProducerConfig, producer_main, reader_main
 
-TIMEOUT = 120
 PACKETS = 250
 
 
@@ -39,8 +39,8 @@ def run(
             pure = pure_side == ("reader" if p is reader else "producers")
             with _pure_build(pure if pure_side else None):
                 p.start()
-        deadline = time.monotonic() + TIMEOUT
-        assert result_recv.poll(TIMEOUT), "the reader did not report in time"
+        deadline = time.monotonic() + 2 * TIMEOUT
+        assert result_recv.poll(2 * TIMEOUT), "the reader did not report in time"
         summary: dict[str, dict[str, Any]] = result_recv.recv()
         for p in processes:
             p.join(max(deadline - time.monotonic(), 1))
@@ -77,7 +77,7 @@ def check_intact(stream: dict[str, Any]) -> None:
     assert stream["rejected"] == {}
 
 
-@pytest.mark.timeout(TIMEOUT + 30)
+@pytest.mark.timeout(2 * TIMEOUT + 30)
 def test_every_packet_arrives_exactly_once_in_order() -> None:
     configs = [
         ProducerConfig(0, 4 * 4096, 4096, PageLayout.DIV1, threads=3, packets=PACKETS, drop=False),
@@ -95,7 +95,7 @@ def test_every_packet_arrives_exactly_once_in_order() -> None:
     assert all(stream["producer_patches"] > 0 for stream in summary.values())
 
 
-@pytest.mark.timeout(TIMEOUT + 30)
+@pytest.mark.timeout(2 * TIMEOUT + 30)
 def test_too_small_buffer_with_drop_marks_every_loss() -> None:
     configs = [
         ProducerConfig(0, 2 * 4096, 4096, PageLayout.DIV4, 3, PACKETS, drop=True, pause=0.002),
@@ -120,7 +120,7 @@ def test_too_small_buffer_with_drop_marks_every_loss() -> None:
     assert marked_losses > 0, "no packet after a loss arrived: marking was not exercised"
 
 
-@pytest.mark.timeout(TIMEOUT + 30)
+@pytest.mark.timeout(2 * TIMEOUT + 30)
 @pytest.mark.parametrize("pure_side", ["reader", "producers"])
 def test_compiled_and_pure_processes_share_one_smb(pure_side: str) -> None:
     configs = [

@@ -1,22 +1,16 @@
-"""Fixtures for the perfetto_wire tests; makes the helper modules next to them importable."""
+"""Fixtures for the perfetto_wire tests."""
 
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-_TESTS = str(Path(__file__).parent)
-if _TESTS not in sys.path:
-    sys.path.insert(0, _TESTS)
-
-from perfetto_wire import HostServer  # noqa: E402
-from wire_peer import build_host  # noqa: E402
-from wire_testlib import LoopThread, Processes, ThreadHost  # noqa: E402
+from perfetto_wire import HostServer
+from wire_peer import build_host
+from wire_testlib import LoopThread, Processes, ThreadHost
 
 
 @pytest.fixture

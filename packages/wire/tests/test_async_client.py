@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from perfetto_protos.ipc import consumer_port_pb2 as cp
 from perfetto_protos.ipc import producer_port_pb2 as pp
+from perfetto_testing import TIMEOUT
 from perfetto_wire import (
     AsyncClient,
     ConnectionClosedError,
@@ -17,8 +18,6 @@ from perfetto_wire import (
 )
 from wire_peer import READ_BUFFERS_REPLIES
 from wire_testlib import HostProcess, Processes
-
-TIMEOUT = 10.0
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ import json
 import logging
 import mmap
 import os
+import select
 import socket
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 from perfetto_protos.ipc import consumer_port_pb2 as cp
 from perfetto_protos.ipc import producer_port_pb2 as pp
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
+from perfetto_testing import TIMEOUT, wait_for
 from perfetto_wire import (
     Client,
     ConnectionClosedError,
@@ -37,8 +38,6 @@ from perfetto_wire._async_client import reconnect_delay
 from perfetto_wire._framing import MAX_PAYLOAD_SIZE
 from wire_peer import READ_BUFFERS_REPLIES, SHMEM_PATTERN, SLICE_SIZE, read_mapped
 from wire_testlib import HostProcess, Processes, ThreadHost
-
-TIMEOUT = 10.0
 
 
 @pytest.fixture
@@ -217,24 +216,14 @@ def test_client_disconnecting_mid_stream(thread_host: ThreadHost, processes: Pro
     out, _ = child.communicate(timeout=TIMEOUT)
     assert out.strip() == "STREAMING"
     producer = thread_host.services.producer
-    assert wait_until(lambda: bool(thread_host.call(lambda: producer.disconnected)))
+    wait_for(lambda: bool(thread_host.call(lambda: producer.disconnected)))
     (gone,) = thread_host.call(lambda: list(producer.disconnected))
     assert gone.pid == child.pid
     assert thread_host.call(lambda: dict(producer.streams)) == {}
     with Client(thread_host.address) as client:
         proxy = client.bind("ProducerPort").result(TIMEOUT)
         assert whoami(client, proxy)["pid"] == os.getpid()
-    assert wait_until(lambda: thread_host.call(lambda: thread_host.server.connection_count) == 0)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = TIMEOUT) -> bool:
-    """Polls `predicate` until it holds or `timeout` passes; returns its last value."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
+    wait_for(lambda: thread_host.call(lambda: thread_host.server.connection_count) == 0)
 
 
 def raw_connection(address: str) -> socket.socket:
@@ -366,7 +355,11 @@ def test_slow_reader_is_cut_off(processes: Processes, sock_dir: Path) -> None:
     host = processes.start_host(str(sock_dir / "slow.sock"), "--send-timeout", "0.3")
     with Client(host.address) as client, _slow_reader(host.address) as slow:
         proxy = client.bind("ProducerPort").result(TIMEOUT)
-        time.sleep(3.0)  # ten send timeouts: the host has cut it off by then, even when loaded
+        # Cut off: the host closed its end, which a UNIX socket reports (POLLRDHUP) before the
+        # replies queued on it are read.
+        hangup = select.poll()
+        hangup.register(slow, select.POLLRDHUP)
+        wait_for(lambda: hangup.poll(0), what="the host to cut the slow reader off")
         received = 0
         while chunk := slow.recv(1 << 20):
             received += len(chunk)

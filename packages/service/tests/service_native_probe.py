@@ -4,7 +4,7 @@ Run under each build (compiled, PERFETTO_PY_PURE=1) to compare: for every stream
 the trace-file bytes read back, the packets read as slices and as ReadBuffers replies, and the
 buffer's counters.
 
-    python native_probe.py SEED STREAMS [churn]
+    python service_native_probe.py SEED STREAMS [churn]
 """
 
 from __future__ import annotations

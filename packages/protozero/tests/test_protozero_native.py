@@ -70,7 +70,12 @@ def test_compiled_build_says_nothing_when_it_loaded() -> None:
 
 
 def test_both_builds_write_the_same_bytes() -> None:
-    probe = [sys.executable, str(Path(__file__).with_name("native_probe.py")), "20261123", "300"]
+    probe = [
+        sys.executable,
+        str(Path(__file__).with_name("protozero_native_probe.py")),
+        "20261123",
+        "300",
+    ]
 
     def run(env: dict[str, str]) -> list[str]:
         clean = {k: v for k, v in os.environ.items() if not k.startswith("PERFETTO_PY_")}

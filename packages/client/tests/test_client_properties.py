@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import perfetto_client as pc
-from conftest import record_in_process
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from in_process_recording import record_in_process
 from perfetto_client._track_event import thread_state
 
 CAT = pc.Category("test.property")

@@ -1,6 +1,6 @@
 """Writes random messages with a seed and prints their bytes; run under each build to compare.
 
-python native_probe.py SEED COUNT
+python protozero_native_probe.py SEED COUNT
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from protozero import _native
 def _run(env: dict[str, str], *args: str) -> list[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("PERFETTO_PY_")}
     result = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("native_probe.py")), *args],
+        [sys.executable, str(Path(__file__).with_name("service_native_probe.py")), *args],
         env={**clean, **env},
         capture_output=True,
         text=True,

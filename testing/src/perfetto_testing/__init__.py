@@ -1,0 +1,8 @@
+"""What the tests of every perfetto-py package share: limits, waits, child processes that end,
+and traces read with upstream's schema."""
+
+from perfetto_testing._processes import end_process
+from perfetto_testing._traces import read_upstream_trace
+from perfetto_testing._wait import SLOW_TIMEOUT, TIMEOUT, wait_for
+
+__all__ = ["SLOW_TIMEOUT", "TIMEOUT", "end_process", "read_upstream_trace", "wait_for"]
