@@ -15,7 +15,10 @@ if _os.environ.get("PERFETTO_PY_PURE") == "1":  # importing protozero costs: onl
 
     _native.select_build(__name__)
 
-from perfetto_client._api import (
+from perfetto_client._categories import Category
+from perfetto_client._debug_annotations import Traceable
+from perfetto_client._errors import TracingError
+from perfetto_client._events import (
     Flow,
     begin,
     counter,
@@ -25,9 +28,6 @@ from perfetto_client._api import (
     trace,
     trace_event,
 )
-from perfetto_client._categories import Category
-from perfetto_client._debug_annotations import Traceable
-from perfetto_client._errors import TracingError
 from perfetto_client._tracing import Backend, Tracing
 from perfetto_client._tracks import (
     GLOBAL,

@@ -9,10 +9,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from perfetto_client import _api
 from perfetto_client._categories import registry
 from perfetto_client._errors import TracingError
-from perfetto_client._track_event import BOOTTIME_CLOCK, forget_threads_after_fork
+from perfetto_client._track_event import (
+    BOOTTIME_CLOCK,
+    forget_threads_after_fork,
+    set_trace_clock,
+    watch_thread_names,
+)
 from perfetto_client._tracks import reset_process_uuid
 
 if TYPE_CHECKING:
@@ -80,8 +84,6 @@ class Tracing:
         or the default socket (a missing service is one log line; the connection comes up, and
         comes back, whenever the service does).
         """
-        from perfetto_client._track_event import watch_thread_names
-
         backends = Backend(backends)
         with _state.lock:
             if not _state.configured:
@@ -89,7 +91,7 @@ class Tracing:
                 _state.shmem_size_hint_kb = shmem_size_hint_kb
                 _state.use_monotonic_clock = use_monotonic_clock
                 _state.track_event_policy = track_event_buffer_exhausted_policy
-                _api.set_trace_clock(time.monotonic_ns if use_monotonic_clock else BOOTTIME_CLOCK)
+                set_trace_clock(time.monotonic_ns if use_monotonic_clock else BOOTTIME_CLOCK)
                 registry.on_new_category.append(_categories_changed)
                 watch_thread_names()
             if Backend.SYSTEM in backends and _state.system is None:

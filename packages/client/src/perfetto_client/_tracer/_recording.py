@@ -96,7 +96,7 @@ class Recording:
             # Imported here: it loads json, which a recording without children does not need.
             from perfetto_client._tracer._children import Children
 
-            self._children = Children(self.options)
+            self._children = Children(self.options, Recording)
             self._children.enable()
         if self.options.client_events and not self.options.system:
             # The program's own track events (and its spans and log records) go straight into
