@@ -6,6 +6,7 @@ Importing it is cheap: the tracing service, shared memory and protobuf modules l
 
 from __future__ import annotations
 
+import importlib as _importlib
 import os as _os
 import sys as _sys
 from typing import TYPE_CHECKING, Any
@@ -63,8 +64,6 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     """Loads the names whose modules are heavy on first use."""
-    import importlib
-
     if name == "__version__":
         from importlib.metadata import version
 
@@ -72,7 +71,7 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'perfetto_client' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_importlib.import_module(module), name)
     globals()[name] = value
     return value
 

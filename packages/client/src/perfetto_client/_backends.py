@@ -7,6 +7,7 @@ import concurrent.futures
 import logging
 import os
 import socket
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
@@ -36,8 +37,6 @@ _SMB_SCRAPING_ENABLED = 1
 
 
 def _producer_name() -> str:
-    import sys
-
     argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
     return f"perfetto_client.{argv0 or 'python'}.{os.getpid()}"
 

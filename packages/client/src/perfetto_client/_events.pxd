@@ -1,15 +1,9 @@
 import cython
 
-from cpython.ref cimport PyObject
-
 from perfetto_client._track_event cimport describe_track, now, thread_writers, write_event
 from perfetto_client._track_event_writer cimport TrackEventWriter
 from perfetto_client._tracks cimport Track
 
-@cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long")
-cpdef tuple slice_enter(object cat, Py_ssize_t key)
-@cython.locals(writer=TrackEventWriter, ts="long long")
-cpdef slice_exit(tuple writers)
 cdef dict _counter_tracks
 
 
@@ -32,17 +26,3 @@ cdef object _NO_SLICE
 cdef dict _modules
 cdef object _running_loop_getter
 cdef bint _in_running_loop() except -1
-
-
-
-cdef class TracedFunction:
-    cdef void *_vectorcall
-    cdef dict __dict__
-    cdef object __weakref__
-    cdef object _fn
-    cdef object _cat
-    cdef Py_ssize_t _key
-
-
-@cython.locals(writers=tuple)
-cdef object _traced_vectorcall(TracedFunction self, PyObject **args, size_t nargsf, PyObject *kwnames)

@@ -24,6 +24,8 @@ from perfetto_client import _track_event
 from perfetto_client._categories import Category, category_of, registry
 from perfetto_client._debug_annotations import encode_annotations, put_annotated_event
 from perfetto_client._errors import TracingError
+from perfetto_client._traced_function import COMPILED, TracedFunction
+from perfetto_client._traced_wrapper import traced_wrapper
 from perfetto_client._track_event_writer import (
     TYPE_INSTANT,
     TYPE_SLICE_BEGIN,
@@ -34,28 +36,22 @@ from perfetto_client._track_event_writer import (
 )
 from perfetto_client._tracks import CounterTrack, NamedTrack, Track, process_uuid
 
-if cython.compiled:
-    from cython.cimports.perfetto_client._vectorcall import pc_use_vectorcall, pc_vectorcall
-else:  # compiled, _events.pxd cimports them from _track_event
+if not cython.compiled:  # compiled, _events.pxd cimports them from _track_event
     from perfetto_client._track_event import describe_track, now, thread_writers, write_event
 
 if TYPE_CHECKING:
     from perfetto_protos.trace.track_event.track_event_pb2 import TrackEvent
 
 __all__ = [
-    "COMPILED",
     "Flow",
     "FlowArg",
     "NoSlice",
     "Slice",
-    "TracedFunction",
     "begin",
     "counter",
     "end",
     "instant",
     "is_enabled",
-    "slice_enter",
-    "slice_exit",
     "task_track",
     "thread_slice",
     "trace",
@@ -63,8 +59,11 @@ __all__ = [
     "track_slice",
 ]
 
-COMPILED: bool = cython.compiled
-"""Whether this module runs compiled (`@trace` then makes functions `TracedFunction`s)."""
+_traced: Callable[[Callable[..., Any], Category, int], Any] = (
+    TracedFunction if COMPILED else traced_wrapper
+)
+"""What `@trace` makes of a function (not a coroutine function): the compiled build's
+vectorcall object or the pure build's function with the function's own signature."""
 
 
 P = ParamSpec("P")
@@ -217,79 +216,6 @@ def task_track() -> _TaskTrack | None:
     if task is None:
         return None
     return _track_of_task(task)
-
-
-def slice_enter(cat: Category, key: int) -> tuple[TrackEventWriter, ...]:
-    """Begins a slice of event key `key` on the thread's track, in every session recording
-    `cat` (an enabled category); returns the writers `slice_exit` ends it in."""
-    writers = thread_writers(cat.mask)
-    ts = now() if cython.compiled else _track_event._clock()
-    for writer in writers:
-        writer.slice_begin(key, ts)
-    return writers
-
-
-def slice_exit(writers: tuple[TrackEventWriter, ...]) -> None:
-    """Ends the innermost slice on the thread's track in `writers` (from `slice_enter`)."""
-    ts = now() if cython.compiled else _track_event._clock()
-    for writer in writers:
-        writer.slice_end(ts)
-
-
-class TracedFunction:
-    """What `@trace` makes of a function (not a coroutine function) in the compiled build:
-    each call is a slice of event key `key` in `cat` while a session records `cat`.
-
-    It carries the function's name, qualified name, doc and `__wrapped__`
-    (`functools.update_wrapper`), binds as a method and pickles by name, as the function.
-    """
-
-    def __init__(self, fn: Callable[..., Any], cat: Category, key: int) -> None:
-        self._fn = fn
-        self._cat = cat
-        self._key = key
-        functools.update_wrapper(self, fn)
-        if cython.compiled:
-            self._vectorcall = cython.cast(cython.p_void, _traced_vectorcall)
-            pc_use_vectorcall(
-                TracedFunction,
-                cython.cast(cython.p_char, cython.address(self._vectorcall))
-                - cython.cast(cython.p_char, cython.cast(cython.p_void, self)),
-            )
-
-    @cython.locals(writers=tuple)  # type: ignore[untyped-decorator]
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not self._cat.enabled:
-            return self._fn(*args, **kwargs)
-        writers = slice_enter(self._cat, self._key)
-        try:
-            return self._fn(*args, **kwargs)
-        finally:
-            slice_exit(writers)
-
-    def __get__(self, instance: object, owner: object) -> Any:
-        if instance is None:
-            return self
-        return types.MethodType(self, instance)
-
-    def __reduce__(self) -> str:
-        name: str = self.__qualname__  # type: ignore[attr-defined]
-        return name
-
-    def __repr__(self) -> str:
-        return f"<traced {self._fn!r}>"
-
-
-def _traced_vectorcall(self: TracedFunction, args: Any, nargsf: int, kwnames: Any) -> Any:
-    """`TracedFunction.__call__` as the compiled build's vectorcall (arguments passed on as
-    they came, no tuple or dict)."""
-    if not self._cat.enabled:
-        return pc_vectorcall(self._fn, args, nargsf, kwnames)
-    writers = slice_enter(self._cat, self._key)
-    try:
-        return pc_vectorcall(self._fn, args, nargsf, kwnames)
-    finally:
-        slice_exit(writers)
 
 
 class Slice:
@@ -782,94 +708,7 @@ def _decorate(cat: Category, name: str | None, fn: Callable[P, R]) -> Callable[P
     if code is not None and code.co_flags & _CO_COROUTINE:
         return _decorate_coroutine(cat, key, fn)  # type: ignore[arg-type, return-value]
 
-    if COMPILED:
-        return TracedFunction(fn, cat, key)
-    return functools.update_wrapper(_wrapper(fn, cat, key), fn)
-
-
-_CO_VARARGS = 0x04
-_CO_VARKEYWORDS = 0x08
-_factories: dict[str, Callable[..., Any]] = {}
-"""Wrapper factories by source (one compile per distinct signature)."""
-
-_WRAPPER = """
-def _perfetto_make(_perfetto_fn, _perfetto_cat, _perfetto_key, {defaults}):
-    def traced({params}):
-        if not _perfetto_cat.enabled:
-            return _perfetto_fn({args})
-        _perfetto_writers = slice_enter(_perfetto_cat, _perfetto_key)
-        try:
-            return _perfetto_fn({args})
-        finally:
-            slice_exit(_perfetto_writers)
-    return traced
-"""
-_WRAPPER_GLOBALS = {"slice_enter": slice_enter, "slice_exit": slice_exit}
-
-
-def _wrapper(fn: Callable[P, R], cat: Category, key: int) -> Callable[P, R]:
-    """The pure build's traced wrapper of `fn`: a Python function with `fn`'s own parameters
-    when it is a plain Python function (a call without *args/**kwargs packing costs about a
-    third; a class's `__call__`, what the compiled build uses, costs pure Python more)."""
-    params, args, default_values = _signature(fn) or ("*args, **kwargs", "*args, **kwargs", [])
-    source = _WRAPPER.format(
-        defaults=", ".join(f"_perfetto_d{i}" for i in range(len(default_values))),
-        params=params,
-        args=args,
-    )
-    factory = _factories.get(source)
-    if factory is None:
-        namespace: dict[str, Any] = {}
-        exec(compile(source, "<perfetto_client.trace>", "exec"), _WRAPPER_GLOBALS, namespace)
-        factory = _factories[source] = namespace["_perfetto_make"]
-    traced: Callable[P, R] = factory(fn, cat, key, *default_values)
-    return traced
-
-
-def _signature(fn: Callable[..., Any]) -> tuple[str, str, list[object]] | None:
-    """(parameters, call arguments, default values) repeating `fn`'s signature, or None
-    when `fn` is not a plain Python function."""
-    code = getattr(fn, "__code__", None)
-    if code is None or not isinstance(getattr(fn, "__defaults__", ()), tuple | None):
-        return None
-    names = code.co_varnames
-    positional = code.co_argcount
-    kwonly = code.co_kwonlyargcount
-    if any(n.startswith("_perfetto_") for n in names[: positional + kwonly + 2]):
-        return None
-    defaults = fn.__defaults__ or ()
-    kwdefaults = fn.__kwdefaults__ or {}
-    params: list[str] = []
-    args: list[str] = []
-    default_values: list[object] = []
-    first_default = positional - len(defaults)
-    for i, name in enumerate(names[:positional]):
-        if i >= first_default:
-            params.append(f"{name}=_perfetto_d{len(default_values)}")
-            default_values.append(defaults[i - first_default])
-        else:
-            params.append(name)
-        if i == code.co_posonlyargcount - 1:
-            params.append("/")
-        args.append(name)
-    index = positional + kwonly
-    if code.co_flags & _CO_VARARGS:
-        params.append(f"*{names[index]}")
-        args.append(f"*{names[index]}")
-        index += 1
-    elif kwonly:
-        params.append("*")
-    for name in names[positional : positional + kwonly]:
-        if name in kwdefaults:
-            params.append(f"{name}=_perfetto_d{len(default_values)}")
-            default_values.append(kwdefaults[name])
-        else:
-            params.append(name)
-        args.append(f"{name}={name}")
-    if code.co_flags & _CO_VARKEYWORDS:
-        params.append(f"**{names[index]}")
-        args.append(f"**{names[index]}")
-    return ", ".join(params), ", ".join(args), default_values
+    return _traced(fn, cat, key)
 
 
 def _decorate_coroutine(

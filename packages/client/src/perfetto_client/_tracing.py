@@ -17,6 +17,7 @@ from perfetto_client._track_event import (
     set_trace_clock,
     watch_thread_names,
 )
+from perfetto_client._track_event_writer import load_encoders
 from perfetto_client._tracks import reset_process_uuid
 
 if TYPE_CHECKING:
@@ -201,7 +202,6 @@ def _track_event_kind() -> TrackEventKind:
         from perfetto_smb import BufferExhaustedPolicy
 
         from perfetto_client._track_event_source import TrackEventKind
-        from perfetto_client._track_event_writer import load_encoders
 
         load_encoders()
         kind = _state.track_event = TrackEventKind(

@@ -16,7 +16,7 @@ try:
 except ImportError:  # installed without Cython: runs as pure Python
     from protozero import _cython_shim as cython
 
-from perfetto_client._categories import registry
+from perfetto_client._categories import Category, registry
 from perfetto_client._track_event_writer import (
     PacketSink,
     ThreadTimeWriter,
@@ -51,6 +51,8 @@ __all__ = [
     "forget_threads_after_fork",
     "now",
     "set_trace_clock",
+    "slice_enter",
+    "slice_exit",
     "thread_state",
     "thread_writers",
     "watch_thread_names",
@@ -380,6 +382,23 @@ def thread_writers(mask: int) -> tuple[TrackEventWriter, ...]:
     if writers is None:
         writers = state.writers_for_mask(mask)
     return writers
+
+
+def slice_enter(cat: Category, key: int) -> tuple[TrackEventWriter, ...]:
+    """Begins a slice of event key `key` on the thread's track, in every session recording
+    `cat` (an enabled category); returns the writers `slice_exit` ends it in."""
+    writers = thread_writers(cat.mask)
+    ts = now() if cython.compiled else _clock()
+    for writer in writers:
+        writer.slice_begin(key, ts)
+    return writers
+
+
+def slice_exit(writers: tuple[TrackEventWriter, ...]) -> None:
+    """Ends the innermost slice on the thread's track in `writers` (from `slice_enter`)."""
+    ts = now() if cython.compiled else _clock()
+    for writer in writers:
+        writer.slice_end(ts)
 
 
 _name_setter: Any = None

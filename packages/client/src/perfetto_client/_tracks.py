@@ -8,6 +8,14 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
+from perfetto_client._track_event_writer import (
+    counter_descriptor,
+    process_descriptor_packet,
+    thread_descriptor_packet,
+    track_descriptor_packet,
+    track_uuid_field,
+)
+
 if TYPE_CHECKING:
     from perfetto_protos.trace.trace_packet_pb2 import TracePacket
 
@@ -91,8 +99,6 @@ class Track:
         """The encoded descriptor packet (computed once per track object)."""
         cached: bytes | None = getattr(self, "_descriptor_bytes", None)
         if cached is None:
-            from perfetto_client._track_event_writer import track_descriptor_packet
-
             name, counter = self._described()
             cached = self._descriptor_bytes = track_descriptor_packet(
                 self.uuid, self.parent_uuid, name, counter
@@ -122,8 +128,6 @@ class Track:
         track object)."""
         cached: bytes | None = getattr(self, "_uuid_field", None)
         if cached is None:
-            from perfetto_client._track_event_writer import track_uuid_field
-
             cached = self._uuid_field = track_uuid_field(self.uuid)
         return cached
 
@@ -178,8 +182,6 @@ class ProcessTrack(Track):
 
     def descriptor_bytes(self) -> bytes:
         """The encoded descriptor packet (with the process's current name)."""
-        from perfetto_client._track_event_writer import process_descriptor_packet
-
         return process_descriptor_packet(self.uuid, os.getpid(), _process_name(), sys.orig_argv)
 
 
@@ -204,8 +206,6 @@ class ThreadTrack(Track):
 
     def descriptor_bytes(self) -> bytes:
         """The encoded descriptor packet."""
-        from perfetto_client._track_event_writer import thread_descriptor_packet
-
         return thread_descriptor_packet(
             self.uuid, self.parent_uuid, os.getpid(), self.tid, self.name
         )
@@ -264,8 +264,6 @@ class CounterTrack(Track):
 
     def _counter_fields(self, counter_type: int) -> bytes:
         """The encoded CounterDescriptor of this track, of CounterDescriptor.type `counter_type`."""
-        from perfetto_client._track_event_writer import counter_descriptor
-
         if isinstance(self.unit, CounterUnit):
             unit, unit_name = int(self.unit), ""
         else:
