@@ -49,8 +49,8 @@ def _imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
         if isinstance(node, ast.Import | ast.ImportFrom):
             found.append(node)
         elif isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:
-                visit(child)
+            for statement in node.orelse:
+                visit(statement)
         else:
             for child in ast.iter_child_nodes(node):
                 visit(child)
@@ -61,7 +61,7 @@ def _imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
 
 def _module_level(tree: ast.Module) -> set[int]:
     """The ids of the import statements a module runs when it is imported (not in functions)."""
-    inside = set()
+    inside: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
             inside.update(id(n) for n in ast.walk(node) if n is not node)

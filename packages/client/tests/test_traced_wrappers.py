@@ -120,7 +120,8 @@ def test_both_wrappers_carry_the_function_and_bind_as_methods() -> None:
         return self, x
 
     key = CAT.event_key("f")
-    for wrapped in (TracedFunction(f, CAT, key), traced_wrapper(f, CAT, key)):
+    wrappers: tuple[Any, ...] = (TracedFunction(f, CAT, key), traced_wrapper(f, CAT, key))
+    for wrapped in wrappers:
         assert (wrapped.__name__, wrapped.__doc__, wrapped.__wrapped__) == ("f", "doc", f)
         holder = type("Holder", (), {"m": wrapped})()
         assert holder.m(3) == (holder, 3)

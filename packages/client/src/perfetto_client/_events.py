@@ -708,7 +708,8 @@ def _decorate(cat: Category, name: str | None, fn: Callable[P, R]) -> Callable[P
     if code is not None and code.co_flags & _CO_COROUTINE:
         return _decorate_coroutine(cat, key, fn)  # type: ignore[arg-type, return-value]
 
-    return _traced(fn, cat, key)
+    traced: Callable[P, R] = _traced(fn, cat, key)
+    return traced
 
 
 def _decorate_coroutine(
