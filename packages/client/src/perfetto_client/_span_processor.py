@@ -10,7 +10,7 @@ from opentelemetry.trace import StatusCode
 
 from perfetto_client._categories import Category
 from perfetto_client._debug_annotations import encode_annotations
-from perfetto_client._events import task_track
+from perfetto_client._task_tracks import task_track
 from perfetto_client._track_event import now, thread_state, thread_writers, write_event
 from perfetto_client._track_event_writer import (
     TYPE_INSTANT,

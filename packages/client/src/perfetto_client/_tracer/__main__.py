@@ -2,6 +2,6 @@
 
 import sys
 
-from perfetto_client._tracer._command import main
+from perfetto_client._trace_command import main
 
 sys.exit(main())

@@ -13,6 +13,7 @@ import types
 from typing import Any, NoReturn
 
 from perfetto_client._errors import TracingError
+from perfetto_client._snapshot_signal import release as release_snapshot_signal
 from perfetto_client._tracer._engine import TRANSPARENT, on_fork_in_child
 from perfetto_client._tracer._options import (
     DEFAULT_MAX_SIZE_MB,
@@ -22,7 +23,6 @@ from perfetto_client._tracer._options import (
 )
 from perfetto_client._tracer._recording import Recording
 from perfetto_client._tracer._runner import Program, without_own_frames
-from perfetto_client._tracer._snapshot_signal import release as release_snapshot_signal
 
 USAGE = """\
 perfetto-trace run [options] script.py [args...]

@@ -1,9 +1,9 @@
 """The `perfetto-trace` command's entry point: SIGUSR1 is held from its first line
-(`_snapshot_signal`)."""
+(`_snapshot_signal`), before any module of the tracer (`_tracer/`) loads."""
 
 from __future__ import annotations
 
-from perfetto_client._tracer import _snapshot_signal
+from perfetto_client import _snapshot_signal
 
 __all__ = ["main"]
 
