@@ -69,7 +69,7 @@ NOT_CONVERTED = {
 SDK_TABLES = {
     "packages/client/src/perfetto_client/_track_event_writer.py",
     "packages/client/src/perfetto_client/_debug_annotations.py",
-    "packages/client/src/perfetto_client/_api.py",
+    "packages/client/src/perfetto_client/_events.py",
 }
 """The SDK's modules, which `import perfetto_client` loads: importing perfetto_protos (and so
 protozero) there would cost more than the rest of the import, so their module-level tables of

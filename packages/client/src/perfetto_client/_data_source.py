@@ -14,6 +14,7 @@ from perfetto_smb import BufferExhaustedPolicy, TraceWriter
 
 from perfetto_client._errors import TracingError
 from perfetto_client._producer import TracingProducer, exhausted_policy
+from perfetto_client._tracing import register_kind
 
 __all__ = ["DataSource", "FlushArgs", "StopArgs", "TraceContext"]
 
@@ -233,8 +234,6 @@ class DataSource:
     @classmethod
     def register(cls, descriptor: DataSourceDescriptor | None = None) -> None:
         """Registers the data source with every backend (now and initialized later)."""
-        from perfetto_client._tracing import register_kind
-
         if descriptor is None:
             if not cls.name:
                 raise TracingError(f"{cls.__name__} needs a `name` to be registered")

@@ -10,9 +10,9 @@ from opentelemetry.trace import StatusCode
 from perfetto_protos.tags.fields import TrackEvent_flow_ids_TAG
 from protozero import encode_varint
 
-from perfetto_client._api import _task_track
 from perfetto_client._categories import Category
 from perfetto_client._debug_annotations import encode_annotations
+from perfetto_client._task_tracks import task_track
 from perfetto_client._track_event import now, thread_state, thread_writers, write_event
 from perfetto_client._track_event_writer import (
     TYPE_INSTANT,
@@ -51,7 +51,7 @@ def _spans_track(event_type: int) -> tuple[Track, bytes]:
     """The calling thread's track for spans, and the fields putting an event of
     `event_type` on it: the running asyncio task's track in a task, else a track named
     `spans` under the thread's track."""
-    task = _task_track()
+    task = task_track()
     if task is not None:
         return task, task.event_fields(event_type)
     thread = thread_state().track

@@ -5,32 +5,25 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import sys
 import threading
 import time
-import types
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 try:
     import cython
 except ImportError:  # installed without Cython: runs as pure Python
     from protozero import _cython_shim as cython
 
-from perfetto_client._categories import Category, category_of, registry
-from perfetto_client._debug_annotations import encode_annotations, put_annotated_event
-from perfetto_client._errors import TracingError
+from perfetto_client._categories import Category, registry
 from perfetto_client._track_event_writer import (
-    TYPE_INSTANT,
-    TYPE_SLICE_BEGIN,
-    TYPE_SLICE_END,
     PacketSink,
     ThreadTimeWriter,
     TrackEventWriter,
     clock_snapshot_packet,
 )
-from perfetto_client._tracks import CounterTrack, ProcessTrack, ThreadTrack, Track
+from perfetto_client._tracks import ProcessTrack, ThreadTrack, Track
 
 if cython.compiled:
     from cython.cimports.perfetto_client._thread_slot import (
@@ -38,13 +31,7 @@ if cython.compiled:
         pc_cached_thread_state,
         pc_forget_thread_states,
     )
-    from cython.cimports.perfetto_client._vectorcall import pc_use_vectorcall, pc_vectorcall
     from cython.cimports.posix.time import clock_gettime, timespec
-
-if TYPE_CHECKING:
-    from perfetto_protos.trace.track_event.track_event_pb2 import TrackEvent
-
-    from perfetto_client._api import FlowArg
 
 
 class _TraceWriter(PacketSink, Protocol):
@@ -56,32 +43,23 @@ class _TraceWriter(PacketSink, Protocol):
 
 __all__ = [
     "BOOTTIME_CLOCK",
-    "COMPILED",
     "TRACK_EVENT_DATA_SOURCE",
-    "NoSlice",
-    "Slice",
     "StartupInstance",
     "ThreadState",
-    "TracedFunction",
     "TrackEventInstance",
-    "counter",
-    "instant",
+    "describe_track",
+    "forget_threads_after_fork",
     "now",
     "set_trace_clock",
     "slice_enter",
     "slice_exit",
-    "thread_slice",
     "thread_state",
     "thread_writers",
-    "trace_event",
-    "track_slice",
+    "watch_thread_names",
     "write_event",
 ]
 
 TRACK_EVENT_DATA_SOURCE = "track_event"
-
-COMPILED: bool = cython.compiled
-"""Whether this module runs compiled (`@trace` then makes functions `TracedFunction`s)."""
 
 _CLOCK_BOOTTIME = 6
 _CLOCK_MONOTONIC = 3
@@ -423,62 +401,6 @@ def slice_exit(writers: tuple[TrackEventWriter, ...]) -> None:
         writer.slice_end(ts)
 
 
-class TracedFunction:
-    """What `@trace` makes of a function (not a coroutine function) in the compiled build:
-    each call is a slice of event key `key` in `cat` while a session records `cat`.
-
-    It carries the function's name, qualified name, doc and `__wrapped__`
-    (`functools.update_wrapper`), binds as a method and pickles by name, as the function.
-    """
-
-    def __init__(self, fn: Callable[..., Any], cat: Category, key: int) -> None:
-        self._fn = fn
-        self._cat = cat
-        self._key = key
-        functools.update_wrapper(self, fn)
-        if cython.compiled:
-            self._vectorcall = cython.cast(cython.p_void, _traced_vectorcall)
-            pc_use_vectorcall(
-                TracedFunction,
-                cython.cast(cython.p_char, cython.address(self._vectorcall))
-                - cython.cast(cython.p_char, cython.cast(cython.p_void, self)),
-            )
-
-    @cython.locals(writers=tuple)  # type: ignore[untyped-decorator]
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not self._cat.enabled:
-            return self._fn(*args, **kwargs)
-        writers = slice_enter(self._cat, self._key)
-        try:
-            return self._fn(*args, **kwargs)
-        finally:
-            slice_exit(writers)
-
-    def __get__(self, instance: object, owner: object) -> Any:
-        if instance is None:
-            return self
-        return types.MethodType(self, instance)
-
-    def __reduce__(self) -> str:
-        name: str = self.__qualname__  # type: ignore[attr-defined]
-        return name
-
-    def __repr__(self) -> str:
-        return f"<traced {self._fn!r}>"
-
-
-def _traced_vectorcall(self: TracedFunction, args: Any, nargsf: int, kwnames: Any) -> Any:
-    """`TracedFunction.__call__` as the compiled build's vectorcall (arguments passed on as
-    they came, no tuple or dict)."""
-    if not self._cat.enabled:
-        return pc_vectorcall(self._fn, args, nargsf, kwnames)
-    writers = slice_enter(self._cat, self._key)
-    try:
-        return pc_vectorcall(self._fn, args, nargsf, kwnames)
-    finally:
-        slice_exit(writers)
-
-
 _name_setter: Any = None
 """The `Thread.name` setter installed by `watch_thread_names`."""
 
@@ -498,269 +420,12 @@ def write_event(  # noqa: PLR0917 - the hot paths pass their state positionally
         if writer.cleared:
             writer.ensure_state(ts)
         if track is not None and track.uuid not in writer.seen_tracks:
-            _describe(writer, track, ts)
+            describe_track(writer, track, ts)
         interned = writer.interned_for(0, 0, iids) if iids else b""
         writer.event(key, event_type, ts, extra, interned)
 
 
-class Slice:
-    """What `trace_event` returns for an enabled category: a slice around the `with` body."""
-
-    __slots__ = ("_args", "_cat", "_extra", "_iids", "_key", "_track", "_writers")
-
-    def __init__(
-        self,
-        cat: Category,
-        key: int,
-        track: Track | None,
-        extra: bytes,
-        iids: list[int],
-    ) -> None:
-        self._cat = cat
-        self._key = key
-        self._track = track
-        self._extra = extra
-        self._iids = iids
-        self._args: dict[str, object] | None = None
-        """Compiled: args not encoded yet (each writer encodes them into its chunk)."""
-        self._writers: tuple[TrackEventWriter, ...] = ()
-
-    @cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long")  # type: ignore[untyped-decorator]
-    def __enter__(self) -> Slice:
-        writers = self._writers = thread_writers(self._cat.mask)
-        ts = now() if cython.compiled else _clock()
-        args = self._args
-        if args is not None:
-            for writer in writers:
-                if not put_annotated_event(writer, self._key, TYPE_SLICE_BEGIN, ts, args):
-                    extra, iids = encode_annotations(args)
-                    write_event((writer,), self._key, TYPE_SLICE_BEGIN, ts, None, extra, iids)
-        elif self._track is None and not self._extra:
-            for writer in writers:
-                writer.slice_begin(self._key, ts)
-        else:
-            write_event(
-                writers, self._key, TYPE_SLICE_BEGIN, ts, self._track, self._extra, self._iids
-            )
-        return self
-
-    @cython.locals(writer=TrackEventWriter, ts="long long", track=Track)  # type: ignore[untyped-decorator]
-    def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
-        ts = now() if cython.compiled else _clock()
-        track = self._track
-        if track is None:
-            for writer in self._writers:
-                writer.slice_end(ts)
-            return
-        extra = track.event_fields(TYPE_SLICE_END)
-        for writer in self._writers:
-            writer.event(0, TYPE_SLICE_END, ts, extra, b"")
-
-
-def thread_slice(cat: Category, name: str, args: dict[str, object]) -> Slice:
-    """The slice `name` of enabled category `cat` on the thread's track, with args `args`."""
-    keys = cat.keys
-    key = keys.get(name)
-    if key is None:
-        key = cat.event_key(name)
-    out = Slice.__new__(Slice)
-    out._cat = cat
-    out._key = key
-    out._track = None
-    out._writers = ()
-    out._args = None
-    if args and cython.compiled:
-        out._args = args
-        out._extra = b""
-        out._iids = []
-    elif args:
-        out._extra, out._iids = encode_annotations(args)
-    else:
-        out._extra = b""
-        out._iids = []
-    return out
-
-
-def track_slice(cat: Category, name: str, track: Track, args: dict[str, object]) -> Slice:
-    """The slice `name` of enabled category `cat` on `track`, with args `args`."""
-    keys = cat.keys
-    key = keys.get(name)
-    if key is None:
-        key = cat.event_key(name)
-    extra = track.event_fields(TYPE_SLICE_BEGIN)
-    iids: list[int] = []
-    if args:
-        encoded, iids = encode_annotations(args)
-        extra += encoded
-    return Slice(cat, key, track, extra, iids)
-
-
-class NoSlice:
-    """What `trace_event` returns for a disabled category."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> NoSlice:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
-        return None
-
-
-_NO_SLICE = NoSlice()
-
-
-def trace_event(
-    category: str | Category,
-    name: str,
-    /,
-    *,
-    track: Track | None = None,
-    flow: FlowArg = None,
-    terminating_flow: FlowArg = None,
-    correlation_id: int | str | None = None,
-    proto: Callable[[TrackEvent], None] | None = None,
-    **args: object,
-) -> Slice | NoSlice:
-    """A context manager recording a slice `name` around its body; keyword arguments are args.
-
-    Inside an asyncio task the slice goes on the task's track, so it survives awaits.
-    """
-    cat = category if isinstance(category, Category) else category_of(category)
-    if not cat.enabled:
-        return _NO_SLICE
-    if (
-        track is None
-        and flow is None
-        and terminating_flow is None
-        and correlation_id is None
-        and proto is None
-        and not _in_running_loop()
-    ):
-        return thread_slice(cat, name, args)
-    if (
-        track is not None
-        and flow is None
-        and terminating_flow is None
-        and correlation_id is None
-        and proto is None
-    ):
-        return track_slice(cat, name, track, args)
-    from perfetto_client._api import custom_slice
-
-    return custom_slice(cat, name, track, flow, terminating_flow, correlation_id, proto, args)
-
-
-_modules: dict[str, types.ModuleType] = sys.modules
-_running_loop_getter: Callable[[], object] | None = None
-
-
-def _in_running_loop() -> bool:
-    """Whether an asyncio event loop runs on this thread (never, if asyncio is not imported)."""
-    global _running_loop_getter  # noqa: PLW0603 - found once, then called from C
-    if _running_loop_getter is None:
-        asyncio = _modules.get("asyncio")
-        _running_loop_getter = getattr(asyncio, "_get_running_loop", None)
-        if _running_loop_getter is None:  # not imported, or being imported
-            return False
-    return _running_loop_getter() is not None
-
-
-@cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long", on=Track, keys=dict)  # type: ignore[untyped-decorator]
-def instant(
-    category: str | Category,
-    name: str,
-    /,
-    *,
-    track: Track | None = None,
-    timestamp: int | None = None,
-    flow: FlowArg = None,
-    terminating_flow: FlowArg = None,
-    correlation_id: int | str | None = None,
-    proto: Callable[[TrackEvent], None] | None = None,
-    **args: object,
-) -> None:
-    """Records an instant event `name` on the thread's track (or `track`)."""
-    cat = category if type(category) is Category else category_of(category)
-    if (
-        cat.enabled
-        and name
-        and flow is None
-        and terminating_flow is None
-        and correlation_id is None
-        and proto is None
-        and not args
-        and (track is not None or not _in_running_loop())
-    ):
-        keys = cat.keys
-        key = keys.get(name)
-        if key is None:
-            key = cat.event_key(name)
-        writers = thread_writers(cat.mask)
-        ts = (now() if cython.compiled else _clock()) if timestamp is None else timestamp
-        if track is None:
-            for writer in writers:
-                writer.instant(key, ts)
-        elif writers:
-            on = track
-            write_event(writers, key, TYPE_INSTANT, ts, on, on.event_fields(TYPE_INSTANT), [])
-        return
-    if not name:
-        raise TracingError("an instant event needs a name")
-    if not cat.enabled:
-        return
-    from perfetto_client._api import _event
-
-    _event(
-        cat,
-        name,
-        TYPE_INSTANT,
-        track,
-        timestamp,
-        flow,
-        terminating_flow,
-        correlation_id,
-        proto,
-        args,
-    )
-
-
-_counter_tracks: dict[str, CounterTrack] = {}
-
-
-@cython.locals(writers=tuple, ts="long long", field=bytes, writer=TrackEventWriter)  # type: ignore[untyped-decorator]
-def counter(
-    category: str | Category,
-    track: CounterTrack | str,
-    value: float,
-    *,
-    timestamp: int | None = None,
-) -> None:
-    """Adds a point to a counter track (a CounterTrack, or a name under the process track).
-
-    An int value is recorded as an int64 counter value, a float as a double.
-    """
-    cat = category if isinstance(category, Category) else category_of(category)
-    if not cat.enabled:
-        return
-    if isinstance(track, str):
-        found = _counter_tracks.get(track)
-        if found is None:
-            found = _counter_tracks[track] = CounterTrack(track)
-        track = found
-    writers = thread_writers(cat.mask)
-    ts = (now() if cython.compiled else _clock()) if timestamp is None else timestamp
-    field = track.uuid_field
-    uuid = track.uuid
-    for writer in writers:
-        if writer.cleared:
-            writer.ensure_state(ts)
-        if uuid not in writer.seen_tracks:  # else its ancestors were described before it
-            _describe(writer, track, ts)
-        writer.counter(field, value, ts)
-
-
-def _describe(writer: TrackEventWriter, track: Track, ts: int) -> None:
+def describe_track(writer: TrackEventWriter, track: Track, ts: int) -> None:
     """Emits the descriptors of `track` and its ancestors that `writer` has not emitted."""
     for item in track.lineage():
         if item.uuid not in writer.seen_tracks:

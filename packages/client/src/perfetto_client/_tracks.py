@@ -8,6 +8,14 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
+from perfetto_client._track_event_writer import (
+    counter_descriptor,
+    process_descriptor_packet,
+    thread_descriptor_packet,
+    track_descriptor_packet,
+    track_uuid_field,
+)
+
 if TYPE_CHECKING:
     from perfetto_protos.trace.trace_packet_pb2 import TracePacket
 
@@ -41,6 +49,7 @@ def reset_process_uuid() -> None:
 
 
 def _hash64(*parts: object) -> int:
+    # hashlib: 3 ms of CPU that `import perfetto_client` does not pay.
     import hashlib
 
     digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
@@ -91,8 +100,6 @@ class Track:
         """The encoded descriptor packet (computed once per track object)."""
         cached: bytes | None = getattr(self, "_descriptor_bytes", None)
         if cached is None:
-            from perfetto_client._track_event_writer import track_descriptor_packet
-
             name, counter = self._described()
             cached = self._descriptor_bytes = track_descriptor_packet(
                 self.uuid, self.parent_uuid, name, counter
@@ -122,8 +129,6 @@ class Track:
         track object)."""
         cached: bytes | None = getattr(self, "_uuid_field", None)
         if cached is None:
-            from perfetto_client._track_event_writer import track_uuid_field
-
             cached = self._uuid_field = track_uuid_field(self.uuid)
         return cached
 
@@ -141,6 +146,7 @@ class Track:
     def descriptor(self) -> TracePacket:
         """The TracePacket describing this track (decoded with protobuf: events never need
         it, they write `descriptor_bytes()`)."""
+        # protobuf: 68 ms of CPU, for this debugging view only.
         from perfetto_protos.trace.trace_packet_pb2 import TracePacket
 
         return TracePacket.FromString(self.descriptor_bytes())
@@ -178,8 +184,6 @@ class ProcessTrack(Track):
 
     def descriptor_bytes(self) -> bytes:
         """The encoded descriptor packet (with the process's current name)."""
-        from perfetto_client._track_event_writer import process_descriptor_packet
-
         return process_descriptor_packet(self.uuid, os.getpid(), _process_name(), sys.orig_argv)
 
 
@@ -204,8 +208,6 @@ class ThreadTrack(Track):
 
     def descriptor_bytes(self) -> bytes:
         """The encoded descriptor packet."""
-        from perfetto_client._track_event_writer import thread_descriptor_packet
-
         return thread_descriptor_packet(
             self.uuid, self.parent_uuid, os.getpid(), self.tid, self.name
         )
@@ -264,8 +266,6 @@ class CounterTrack(Track):
 
     def _counter_fields(self, counter_type: int) -> bytes:
         """The encoded CounterDescriptor of this track, of CounterDescriptor.type `counter_type`."""
-        from perfetto_client._track_event_writer import counter_descriptor
-
         if isinstance(self.unit, CounterUnit):
             unit, unit_name = int(self.unit), ""
         else:

@@ -8,6 +8,7 @@ plugin writes into `_sink` without them).
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -24,8 +25,6 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     """Loads `record`, `Summary` and `TraceOptions` on first use."""
-    import importlib
-
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'perfetto_client._tracer' has no attribute {name!r}")

@@ -21,14 +21,16 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import pytest
 
-from perfetto_client import begin, end, instant, trace_event
-from perfetto_client._tracer._options import DEFAULT_MAX_SIZE_MB
+from perfetto_client import _tracks, begin, end, instant, trace_event
+from perfetto_client._categories import Category
+from perfetto_client._errors import TracingError
+from perfetto_client._tracer._options import DEFAULT_MAX_SIZE_MB, TraceOptions
 from perfetto_client._tracer._sink import FileSink, Sink, SinkStats
+from perfetto_client._tracer._sink_track_events import SinkTrackEvents
 from perfetto_client._tracer._summary import Summary
 
 if TYPE_CHECKING:
     from perfetto_client._tracer._recording import Recording
-    from perfetto_client._tracer._sink_track_events import SinkTrackEvents
 
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
 _MESSAGE_CHARS = 1000
@@ -103,18 +105,13 @@ class _TestRun:
         self._events: SinkTrackEvents | None = None
 
     def start(self) -> None:
-        from perfetto_client import _tracks
-        from perfetto_client._categories import Category
-        from perfetto_client._tracer._sink_track_events import SinkTrackEvents
-
         # `pytest`, `python -m pytest` or a worker's `python -c ...`: named after what it runs.
         name = f"pytest-xdist worker {self.worker}" if self.worker else "pytest"
         _tracks.set_process_name(name)
         self._category = Category("pytest", "pytest's run: tests and their phases")
         if self.calls:
-            # The recorder loads only here: its modules cost more than a small test run.
-            from perfetto_client._errors import TracingError
-            from perfetto_client._tracer._options import TraceOptions
+            # The recorder loads only here: its modules (7 ms of CPU) cost more than a small
+            # test run.
             from perfetto_client._tracer._recording import Recording
 
             # No builtin calls: pluggy runs the hook wrappers that begin and end the test

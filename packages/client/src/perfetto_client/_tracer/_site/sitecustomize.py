@@ -8,10 +8,19 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+from typing import Any
 
 from perfetto_client._tracer._children import start_from_environment
 
-start_from_environment()
+
+def _recording(options: Any) -> Any:
+    # Loaded here, when this child records: not in multiprocessing's helper processes.
+    from perfetto_client._tracer._recording import Recording
+
+    return Recording(options)
+
+
+start_from_environment(_recording)
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _path = [p for p in sys.path if os.path.abspath(p or ".") != _here]

@@ -1,0 +1,28 @@
+import cython
+
+from perfetto_client._track_event cimport describe_track, now, thread_writers, write_event
+from perfetto_client._track_event_writer cimport TrackEventWriter
+from perfetto_client._tracks cimport Track
+
+cdef dict _counter_tracks
+
+
+
+cdef class Slice:
+    cdef object _args
+    cdef object _cat
+    cdef Py_ssize_t _key
+    cdef object _track
+    cdef bytes _extra
+    cdef list _iids
+    cdef tuple _writers
+
+
+@cython.locals(key=object, out=Slice, keys=dict)
+cpdef Slice thread_slice(object cat, object name, dict args)
+@cython.locals(key=object, extra=bytes, iids=list, encoded=bytes, keys=dict)
+cpdef Slice track_slice(object cat, object name, Track track, dict args)
+cdef object _NO_SLICE
+cdef dict _modules
+cdef object _running_loop_getter
+cdef bint _in_running_loop() except -1

@@ -1,0 +1,612 @@
+"""The track event API: slices (`trace`, `trace_event`, `begin`/`end`), instants, counters
+and flows, written through the calling thread's writers of the track_event data source (on
+the running asyncio task's track, `_task_tracks`, where no `track=` is given).
+
+Compiled (`_events.pxd`), the hot paths (`@trace`, `trace_event`, `instant`, `counter`) call
+`_track_event`'s thread state and clock in C.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+
+try:
+    import cython
+except ImportError:  # installed without Cython: runs as pure Python
+    from protozero import _cython_shim as cython
+
+from perfetto_client import _track_event
+from perfetto_client._categories import Category, category_of, registry
+from perfetto_client._debug_annotations import encode_annotations, put_annotated_event
+from perfetto_client._errors import TracingError
+from perfetto_client._task_tracks import task_track, traced_coroutine
+from perfetto_client._traced_function import COMPILED, TracedFunction
+from perfetto_client._traced_wrapper import traced_wrapper
+from perfetto_client._track_event_writer import (
+    TYPE_INSTANT,
+    TYPE_SLICE_BEGIN,
+    TYPE_SLICE_END,
+    TrackEventWriter,
+    flow_fields,
+    varint,
+)
+from perfetto_client._tracks import CounterTrack, Track, process_uuid
+
+if not cython.compiled:  # compiled, _events.pxd cimports them from _track_event
+    from perfetto_client._track_event import describe_track, now, thread_writers, write_event
+
+if TYPE_CHECKING:
+    from perfetto_protos.trace.track_event.track_event_pb2 import TrackEvent
+
+__all__ = [
+    "Flow",
+    "FlowArg",
+    "NoSlice",
+    "Slice",
+    "begin",
+    "counter",
+    "end",
+    "instant",
+    "is_enabled",
+    "thread_slice",
+    "trace",
+    "trace_event",
+    "track_slice",
+]
+
+_traced: Callable[[Callable[..., Any], Category, int], Any] = (
+    TracedFunction if COMPILED else traced_wrapper
+)
+"""What `@trace` makes of a function (not a coroutine function): the compiled build's
+vectorcall object or the pure build's function with the function's own signature."""
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_CORRELATION_ID = b"\xa0\x03"  # TrackEvent.correlation_id (52)
+_CORRELATION_ID_STR = b"\xaa\x03"  # TrackEvent.correlation_id_str (53)
+
+
+def is_enabled(category: str | Category) -> bool:
+    """Whether any running session records events of `category`."""
+    return registry.is_enabled(category)
+
+
+class Flow:
+    """Links events into a flow (arrows in the UI): pass as `flow=` or `terminating_flow=`.
+
+    `Flow(id)` is scoped to this process (two processes using the same id do not collide);
+    `Flow.global_flow(id)` is the same id in every process.
+    """
+
+    __slots__ = ("id",)
+
+    def __init__(self, flow_id: int, *, process_scoped: bool = True) -> None:
+        self.id = (flow_id ^ process_uuid()) if process_scoped else flow_id
+        self.id &= (1 << 64) - 1
+
+    @classmethod
+    def process_flow(cls, flow_id: int) -> Flow:
+        """A flow id local to this process."""
+        return cls(flow_id)
+
+    @classmethod
+    def global_flow(cls, flow_id: int) -> Flow:
+        """A flow id shared by every process."""
+        return cls(flow_id, process_scoped=False)
+
+    def __repr__(self) -> str:
+        return f"Flow(id={self.id:#x})"
+
+
+FlowArg = Flow | Iterable[Flow] | None
+
+
+def _flow_ids(flow: FlowArg) -> tuple[int, ...]:
+    if flow is None:
+        return ()
+    if isinstance(flow, Flow):
+        return (flow.id,)
+    return tuple(f.id for f in flow)
+
+
+_CO_COROUTINE = 0x80
+
+
+class Slice:
+    """What `trace_event` returns for an enabled category: a slice around the `with` body."""
+
+    __slots__ = ("_args", "_cat", "_extra", "_iids", "_key", "_track", "_writers")
+
+    def __init__(
+        self,
+        cat: Category,
+        key: int,
+        track: Track | None,
+        extra: bytes,
+        iids: list[int],
+    ) -> None:
+        self._cat = cat
+        self._key = key
+        self._track = track
+        self._extra = extra
+        self._iids = iids
+        self._args: dict[str, object] | None = None
+        """Compiled: args not encoded yet (each writer encodes them into its chunk)."""
+        self._writers: tuple[TrackEventWriter, ...] = ()
+
+    @cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long")  # type: ignore[untyped-decorator]
+    def __enter__(self) -> Slice:
+        writers = self._writers = thread_writers(self._cat.mask)
+        ts = now() if cython.compiled else _track_event._clock()
+        args = self._args
+        if args is not None:
+            for writer in writers:
+                if not put_annotated_event(writer, self._key, TYPE_SLICE_BEGIN, ts, args):
+                    extra, iids = encode_annotations(args)
+                    write_event((writer,), self._key, TYPE_SLICE_BEGIN, ts, None, extra, iids)
+        elif self._track is None and not self._extra:
+            for writer in writers:
+                writer.slice_begin(self._key, ts)
+        else:
+            write_event(
+                writers, self._key, TYPE_SLICE_BEGIN, ts, self._track, self._extra, self._iids
+            )
+        return self
+
+    @cython.locals(writer=TrackEventWriter, ts="long long", track=Track)  # type: ignore[untyped-decorator]
+    def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
+        ts = now() if cython.compiled else _track_event._clock()
+        track = self._track
+        if track is None:
+            for writer in self._writers:
+                writer.slice_end(ts)
+            return
+        extra = track.event_fields(TYPE_SLICE_END)
+        for writer in self._writers:
+            writer.event(0, TYPE_SLICE_END, ts, extra, b"")
+
+
+def thread_slice(cat: Category, name: str, args: dict[str, object]) -> Slice:
+    """The slice `name` of enabled category `cat` on the thread's track, with args `args`."""
+    keys = cat.keys
+    key = keys.get(name)
+    if key is None:
+        key = cat.event_key(name)
+    out = Slice.__new__(Slice)
+    out._cat = cat
+    out._key = key
+    out._track = None
+    out._writers = ()
+    out._args = None
+    if args and cython.compiled:
+        out._args = args
+        out._extra = b""
+        out._iids = []
+    elif args:
+        out._extra, out._iids = encode_annotations(args)
+    else:
+        out._extra = b""
+        out._iids = []
+    return out
+
+
+def track_slice(cat: Category, name: str, track: Track, args: dict[str, object]) -> Slice:
+    """The slice `name` of enabled category `cat` on `track`, with args `args`."""
+    keys = cat.keys
+    key = keys.get(name)
+    if key is None:
+        key = cat.event_key(name)
+    extra = track.event_fields(TYPE_SLICE_BEGIN)
+    iids: list[int] = []
+    if args:
+        encoded, iids = encode_annotations(args)
+        extra += encoded
+    return Slice(cat, key, track, extra, iids)
+
+
+class NoSlice:
+    """What `trace_event` returns for a disabled category."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> NoSlice:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
+        return None
+
+
+_NO_SLICE = NoSlice()
+
+
+def trace_event(
+    category: str | Category,
+    name: str,
+    /,
+    *,
+    track: Track | None = None,
+    flow: FlowArg = None,
+    terminating_flow: FlowArg = None,
+    correlation_id: int | str | None = None,
+    proto: Callable[[TrackEvent], None] | None = None,
+    **args: object,
+) -> Slice | NoSlice:
+    """A context manager recording a slice `name` around its body; keyword arguments are args.
+
+    Inside an asyncio task the slice goes on the task's track, so it survives awaits.
+    """
+    cat = category if isinstance(category, Category) else category_of(category)
+    if not cat.enabled:
+        return _NO_SLICE
+    if (
+        track is None
+        and flow is None
+        and terminating_flow is None
+        and correlation_id is None
+        and proto is None
+        and not _in_running_loop()
+    ):
+        return thread_slice(cat, name, args)
+    if (
+        track is not None
+        and flow is None
+        and terminating_flow is None
+        and correlation_id is None
+        and proto is None
+    ):
+        return track_slice(cat, name, track, args)
+    return custom_slice(cat, name, track, flow, terminating_flow, correlation_id, proto, args)
+
+
+_modules: dict[str, types.ModuleType] = sys.modules
+_running_loop_getter: Callable[[], object] | None = None
+
+
+def _in_running_loop() -> bool:
+    """Whether an asyncio event loop runs on this thread (never, if asyncio is not imported)."""
+    global _running_loop_getter  # noqa: PLW0603 - found once, then called from C
+    if _running_loop_getter is None:
+        asyncio = _modules.get("asyncio")
+        _running_loop_getter = getattr(asyncio, "_get_running_loop", None)
+        if _running_loop_getter is None:  # not imported, or being imported
+            return False
+    return _running_loop_getter() is not None
+
+
+@cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long", on=Track, keys=dict)  # type: ignore[untyped-decorator]
+def instant(
+    category: str | Category,
+    name: str,
+    /,
+    *,
+    track: Track | None = None,
+    timestamp: int | None = None,
+    flow: FlowArg = None,
+    terminating_flow: FlowArg = None,
+    correlation_id: int | str | None = None,
+    proto: Callable[[TrackEvent], None] | None = None,
+    **args: object,
+) -> None:
+    """Records an instant event `name` on the thread's track (or `track`)."""
+    cat = category if type(category) is Category else category_of(category)
+    if (
+        cat.enabled
+        and name
+        and flow is None
+        and terminating_flow is None
+        and correlation_id is None
+        and proto is None
+        and not args
+        and (track is not None or not _in_running_loop())
+    ):
+        keys = cat.keys
+        key = keys.get(name)
+        if key is None:
+            key = cat.event_key(name)
+        writers = thread_writers(cat.mask)
+        ts = (
+            (now() if cython.compiled else _track_event._clock())
+            if timestamp is None
+            else timestamp
+        )
+        if track is None:
+            for writer in writers:
+                writer.instant(key, ts)
+        elif writers:
+            on = track
+            write_event(writers, key, TYPE_INSTANT, ts, on, on.event_fields(TYPE_INSTANT), [])
+        return
+    if not name:
+        raise TracingError("an instant event needs a name")
+    if not cat.enabled:
+        return
+    _event(
+        cat,
+        name,
+        TYPE_INSTANT,
+        track,
+        timestamp,
+        flow,
+        terminating_flow,
+        correlation_id,
+        proto,
+        args,
+    )
+
+
+_counter_tracks: dict[str, CounterTrack] = {}
+
+
+@cython.locals(writers=tuple, ts="long long", field=bytes, writer=TrackEventWriter)  # type: ignore[untyped-decorator]
+def counter(
+    category: str | Category,
+    track: CounterTrack | str,
+    value: float,
+    *,
+    timestamp: int | None = None,
+) -> None:
+    """Adds a point to a counter track (a CounterTrack, or a name under the process track).
+
+    An int value is recorded as an int64 counter value, a float as a double.
+    """
+    cat = category if isinstance(category, Category) else category_of(category)
+    if not cat.enabled:
+        return
+    if isinstance(track, str):
+        found = _counter_tracks.get(track)
+        if found is None:
+            found = _counter_tracks[track] = CounterTrack(track)
+        track = found
+    writers = thread_writers(cat.mask)
+    ts = (now() if cython.compiled else _track_event._clock()) if timestamp is None else timestamp
+    field = track.uuid_field
+    uuid = track.uuid
+    for writer in writers:
+        if writer.cleared:
+            writer.ensure_state(ts)
+        if uuid not in writer.seen_tracks:  # else its ancestors were described before it
+            describe_track(writer, track, ts)
+        writer.counter(field, value, ts)
+
+
+def _extra_fields(
+    track: Track | None,
+    event_type: int,
+    args: dict[str, object],
+    *,
+    flow: FlowArg,
+    terminating_flow: FlowArg,
+    correlation_id: int | str | None,
+    proto: Callable[[TrackEvent], None] | None,
+) -> tuple[bytes, list[int]]:
+    """Encoded TrackEvent fields beyond type/category/name, and the annotation names used."""
+    out = b""
+    iids: list[int] = []
+    if track is not None:
+        out += track.event_fields(event_type)
+    if args:
+        encoded, iids = encode_annotations(args)
+        out += encoded
+    if flow is not None or terminating_flow is not None:
+        out += flow_fields(_flow_ids(flow), _flow_ids(terminating_flow))
+    if correlation_id is not None:
+        if isinstance(correlation_id, str):
+            data = correlation_id.encode()
+            out += _CORRELATION_ID_STR + varint(len(data)) + data
+        else:
+            out += _CORRELATION_ID + varint(correlation_id & ((1 << 64) - 1))
+    if proto is not None:
+        # protobuf: 39 ms of CPU, paid by the first `proto=` only.
+        from perfetto_protos.trace.track_event.track_event_pb2 import TrackEvent
+
+        message = TrackEvent()
+        proto(message)
+        out += message.SerializeToString()
+    return out, iids
+
+
+def _event(  # noqa: PLR0917 - positional: a call with ten keywords costs more than the event
+    cat: Category,
+    name: str,
+    event_type: int,
+    track: Track | None,
+    timestamp: int | None,
+    flow: FlowArg,
+    terminating_flow: FlowArg,
+    correlation_id: int | str | None,
+    proto: Callable[[TrackEvent], None] | None,
+    args: dict[str, object],
+) -> None:
+    """Writes one event of an enabled category on the calling thread's writers (the general
+    path of begin, end and instant)."""
+    writers = thread_writers(cat.mask)
+    if not writers:
+        return
+    ts = now() if timestamp is None else timestamp
+    if track is None:
+        track = task_track()
+    key = cat.event_key(name) if name else 0
+    if (
+        key == 0
+        and event_type == TYPE_SLICE_END
+        and track is None
+        and not args
+        and flow is None
+        and terminating_flow is None
+    ):
+        for writer in writers:
+            writer.slice_end(ts)
+        return
+    if (
+        event_type == TYPE_SLICE_BEGIN
+        and track is None
+        and not args
+        and proto is None
+        and flow is None
+        and terminating_flow is None
+        and correlation_id is None
+    ):
+        for writer in writers:
+            writer.slice_begin(key, ts)
+        return
+    extra, iids = _extra_fields(
+        track,
+        event_type,
+        args,
+        flow=flow,
+        terminating_flow=terminating_flow,
+        correlation_id=correlation_id,
+        proto=proto,
+    )
+    write_event(writers, key, event_type, ts, track, extra, iids)
+
+
+def _record(  # noqa: PLR0917 - positional: a call with ten keywords costs more than the event
+    event_type: int,
+    category: str | Category,
+    name: str,
+    track: Track | None,
+    timestamp: int | None,
+    flow: FlowArg,
+    terminating_flow: FlowArg,
+    correlation_id: int | str | None,
+    proto: Callable[[TrackEvent], None] | None,
+    args: dict[str, object],
+) -> None:
+    """Writes one event if `category` is enabled (what begin, end and instant share)."""
+    cat = category if type(category) is Category else category_of(category)
+    if cat.enabled:
+        _event(
+            cat,
+            name,
+            event_type,
+            track,
+            timestamp,
+            flow,
+            terminating_flow,
+            correlation_id,
+            proto,
+            args,
+        )
+
+
+def begin(
+    category: str | Category,
+    name: str,
+    /,
+    *,
+    track: Track | None = None,
+    timestamp: int | None = None,
+    flow: FlowArg = None,
+    terminating_flow: FlowArg = None,
+    correlation_id: int | str | None = None,
+    proto: Callable[[TrackEvent], None] | None = None,
+    **args: object,
+) -> None:
+    """Begins a slice `name` on the thread's track (or `track`); keyword arguments are its args.
+
+    `timestamp` is in ns on the trace clock (CLOCK_BOOTTIME unless initialized with
+    `use_monotonic_clock`); `proto` gets the TrackEvent message being written.
+    """
+    if not name:
+        raise TracingError("a slice needs a name")
+    _record(
+        TYPE_SLICE_BEGIN,
+        category,
+        name,
+        track,
+        timestamp,
+        flow,
+        terminating_flow,
+        correlation_id,
+        proto,
+        args,
+    )
+
+
+def end(
+    category: str | Category,
+    /,
+    *,
+    track: Track | None = None,
+    timestamp: int | None = None,
+    flow: FlowArg = None,
+    terminating_flow: FlowArg = None,
+    **args: object,
+) -> None:
+    """Ends the innermost open slice of the thread's track (or of `track`)."""
+    _record(
+        TYPE_SLICE_END, category, "", track, timestamp, flow, terminating_flow, None, None, args
+    )
+
+
+def custom_slice(  # noqa: PLR0917 - trace_event passes its arguments positionally
+    cat: Category,
+    name: str,
+    track: Track | None,
+    flow: FlowArg,
+    terminating_flow: FlowArg,
+    correlation_id: int | str | None,
+    proto: Callable[[TrackEvent], None] | None,
+    args: dict[str, object],
+) -> Slice:
+    """The slice `trace_event` returns for an enabled category when it goes on another track
+    than the thread's (an explicit one, or the running asyncio task's) or carries more than
+    args."""
+    if track is None:
+        track = task_track()
+    extra, iids = _extra_fields(
+        track,
+        TYPE_SLICE_BEGIN,
+        args,
+        flow=flow,
+        terminating_flow=terminating_flow,
+        correlation_id=correlation_id,
+        proto=proto,
+    )
+    return Slice(cat, cat.event_key(name), track, extra, iids)
+
+
+@overload
+def trace(category: Callable[P, R], name: None = None) -> Callable[P, R]: ...
+
+
+@overload
+def trace(
+    category: str | Category = ..., name: str | None = None
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+
+def trace(
+    category: str | Category | Callable[P, R] = "default",
+    name: str | None = None,
+) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorator: each call of the function is a slice named after its qualified name.
+
+    `@trace("cat")`, `@trace("cat", "name")`, or bare `@trace` (category "default").
+    A coroutine function's slice goes on its task's track and spans its awaits.
+    """
+    if callable(category) and not isinstance(category, Category):
+        return _decorate(registry.static_category("default"), None, category)
+    cat = category_of(category)
+
+    def decorator(fn: Callable[P, R]) -> Callable[P, R]:
+        return _decorate(cat, name, fn)
+
+    return decorator
+
+
+def _decorate(cat: Category, name: str | None, fn: Callable[P, R]) -> Callable[P, R]:
+    slice_name = name or getattr(fn, "__qualname__", None) or repr(fn)
+    key = cat.event_key(slice_name)
+    code = getattr(fn, "__code__", None)
+    if code is not None and code.co_flags & _CO_COROUTINE:
+        return traced_coroutine(cat, key, fn)  # type: ignore[arg-type, return-value]
+
+    traced: Callable[P, R] = _traced(fn, cat, key)
+    return traced
