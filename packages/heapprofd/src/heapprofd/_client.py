@@ -54,10 +54,15 @@ _state = _State()
 
 
 def _native() -> ModuleType:
-    try:
-        from heapprofd import _native as native
-    except ImportError as exc:
-        raise HeapprofdError(NOT_COMPILED) from exc
+    native = sys.modules.get("heapprofd._native")
+    if native is None:
+        from protozero import _native as build
+
+        build.refuse_stale("heapprofd")  # a checkout's stale build: one line saying so
+        try:
+            from heapprofd import _native as native
+        except ImportError as exc:
+            raise HeapprofdError(NOT_COMPILED) from exc
     return native
 
 
