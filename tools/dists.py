@@ -40,11 +40,11 @@ def build(tree: Path, out: Path) -> list[Path]:
     """Builds the build backend and every package of `tree` into `out`, in the package graph's
     order; returns the wheels.
 
-    The backend is built first and installed here from its wheel with its requirements, then
-    the third-party build requirements every package declares; each package builds here (one
-    environment instead of two per package), and a package whose `.pxd` files a later one's
-    build cimports (its build-system.requires names it) is installed here from its wheel,
-    with its dependencies from `out`.
+    The third-party build requirements every package declares are installed here once; the
+    backend is built first and installed here from its wheel, with its requirements; each
+    package builds here (one environment instead of two per package), and a package whose
+    `.pxd` files a later one's build cimports (its build-system.requires names it) is
+    installed here from its wheel, with its dependencies from `out`.
     """
     out.mkdir(parents=True, exist_ok=True)
     graph = packages(tree)
@@ -61,7 +61,8 @@ def build(tree: Path, out: Path) -> list[Path]:
     if backend is not None:
         paths.insert(0, backend)
         needed.add(requirement_name(_project(backend)["name"]))
-    subprocess.run([*pip, *sorted(requires)], check=True)
+    if requires:
+        subprocess.run([*pip, *sorted(requires)], check=True)
     for path in paths:
         print(f"dists: building {path.relative_to(tree)}", flush=True)
         result = subprocess.run(
