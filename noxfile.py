@@ -20,16 +20,11 @@ from types import ModuleType
 import nox
 
 ROOT = Path(__file__).parent
-PACKAGE_DIRS: dict[str, Path] = {
-    "protozero": ROOT / "packages" / "protozero",
-    "protos": ROOT / "protos",
-    "wire": ROOT / "packages" / "wire",
-    "smb": ROOT / "packages" / "smb",
-    "service": ROOT / "packages" / "service",
-    "client": ROOT / "packages" / "client",
-    "cli": ROOT / "packages" / "cli",
-    "heapprofd": ROOT / "packages" / "heapprofd",
-}
+sys.path.insert(0, str(ROOT / "tools"))
+from package_graph import build_backend, packages, test_support  # noqa: E402
+
+# Session name (the package's directory) -> directory, in the package graph's order.
+PACKAGE_DIRS: dict[str, Path] = {p.name: p.directory for p in packages(ROOT)}
 TESTED = [name for name, path in PACKAGE_DIRS.items() if any(path.glob("tests/test_*.py"))]
 # The project's .venv runs 3.11; the others run in venvs nox makes (`tests_on`).
 OTHER_PYTHONS = ["3.12", "3.13"]
@@ -148,8 +143,10 @@ def _develop_venv(session: nox.Session, python: str) -> Path:
     develop mode, once per change of the pyproject files, the lock or the requirements."""
     venv = ROOT / ".nox" / f"develop-{python}"
     interpreter = _require_interpreter(session, python)
-    packages = [*PACKAGE_DIRS.values(), ROOT / "testing"]
-    inputs = [ROOT / "poetry.lock", *(path / "pyproject.toml" for path in packages)]
+    backend = build_backend(ROOT)
+    assert backend is not None
+    projects = [backend, *PACKAGE_DIRS.values(), test_support(ROOT)]
+    inputs = [ROOT / "poetry.lock", *(path / "pyproject.toml" for path in projects)]
     stamp = venv / ".develop-installed"
     requirements = _dev().locked(TEST_REQUIREMENTS)
     digest = hashlib.sha256(" ".join(requirements).encode())

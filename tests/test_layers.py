@@ -1,4 +1,4 @@
-"""The layering check passes on the tree and catches an upward import."""
+"""The layering check passes on the tree and catches an upward import or cimport."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _checker() -> Any:
+    sys.path.insert(0, str(ROOT / "tools"))  # where check_layers finds package_graph
     spec = importlib.util.spec_from_file_location("check_layers", ROOT / "tools/check_layers.py")
     assert spec is not None
     assert spec.loader is not None
@@ -40,7 +41,28 @@ def test_upward_and_sideways_imports_are_reported(tmp_path: Path) -> None:
     ]
 
 
-def test_allowed_set_is_the_transitive_closure_of_design_table() -> None:
+def test_cimports_of_a_package_above_are_reported(tmp_path: Path) -> None:
+    checker = _checker()
+    fake = tmp_path / "perfetto_smb"
+    fake.mkdir()
+    (fake / "_hook.pyx").write_text("# cython: language_level=3\ncimport perfetto_service.x\n")
+    (fake / "_writer.pxd").write_text(
+        "from protozero._message cimport Message\nfrom perfetto_client._sink cimport f\n"
+    )
+    (fake / "_writer.py").write_text(
+        "import cython\nif cython.compiled:\n"
+        "    from cython.cimports.perfetto_wire._frame import g\n"
+    )
+    checker.SOURCES = {**checker.SOURCES, "perfetto_smb": fake}
+    checker.ROOT = tmp_path
+    assert checker.violations() == [
+        "perfetto_smb/_hook.pyx:2: perfetto_smb may not import perfetto_service",
+        "perfetto_smb/_writer.pxd:2: perfetto_smb may not import perfetto_client",
+        "perfetto_smb/_writer.py:3: perfetto_smb may not import perfetto_wire",
+    ]
+
+
+def test_allowed_set_is_the_transitive_closure_of_the_declared_dependencies() -> None:
     checker = _checker()
     assert checker.allowed("perfetto_service") == {
         "perfetto_service",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -42,10 +41,9 @@ def _another_python() -> str:
 
 
 def _tiny_package(directory: Path) -> Path:
-    """A package with one compiled module, built as protozero is (its pyproject.toml, its
-    build.py), with develop builds of other Python versions in its `src/`."""
+    """A package with one compiled module, built as protozero is (its pyproject.toml names the
+    build backend perfetto_build), with develop builds of other Python versions in its `src/`."""
     directory.mkdir()
-    shutil.copy(ROOT / "packages" / "protozero" / "build.py", directory / "build.py")
     pyproject = (ROOT / "packages" / "protozero" / "pyproject.toml").read_text()
     (directory / "pyproject.toml").write_text(
         pyproject.replace("perfetto-protozero", "perfetto-tiny").replace("protozero", "tiny")
@@ -72,8 +70,9 @@ def _wheel_modules(wheel: Path) -> dict[str, bytes]:
         return {name: archive.read(name)[:4] for name in modules}
 
 
-def _build_wheel(python: str, tree: Path, out: Path, isolated: bool) -> Path:
-    isolation = [] if isolated else ["--no-build-isolation"]
+def _build_wheel(python: str, tree: Path, out: Path, isolated: bool, links: Path) -> Path:
+    """The wheel of `tree` built by `python`; isolated, its build backend from `links`."""
+    isolation = ["--find-links", str(links)] if isolated else ["--no-build-isolation"]
     command = [python, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(out), "."]
     env = {**os.environ, "PERFETTO_PY_EXPECT_COMPILED": "1"}
     env.pop("PYTHONPATH", None)
@@ -105,8 +104,15 @@ def test_each_pythons_wheel_holds_only_its_own_compiled_modules(tmp_path: Path) 
     # The other version in an isolated build environment (its own Cython from the index), the
     # running one with the project's.
     builds = [(other, True), (sys.executable, False)]
+    backend = tmp_path / "backend"
+    pip = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run(
+        [*pip, "-w", str(backend), str(ROOT / "tools" / "perfetto-build")],
+        check=True,
+        timeout=TIMEOUT,
+    )
     for n, (python, isolated) in enumerate(builds):
-        wheel = _build_wheel(python, tree, tmp_path / f"wheels-{n}", isolated)
+        wheel = _build_wheel(python, tree, tmp_path / f"wheels-{n}", isolated, backend)
         expected = f"tiny/_fast{_suffix_of(python)}"
         assert _wheel_modules(wheel) == {expected: b"\x7fELF"}, wheel.name
     # The tree is as it was: each other Python's develop build, and no new one.

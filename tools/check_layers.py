@@ -1,56 +1,48 @@
 #!/usr/bin/env python3
-"""Fails if a package imports a sibling that the layer table (README.md, "Layers") does not put
-below it."""
+"""Fails if a package imports or cimports a sibling that the package graph does not put below it
+(its `pyproject.toml` dependencies and theirs; tools/package_graph.py).
+
+It reads the imports of every `.py` module (and its `cython.cimports.X` cimports) and the
+`cimport X` / `from X cimport` lines of every `.pyx` and `.pxd` file.
+"""
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
+from package_graph import Package, closure, packages
+
 ROOT = Path(__file__).resolve().parent.parent
+GRAPH = packages(ROOT)
 
 # import name -> source directory, bottom layer first.
-SOURCES: dict[str, Path] = {
-    "protozero": ROOT / "packages/protozero/src/protozero",
-    "perfetto_protos": ROOT / "protos/src/perfetto_protos",
-    "perfetto_wire": ROOT / "packages/wire/src/perfetto_wire",
-    "perfetto_smb": ROOT / "packages/smb/src/perfetto_smb",
-    "perfetto_service": ROOT / "packages/service/src/perfetto_service",
-    "perfetto_client": ROOT / "packages/client/src/perfetto_client",
-    "perfetto_cmd": ROOT / "packages/cli/src/perfetto_cmd",
-    "heapprofd": ROOT / "packages/heapprofd/src/heapprofd",
-}
-
-# Direct dependencies of each package.
-DIRECT: dict[str, set[str]] = {
-    "protozero": set(),
-    "perfetto_protos": {"protozero"},
-    "perfetto_wire": {"perfetto_protos"},
-    "perfetto_smb": {"perfetto_protos", "protozero"},
-    "perfetto_service": {"perfetto_wire", "perfetto_smb"},
-    "perfetto_client": {"perfetto_service"},
-    "perfetto_cmd": {"perfetto_service"},
-    "heapprofd": {"perfetto_service", "perfetto_smb"},
-}
+SOURCES: dict[str, Path] = {p.import_name: p.directory / "src" / p.import_name for p in GRAPH}
+_BY_DISTRIBUTION = {p.distribution: p for p in GRAPH}
+_CIMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+cimport\b|cimport[ \t]+([\w.]+))", re.M)
+_PY_CIMPORT = "cython.cimports."
 
 
 def allowed(package: str) -> set[str]:
-    """The packages `package` may import: its dependencies and everything they stand on."""
-    seen: set[str] = set()
-    stack = list(DIRECT[package])
-    while stack:
-        dep = stack.pop()
-        if dep not in seen:
-            seen.add(dep)
-            stack.extend(DIRECT[dep])
-    return seen | {package}
+    """The packages (import names) `package` may import: itself, its dependencies and
+    everything they stand on."""
+    node: Package = next(p for p in GRAPH if p.import_name == package)
+    return {_BY_DISTRIBUTION[d].import_name for d in closure(node, GRAPH)}
 
 
 def imported_packages(path: Path) -> set[tuple[str, int]]:
-    """The (top-level project package, line) pairs that one module imports."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+    """The (top-level project package, line) pairs that one module imports or cimports."""
     found: set[tuple[str, int]] = set()
+    if path.suffix in {".pyx", ".pxd"}:
+        text = path.read_text()
+        for match in _CIMPORT.finditer(text):
+            top = (match.group(1) or match.group(2)).split(".")[0]
+            if top in SOURCES:
+                found.add((top, text.count("\n", 0, match.start()) + 1))
+        return found
+    tree = ast.parse(path.read_text(), filename=str(path))
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -59,7 +51,7 @@ def imported_packages(path: Path) -> set[tuple[str, int]]:
         else:
             continue
         for name in names:
-            top = name.split(".")[0]
+            top = name.removeprefix(_PY_CIMPORT).split(".")[0]
             if top in SOURCES:
                 found.add((top, node.lineno))
     return found
@@ -70,7 +62,8 @@ def violations() -> list[str]:
     problems = []
     for package, src in SOURCES.items():
         ok = allowed(package)
-        for module in sorted(src.rglob("*.py")):
+        modules = sorted(p for p in src.rglob("*") if p.suffix in {".py", ".pyx", ".pxd"})
+        for module in modules:
             for top, line in sorted(imported_packages(module)):
                 if top not in ok:
                     rel = module.relative_to(ROOT)

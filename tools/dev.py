@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +34,8 @@ import tomllib
 import venv
 from pathlib import Path
 from typing import Any
+
+from package_graph import build_backend, closure, packages, requirement_name, test_support
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / ".tools"
@@ -58,29 +59,34 @@ TEST_PHASES: list[tuple[str, dict[str, list[str]]]] = [
         },
     ),
 ]
-# Installed in develop mode in this order, without build isolation: a package's build cimports
-# the `.pxd` files of the siblings installed before it (its build-system.requires names them,
-# and poetry's isolated builds cannot find them: no index holds them).
-DEVELOP_ORDER = [
-    "packages/protozero",
-    "protos",
-    "packages/wire",
-    "packages/smb",
-    "packages/service",
-    "packages/client",
-    "packages/cli",
-    "packages/heapprofd",
-    "testing",  # perfetto-testing: what every package's tests share (dev only, never published)
-]
+# Installed in develop mode in the package graph's order (tools/package_graph.py), without
+# build isolation: a package's build cimports the `.pxd` files of the siblings installed before
+# it (its build-system.requires names them, and poetry's isolated builds cannot find them: no
+# index holds them).
+GRAPH = packages(ROOT)
+TEST_SUPPORT = str(test_support(ROOT).relative_to(ROOT))
+# The packages, then what their tests share.
+DEVELOP_ORDER = [*(str(p.directory.relative_to(ROOT)) for p in GRAPH), TEST_SUPPORT]
 # What `trace` installs: perfetto-trace's package and those below it, compiling only the first
 # (its recorder; a first trace from a fresh clone took 168 s of CPU compiling them all, 62 s
 # compiling this one); the others run as pure Python until `tools/build_native.py` (which
 # `test` runs first) compiles them.
-TRACE_PACKAGES = DEVELOP_ORDER[: DEVELOP_ORDER.index("packages/client") + 1]
-TRACE_COMPILED = ["packages/client"]
-BUILD_BACKEND = "poetry-core>=2.0,<3"
-# What the packages' builds need besides BUILD_BACKEND, at poetry.lock's versions.
-BUILD_REQUIREMENTS = ["cython", "setuptools"]
+_CLIENT = next(p for p in GRAPH if p.distribution == "perfetto-client")
+_TRACE_CLOSURE = closure(_CLIENT, GRAPH) | set(_CLIENT.build_requires)
+TRACE_PACKAGES = [
+    str(p.directory.relative_to(ROOT)) for p in GRAPH if p.distribution in _TRACE_CLOSURE
+]
+TRACE_COMPILED = [str(_CLIENT.directory.relative_to(ROOT))]
+
+
+def _backend() -> Path:
+    directory = build_backend(ROOT)
+    assert directory is not None, "pyproject.toml names no [tool.perfetto] build-backend"
+    return directory
+
+
+# The build backend the compiled packages name, installed (in develop mode) before them.
+BACKEND = _backend()
 VENV = ROOT / ".venv"
 # The fingerprint of the pyproject files and the lock each install was made for.
 TRACE_STAMP = VENV / ".dev-trace-installed"
@@ -101,12 +107,12 @@ def _env() -> dict[str, str]:
 
 def _package_files() -> list[Path]:
     """The pyproject.toml of every package of the monorepo."""
-    tree = [ROOT / "protos" / "pyproject.toml", ROOT / "testing" / "pyproject.toml"]
-    return sorted([*tree, *ROOT.glob("packages/*/pyproject.toml")])
+    projects = [BACKEND, *(p.directory for p in GRAPH), ROOT / TEST_SUPPORT]
+    return [directory / "pyproject.toml" for directory in projects]
 
 
 def _distributions() -> list[str]:
-    """The distribution names of the monorepo's packages."""
+    """The distribution names of the monorepo's packages and its build backend."""
     return [tomllib.loads(f.read_text())["project"]["name"] for f in _package_files()]
 
 
@@ -199,37 +205,40 @@ def _listed(packages: list[str]) -> str:
     return ", ".join(Path(p).name for p in packages)
 
 
-def locked(names: list[str]) -> list[str]:
-    """Requirements pinned to poetry.lock's versions (a name it does not lock stays bare)."""
+def locked(requirements: list[str]) -> list[str]:
+    """Requirements pinned to poetry.lock's versions (one it does not lock stays as it is)."""
     lock = tomllib.loads((ROOT / "poetry.lock").read_text())
     versions = {package["name"]: package["version"] for package in lock["package"]}
-    return [f"{name}=={versions[name]}" if name in versions else name for name in names]
+    pinned = []
+    for requirement in requirements:
+        name = requirement_name(requirement)
+        pinned.append(f"{name}=={versions[name]}" if name in versions else requirement)
+    return pinned
 
 
 def _third_party_dependencies(packages: list[str]) -> list[str]:
     """The names of the distributions `packages` depend on, other than ours."""
     projects = [tomllib.loads((ROOT / p / "pyproject.toml").read_text()) for p in packages]
     ours = set(_distributions())
-    names = set()
-    for project in projects:
-        for requirement in project["project"].get("dependencies", []):
-            match = re.match(r"[A-Za-z0-9._-]+", requirement)
-            assert match is not None, requirement
-            names.add(match.group().lower())
+    names = {requirement_name(r) for p in projects for r in p["project"].get("dependencies", [])}
     return sorted(names - ours)
 
 
 def develop_install(
     python: Path, packages: list[str] = DEVELOP_ORDER, compiled: list[str] = DEVELOP_ORDER
 ) -> None:
-    """Installs `packages` (DEVELOP_ORDER's, in its order) in develop mode into the environment
-    of `python`, each after what it cimports, those of `compiled` compiled there (build.py);
-    their build requirements and third-party dependencies at poetry.lock's versions."""
+    """Installs the build backend, then `packages` (DEVELOP_ORDER's, in its order) in develop
+    mode into the environment of `python`, each after what it cimports, those of `compiled`
+    compiled there (perfetto_build); their build requirements and third-party dependencies at
+    poetry.lock's versions."""
     pip = [str(python), "-m", "pip", "install", "-q"]
-    requirements = locked(BUILD_REQUIREMENTS + _third_party_dependencies(packages))
-    subprocess.run([*pip, BUILD_BACKEND, *requirements], cwd=ROOT, env=_env(), check=True)
+    backend = tomllib.loads((BACKEND / "pyproject.toml").read_text())["project"]
+    requirements = locked(backend["dependencies"] + _third_party_dependencies(packages))
+    subprocess.run([*pip, *requirements], cwd=ROOT, env=_env(), check=True)
+    develop = [*pip, "--no-build-isolation", "--no-deps", "-e"]
+    subprocess.run([*develop, str(BACKEND)], cwd=ROOT, env=_env(), check=True)
     for package in packages:
-        install = [*pip, "--no-build-isolation", "--no-deps", "-e", package]
+        install = [*develop, package]
         env = _env() if package in compiled else {**_env(), "PERFETTO_PY_NO_BUILD": "1"}
         subprocess.run(install, cwd=ROOT, env=env, check=True)
 

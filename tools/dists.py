@@ -3,13 +3,15 @@
 
     python tools/dists.py build OUT [--source TREE]
         an sdist and a wheel (built from that sdist) of every package of TREE (default: this
-        checkout) into OUT, each with the build backend its pyproject.toml declares
+        checkout) and of its build backend (perfetto-build) into OUT, each with the build
+        backend its pyproject.toml declares, in the package graph's order
     python tools/dists.py venv VENV OUT DIST...
         a fresh virtual environment VENV with the distributions DIST installed, their perfetto
         siblings taken from OUT (third-party dependencies from the normal index)
 
 `build` needs pypa/build in the running interpreter (the nox sessions install it). Each wheel is
-built out of tree (build.py), and `build` fails if one holds a compiled module of another Python.
+built out of tree (perfetto_build), and `build` fails if one holds a compiled module of another
+Python.
 """
 
 from __future__ import annotations
@@ -23,54 +25,45 @@ import sysconfig
 import tomllib
 import zipfile
 from pathlib import Path
+from typing import Any
+
+from package_graph import build_backend, packages, requirement_name
 
 ROOT = Path(__file__).resolve().parent.parent
 DIST_PREFIX = "perfetto-"
-CIMPORTED = ("perfetto-protozero", "perfetto-protos", "perfetto-smb")
-"""The packages whose .pxd files other packages' compiled modules cimport at build time (and
-perfetto-protos, a dependency of perfetto-smb), each built and installed, with its
-dependencies, before the packages whose build requires it."""
 EXTENSION = re.compile(r"\.(cpython-\d+\w*-[\w-]+|abi3)\.so$")
 """A compiled Python module's suffix (`.cpython-312-x86_64-linux-gnu.so`); a plain C library
 (`lib*.so`) has none."""
 
 
-def package_dirs(tree: Path) -> list[Path]:
-    """The directories of `tree` holding a package (a pyproject.toml with a [project] table)."""
-    candidates = [tree / "protos", *sorted((tree / "packages").iterdir())]
-    return [
-        path
-        for path in candidates
-        if (path / "pyproject.toml").is_file()
-        and "project" in tomllib.loads((path / "pyproject.toml").read_text())
-    ]
-
-
 def build(tree: Path, out: Path) -> list[Path]:
-    """Builds every package of `tree` into `out`; returns the wheels.
+    """Builds the build backend and every package of `tree` into `out`, in the package graph's
+    order; returns the wheels.
 
-    The build requirements every package declares are installed once into the running
-    environment, and each package builds there (one environment instead of two per package).
+    The third-party build requirements every package declares are installed here once; the
+    backend is built first and installed here from its wheel, with its requirements; each
+    package builds here (one environment instead of two per package), and a package whose
+    `.pxd` files a later one's build cimports (its build-system.requires names it) is
+    installed here from its wheel, with its dependencies from `out`.
     """
     out.mkdir(parents=True, exist_ok=True)
-    projects = {
-        path: tomllib.loads((path / "pyproject.toml").read_text()) for path in package_dirs(tree)
-    }
+    graph = packages(tree)
+    backend = build_backend(tree)  # None in an older tree: each package carries its build.py
     requires = {
         r
-        for project in projects.values()
-        for r in project["build-system"]["requires"]
-        if not r.startswith(DIST_PREFIX)  # the siblings, built and installed here in turn
+        for package in graph
+        for r in _build_requires(package.directory)
+        if not requirement_name(r).startswith(DIST_PREFIX)  # ours, built here in turn
     }
-    # The cimported packages first, each installed here from its wheel: later builds cimport
-    # their .pxd files.
-    order = {name: i for i, name in enumerate(CIMPORTED)}
-    packages = sorted(
-        projects, key=lambda p: order.get(projects[p]["project"]["name"], len(CIMPORTED))
-    )
+    needed = {name for package in graph for name in package.build_requires}
     pip = [sys.executable, "-m", "pip", "install", "-q"]
-    subprocess.run([*pip, *sorted(requires)], check=True)
-    for path in packages:
+    paths = [package.directory for package in graph]
+    if backend is not None:
+        paths.insert(0, backend)
+        needed.add(requirement_name(_project(backend)["name"]))
+    if requires:
+        subprocess.run([*pip, *sorted(requires)], check=True)
+    for path in paths:
         print(f"dists: building {path.relative_to(tree)}", flush=True)
         result = subprocess.run(
             [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(path)],
@@ -81,8 +74,8 @@ def build(tree: Path, out: Path) -> list[Path]:
         if result.returncode != 0:
             sys.stderr.write(result.stdout + result.stderr)
             raise SystemExit(f"dists: building {path.relative_to(tree)} failed")
-        name = projects[path]["project"]["name"]
-        if name in CIMPORTED:
+        name = _project(path)["name"]
+        if name in needed:
             pattern = name.replace("-", "_") + "-*.whl"
             wheel = max(out.glob(pattern), key=lambda w: w.stat().st_mtime)
             install = [*pip, "--find-links", str(out), "--force-reinstall", str(wheel)]
@@ -94,6 +87,20 @@ def build(tree: Path, out: Path) -> list[Path]:
         if foreign:
             raise SystemExit(f"dists: {wheel.name} holds other Pythons' modules: {foreign}")
     return wheels
+
+
+def _project(directory: Path) -> dict[str, Any]:
+    project: dict[str, Any] = _pyproject(directory)["project"]
+    return project
+
+
+def _build_requires(directory: Path) -> list[str]:
+    requires: list[str] = _pyproject(directory)["build-system"]["requires"]
+    return requires
+
+
+def _pyproject(directory: Path) -> dict[str, Any]:
+    return tomllib.loads((directory / "pyproject.toml").read_text())
 
 
 def compiled_modules(wheel: Path) -> list[str]:

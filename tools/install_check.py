@@ -3,7 +3,8 @@
 
     python tools/install_check.py [--python INTERPRETER] [--no-tests] DIST [PACKAGE...]
 
-For each package (default: perfetto-client, -service, -cmd, -heapprofd), in a fresh venv of
+For each package (default: those with console scripts, the package graph's user-facing ones:
+perfetto-client, -service, -cmd, -heapprofd), in a fresh venv of
 INTERPRETER (default: the running one) in an empty directory: installs it from DIST
 (siblings from DIST, the rest from the index), checks that exactly the distributions it
 declares (transitively) got installed, that every installed perfetto module ships `py.typed`
@@ -36,14 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from build_native import compiled_module_names
 from dists import installed_distributions, make_venv
+from package_graph import packages, test_support
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = {
-    "perfetto-client": ROOT / "packages" / "client",
-    "perfetto-service": ROOT / "packages" / "service",
-    "perfetto-cmd": ROOT / "packages" / "cli",
-    "perfetto-heapprofd": ROOT / "packages" / "heapprofd",
-}
+GRAPH = packages(ROOT)
+SOURCES = {p.distribution: p.directory for p in GRAPH if p.scripts}
 ALWAYS_PRESENT = {"pip", "setuptools", "wheel"}
 TEST_TOOLS = (
     "pytest",
@@ -182,13 +180,7 @@ def check_install(package: str, python: Path, venv: Path) -> None:
 
 
 def _source_dir(name: str) -> Path | None:
-    for path in [ROOT / "protos", *sorted((ROOT / "packages").iterdir())]:
-        pyproject = path / "pyproject.toml"
-        if pyproject.is_file():
-            project = tomllib.loads(pyproject.read_text()).get("project", {})
-            if project.get("name") == name:
-                return path
-    return None
+    return next((p.directory for p in GRAPH if p.distribution == name), None)
 
 
 def run_traced(package: str, venv: Path, work: Path) -> None:
@@ -331,7 +323,7 @@ def run_tests(package: str, python: Path, work: Path) -> None:
         return
     tools = [f"{name}=={version(name)}" for name in TEST_TOOLS]
     # perfetto-testing (testing/): what every package's tests share, never published.
-    support = str(ROOT / "testing")
+    support = str(test_support(ROOT))
     subprocess.run([str(python), "-m", "pip", "install", "-q", *tools, support], check=True)
     # The repository's layout without its sources: tests find the examples where they are.
     tests = work / "tree" / source.relative_to(ROOT)

@@ -46,13 +46,14 @@ COMPILED_MESSAGES = HERE.parent / "build" / "bench"
 def compile_messages() -> None:
     """Builds `bench_messages_pbzero` in COMPILED_MESSAGES (once per change of its inputs) and
     imports it from there: its `.pxd` makes its classes compiled subclasses of `Message`."""
-    build = importlib.util.spec_from_file_location("_build", HERE.parent / "build.py")
+    backend = HERE.parents[2] / "tools" / "perfetto-build" / "perfetto_build.py"
+    build = importlib.util.spec_from_file_location("perfetto_build", backend)
     assert build is not None
     assert build.loader is not None
     script = importlib.util.module_from_spec(build)
     build.loader.exec_module(script)
     sources = [HERE / "bench_messages_pbzero.py", HERE / "bench_messages_pbzero.pxd"]
-    inputs = [*sources, script.SOURCE / "protozero" / "_message.pxd"]
+    inputs = [*sources, HERE.parent / "src" / "protozero" / "_message.pxd"]
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     built = COMPILED_MESSAGES / f"bench_messages_pbzero{suffix}"
     if not built.is_file() or built.stat().st_mtime < max(p.stat().st_mtime for p in inputs):

@@ -31,6 +31,8 @@ if cython.compiled:
     from cython.cimports.cpython.pycapsule import PyCapsule_GetPointer
     from cython.cimports.libc.string import memcpy
     from cython.cimports.perfetto_client._packet_sink import (
+        PACKET_API_COMMIT,
+        PACKET_API_RESERVE,
         pc_commit_packet,
         pc_put_bytes,
         pc_reserve_packet,
@@ -755,8 +757,8 @@ class TrackEventWriter:
             module = sys.modules.get(kind.__module__)
             api = getattr(module, "NATIVE_PACKET_API", None)
             if api is not None and kind is getattr(module, "TraceWriter", None):
-                self._reserve_fn = PyCapsule_GetPointer(api[0], b"perfetto_smb.reserve_packet")
-                self._commit_fn = PyCapsule_GetPointer(api[1], b"perfetto_smb.commit_packet")
+                self._reserve_fn = PyCapsule_GetPointer(api[0], PACKET_API_RESERVE)
+                self._commit_fn = PyCapsule_GetPointer(api[1], PACKET_API_COMMIT)
 
     def close(self) -> None:
         """Flushes and closes the underlying TraceWriter; later events are dropped."""

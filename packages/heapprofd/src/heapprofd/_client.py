@@ -54,6 +54,12 @@ _state = _State()
 
 
 def _native() -> ModuleType:
+    loaded = sys.modules.get("heapprofd._native")
+    if loaded is not None:
+        return loaded
+    from protozero import _native as build
+
+    build.refuse_stale("heapprofd")  # a checkout's stale build: one line saying so
     try:
         from heapprofd import _native as native
     except ImportError as exc:

@@ -11,7 +11,11 @@ Each package with compiled modules calls `select_build()` at the top of its `__i
 - a package whose compiled modules did not load says so once, on stderr (when
   PERFETTO_PY_PURE=1 asked for that, only under `python -X dev` or PERFETTO_PY_NATIVE_NOTICE=1);
 - `expectation_error()` tells tests whether the build that loaded is the one
-  PERFETTO_PY_EXPECT_COMPILED=1 or PERFETTO_PY_PURE=1 asked for.
+  PERFETTO_PY_EXPECT_COMPILED=1 or PERFETTO_PY_PURE=1 asked for;
+- in a source checkout, a package whose compiled modules were built from other sources than
+  the checkout's (the record perfetto_build writes beside them) refuses to import, in one line
+  naming them and the command that rebuilds them (`refuse_stale()`; an installed wheel has no
+  record and is not checked).
 
 This module always runs as pure Python.
 """
@@ -30,6 +34,13 @@ from types import ModuleType
 PURE_ENV = "PERFETTO_PY_PURE"
 NOTICE_ENV = "PERFETTO_PY_NATIVE_NOTICE"
 EXPECT_COMPILED_ENV = "PERFETTO_PY_EXPECT_COMPILED"
+EXTENSION_SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
+"""The running interpreter's compiled modules' suffix (`.cpython-312-x86_64-linux-gnu.so`)."""
+RECORD = ".native-build" + EXTENSION_SUFFIX.removesuffix(".so")
+"""The file, in a top-level package's directory, in which perfetto_build records the sources
+each of its compiled modules was built from (by a build in place: a develop install or
+`tools/build_native.py`)."""
+REBUILD = "python3 tools/dev.py run python tools/build_native.py"
 
 
 class _PureFinder:  # a sys.meta_path finder (importlib.abc would load importlib.resources)
@@ -58,8 +69,8 @@ _reported: set[str] = set()
 _pure_because: dict[str, str] = {}
 """Why a package runs pure although PERFETTO_PY_PURE=1 was not asked for."""
 
-_CIMPORT = re.compile(r"^\s*(?:from\s+(\w+)[\w.]*\s+cimport|cimport\s+(\w+))", re.M)
-"""A `.pxd` line that cimports from a package (the same rule as `build.py`'s include path)."""
+_CIMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+cimport|cimport\s+([\w.]+))", re.M)
+"""A `.pxd` line that cimports a module (the same rule as perfetto_build's include path)."""
 
 
 def pure_requested() -> bool:
@@ -71,9 +82,11 @@ def select_build(package: str) -> None:
     """Makes `package`'s submodules load as pure Python if they cannot or must not run compiled.
 
     That is when PERFETTO_PY_PURE=1 asks for it, or when `package` cimports from another
-    package whose compiled modules did not load.
+    package whose compiled modules did not load. Compiled modules built from other sources
+    than a checkout's refuse to load (`refuse_stale()`).
     """
     if not pure_requested():
+        refuse_stale(package)
         pure_dependencies = [dep for dep in cimported_packages(package) if _runs_pure(dep)]
         if not pure_dependencies:
             return
@@ -84,13 +97,23 @@ def select_build(package: str) -> None:
 
 
 def cimported_packages(package: str) -> list[str]:
-    """The other packages whose `.pxd` declarations `package`'s `.pxd` files cimport."""
-    names: set[str] = set()
+    """The other packages whose compiled modules `package`'s `.pxd` files cimport (a `.pxd` of
+    C declarations only, with no module beside it, needs nothing of its package at run time)."""
+    modules: set[str] = set()
     for pxd, _ in _pxd_files(package):
         with open(pxd, encoding="utf-8") as file:
-            names.update(a or b for a, b in _CIMPORT.findall(file.read()))
+            modules.update(a or b for a, b in _CIMPORT.findall(file.read()))
     top = package.partition(".")[0]
-    return sorted(n for n in names if n != top and importlib.util.find_spec(n) is not None)
+    found = set()
+    for module in modules:
+        name, _, rest = module.partition(".")
+        spec = importlib.util.find_spec(name) if name != top else None
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        stem = os.path.join(spec.submodule_search_locations[0], *rest.split(".")) if rest else ""
+        if not stem or not os.path.isfile(stem + ".pxd") or os.path.isfile(stem + ".py"):
+            found.add(name)
+    return sorted(found)
 
 
 def _runs_pure(package: str) -> bool:
@@ -123,6 +146,92 @@ def _pxd_files(package: str) -> list[tuple[str, str]]:
                 parts = os.path.relpath(path, root)[: -len(".pxd")].split(os.sep)
                 found.append((path, ".".join((package, *parts))))
     return sorted(found)
+
+
+def refuse_stale(package: str) -> None:
+    """Raises ImportError, in one line naming them and the command that rebuilds them, if
+    compiled modules of `package` (a top-level package of a checkout) were built from other
+    sources than the checkout's."""
+    directory = os.path.dirname(importlib.import_module(package).__file__ or "")
+    stale = stale_modules(directory)
+    if stale:
+        raise ImportError(
+            f"{', '.join(stale)}: compiled from other sources than this checkout's; rebuild with"
+            f" `{REBUILD}` (or run pure with {PURE_ENV}=1)"
+        )
+
+
+def read_record(directory: str) -> dict[str, tuple[str, list[tuple[int, int, str, str]]]] | None:
+    """The record of the compiled modules in `directory` (a top-level package): for each module,
+    the file its build made and the (mtime_ns, size, sha256, path) of each file it was built
+    from; None without one."""
+    try:
+        with open(os.path.join(directory, RECORD), encoding="utf-8") as file:
+            lines = file.read().splitlines()
+    except FileNotFoundError:
+        return None
+    record: dict[str, tuple[str, list[tuple[int, int, str, str]]]] = {}
+    inputs: list[tuple[int, int, str, str]] = []
+    for line in lines:
+        if line.startswith("\t"):
+            _, mtime, size, digest, path = line.split("\t")
+            inputs.append((int(mtime), int(size), digest, path))
+        else:
+            module, built = line.split("\t")
+            inputs = []
+            record[module] = (built, inputs)
+    return record
+
+
+def stale_modules(directory: str) -> list[str]:
+    """The compiled modules in `directory` (a top-level package) whose sources changed since
+    they were built, by their record; in a checkout (`src/PKG`), those built without one. An
+    input whose size and mtime are those recorded is not read; another is hashed."""
+    record = read_record(directory)
+    if record is None:
+        if os.path.basename(os.path.dirname(directory)) != "src":
+            return []  # installed: no sources to compare with
+        top = os.path.basename(directory)
+        return sorted(
+            ".".join(
+                [top, *os.path.relpath(os.path.join(folder, file), directory).split(os.sep)]
+            ).removesuffix(EXTENSION_SUFFIX)
+            for folder, _, files in os.walk(directory)
+            for file in files
+            if file.endswith(EXTENSION_SUFFIX)
+        )
+    changed: dict[str, bool] = {}
+    stale = []
+    for module, (built, inputs) in record.items():
+        folder = os.path.join(directory, *module.split(".")[1:-1])
+        if not os.path.isfile(os.path.join(folder, built)):
+            continue  # not built (an optional module), or removed: nothing stale loads
+        if any(input_changed(entry, changed) for entry in inputs):
+            stale.append(module)
+    return stale
+
+
+def input_changed(entry: tuple[int, int, str, str], seen: dict[str, bool]) -> bool:
+    """Whether a recorded input (mtime_ns, size, sha256, path) is gone or holds other bytes
+    (`seen` caches the answer by path)."""
+    mtime, size, digest, path = entry
+    if path not in seen:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            seen[path] = True
+        else:
+            seen[path] = (stat.st_mtime_ns, stat.st_size) != (mtime, size) and digest != (
+                _sha256(path)
+            )
+    return seen[path]
+
+
+def _sha256(path: str) -> str:
+    import hashlib  # only when an input's mtime changed: not on every import
+
+    with open(path, "rb") as file:
+        return hashlib.sha256(file.read()).hexdigest()
 
 
 def report(package: str) -> None:

@@ -32,6 +32,12 @@ if cython.compiled:
     from cython.cimports.cpython.bytes import PyBytes_AS_STRING
     from cython.cimports.cpython.pycapsule import PyCapsule_New
     from cython.cimports.libc.string import memcpy
+    from cython.cimports.perfetto_smb._packet_api import (
+        PACKET_API_COMMIT,
+        PACKET_API_RESERVE,
+        commit_packet_fn,
+        reserve_packet_fn,
+    )
 
 
 MAX_PACKETS_PER_CHUNK = 1022
@@ -595,22 +601,20 @@ def _native_commit_packet(writer: TraceWriter, size: int) -> int:
 
 
 NATIVE_PACKET_API: tuple[object, object] | None = None
-"""Compiled: capsules of `_native_reserve_packet` and `_native_commit_packet`, named
-`perfetto_smb.reserve_packet` and `perfetto_smb.commit_packet`, for compiled callers that
-write packets straight into the chunk without importing this module at their own import
-(perfetto_client); their C signatures are `unsigned char *(PyObject *writer, Py_ssize_t size)`
-(NULL with no exception: use write_packet) and `int (PyObject *writer, Py_ssize_t size)`.
-None in the pure build."""
+"""Compiled: capsules of `_native_reserve_packet` and `_native_commit_packet`, for compiled
+callers that write packets straight into the chunk without importing this module at their own
+import (perfetto_client); their names and C signatures are `_packet_api.pxd`'s. None in the
+pure build."""
 if cython.compiled:
     NATIVE_PACKET_API = (
         PyCapsule_New(
-            cython.cast(cython.p_void, _native_reserve_packet),
-            b"perfetto_smb.reserve_packet",
+            cython.cast(cython.p_void, cython.cast(reserve_packet_fn, _native_reserve_packet)),
+            PACKET_API_RESERVE,
             cython.NULL,
         ),
         PyCapsule_New(
-            cython.cast(cython.p_void, _native_commit_packet),
-            b"perfetto_smb.commit_packet",
+            cython.cast(cython.p_void, cython.cast(commit_packet_fn, _native_commit_packet)),
+            PACKET_API_COMMIT,
             cython.NULL,
         ),
     )
