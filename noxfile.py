@@ -21,7 +21,7 @@ import nox
 
 ROOT = Path(__file__).parent
 sys.path.insert(0, str(ROOT / "tools"))
-from package_graph import build_backend, packages, test_support  # noqa: E402
+from package_graph import build_backend, packages, support_package  # noqa: E402
 
 # Session name (the package's directory) -> directory, in the package graph's order.
 PACKAGE_DIRS: dict[str, Path] = {p.name: p.directory for p in packages(ROOT)}
@@ -145,7 +145,7 @@ def _develop_venv(session: nox.Session, python: str) -> Path:
     interpreter = _require_interpreter(session, python)
     backend = build_backend(ROOT)
     assert backend is not None
-    projects = [backend, *PACKAGE_DIRS.values(), test_support(ROOT)]
+    projects = [backend, *PACKAGE_DIRS.values(), support_package(ROOT)]
     inputs = [ROOT / "poetry.lock", *(path / "pyproject.toml" for path in projects)]
     stamp = venv / ".develop-installed"
     requirements = _dev().locked(TEST_REQUIREMENTS)

@@ -109,7 +109,7 @@ def test_each_pythons_wheel_holds_only_its_own_compiled_modules(tmp_path: Path) 
     subprocess.run(
         [*pip, "-w", str(backend), str(ROOT / "tools" / "perfetto-build")],
         check=True,
-        timeout=TIMEOUT,
+        timeout=SLOW_TIMEOUT,
     )
     for n, (python, isolated) in enumerate(builds):
         wheel = _build_wheel(python, tree, tmp_path / f"wheels-{n}", isolated, backend)

@@ -35,7 +35,7 @@ import venv
 from pathlib import Path
 from typing import Any
 
-from package_graph import build_backend, closure, packages, requirement_name, test_support
+from package_graph import build_backend, closure, packages, requirement_name, support_package
 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ROOT / ".tools"
@@ -64,7 +64,7 @@ TEST_PHASES: list[tuple[str, dict[str, list[str]]]] = [
 # it (its build-system.requires names them, and poetry's isolated builds cannot find them: no
 # index holds them).
 GRAPH = packages(ROOT)
-TEST_SUPPORT = str(test_support(ROOT).relative_to(ROOT))
+TEST_SUPPORT = str(support_package(ROOT).relative_to(ROOT))
 # The packages, then what their tests share.
 DEVELOP_ORDER = [*(str(p.directory.relative_to(ROOT)) for p in GRAPH), TEST_SUPPORT]
 # What `trace` installs: perfetto-trace's package and those below it, compiling only the first

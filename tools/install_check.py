@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from build_native import compiled_module_names
 from dists import installed_distributions, make_venv
-from package_graph import packages, test_support
+from package_graph import packages, support_package
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAPH = packages(ROOT)
@@ -323,7 +323,7 @@ def run_tests(package: str, python: Path, work: Path) -> None:
         return
     tools = [f"{name}=={version(name)}" for name in TEST_TOOLS]
     # perfetto-testing (testing/): what every package's tests share, never published.
-    support = str(test_support(ROOT))
+    support = str(support_package(ROOT))
     subprocess.run([str(python), "-m", "pip", "install", "-q", *tools, support], check=True)
     # The repository's layout without its sources: tests find the examples where they are.
     tests = work / "tree" / source.relative_to(ROOT)

@@ -110,10 +110,11 @@ def build_backend(root: Path = ROOT) -> Path | None:
     return root / directory if directory else None
 
 
-def test_support(root: Path = ROOT) -> Path:
+def support_package(root: Path = ROOT) -> Path:
     """The directory of the package every package's tests share (the root's
     `[tool.perfetto] test-support`)."""
-    return root / _root(root)["tool"]["perfetto"]["test-support"]
+    directory: str = _root(root)["tool"]["perfetto"]["test-support"]
+    return root / directory
 
 
 def closure(package: Package, graph: list[Package]) -> set[str]:

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 import perfetto_client as pc
-from conftest import record_in_process
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from in_process_recording import record_in_process
 from perfetto_client._traced_function import TracedFunction
 from perfetto_client._traced_wrapper import traced_wrapper
 from perfetto_client._track_event import BOOTTIME_CLOCK, set_trace_clock
