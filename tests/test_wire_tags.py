@@ -55,14 +55,8 @@ NOT_CONVERTED = {
     "packages/protozero/src/protozero/codegen/_descriptors.py": "google/protobuf/descriptor"
     ".proto, which protos/ does not hold: protozero reads it to generate the rest",
     "packages/wire/src/perfetto_wire/_call_frames.py": "IPCFrame's hand-unrolled encoder",
-    "packages/service/src/perfetto_service/core/_read_slicer.py": "not converted yet (#31)",
-    "packages/service/src/perfetto_service/core/_buffer_reader.py": "not converted yet (#31)",
     "packages/service/src/perfetto_service/core/_trace_buffer.py": "its chunk record's "
     '"CHU" mark, stored byte by byte, is no tag',
-    "packages/service/src/perfetto_service/core/_session_packets.py": "not converted yet (#31)",
-    "packages/service/src/perfetto_service/core/_trusted_fields.py": "not converted yet (#31)",
-    "packages/service/src/perfetto_service/ipc/service/_consumer_port.py": "not converted "
-    "yet (#31)",
 }
 """Hand-written sources the scan leaves out, and why."""
 

@@ -23,6 +23,7 @@ if cython.compiled:
     from cython.cimports.cpython.bytearray import PyByteArray_Resize
     from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
     from cython.cimports.libc.string import memcpy
+    from cython.cimports.perfetto_protos.tags.fields_c import Trace_packet_TAG
     from cython.cimports.protozero._proto_utils import store_varint
 
 PacketSlices = tuple[bytes, bytes]
@@ -159,7 +160,7 @@ def _append_framed(
             length = valid[i + 1] - start
             size = length + len(suffix)
             total += size
-            view[p] = 0x0A
+            view[p] = Trace_packet_TAG
             p = store_varint(view, p + 1, size)
             memcpy(cython.address(view[p]), cython.address(source[start]), length)
             p += length

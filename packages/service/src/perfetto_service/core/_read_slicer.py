@@ -18,6 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from perfetto_protos.tags.fields import (
+    ReadBuffersResponse_Slice_data_TAG,
+    ReadBuffersResponse_Slice_last_slice_for_packet_TAG,
+    ReadBuffersResponse_slices_TAG,
+    Trace_packet_TAG,
+)
 from protozero import encode_varint, write_redundant_varint
 
 IPC_BUFFER_SIZE = 131072
@@ -31,11 +37,13 @@ _HEAP_SLICE = 4096  # upstream serializes a reply into heap slices of this size
 _SIZE_FIELD = 4  # bytes ProtoZero reserves for a nested message's length
 _MAX_SHORT_DATA = 123  # the most data a Slice with a 1-byte length (127 bytes) carries
 _SHORT_FIELDS = 4  # a Slice's bytes besides data of at most 127 bytes
-_SLICES_TAG = b"\x12"  # ReadBuffersResponse.slices = 2
-_DATA_TAG = b"\x0a"  # Slice.data = 1
-_LAST_SLICE = b"\x10\x01"  # Slice.last_slice_for_packet = 2
-_NOT_LAST_SLICE = b"\x10\x00"
-_TRACE_PACKET_TAG = b"\x0a"  # Trace.packet = 1
+_SLICES_TAG = encode_varint(ReadBuffersResponse_slices_TAG)
+_DATA_TAG = encode_varint(ReadBuffersResponse_Slice_data_TAG)
+_LAST_SLICE = encode_varint(ReadBuffersResponse_Slice_last_slice_for_packet_TAG) + encode_varint(1)
+_NOT_LAST_SLICE = encode_varint(
+    ReadBuffersResponse_Slice_last_slice_for_packet_TAG
+) + encode_varint(0)
+_TRACE_PACKET_TAG = encode_varint(Trace_packet_TAG)
 
 Slice = bytes | bytearray | memoryview
 """One piece of a packet."""

@@ -8,6 +8,13 @@ validator already refused packets that write them.
 
 from __future__ import annotations
 
+from perfetto_protos.tags.fields import (
+    TracePacket_machine_id_ID,
+    TracePacket_previous_packet_dropped_TAG,
+    TracePacket_trusted_packet_sequence_id_ID,
+    TracePacket_trusted_pid_ID,
+    TracePacket_trusted_uid_ID,
+)
 from protozero import encode_varint
 
 from perfetto_service.core._field_encoding import varint_field
@@ -16,11 +23,7 @@ from perfetto_service.core._trace_buffer import PacketSequenceProperties
 SERVICE_PACKET_SEQUENCE_ID = 1
 """trusted_packet_sequence_id of the service's own packets."""
 
-_TRUSTED_UID = 3
-_TRUSTED_PACKET_SEQUENCE_ID = 10
-_TRUSTED_PID = 79
-_MACHINE_ID = 98
-_PREVIOUS_PACKET_DROPPED_TAG = encode_varint((42 << 3) | 0)
+_PREVIOUS_PACKET_DROPPED_TAG = encode_varint(TracePacket_previous_packet_dropped_TAG)
 _DROPPED_ONE = _PREVIOUS_PACKET_DROPPED_TAG + encode_varint(1)
 
 
@@ -64,14 +67,14 @@ class TrustedFieldsWriter:
 
     def _encode_prefix(self, sequence: PacketSequenceProperties) -> bytes:
         parts = [
-            varint_field(_TRUSTED_UID, _int32(sequence.producer_uid)),
+            varint_field(TracePacket_trusted_uid_ID, _int32(sequence.producer_uid)),
             varint_field(
-                _TRUSTED_PACKET_SEQUENCE_ID,
+                TracePacket_trusted_packet_sequence_id_ID,
                 self.sequence_id(sequence.machine_id, sequence.producer_id, sequence.writer_id),
             ),
         ]
         if sequence.producer_pid is not None:
-            parts.append(varint_field(_TRUSTED_PID, _int32(sequence.producer_pid)))
+            parts.append(varint_field(TracePacket_trusted_pid_ID, _int32(sequence.producer_pid)))
         if sequence.machine_id:
-            parts.append(varint_field(_MACHINE_ID, sequence.machine_id & 0xFFFFFFFF))
+            parts.append(varint_field(TracePacket_machine_id_ID, sequence.machine_id & 0xFFFFFFFF))
         return b"".join(parts)

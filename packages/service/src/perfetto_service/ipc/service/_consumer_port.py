@@ -20,8 +20,9 @@ from perfetto_protos.common.tracing_service_capabilities_pb2 import TracingServi
 from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.ipc import consumer_port_pb2 as pb
+from perfetto_protos.tags.fields import QueryServiceStateResponse_service_state_TAG
 from perfetto_wire import ClientInfo, Deferred, Host, ServiceDescriptor, WireError, serialize
-from protozero import write_redundant_varint
+from protozero import encode_varint, write_redundant_varint
 
 from perfetto_service._interfaces import (
     Consumer,
@@ -45,8 +46,7 @@ _log = logging.getLogger("perfetto_service")
 QUERY_SERVICE_STATE_CHUNK_SIZE = IPC_BUFFER_SIZE - 128
 """A QueryServiceState reply stays below this many bytes unless one data source is bigger."""
 
-_SERVICE_STATE_TAG = b"\x0a"
-"""QueryServiceStateResponse.service_state (field 1, length-delimited)."""
+_SERVICE_STATE_TAG = encode_varint(QueryServiceStateResponse_service_state_TAG)
 
 _READ_REPLY_BUDGET = IPC_BUFFER_SIZE - 64
 """Largest serialized ReadBuffersResponse sent, leaving room for the frame around it."""
