@@ -1,6 +1,7 @@
 """Which build of a package's compiled modules runs: compiled with Cython, or pure Python.
 
-A module is compiled when a `.pxd` sits beside its `.py` (perfetto_build, the packages' build backend, builds it).
+A module is compiled when a `.pxd` sits beside its `.py` (perfetto_build, the packages' build
+backend, builds it).
 Each package with compiled modules calls `select_build()` at the top of its `__init__` and
 `report()` at the end:
 
