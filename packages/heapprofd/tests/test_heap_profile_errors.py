@@ -155,3 +155,18 @@ def test_a_full_disk_keeps_what_was_written_and_the_whole_trace(
     whole = _kept(line, work)
     assert 0 < len(written) < len(whole)
     assert whole.startswith(written)
+
+
+def test_a_temporary_directory_too_deep_for_a_socket_still_profiles(tmp_path: Path) -> None:
+    # a socket's path holds 107 bytes: the daemons' private sockets go to /tmp instead
+    deep = tmp_path / ("t" * 60) / ("u" * 60)
+    deep.mkdir(parents=True)
+    (tmp_path / "prog.py").write_text(PROG)
+    env = {**_private_env(tmp_path), "TMPDIR": str(deep)}
+    result = _heap_profile("-o", "h.pftrace", "--", "prog.py", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "done\n"
+    trace = (tmp_path / "h.pftrace").read_bytes()
+    (dump,) = [d for d in heap_dumps(trace) if d.heap_name == "python"]
+    assert dump.totals("prog_keeps")["allocated"] > 0.8 * 4096 * 1000
+    assert os.listdir(deep) == []  # its private directory was removed

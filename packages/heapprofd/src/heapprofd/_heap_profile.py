@@ -204,6 +204,22 @@ def _keep_elsewhere(data: bytes) -> str:
     return f"the whole trace is in {path}"
 
 
+_LONGEST_SOCKET_PATH = 107
+"""Bytes a UNIX socket's path may have (sun_path's 108, its NUL included)."""
+_SOCKET_NAMES = ("producer", "consumer", "heapprofd")
+
+
+def _socket_directory() -> str:
+    """A new private directory for the daemons' sockets: in the temporary directory, or in /tmp
+    where the temporary directory's path leaves no room for the sockets' names."""
+    directory = tempfile.mkdtemp(prefix="heap_profile-")
+    longest = max(len(os.fsencode(os.path.join(directory, n))) for n in _SOCKET_NAMES)
+    if longest <= _LONGEST_SOCKET_PATH:
+        return directory
+    os.rmdir(directory)
+    return tempfile.mkdtemp(prefix="heap_profile-", dir="/tmp")
+
+
 def record(args: argparse.Namespace, out: Output) -> int:
     env = dict(os.environ)
     started: list[_Daemon] = []
@@ -212,7 +228,7 @@ def record(args: argparse.Namespace, out: Output) -> int:
     heapprofd_socket = default_socket_path()
     try:
         if not _connectable(consumer_socket):
-            private = tempfile.mkdtemp(prefix="heap_profile-")
+            private = _socket_directory()
             env["PERFETTO_PRODUCER_SOCK_NAME"] = f"{private}/producer"
             env["PERFETTO_CONSUMER_SOCK_NAME"] = consumer_socket = f"{private}/consumer"
             env[SOCKET_ENV] = heapprofd_socket = f"{private}/heapprofd"
