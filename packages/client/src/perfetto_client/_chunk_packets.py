@@ -109,7 +109,9 @@ class ChunkPackets:
         self._close(p, event)
         return True
 
-    def put_counter(self, delta: int, head: bytes, track_field: bytes, tag: bytes, value: int) -> bool:
+    def put_counter(
+        self, delta: int, head: bytes, track_field: bytes, tag: bytes, value: int
+    ) -> bool:
         """Writes the TrackEvent of a counter point: `head`, `track_field`, then the field of
         tag `tag` holding int64 `value` (its varint encoded in C)."""
         encoded = cython.cast(cython.ulonglong, value)  # a negative value as uint64
@@ -125,7 +127,12 @@ class ChunkPackets:
         return True
 
     def put_annotated(
-        self, delta: int, fields: bytes, size: int, args: dict[str, object], prefixes: dict[str, Any]
+        self,
+        delta: int,
+        fields: bytes,
+        size: int,
+        args: dict[str, object],
+        prefixes: dict[str, Any],
     ) -> bool:
         """Writes a TrackEvent of `fields` then one DebugAnnotation per arg of `args`, each
         its name's encoded name_iid field (`prefixes[name][0]`) and the arg's value fields;

@@ -43,13 +43,20 @@ class ChunkPackets:
         del delta, interned, fields, extra, extra2, extra3, event
         return False
 
-    def put_counter(self, delta: int, head: bytes, track_field: bytes, tag: bytes, value: int) -> bool:
+    def put_counter(
+        self, delta: int, head: bytes, track_field: bytes, tag: bytes, value: int
+    ) -> bool:
         """False: nothing written."""
         del delta, head, track_field, tag, value
         return False
 
     def put_annotated(
-        self, delta: int, fields: bytes, size: int, args: dict[str, object], prefixes: dict[str, Any]
+        self,
+        delta: int,
+        fields: bytes,
+        size: int,
+        args: dict[str, object],
+        prefixes: dict[str, Any],
     ) -> bool:
         """False: nothing written."""
         del delta, fields, size, args, prefixes

@@ -44,7 +44,7 @@ cdef class TrackEventWriter:
     cdef tuple _event_head(self, Py_ssize_t key, int event_type)
     cpdef slice_begin(self, Py_ssize_t key, long long ts)
     cpdef instant(self, Py_ssize_t key, long long ts)
-    @cython.locals(head_key=Py_ssize_t, tail=bytes, delta="long long")
+    @cython.locals(head_key=Py_ssize_t, tail=bytes, delta="long long", chunk=ChunkPackets)
     cdef _thread_event(self, Py_ssize_t key, int event_type, long long ts)
     cdef bytes _new_tail(self, Py_ssize_t key, int event_type, long long ts)
     @cython.locals(delta="long long", chunk=ChunkPackets)

@@ -479,7 +479,8 @@ class TrackEventWriter:
             tail = self._new_tail(key, event_type, ts)
             if not tail:
                 return
-        if self._chunk.bound and self._chunk.put(ts - self.last_ts, b"", tail, b"", b"", b"", False):
+        chunk = self._chunk
+        if chunk.bound and chunk.put(ts - self.last_ts, b"", tail, b"", b"", b"", False):
             self.last_ts = ts
             return
         delta = ts - self.last_ts
@@ -575,7 +576,9 @@ class TrackEventWriter:
         """Writes a packet at `ts` holding InternedData body `interned` and a TrackEvent of
         encoded `fields` followed by `extra`, `extra2` and `extra3`."""
         chunk = self._chunk
-        if chunk.bound and chunk.put(ts - self.last_ts, interned, fields, extra, extra2, extra3, True):
+        if chunk.bound and chunk.put(
+            ts - self.last_ts, interned, fields, extra, extra2, extra3, True
+        ):
             self.last_ts = ts
             return
         size = len(fields) + len(extra) + len(extra2) + len(extra3)
