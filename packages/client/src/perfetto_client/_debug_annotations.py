@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 try:
     import cython
@@ -18,19 +18,8 @@ from perfetto_client._track_event_writer import (
     varint,
 )
 
-if cython.compiled:
-    from cython.cimports.cpython.long import PyLong_AsLongLongAndOverflow
-    from cython.cimports.cpython.unicode import PyUnicode_AsUTF8AndSize
-    from cython.cimports.libc.string import memcpy
-    from cython.cimports.perfetto_client._packet_sink import pc_put_bytes
-    from cython.cimports.perfetto_protos.tags.fields_c import (
-        DebugAnnotation_bool_value_TAG,
-        DebugAnnotation_double_value_TAG,
-        DebugAnnotation_int_value_TAG,
-        DebugAnnotation_string_value_TAG,
-        TrackEvent_debug_annotations_TAG,
-    )
-    from cython.cimports.protozero._varint import put_varint, varint_size
+if not cython.compiled:  # compiled, _debug_annotations.pxd cimports it from _chunk_packets
+    from perfetto_client._chunk_packets_pure import annotation_size
 
 __all__ = ["Traceable", "encode_annotations", "put_annotated_event"]
 
@@ -161,96 +150,34 @@ def encode_annotations(args: dict[str, object]) -> tuple[bytes, list[int]]:
 def put_annotated_event(
     writer: TrackEventWriter, key: int, event_type: int, ts: int, args: dict[str, object]
 ) -> bool:
-    """Compiled: writes the event of `key` and `event_type` at `ts` on the thread's track with
-    args `args` straight into `writer`'s chunk, each arg encoded there as
-    `encode_annotations` encodes it.
+    """Writes the event of `key` and `event_type` at `ts` on the thread's track with args
+    `args` straight into `writer`'s chunk (compiled: `_chunk_packets`), each arg encoded there
+    as `encode_annotations` encodes it.
 
     False, with nothing written, where the event must take the general path: the pure build,
     a sequence that is not a plain TrackEventWriter or whose state was cleared, an event or
     arg name not yet emitted on the sequence, an arg that is not an int64, bool, float or
     str, or a packet the chunk cannot take with a copy.
     """
-    if cython.compiled:
-        if type(writer) is not TrackEventWriter or writer.cleared:
+    if type(writer) is not TrackEventWriter or writer.cleared:
+        return False
+    chunk = writer._chunk
+    if not chunk.bound:
+        return False
+    fields = writer._heads.get(key << 3 | event_type)
+    if fields is None:
+        return False
+    emitted = writer._emitted_annotation_names
+    size = 0
+    for name, value in args.items():
+        found = _name_fields.get(name)
+        if found is None or found[1] not in emitted:
             return False
-        fields = writer._heads.get(key << 3 | event_type)
-        if fields is None:
+        n = annotation_size(found[0], value)
+        if n < 0:
             return False
-        emitted = writer._emitted_annotation_names
-        size = 0
-        for name, value in args.items():
-            found = _name_fields.get(name)
-            if found is None or found[1] not in emitted:
-                return False
-            n = _simple_value_size(value)
-            if n < 0:
-                return False
-            body = len(found[0]) + n
-            size += 1 + varint_size(body) + body
-        p = writer._open_packet(ts, b"", len(fields) + size, True)
-        if p == cython.NULL:
-            return False
-        p = pc_put_bytes(p, fields)
-        for name, value in args.items():
-            prefix = _name_fields[name][0]
-            p[0] = TrackEvent_debug_annotations_TAG
-            p = put_varint(p + 1, len(prefix) + _simple_value_size(value))
-            p = pc_put_bytes(p, prefix)
-            p = _put_simple_value(p, value)
-        writer._close_packet(p, True)
+        size += n
+    if chunk.put_annotated(ts - writer.last_ts, fields, size, args, _name_fields):
+        writer.last_ts = ts
         return True
     return False
-
-
-def _simple_value_size(value: object) -> int:
-    """Compiled: the size of the value fields `_value` encodes for an int64, bool, float or
-    str `value` (a str encodable without surrogatepass); -1 for anything else."""
-    if cython.compiled:
-        overflow = 0
-        length = 0
-        kind = type(value)
-        if kind is int:
-            number = PyLong_AsLongLongAndOverflow(value, cython.address(overflow))
-            if overflow:
-                return -1
-            size: int = 1 + varint_size(number)
-            return size
-        if kind is bool:
-            return 2
-        if kind is float:
-            return 9
-        if kind is str:
-            try:
-                PyUnicode_AsUTF8AndSize(value, cython.address(length))
-            except UnicodeEncodeError:
-                return -1
-            total: int = 1 + varint_size(length) + length
-            return total
-    return -1
-
-
-def _put_simple_value(p: Any, value: object) -> Any:
-    """Compiled: writes at `p` the value fields of a value `_simple_value_size` sized; returns
-    the end."""
-    if cython.compiled:
-        overflow = 0
-        length = 0
-        kind = type(value)
-        if kind is int:
-            p[0] = DebugAnnotation_int_value_TAG
-            return put_varint(p + 1, PyLong_AsLongLongAndOverflow(value, cython.address(overflow)))
-        if kind is bool:
-            p[0] = DebugAnnotation_bool_value_TAG
-            p[1] = 1 if value is True else 0
-            return p + 2
-        if kind is float:
-            p[0] = DebugAnnotation_double_value_TAG  # little-endian, as struct.pack("<d")
-            number = value
-            memcpy(p + 1, cython.address(number), 8)
-            return p + 9
-        text = PyUnicode_AsUTF8AndSize(value, cython.address(length))
-        p[0] = DebugAnnotation_string_value_TAG
-        p = put_varint(p + 1, length)
-        memcpy(p, text, length)
-        return p + length
-    return p

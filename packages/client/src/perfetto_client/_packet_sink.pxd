@@ -1,5 +1,5 @@
 # Writing a packet straight into a perfetto_smb TraceWriter's chunk (compiled build only; a
-# declaration file with no module: `_track_event_writer` cimports it).
+# declaration file with no module: `_chunk_packets` cimports it).
 #
 # The functions come from perfetto_smb._trace_writer's NATIVE_PACKET_API capsules, taken when
 # a sequence is bound to a TraceWriter; their C interface is perfetto_smb's `_packet_api.pxd`

@@ -1,5 +1,7 @@
 import cython
 
+from perfetto_client._chunk_packets cimport ChunkPackets
+
 
 cpdef bytes varint(object value)
 
@@ -15,9 +17,7 @@ cdef class TrackEventWriter:
     cdef object __weakref__
     cdef object _sink
     cdef object _write
-    cdef void *_reserve_fn
-    cdef void *_commit_fn
-    cdef Py_ssize_t _packet_size
+    cdef ChunkPackets _chunk
     cdef public object now
     cdef public object clock_id
     cdef public object thread_track_uuid
@@ -44,28 +44,20 @@ cdef class TrackEventWriter:
     cdef tuple _event_head(self, Py_ssize_t key, int event_type)
     cpdef slice_begin(self, Py_ssize_t key, long long ts)
     cpdef instant(self, Py_ssize_t key, long long ts)
-    @cython.locals(head_key=Py_ssize_t, tail=bytes, delta="long long")
+    @cython.locals(head_key=Py_ssize_t, tail=bytes, delta="long long", chunk=ChunkPackets)
     cdef _thread_event(self, Py_ssize_t key, int event_type, long long ts)
     cdef bytes _new_tail(self, Py_ssize_t key, int event_type, long long ts)
-    @cython.locals(delta="long long")
+    @cython.locals(delta="long long", chunk=ChunkPackets)
     cpdef slice_end(self, long long ts)
     @cython.locals(head_key=Py_ssize_t, fields=bytes)
     cpdef event(self, Py_ssize_t key, int event_type, long long ts, bytes extra_fields, bytes interned)
     cpdef counter(self, bytes track_field, object value, long long ts)
-    @cython.locals(size=Py_ssize_t, delta="long long", stamp=bytes, stamp_value=bytes, pieces=tuple)
+    @cython.locals(size=Py_ssize_t, delta="long long", stamp=bytes, stamp_value=bytes, pieces=tuple, chunk=ChunkPackets)
     cdef _write_event(self, long long ts, bytes interned, bytes fields, bytes extra, bytes extra2, bytes extra3)
-    @cython.locals(body=Py_ssize_t, p="unsigned char *")
-    cdef bint _put(self, long long ts, bytes interned, bytes fields, bytes extra, bytes extra2, bytes extra3, bint event) except -1
-    @cython.locals(encoded="unsigned long long", body=Py_ssize_t, p="unsigned char *")
-    cdef bint _put_counter(self, long long ts, bytes track_field, long long value) except -1
-    @cython.locals(delta="long long", size=Py_ssize_t, p="unsigned char *")
-    cdef unsigned char *_open_packet(self, long long ts, bytes interned, Py_ssize_t body, bint event) except? NULL
-    cdef int _close_packet(self, unsigned char *p, bint event) except -1
     @cython.locals(bodies=dict, message=bytes)
     cpdef log_message(self, Py_ssize_t key, long long ts, Py_ssize_t location_iid, str body, int priority)
     cpdef ensure_state(self, long long ts)
     cpdef ensure_track(self, object uuid, object descriptor, long long ts)
     cpdef write_raw(self, bytes fields)
-    @cython.locals(api=object)
     cpdef rebind(self, object sink)
     cpdef close(self)

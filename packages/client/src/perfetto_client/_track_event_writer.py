@@ -2,8 +2,8 @@
 
 Every packet is assembled here from precomputed tag bytes, interned ids and a per-sequence
 cache of each event's encoded tail: compiled, straight into the chunk of the sequence's
-perfetto_smb TraceWriter (its `NATIVE_PACKET_API` C functions), else as bytes written with
-one `write_packet` call. Interned ids (event names, categories, debug annotation names)
+perfetto_smb TraceWriter where it fits (`_chunk_packets`), else as bytes written with one
+`write_packet` call. Interned ids (event names, categories, debug annotation names)
 are global and stable for the life of the process; a sequence only tracks which ones it has
 already emitted since its incremental state was last cleared, and re-emits them lazily
 after a clear.
@@ -15,11 +15,10 @@ is where it was not built.
 from __future__ import annotations
 
 import struct
-import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 try:
     import cython
@@ -28,21 +27,9 @@ except ImportError:  # installed without Cython: runs as pure Python
 
 if cython.compiled:
     from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
-    from cython.cimports.cpython.pycapsule import PyCapsule_GetPointer
     from cython.cimports.libc.string import memcpy
-    from cython.cimports.perfetto_client._packet_sink import (
-        PACKET_API_COMMIT,
-        PACKET_API_RESERVE,
-        pc_commit_packet,
-        pc_put_bytes,
-        pc_reserve_packet,
-    )
-    from cython.cimports.perfetto_protos.tags.fields_c import (
-        TracePacket_interned_data_TAG,
-        TracePacket_timestamp_TAG,
-        TracePacket_track_event_TAG,
-    )
-    from cython.cimports.protozero._varint import put_varint, varint_size
+else:  # compiled, _track_event_writer.pxd cimports the compiled build's from _chunk_packets
+    from perfetto_client._chunk_packets_pure import ChunkPackets
 
 __all__ = [
     "CLOCK_ID_INCREMENTAL",
@@ -374,6 +361,7 @@ class TrackEventWriter:
         thread_track_uuid: int,
         reset_packets: Callable[[TrackEventWriter, int], list[bytes]],
     ) -> None:
+        self._chunk = ChunkPackets(_NEEDS_STATE)
         self.rebind(sink)
         self.now = clock
         """Reads the session's trace clock (ns)."""
@@ -491,7 +479,9 @@ class TrackEventWriter:
             tail = self._new_tail(key, event_type, ts)
             if not tail:
                 return
-        if cython.compiled and self._put(ts, b"", tail, b"", b"", b"", False):
+        chunk = self._chunk
+        if chunk.bound and chunk.put(ts - self.last_ts, b"", tail, b"", b"", b"", False):
+            self.last_ts = ts
             return
         delta = ts - self.last_ts
         if 0 <= delta < 16384:
@@ -519,7 +509,9 @@ class TrackEventWriter:
         """Ends the innermost open slice on the thread's track at `ts`."""
         if self.cleared:
             self._reset(ts)
-        if cython.compiled and self._put(ts, b"", _END_TAIL, b"", b"", b"", False):
+        chunk = self._chunk
+        if chunk.bound and chunk.put(ts - self.last_ts, b"", _END_TAIL, b"", b"", b"", False):
+            self.last_ts = ts
             return
         delta = ts - self.last_ts
         if 0 <= delta < 16384:
@@ -567,12 +559,14 @@ class TrackEventWriter:
                 ts, b"", _COUNTER_TYPE, track_field, _COUNTER_VALUE, SHORT_VARINTS[value]
             )
         elif (
-            cython.compiled
+            self._chunk.bound
             and type(value) is int
             and _I64_MIN <= value <= _I64_MAX
-            and self._put_counter(ts, track_field, value)
+            and self._chunk.put_counter(
+                ts - self.last_ts, _COUNTER_TYPE, track_field, _COUNTER_VALUE, value
+            )
         ):
-            return
+            self.last_ts = ts
         else:
             self._write_event(ts, b"", _COUNTER_TYPE, track_field, counter_value_field(value), b"")
 
@@ -581,7 +575,11 @@ class TrackEventWriter:
     ) -> None:
         """Writes a packet at `ts` holding InternedData body `interned` and a TrackEvent of
         encoded `fields` followed by `extra`, `extra2` and `extra3`."""
-        if cython.compiled and self._put(ts, interned, fields, extra, extra2, extra3, True):
+        chunk = self._chunk
+        if chunk.bound and chunk.put(
+            ts - self.last_ts, interned, fields, extra, extra2, extra3, True
+        ):
+            self.last_ts = ts
             return
         size = len(fields) + len(extra) + len(extra2) + len(extra3)
         delta = ts - self.last_ts
@@ -605,99 +603,6 @@ class TrackEventWriter:
             _NEEDS_STATE,
         )
         self._write(_join(pieces))
-
-    def _put(  # noqa: PLR0917 - positional: the hot paths call it
-        self,
-        ts: int,
-        interned: bytes,
-        fields: bytes,
-        extra: bytes,
-        extra2: bytes,
-        extra3: bytes,
-        event: bool,
-    ) -> bool:
-        """Compiled: writes a packet at `ts` straight into the TraceWriter's chunk, holding
-        InternedData body `interned` and `fields`, `extra`, `extra2`, `extra3` (with `event`,
-        the fields of a TrackEvent, else already encoded packet fields).
-
-        False, with nothing written, where the packet must be assembled as bytes: the pure
-        build, a sink that is not a TraceWriter, a timestamp before the last one, or a packet
-        the current chunk cannot take with a copy.
-        """
-        if cython.compiled:
-            body = len(fields) + len(extra) + len(extra2) + len(extra3)
-            p = self._open_packet(ts, interned, body, event)
-            if p == cython.NULL:
-                return False
-            p = pc_put_bytes(p, fields)
-            p = pc_put_bytes(p, extra)
-            p = pc_put_bytes(p, extra2)
-            p = pc_put_bytes(p, extra3)
-            self._close_packet(p, event)
-            return True
-        return False
-
-    def _put_counter(self, ts: int, track_field: bytes, value: int) -> bool:
-        """Compiled: writes the counter point of int64 `value` straight into the
-        TraceWriter's chunk, its varint encoded in C; False as `_put` says."""
-        if cython.compiled:
-            encoded = cython.cast(cython.ulonglong, value)  # a negative value as uint64
-            body = (
-                len(_COUNTER_TYPE) + len(track_field) + len(_COUNTER_VALUE) + varint_size(encoded)
-            )
-            p = self._open_packet(ts, b"", body, True)
-            if p == cython.NULL:
-                return False
-            p = pc_put_bytes(p, _COUNTER_TYPE)
-            p = pc_put_bytes(p, track_field)
-            p = pc_put_bytes(p, _COUNTER_VALUE)
-            p = put_varint(p, encoded)
-            self._close_packet(p, True)
-            return True
-        return False
-
-    def _open_packet(self, ts: int, interned: bytes, body: int, event: bool) -> Any:
-        """Compiled: frames a packet at `ts` in the TraceWriter's chunk and writes its
-        timestamp and InternedData body `interned`, then (with `event`) a TrackEvent's tag
-        and size; returns where its `body` bytes go, written before `_close_packet`.
-
-        NULL, with nothing written, where the packet must go as bytes (see `_put`).
-        """
-        if cython.compiled:
-            if self._reserve_fn == cython.NULL:
-                return cython.NULL
-            delta = ts - self.last_ts
-            if delta < 0:
-                return cython.NULL
-            size = 1 + varint_size(delta) + body
-            if interned:
-                size += 1 + varint_size(len(interned)) + len(interned)
-            if event:
-                size += 1 + varint_size(body) + len(_NEEDS_STATE)
-            p = pc_reserve_packet(self._reserve_fn, self._sink, size)
-            if p == cython.NULL:
-                return cython.NULL
-            p[0] = TracePacket_timestamp_TAG
-            p = put_varint(p + 1, delta)
-            if interned:
-                p[0] = TracePacket_interned_data_TAG
-                p = put_varint(p + 1, len(interned))
-                p = pc_put_bytes(p, interned)
-            if event:
-                p[0] = TracePacket_track_event_TAG
-                p = put_varint(p + 1, body)
-            self.last_ts = ts
-            self._packet_size = size
-            return p
-        return None
-
-    def _close_packet(self, p: Any, event: bool) -> None:
-        """Compiled: ends the packet `_open_packet` framed, whose body ends at `p` (with
-        `event`, its TrackEvent's sequence flags follow), and hands it to the chunk."""
-        if cython.compiled:
-            if event:
-                pc_put_bytes(p, _NEEDS_STATE)
-            pc_commit_packet(self._commit_fn, self._sink, self._packet_size)
 
     def log_message(self, key: int, ts: int, location_iid: int, body: str, priority: int) -> None:
         """Writes an instant of `key` on the thread's track carrying a LogMessage: the
@@ -750,23 +655,14 @@ class TrackEventWriter:
         self._sink = sink
         write: Callable[[bytes], None] = sink.write_packet
         self._write = write
-        if cython.compiled:
-            self._reserve_fn = cython.NULL
-            self._commit_fn = cython.NULL
-            kind = type(sink)
-            module = sys.modules.get(kind.__module__)
-            api = getattr(module, "NATIVE_PACKET_API", None)
-            if api is not None and kind is getattr(module, "TraceWriter", None):
-                self._reserve_fn = PyCapsule_GetPointer(api[0], PACKET_API_RESERVE)
-                self._commit_fn = PyCapsule_GetPointer(api[1], PACKET_API_COMMIT)
+        self._chunk.bind(sink)
 
     def close(self) -> None:
         """Flushes and closes the underlying TraceWriter; later events are dropped."""
         if not self.closed:
             self.closed = True
             self._write = _drop
-            if cython.compiled:
-                self._reserve_fn = cython.NULL
+            self._chunk.unbind()
             self._sink.close()
 
 
