@@ -74,3 +74,21 @@ def test_dev_trace_on_a_fresh_clone_installs_no_dev_tools(tmp_path: Path) -> Non
     assert {"mypy", "ruff", "nox", "pytest", "grpcio_tools", "viztracer"}.isdisjoint(installed)
     assert {"perfetto_client", "perfetto_service", "protobuf", "cython"} <= installed
     assert not any(clone.glob(".venv/lib/*/site-packages/perfetto_cmd*"))
+
+
+def test_every_session_dev_test_runs_exists() -> None:
+    # each phase's lanes name nox sessions, some by version (`install_check@3.11`), also those
+    # that nox does not run by default
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import dev
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    for _, lanes in dev.TEST_PHASES:
+        for selectors in lanes.values():
+            for selector in selectors:
+                name, _, python = selector.partition("@")
+                sessions = dev._nox_sessions([selector])
+                assert sessions, selector
+                assert all(s == name or s.startswith(f"{name}(") for s in sessions), sessions
+                assert not python or all(f"python='{python}'" in s for s in sessions), sessions

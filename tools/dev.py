@@ -261,9 +261,15 @@ def _nox_sessions(selectors: list[str]) -> list[str]:
     """The nox sessions `selectors` name: `NAME` as it is, `NAME@X.Y` as NAME's sessions whose
     `python` parameter is X.Y."""
     listing: list[dict[str, Any]] = []
-    if any("@" in selector for selector in selectors):
+    named = sorted({s.partition("@")[0] for s in selectors if "@" in s})
+    if named:
+        # Named with -s: a bare `nox -l` lists only the default sessions.
         listed = subprocess.run(
-            ["nox", "-l", "--json"], cwd=ROOT, env=_venv_env(), capture_output=True, check=True
+            ["nox", "-l", "--json", "-s", *named],
+            cwd=ROOT,
+            env=_venv_env(),
+            capture_output=True,
+            check=True,
         )
         listing = json.loads(listed.stdout)
     sessions = []
