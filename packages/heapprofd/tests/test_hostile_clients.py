@@ -139,7 +139,7 @@ def _rss_kb(pid: int) -> int:
 
 
 def test_a_heap_name_flood_is_bounded_and_counted(stack: Stack) -> None:
-    flood = 50_000
+    flood = 100_000
     target = Target(stack.env)
     rss_before = 0
 
@@ -174,5 +174,6 @@ def test_a_heap_name_flood_is_bounded_and_counted(stack: Stack) -> None:
     # two heaps (python and pool) are the target's own; every flooded heap past the bound
     refused = flood - (MAX_HEAPS_PER_PROCESS - 2)
     wait_for(lambda: f"pid {target.pid}: {refused} records of heaps past" in stack.daemon_log)
-    # 50,000 heaps held in the daemon took about 27 MB before the bound
-    assert _rss_kb(stack.daemon.pid) - rss_before < 10_000
+    # 100,000 heaps held in the daemon took 56 MB before the bound; bounded, the flood and the
+    # dump add 2-10 MB (10 MB in an installed run under xdist)
+    assert _rss_kb(stack.daemon.pid) - rss_before < 20_000
