@@ -54,7 +54,6 @@ with it (`if tag == _MOVE_PAGE`)."""
 NOT_CONVERTED = {
     "packages/protozero/src/protozero/codegen/_descriptors.py": "google/protobuf/descriptor"
     ".proto, which protos/ does not hold: protozero reads it to generate the rest",
-    "packages/wire/src/perfetto_wire/_call_frames.py": "IPCFrame's hand-unrolled encoder",
     "packages/service/src/perfetto_service/core/_trace_buffer.py": "its chunk record's "
     '"CHU" mark, stored byte by byte, is no tag',
 }

@@ -11,6 +11,7 @@ caller falls back to protobuf and its semantics.
 
 from __future__ import annotations
 
+from perfetto_protos.tags import fields
 from protozero import encode_varint, read_varint, write_redundant_varint
 
 from perfetto_wire._framing import (
@@ -30,16 +31,21 @@ __all__ = [
 
 _UINT32_MAX = 0xFFFFFFFF
 
-# IPCFrame: request_id = 2 (varint); members msg_invoke_method = 5, msg_invoke_method_reply = 6.
-_TAG_REQUEST_ID = 0x10
-_TAG_INVOKE = 0x2A
-_TAG_INVOKE_REPLY = 0x32
-# InvokeMethod: service_id = 1, method_id = 2, args_proto = 3 (bytes), drop_reply = 4.
-# InvokeMethodReply: success = 1, has_more = 2, reply_proto = 3 (bytes).
-_TAG_FIELD_1 = 0x08
-_TAG_FIELD_2 = 0x10
-_TAG_BYTES_3 = 0x1A
-_TAG_FIELD_4 = 0x20
+_REQUEST_ID = fields.IPCFrame_request_id_TAG
+_INVOKE = fields.IPCFrame_msg_invoke_method_TAG
+_INVOKE_REPLY = fields.IPCFrame_msg_invoke_method_reply_TAG
+_SERVICE_ID = fields.IPCFrame_InvokeMethod_service_id_TAG
+_METHOD_ID = fields.IPCFrame_InvokeMethod_method_id_TAG
+_ARGS_PROTO = fields.IPCFrame_InvokeMethod_args_proto_TAG
+_DROP_REPLY = fields.IPCFrame_InvokeMethod_drop_reply_TAG
+_SUCCESS = fields.IPCFrame_InvokeMethodReply_success_TAG
+_HAS_MORE = fields.IPCFrame_InvokeMethodReply_has_more_TAG
+_REPLY_PROTO = fields.IPCFrame_InvokeMethodReply_reply_proto_TAG
+# Every tag above is one byte (fields 1 to 6).
+_DROP_REPLY_TRUE = bytes((_DROP_REPLY, 1))
+_DROP_REPLY_FALSE = bytes((_DROP_REPLY, 0))
+_SUCCESS_HAS_MORE = bytes((_SUCCESS, 1, _HAS_MORE, 1, _REPLY_PROTO))
+_SUCCESS_LAST = bytes((_SUCCESS, 1, _HAS_MORE, 0, _REPLY_PROTO))
 
 
 def _member_size(size: int) -> bytes:
@@ -63,14 +69,21 @@ def encode_invoke(
     """An InvokeMethod frame, every field set like upstream's client sets them."""
     args_length = len(args_proto)
     if args_length < 0x70 and service_id < 0x80 and method_id < 0x80:
-        # Every varint but the request id is one byte: 08 s 10 m 1a n <args> 20 d.
-        member = (0x2A, 8 + args_length, 0x08, service_id, 0x10, method_id, 0x1A, args_length)
-        tail = b"\x20\x01" if drop_reply else b"\x20\x00"
+        # Every varint but the request id is one byte: service, method, args' size, drop_reply.
+        tail = _DROP_REPLY_TRUE if drop_reply else _DROP_REPLY_FALSE
         if request_id < 0x80:
-            return bytes((12 + args_length, 0, 0, 0, 0x10, request_id, *member)) + args_proto + tail
+            # fmt: off
+            frame = (
+                12 + args_length, 0, 0, 0, _REQUEST_ID, request_id,
+                _INVOKE, 8 + args_length, _SERVICE_ID, service_id, _METHOD_ID, method_id,
+                _ARGS_PROTO, args_length,
+            )
+            # fmt: on
+            return bytes(frame) + args_proto + tail
         request = encode_varint(request_id)
-        head = bytes((11 + len(request) + args_length, 0, 0, 0, 0x10))
-        return head + request + bytes(member) + args_proto + tail
+        head = bytes((11 + len(request) + args_length, 0, 0, 0, _REQUEST_ID))
+        member = (_INVOKE, 8 + args_length, _SERVICE_ID, service_id, _METHOD_ID, method_id)
+        return head + request + bytes((*member, _ARGS_PROTO, args_length)) + args_proto + tail
     request = encode_varint(request_id)
     service = encode_varint(service_id)
     method = encode_varint(method_id)
@@ -80,18 +93,18 @@ def encode_invoke(
     return b"".join(
         (
             _frame_header(2 + len(request) + len(member_varint) + member_size),
-            b"\x10",
+            bytes((_REQUEST_ID,)),
             request,
-            b"\x2a",
+            bytes((_INVOKE,)),
             member_varint,
-            b"\x08",
+            bytes((_SERVICE_ID,)),
             service,
-            b"\x10",
+            bytes((_METHOD_ID,)),
             method,
-            b"\x1a",
+            bytes((_ARGS_PROTO,)),
             args_size,
             args_proto,
-            b"\x20\x01" if drop_reply else b"\x20\x00",
+            _DROP_REPLY_TRUE if drop_reply else _DROP_REPLY_FALSE,
         )
     )
 
@@ -103,13 +116,20 @@ def invoke_reply_header(request_id: int, has_more: bool, reply_size: int) -> byt
     written after it without being copied into one buffer.
     """
     if reply_size < 0x70:
-        # 32 m 08 01 10 h 1a n: every varint but the request id is one byte.
-        member = (0x32, 6 + reply_size, 0x08, 0x01, 0x10, 1 if has_more else 0, 0x1A, reply_size)
+        # Every varint but the request id is one byte: success, has_more, the reply's size.
+        more = 1 if has_more else 0
         if request_id < 0x80:
-            return bytes((10 + reply_size, 0, 0, 0, 0x10, request_id, *member))
+            # fmt: off
+            return bytes((
+                10 + reply_size, 0, 0, 0, _REQUEST_ID, request_id,
+                _INVOKE_REPLY, 6 + reply_size, _SUCCESS, 1, _HAS_MORE, more,
+                _REPLY_PROTO, reply_size,
+            ))
+            # fmt: on
         request = encode_varint(request_id)
-        head = bytes((9 + len(request) + reply_size, 0, 0, 0, 0x10))
-        return head + request + bytes(member)
+        head = bytes((9 + len(request) + reply_size, 0, 0, 0, _REQUEST_ID))
+        member = (_INVOKE_REPLY, 6 + reply_size, _SUCCESS, 1, _HAS_MORE, more)
+        return head + request + bytes((*member, _REPLY_PROTO, reply_size))
     request = encode_varint(request_id)
     reply_varint = encode_varint(reply_size)
     member_size = 5 + len(reply_varint) + reply_size
@@ -117,11 +137,11 @@ def invoke_reply_header(request_id: int, has_more: bool, reply_size: int) -> byt
     return b"".join(
         (
             _frame_header(2 + len(request) + len(member_varint) + member_size),
-            b"\x10",
+            bytes((_REQUEST_ID,)),
             request,
-            b"\x32",
+            bytes((_INVOKE_REPLY,)),
             member_varint,
-            b"\x08\x01\x10\x01\x1a" if has_more else b"\x08\x01\x10\x00\x1a",
+            _SUCCESS_HAS_MORE if has_more else _SUCCESS_LAST,
             reply_varint,
         )
     )
@@ -134,7 +154,7 @@ def _member_start(data: Buffer, start: int, end: int, tag: int) -> tuple[int, in
     """
     pos = start
     request_id = 0
-    if pos < end and data[pos] == _TAG_REQUEST_ID:
+    if pos < end and data[pos] == _REQUEST_ID:
         request_id, pos = read_varint(data, pos + 1, end)
         if pos < 0:
             return 0, -1
@@ -159,7 +179,7 @@ def decode_invoke(data: Buffer, start: int, end: int) -> tuple[int, int, int, Bu
 
     `args_proto` is a slice of `data`.
     """
-    request_id, pos = _member_start(data, start, end, _TAG_INVOKE)
+    request_id, pos = _member_start(data, start, end, _INVOKE)
     if pos < 0:
         return None
     service_id = method_id = 0
@@ -174,16 +194,16 @@ def decode_invoke(data: Buffer, start: int, end: int) -> tuple[int, int, int, Bu
             value, pos = read_varint(data, pos + 1, end)
             if pos < 0:
                 return None
-        if tag == _TAG_BYTES_3:
+        if tag == _ARGS_PROTO:
             if pos + value > end:
                 return None
             args_proto = data[pos : pos + value]
             pos += value
-        elif tag == _TAG_FIELD_1 and value <= _UINT32_MAX:
+        elif tag == _SERVICE_ID and value <= _UINT32_MAX:
             service_id = value
-        elif tag == _TAG_FIELD_2 and value <= _UINT32_MAX:
+        elif tag == _METHOD_ID and value <= _UINT32_MAX:
             method_id = value
-        elif tag == _TAG_FIELD_4:
+        elif tag == _DROP_REPLY:
             drop_reply = value != 0
         else:
             return None
@@ -200,7 +220,7 @@ def decode_invoke_reply(
 
     `reply_proto` is a slice of `data`.
     """
-    request_id, pos = _member_start(data, start, end, _TAG_INVOKE_REPLY)
+    request_id, pos = _member_start(data, start, end, _INVOKE_REPLY)
     if pos < 0:
         return None
     success = has_more = False
@@ -214,14 +234,14 @@ def decode_invoke_reply(
             value, pos = read_varint(data, pos + 1, end)
             if pos < 0:
                 return None
-        if tag == _TAG_BYTES_3:
+        if tag == _REPLY_PROTO:
             if pos + value > end:
                 return None
             reply_proto = data[pos : pos + value]
             pos += value
-        elif tag == _TAG_FIELD_1:
+        elif tag == _SUCCESS:
             success = value != 0
-        elif tag == _TAG_FIELD_2:
+        elif tag == _HAS_MORE:
             has_more = value != 0
         else:
             return None
