@@ -340,6 +340,7 @@ def build(project: Path) -> int:
 
     def compile_modules(extensions: list[Any]) -> None:
         build_dir = project / "build" / "native"
+        jobs = min(len(extensions), len(os.sched_getaffinity(0)))  # a module per CPU at a time
         modules = cythonize(
             extensions,
             build_dir=str(build_dir / "c"),
@@ -347,13 +348,11 @@ def build(project: Path) -> int:
             include_path=[str(p) for p in include_path(source)],
             quiet=True,
             force=True,
+            nthreads=jobs if jobs > 1 else 0,
         )
+        build_ext = ["build_ext", "--inplace", "--build-temp", str(build_dir), f"-j{jobs}"]
         dist = Distribution(
-            {
-                "ext_modules": modules,
-                "package_dir": {"": "src"},
-                "script_args": ["-q", "build_ext", "--inplace", "--build-temp", str(build_dir)],
-            }
+            {"ext_modules": modules, "package_dir": {"": "src"}, "script_args": ["-q", *build_ext]}
         )
         dist.parse_command_line()
         dist.run_commands()
