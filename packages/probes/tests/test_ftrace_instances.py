@@ -3,6 +3,7 @@ crash; and one clear line where tracefs cannot be used."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -137,3 +138,23 @@ def test_where_tracefs_cannot_be_mounted_the_reason_is_given(
         ProbesError, match=rf"^{target}: cannot mount tracefs: Operation not permitted$"
     ):
         _tracefs.find_tracefs()
+
+
+def test_tracefs_is_mounted_where_it_is_not(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting tracefs needs root")
+    target = tmp_path / "tracing"
+    target.mkdir()
+    monkeypatch.setattr(_tracefs, "_ROOTS", (target,))
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        root = _tracefs.find_tracefs()
+    except ProbesError as exc:
+        pytest.skip(f"tracefs cannot be mounted here: {exc}")
+    try:
+        assert root == target
+        assert (target / "events/sched/sched_switch/format").is_file()
+    finally:
+        assert libc.umount2(str(target).encode(), 0) == 0, os.strerror(ctypes.get_errno())
