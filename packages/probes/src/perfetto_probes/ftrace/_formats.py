@@ -193,5 +193,4 @@ def page_layout(header_page: str, header_event: str, common: list[FormatField]) 
         type_time_extend=types["time_extend"],
         type_time_stamp=types["time_stamp"],
         common_pid_offset=by_name["common_pid"].offset,
-        common_flags_offset=by_name["common_flags"].offset if "common_flags" in by_name else 0,
     )

@@ -63,7 +63,6 @@ cdef class PageLayout:
     cdef public unsigned int type_time_extend
     cdef public unsigned int type_time_stamp
     cdef public Py_ssize_t common_pid_offset
-    cdef public Py_ssize_t common_flags_offset
 
 
 @cython.locals(value="unsigned long long", i=Py_ssize_t)
@@ -71,6 +70,17 @@ cdef unsigned long long _uint(const unsigned char[::1] buf, Py_ssize_t p, Py_ssi
 @cython.locals(value="unsigned long long", bits=Py_ssize_t)
 cdef unsigned long long _int(const unsigned char[::1] buf, Py_ssize_t p, Py_ssize_t size, bint signed) noexcept
 cdef unsigned long long _signed32(unsigned long long value) noexcept
+
+
+@cython.final
+cdef class PackedColumn:
+    cdef public unsigned long long tag
+    cdef bytearray out
+    cdef unsigned char[::1] view
+    cdef public Py_ssize_t pos
+
+    @cython.locals(grown=bytearray)
+    cdef void put(self, unsigned long long value) except *
 
 
 @cython.final
@@ -122,13 +132,13 @@ cdef class BundleWriter:
     cdef (Py_ssize_t, Py_ssize_t) _string_span(self, const unsigned char[::1] buf, Py_ssize_t start, Py_ssize_t size, FieldLayout field) noexcept
     @cython.locals(value="unsigned long long", tag="unsigned long long", first=Py_ssize_t, end=Py_ssize_t)
     cdef Py_ssize_t _value(self, unsigned char[::1] view, Py_ssize_t p, const unsigned char[::1] buf, Py_ssize_t start, Py_ssize_t size, FieldLayout field, bint generic) noexcept
-    @cython.locals(first=Py_ssize_t, end=Py_ssize_t)
+    @cython.locals(first=Py_ssize_t, end=Py_ssize_t, comm=bytes, index=object)
     cdef Py_ssize_t _comm_index(self, const unsigned char[::1] buf, Py_ssize_t start, Py_ssize_t size, FieldLayout field) except -1
-    @cython.locals(field=FieldLayout, columns=list, last=Py_ssize_t, i=Py_ssize_t, value="unsigned long long", keep_64=bint)
+    @cython.locals(field=FieldLayout, columns=list, column=PackedColumn, last=Py_ssize_t, i=Py_ssize_t, value="unsigned long long", keep_64=bint)
     cdef void _compact(self, const unsigned char[::1] buf, Py_ssize_t start, Py_ssize_t size, unsigned long long ts, EventLayout event) except *
-    @cython.locals(p=Py_ssize_t, begin=Py_ssize_t, value="unsigned long long", view="unsigned char[::1]")
-    cdef void _packed(self, unsigned long long tag, list values) except *
-    @cython.locals(begin=Py_ssize_t, p=Py_ssize_t, comm=bytes, switch=list, waking=list)
+    @cython.locals(p=Py_ssize_t, i=Py_ssize_t, view="unsigned char[::1]", values="unsigned char[::1]")
+    cdef void _packed(self, PackedColumn column) except *
+    @cython.locals(begin=Py_ssize_t, p=Py_ssize_t, comm=bytes, column=PackedColumn)
     cdef void _write_compact(self) except *
     @cython.locals(p=Py_ssize_t, begin=Py_ssize_t, view="unsigned char[::1]", timestamp="unsigned long long", status=int)
     cpdef void finish(self) except *

@@ -16,6 +16,7 @@ except ImportError:  # installed without Cython: runs as pure Python
 from protozero import encode_varint
 
 if cython.compiled:
+    from cython.cimports.cpython.bytes import PyBytes_FromStringAndSize
     from cython.cimports.perfetto_protos.tags.fields_c import (
         FtraceEvent_pid_TAG,
         FtraceEvent_timestamp_TAG,
@@ -203,7 +204,6 @@ class PageLayout:
     __slots__ = (
         "commit_offset",
         "commit_size",
-        "common_flags_offset",
         "common_pid_offset",
         "data_offset",
         "page_size",
@@ -223,7 +223,6 @@ class PageLayout:
         type_time_extend: int,
         type_time_stamp: int,
         common_pid_offset: int,
-        common_flags_offset: int,
     ) -> None:
         self.page_size = page_size
         self.commit_offset = commit_offset
@@ -233,7 +232,6 @@ class PageLayout:
         self.type_time_extend = type_time_extend
         self.type_time_stamp = type_time_stamp
         self.common_pid_offset = common_pid_offset
-        self.common_flags_offset = common_flags_offset
 
 
 def _uint(buf: bytes, p: int, size: int) -> int:
@@ -261,6 +259,27 @@ def _signed32(value: int) -> int:
     if value >> 31:
         value |= _UINT64_MASK ^ 0xFFFFFFFF
     return value
+
+
+class PackedColumn:
+    """One packed repeated varint field of compact_sched: its values, encoded as they come."""
+
+    __slots__ = ("out", "pos", "tag", "view")
+
+    def __init__(self, tag: int) -> None:
+        self.tag = tag
+        self.out = bytearray(1024)
+        self.view = self.out
+        self.pos = 0
+
+    def put(self, value: int) -> None:
+        """Appends one value."""
+        if self.pos + 10 > len(self.out):
+            grown = bytearray(2 * len(self.out))
+            grown[: self.pos] = self.out[: self.pos]
+            self.out = grown
+            self.view = grown
+        self.pos = store_varint(self.view, self.pos, value)
 
 
 class BundleWriter:
@@ -291,8 +310,22 @@ class BundleWriter:
         self.lost_events = False
         self.errors: list[tuple[int, int]] = []
         self.intern: dict[bytes, int] = {}
-        self.switch_columns: list[list[int]] = [[], [], [], [], []]
-        self.waking_columns: list[list[int]] = [[], [], [], [], [], []]
+        # compact_sched's columns, in the order of their fields in _compact.
+        self.switch_columns = [
+            PackedColumn(FtraceEventBundle_CompactSched_switch_timestamp_TAG),
+            PackedColumn(FtraceEventBundle_CompactSched_switch_prev_state_TAG),
+            PackedColumn(FtraceEventBundle_CompactSched_switch_next_pid_TAG),
+            PackedColumn(FtraceEventBundle_CompactSched_switch_next_prio_TAG),
+            PackedColumn(FtraceEventBundle_CompactSched_switch_next_comm_index_TAG),
+        ]
+        self.waking_columns = [
+            PackedColumn(FtraceEventBundle_CompactSched_waking_timestamp_TAG),
+            PackedColumn(FtraceEventBundle_CompactSched_waking_pid_TAG),
+            PackedColumn(FtraceEventBundle_CompactSched_waking_target_cpu_TAG),
+            PackedColumn(FtraceEventBundle_CompactSched_waking_prio_TAG),
+            PackedColumn(FtraceEventBundle_CompactSched_waking_comm_index_TAG),
+            PackedColumn(FtraceEventBundle_CompactSched_waking_common_flags_TAG),
+        ]
         self.last_switch_ts = 0
         self.last_waking_ts = 0
 
@@ -507,7 +540,12 @@ class BundleWriter:
 
     def _comm_index(self, buf: bytes, start: int, size: int, field: FieldLayout) -> int:
         first, end = self._string_span(buf, start, size, field)
-        comm = bytes(buf[first:end])
+        if cython.compiled:
+            comm = PyBytes_FromStringAndSize(
+                cython.cast(cython.p_char, cython.address(buf[first])), end - first
+            )
+        else:
+            comm = bytes(buf[first:end])
         index = self.intern.get(comm)
         if index is None:
             index = len(self.intern)
@@ -518,40 +556,44 @@ class BundleWriter:
         fields = event.compact_fields
         if event.compact == _COMPACT_SWITCH:
             columns = self.switch_columns
-            columns[0].append(ts - self.last_switch_ts)
+            column = columns[0]
+            column.put(ts - self.last_switch_ts)
             self.last_switch_ts = ts
         else:
             columns = self.waking_columns
-            columns[0].append(ts - self.last_waking_ts)
+            column = columns[0]
+            column.put(ts - self.last_waking_ts)
             self.last_waking_ts = ts
         last = len(fields) - 1
         for i, field in enumerate(fields):
+            column = columns[i + 1]
             if i == 3:
-                columns[i + 1].append(self._comm_index(buf, start, size, field))
+                column.put(self._comm_index(buf, start, size, field))
             elif i == last and event.compact == _COMPACT_WAKING:
-                columns[i + 1].append(_uint(buf, start + field.offset, field.size))
+                column.put(_uint(buf, start + field.offset, field.size))
             else:
                 value = _int(buf, start + field.offset, field.size, field.signed)
                 keep_64 = i == 0 and event.compact == _COMPACT_SWITCH  # prev_state is an int64
-                columns[i + 1].append(value if keep_64 else _signed32(value))
+                column.put(value if keep_64 else _signed32(value))
 
-    def _packed(self, tag: int, values: list[int]) -> None:
-        if not values:
+    def _packed(self, column: PackedColumn) -> None:
+        """Writes a column with its tag and length, and empties it."""
+        if column.pos == 0:
             return
-        self._reserve(16 + 10 * len(values))
+        self._reserve(16 + column.pos)
         view = self.view
-        p = store_varint(view, self.pos, tag)
-        begin = p + _LENGTH_SIZE
-        p = begin
-        for value in values:
-            p = store_varint(view, p, value)
-        store_redundant_varint(view, begin - _LENGTH_SIZE, p - begin, 4)
-        self.pos = p
+        p = store_varint(view, self.pos, column.tag)
+        p = store_varint(view, p, column.pos)
+        values = column.view
+        i = 0
+        while i < column.pos:
+            view[p + i] = values[i]
+            i += 1
+        self.pos = p + column.pos
+        column.pos = 0
 
     def _write_compact(self) -> None:
-        switch = self.switch_columns
-        waking = self.waking_columns
-        if not switch[0] and not waking[0]:
+        if self.switch_columns[0].pos == 0 and self.waking_columns[0].pos == 0:
             return
         self._reserve(16)
         self.pos = store_varint(self.view, self.pos, FtraceEventBundle_compact_sched_TAG)
@@ -562,21 +604,12 @@ class BundleWriter:
             p = store_varint(self.view, self.pos, FtraceEventBundle_CompactSched_intern_table_TAG)
             p = store_varint(self.view, p, len(comm))
             self.pos = self._copy(self.view, p, comm)
-        self._packed(FtraceEventBundle_CompactSched_switch_timestamp_TAG, switch[0])
-        self._packed(FtraceEventBundle_CompactSched_switch_prev_state_TAG, switch[1])
-        self._packed(FtraceEventBundle_CompactSched_switch_next_pid_TAG, switch[2])
-        self._packed(FtraceEventBundle_CompactSched_switch_next_prio_TAG, switch[3])
-        self._packed(FtraceEventBundle_CompactSched_switch_next_comm_index_TAG, switch[4])
-        self._packed(FtraceEventBundle_CompactSched_waking_timestamp_TAG, waking[0])
-        self._packed(FtraceEventBundle_CompactSched_waking_pid_TAG, waking[1])
-        self._packed(FtraceEventBundle_CompactSched_waking_target_cpu_TAG, waking[2])
-        self._packed(FtraceEventBundle_CompactSched_waking_prio_TAG, waking[3])
-        self._packed(FtraceEventBundle_CompactSched_waking_comm_index_TAG, waking[4])
-        self._packed(FtraceEventBundle_CompactSched_waking_common_flags_TAG, waking[5])
+        for column in self.switch_columns:
+            self._packed(column)
+        for column in self.waking_columns:
+            self._packed(column)
         store_redundant_varint(self.view, begin - _LENGTH_SIZE, self.pos - begin, 4)
         self.intern = {}
-        self.switch_columns = [[], [], [], [], []]
-        self.waking_columns = [[], [], [], [], [], []]
         self.last_switch_ts = 0
         self.last_waking_ts = 0
 

@@ -77,7 +77,6 @@ class Instance:
     def __init__(self, root: Path, name: str) -> None:
         self.root = root
         self.path = root / "instances" / name
-        self.enabled: list[Path] = []
 
     def create(self) -> None:
         """Makes the instance; one left by a run that did not stop is removed first."""
@@ -101,7 +100,6 @@ class Instance:
             path.write_text("1")
         except OSError:
             return False
-        self.enabled.append(path)
         return True
 
     def buffer_size_kb(self) -> int | None:
@@ -120,7 +118,6 @@ class Instance:
             # An instance half made fails here: rmdir below says what is wrong.
             with contextlib.suppress(OSError):
                 (self.path / name).write_text("0")
-        self.enabled.clear()
         try:
             self.path.rmdir()
         except FileNotFoundError:
