@@ -24,6 +24,7 @@ from perfetto_probes.ftrace import FtraceDataSource, _tracefs
 from perfetto_testing import end_process
 
 HERE = Path(__file__).resolve().parent
+NOBODY = 65534
 
 
 def _ours(root: Path) -> set[str]:
@@ -158,3 +159,39 @@ def test_tracefs_is_mounted_where_it_is_not(
         assert (target / "events/sched/sched_switch/format").is_file()
     finally:
         assert libc.umount2(str(target).encode(), 0) == 0, os.strerror(ctypes.get_errno())
+
+
+def _start_as_nobody() -> str:
+    """What starting linux.ftrace says in a child that became uid/gid 65534 first."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        try:
+            os.close(read_fd)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            try:
+                FtraceDataSource(ftrace_config(ftrace_events=SCHED_EVENTS), print).start()
+                message = "started"
+            except ProbesError as exc:
+                message = str(exc)
+            os.write(write_fd, message.encode())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    try:
+        with os.fdopen(read_fd, "rb") as out:
+            return out.read().decode()
+    finally:
+        os.waitpid(pid, 0)
+
+
+def test_a_user_without_access_gets_one_line_naming_the_path() -> None:
+    root = tracefs_or_skip()
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to run the child as another user")
+    if root.stat().st_mode & 0o005:
+        pytest.skip(f"{root} is open to every user here")
+    message = _start_as_nobody()
+    assert message == f"{root}: permission denied (tracefs needs root or access to it)"

@@ -39,9 +39,18 @@ def _mount(path: Path) -> str | None:
 def find_tracefs() -> Path:
     """The root of tracefs; mounts it at /sys/kernel/tracing when it is not mounted and this
     process may (root)."""
+    denied: Path | None = None
     for root in _ROOTS:
-        if (root / "events").is_dir():
-            return root
+        try:
+            (root / "events").stat()
+        except PermissionError:
+            denied = denied or root
+            continue
+        except OSError:
+            continue
+        return root
+    if denied is not None:
+        raise ProbesError(f"{denied}: permission denied (tracefs needs root or access to it)")
     target = _ROOTS[0]
     if not target.is_dir():
         raise ProbesError(f"{target}: no such directory (this kernel has no tracefs)")
