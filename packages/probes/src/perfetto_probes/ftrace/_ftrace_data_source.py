@@ -3,7 +3,6 @@ CPU's ring buffer as binary pages and written as FtraceEventBundles."""
 
 from __future__ import annotations
 
-import errno
 import itertools
 import os
 from pathlib import Path
@@ -58,6 +57,7 @@ class FtraceDataSource:
         self.read_errors: set[FtraceParseStatus.ValueType] = set()
         self.seen_pids: set[int] = set()
         self.page: PageLayout | None = None
+        self.drain_pages = 0  # the most pages one drain reads from a CPU
 
     def start(self) -> None:
         root = find_tracefs()
@@ -94,6 +94,8 @@ class FtraceDataSource:
             )
         except OSError as exc:
             raise ProbesError(f"{root / 'events'}: {exc.strerror or exc}") from None
+        kb = instance.buffer_size_kb() or self.config.buffer_size_kb or DEFAULT_BUFFER_SIZE_KB
+        self.drain_pages = kb * 1024 // self.page.page_size + 1
         for cpu in range(os.cpu_count() or 1):
             path = instance.path / "per_cpu" / f"cpu{cpu}" / "trace_pipe_raw"
             try:
@@ -142,14 +144,13 @@ class FtraceDataSource:
         page_size = self.page.page_size if self.page is not None else 0
         for cpu in self.cpus:
             writer = cpu.writer
-            while True:
+            # At most a buffer's worth: a CPU that writes as fast as it is read ends a drain.
+            for _ in range(self.drain_pages):
                 try:
                     data = os.read(cpu.fd, page_size)
                 except BlockingIOError:
                     break
-                except OSError as exc:
-                    if exc.errno == errno.EINTR:
-                        continue
+                except OSError:
                     self.read_errors.add(_STATUS_UNEXPECTED_READ_ERROR)
                     break
                 if not data:
