@@ -186,22 +186,38 @@ def capture(directory: Path, events: list[str], workload: Callable[[], None]) ->
         instance.remove()
 
 
+class Capture:
+    """The pages and formats `capture` saved in a directory, with the layouts they give."""
+
+    def __init__(self, directory: Path) -> None:
+        formats = json.loads((directory / "formats.json").read_text())
+        self.layouts: dict[int, EventLayout] = {}
+        common = []
+        for event, text in formats["events"].items():
+            event_id, fields = parse_format(text)
+            group, name = event.split("/")
+            self.layouts[event_id] = event_layout(group, name, fields)
+            common = fields
+        self.page = page_layout(formats["header_page"], formats["header_event"], common)
+        size = self.page.page_size
+        self.pages: dict[int, list[bytes]] = {}
+        for path in sorted(directory.glob("cpu*.pages")):
+            data = path.read_bytes()
+            self.pages[int(path.stem[3:])] = [
+                data[offset : offset + size] for offset in range(0, len(data), size)
+            ]
+
+    def parse(self, compact: bool) -> list[bytes]:
+        """The packets the page parser writes for these pages."""
+        packets: list[bytes] = []
+        for cpu, pages in self.pages.items():
+            writer = BundleWriter(cpu, self.page, self.layouts, compact)
+            for page in pages:
+                writer.parse_page(page)
+            packets += writer.take_packets()
+        return packets
+
+
 def parse_capture(directory: Path, compact: bool) -> list[bytes]:
     """The packets the page parser writes for the pages `capture` saved in `directory`."""
-    formats = json.loads((directory / "formats.json").read_text())
-    layouts: dict[int, EventLayout] = {}
-    common = []
-    for event, text in formats["events"].items():
-        event_id, fields = parse_format(text)
-        group, name = event.split("/")
-        layouts[event_id] = event_layout(group, name, fields)
-        common = fields
-    page = page_layout(formats["header_page"], formats["header_event"], common)
-    packets: list[bytes] = []
-    for path in sorted(directory.glob("cpu*.pages")):
-        writer = BundleWriter(int(path.stem[3:]), page, layouts, compact)
-        data = path.read_bytes()
-        for offset in range(0, len(data), page.page_size):
-            writer.parse_page(data[offset : offset + page.page_size])
-        packets += writer.take_packets()
-    return packets
+    return Capture(directory).parse(compact)

@@ -87,7 +87,7 @@ cdef class PackedColumn:
 cdef class BundleWriter:
     cdef public unsigned int cpu
     cdef public PageLayout page
-    cdef public dict events
+    cdef list by_id
     cdef public bint compact_sched
     cdef public bytearray out
     cdef unsigned char[::1] view
@@ -123,6 +123,7 @@ cdef class BundleWriter:
     cdef int _parse_records(self, const unsigned char[::1] buf, Py_ssize_t p, Py_ssize_t end, unsigned long long ts) except -1
     @cython.locals(
         event=EventLayout, field=FieldLayout, pid="unsigned long long", p=Py_ssize_t,
+        event_id=Py_ssize_t,
         event_start=Py_ssize_t, body=Py_ssize_t, field_start=Py_ssize_t, view="unsigned char[::1]",
     )
     cdef int _record(self, const unsigned char[::1] buf, Py_ssize_t start, Py_ssize_t size, unsigned long long ts) except -1

@@ -294,7 +294,10 @@ class BundleWriter:
     ) -> None:
         self.cpu = cpu
         self.page = page
-        self.events = events
+        # The layouts by event id (ids are 16 bits); None for the ids this writer skips.
+        self.by_id: list[EventLayout | None] = [None] * (max(events, default=0) + 1)
+        for event_id, layout in events.items():
+            self.by_id[event_id] = layout
         self.compact_sched = compact_sched
         self.out = bytearray(1 << 16)
         self.view = self.out
@@ -429,7 +432,8 @@ class BundleWriter:
 
     def _record(self, buf: bytes, start: int, size: int, ts: int) -> int:
         """Writes the record of `size` bytes at `buf[start]`, recorded at `ts`."""
-        event = self.events.get(_uint(buf, start, 2))
+        event_id = _uint(buf, start, 2)
+        event = self.by_id[event_id] if event_id < len(self.by_id) else None
         if event is None:
             return _STATUS_OK  # an event this data source did not enable
         if size < event.min_size:
