@@ -147,3 +147,23 @@ def test_the_threads_seen_are_handed_over_once() -> None:
         assert source.take_seen_pids() == set()
     finally:
         source.stop()
+
+
+def test_a_marker_written_to_the_instance_is_a_typed_print_event() -> None:
+    tracefs_or_skip()
+    packets: list[bytes] = []
+    source = FtraceDataSource(ftrace_config(ftrace_events=["ftrace/print"]), packets.append)
+    source.start()
+    try:
+        assert source.instance is not None
+        (source.instance.path / "trace_marker").write_text("perfetto-py marker")
+    finally:
+        source.stop()
+    prints = [
+        (e.pid, e.print.buf)
+        for p in map(read_packet, packets)
+        if p.HasField("ftrace_events")
+        for e in p.ftrace_events.event
+        if e.HasField("print")
+    ]
+    assert prints == [(os.getpid(), "perfetto-py marker\n")]

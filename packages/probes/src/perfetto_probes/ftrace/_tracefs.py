@@ -103,8 +103,11 @@ class Instance:
         _write(self.path / "trace_clock", "boot")
 
     def enable(self, group: str, name: str) -> bool:
-        """Enables one event; False when the kernel refused."""
+        """Enables one event; False when the kernel refused. An event without an `enable`
+        file (ftrace/print) is always recorded."""
         path = self.path / "events" / group / name / "enable"
+        if not path.exists():
+            return True
         try:
             path.write_text("1")
         except OSError:
