@@ -7,10 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ftrace_testlib import SCHED_EVENTS, PingPong, capture, parse_capture
+from ftrace_testlib import SCHED_EVENTS, PingPong, capture, parse_capture, read_packet
 from protozero import _native
 
 HERE = Path(__file__).resolve().parent
+GENERIC = "sched/sched_stat_runtime"  # no typed message: written as a generic event
 
 _PURE_PARSE = """
 import sys
@@ -28,7 +29,7 @@ for compact in (False, True):
 def test_the_pure_build_writes_the_compiled_builds_bytes(tmp_path: Path) -> None:
     capture(
         tmp_path,
-        [*SCHED_EVENTS, "task/task_newtask", "sched/sched_process_exit"],
+        [*SCHED_EVENTS, "task/task_newtask", "sched/sched_process_exit", GENERIC],
         PingPong(300).run,
     )
     clean = {k: v for k, v in os.environ.items() if not k.startswith("PERFETTO_PY_")}
@@ -38,6 +39,12 @@ def test_the_pure_build_writes_the_compiled_builds_bytes(tmp_path: Path) -> None
         check=True,
         timeout=300,
     )
+    kinds = {
+        e.WhichOneof("event")
+        for p in map(read_packet, parse_capture(tmp_path, False))
+        for e in p.ftrace_events.event
+    }
+    assert {"sched_switch", "sched_waking", "generic"} <= kinds
     for compact in (False, True):
         ours = b"".join(parse_capture(tmp_path, compact))
         assert len(ours) > 10_000
