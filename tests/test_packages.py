@@ -139,6 +139,7 @@ def test_the_compiled_packages_name_the_build_backend() -> None:
         "protozero",
         "protos",
         "smb",
+        "probes",
         "service",
         "client",
         "heapprofd",

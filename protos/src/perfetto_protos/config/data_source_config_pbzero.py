@@ -16,6 +16,7 @@ from protozero._proto_utils import VARINT_PAIRS as _PAIRS
 
 from perfetto_protos.config import interceptor_config_pbzero as _interceptor_config_pbzero
 from perfetto_protos.config import test_config_pbzero as _test_config_pbzero
+from perfetto_protos.config.ftrace import ftrace_config_pbzero as _ftrace_config_pbzero
 from perfetto_protos.config.priority_boost import (
     priority_boost_config_pbzero as _priority_boost_config_pbzero,
 )
@@ -66,6 +67,7 @@ class DataSourceConfig(Message):
     FIELD_TRACING_SESSION_ID = 4
     FIELD_BUFFER_EXHAUSTED_POLICY = 9
     FIELD_PRIORITY_BOOST = 10
+    FIELD_FTRACE_CONFIG = 100
     FIELD_HEAPPROFD_CONFIG = 105
     FIELD_TRACK_EVENT_CONFIG = 113
     FIELD_INTERCEPTOR_CONFIG = 115
@@ -304,6 +306,22 @@ class DataSourceConfig(Message):
             self.stream_writer = _SUSPENDED
             return child
         return self.begin_nested(0x52, _priority_boost_config_pbzero.PriorityBoostConfig)
+
+    def begin_ftrace_config(self) -> _ftrace_config_pbzero.FtraceConfig:
+        if _COMPILED:
+            return self.begin_nested(0x6A2, _ftrace_config_pbzero.FtraceConfig)
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xA2
+            buf[p + 1] = 0x06
+            w.write_ptr = p + 6
+            child = _ftrace_config_pbzero.FtraceConfig(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
+        return self.begin_nested(0x6A2, _ftrace_config_pbzero.FtraceConfig)
 
     def begin_heapprofd_config(self) -> _heapprofd_config_pbzero.HeapprofdConfig:
         if _COMPILED:

@@ -30,6 +30,8 @@ from perfetto_protos.trace import test_event_pbzero as _test_event_pbzero
 from perfetto_protos.trace import trace_packet_defaults_pbzero as _trace_packet_defaults_pbzero
 from perfetto_protos.trace import trace_uuid_pbzero as _trace_uuid_pbzero
 from perfetto_protos.trace import trigger_pbzero as _trigger_pbzero
+from perfetto_protos.trace.ftrace import ftrace_event_bundle_pbzero as _ftrace_event_bundle_pbzero
+from perfetto_protos.trace.ftrace import ftrace_stats_pbzero as _ftrace_stats_pbzero
 from perfetto_protos.trace.interned_data import interned_data_pbzero as _interned_data_pbzero
 from perfetto_protos.trace.perfetto import trace_provenance_pbzero as _trace_provenance_pbzero
 from perfetto_protos.trace.perfetto import (
@@ -91,6 +93,8 @@ class TracePacket(Message):
     DATA_LOSS_SMB_FULL = 256
     FIELD_TIMESTAMP = 8
     FIELD_TIMESTAMP_CLOCK_ID = 58
+    FIELD_FTRACE_EVENTS = 1
+    FIELD_FTRACE_STATS = 34
     FIELD_TRACK_EVENT = 11
     FIELD_TRACK_DESCRIPTOR = 60
     FIELD_CLOCK_SNAPSHOT = 6
@@ -185,6 +189,37 @@ class TracePacket(Message):
             w.write_ptr = q
         else:
             self.put_varint(0x3D0, value)
+
+    def begin_ftrace_events(self) -> _ftrace_event_bundle_pbzero.FtraceEventBundle:
+        if cython.compiled or _COMPILED:
+            return self.begin_nested(0x0A, _ftrace_event_bundle_pbzero.FtraceEventBundle)
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x0A
+            w.write_ptr = p + 5
+            child = _ftrace_event_bundle_pbzero.FtraceEventBundle(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
+        return self.begin_nested(0x0A, _ftrace_event_bundle_pbzero.FtraceEventBundle)
+
+    def begin_ftrace_stats(self) -> _ftrace_stats_pbzero.FtraceStats:
+        if cython.compiled or _COMPILED:
+            return self.begin_nested(0x292, _ftrace_stats_pbzero.FtraceStats)
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x92
+            buf[p + 1] = 0x02
+            w.write_ptr = p + 6
+            child = _ftrace_stats_pbzero.FtraceStats(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
+        return self.begin_nested(0x292, _ftrace_stats_pbzero.FtraceStats)
 
     def begin_track_event(self) -> _track_event_pbzero.TrackEvent:
         if cython.compiled or _COMPILED:

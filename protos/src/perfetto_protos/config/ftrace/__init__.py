@@ -1,0 +1,1 @@
+"""Generated from protos/perfetto/config/ftrace/ by tools/gen_protos.py; do not edit."""
