@@ -12,6 +12,7 @@ from pathlib import Path
 from perfetto_probes import data_source_factory
 from perfetto_probes.ps import ProcessStatsDataSource
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
+from perfetto_protos.config.process_stats.process_stats_config_pb2 import ProcessStatsConfig
 from perfetto_protos.trace.ps.process_tree_pb2 import ProcessTree
 from perfetto_protos.trace.trace_packet_pb2 import TracePacket
 
@@ -91,6 +92,15 @@ def test_on_pids_writes_a_process_and_thread_once() -> None:
     source.on_pids({threading.get_native_id()})
     assert [p.pid for p in sink.processes()] == [os.getpid()]
     assert [t.tid for t in sink.threads()] == [os.getpid()]
+
+
+def test_the_disable_on_demand_quirk_ignores_seen_pids() -> None:
+    sink = Sink()
+    config = _config()
+    config.process_stats_config.quirks.append(ProcessStatsConfig.DISABLE_ON_DEMAND)
+    source = ProcessStatsDataSource(config, sink)
+    source.on_pids({os.getpid()})
+    assert sink.packets == []
 
 
 def test_a_process_that_exited_is_counted_not_written() -> None:

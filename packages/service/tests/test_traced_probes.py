@@ -23,7 +23,7 @@ from traced_testlib import ConsumerSession, Traced
 
 MEMINFO_MEM_TOTAL = MeminfoCounters.MEMINFO_MEM_TOTAL
 MEMINFO_MEM_AVAILABLE = MeminfoCounters.MEMINFO_MEM_AVAILABLE
-COMMAND = [sys.executable, "-m", "perfetto_service.traced_probes"]
+COMMAND = [str(Path(sys.executable).parent / "traced_probes")]  # the installed command
 # The interpreter lives where uid 65534 cannot read: it drops to that uid once what it runs is
 # imported (a module it then lacks fails like a data source that cannot run).
 AS_NOBODY = [

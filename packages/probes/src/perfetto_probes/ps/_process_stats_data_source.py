@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass
 
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
+from perfetto_protos.config.process_stats.process_stats_config_pb2 import ProcessStatsConfig
 from perfetto_protos.trace.ps.process_stats_pb2 import ProcessStats
 from perfetto_protos.trace.ps.process_tree_pb2 import ProcessTree
 from perfetto_protos.trace.trace_packet_pb2 import TracePacket
@@ -44,7 +45,8 @@ class ProcessStatsDataSource:
     """One `linux.process_stats` instance (a `ProbesDataSource`).
 
     Writes the process tree at start with `scan_all_processes_on_start`, each process and
-    thread once per instance; `on_pids` adds those seen elsewhere (by ftrace) as they appear;
+    thread once per instance; `on_pids` adds those seen elsewhere (by ftrace) as they appear,
+    unless the config has the DISABLE_ON_DEMAND quirk;
     every `proc_stats_poll_ms`, ProcessStats with each process's memory counters that changed
     since it was last written (all of them again every `proc_stats_cache_ttl_ms`).
     """
@@ -55,6 +57,7 @@ class ProcessStatsDataSource:
         self._proc = proc
         self._scan_on_start = ps_config.scan_all_processes_on_start
         self._thread_names = ps_config.record_thread_names
+        self._on_demand = ProcessStatsConfig.DISABLE_ON_DEMAND not in ps_config.quirks
         poll_ms = ps_config.proc_stats_poll_ms
         if 0 < poll_ms < MIN_POLL_MS:
             _log.info(
@@ -102,8 +105,10 @@ class ProcessStatsDataSource:
     # From ftrace.
 
     def on_pids(self, pids: set[int]) -> None:
-        """Writes the processes and threads among `pids` (thread ids) not written yet."""
-        self._write_tree(sorted(pids - self._seen), with_threads=False)
+        """Writes the processes and threads among `pids` (thread ids) not written yet (nothing
+        with the DISABLE_ON_DEMAND quirk)."""
+        if self._on_demand:
+            self._write_tree(sorted(pids - self._seen), with_threads=False)
 
     # The process tree.
 
