@@ -19,12 +19,14 @@ class FakeWriter:
     def __init__(self) -> None:
         self.packets: list[TracePacket] = []
         self.flushes = 0
+        self.flushed_packets = 0
 
     def write_packet(self, data: bytes) -> None:
         self.packets.append(TracePacket.FromString(data))
 
     def flush(self) -> None:
         self.flushes += 1
+        self.flushed_packets = len(self.packets)
 
 
 class FakeEndpoint:
@@ -74,9 +76,20 @@ class SeesThisProcess:
         return pids
 
 
+class SeesThisProcessAtFlush(SeesThisProcess):
+    """Stands in for linux.ftrace whose last read, at a flush, saw this process."""
+
+    def __init__(self, config: DataSourceConfig, sink: PacketSink) -> None:
+        self._pids = set()
+
+    def flush(self) -> None:
+        self._pids = {os.getpid()}
+
+
 @pytest.fixture
 def producer(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ProbesProducer, FakeEndpoint]]:
     monkeypatch.setitem(DATA_SOURCES, "linux.ftrace", f"{__name__}:SeesThisProcess")
+    monkeypatch.setitem(DATA_SOURCES, "test.ftrace_at_flush", f"{__name__}:SeesThisProcessAtFlush")
     monkeypatch.setitem(DATA_SOURCES, "test.missing", "perfetto_probes.no_such_module:X")
     loop = asyncio.new_event_loop()
     endpoint = FakeEndpoint()
@@ -111,3 +124,15 @@ def test_seen_threads_go_to_the_process_stats_of_their_session_only(
     for instance_id in (1, 2, 3, 4):
         probes.stop_data_source(instance_id)
     assert endpoint.calls[-4:] == [("stopped", 1), ("stopped", 2), ("stopped", 3), ("stopped", 4)]
+
+
+def test_threads_seen_at_a_flush_are_in_that_flush(
+    producer: tuple[ProbesProducer, FakeEndpoint],
+) -> None:
+    probes, endpoint = producer
+    probes.start_data_source(1, _config("linux.process_stats", session=7, buffer=1))
+    probes.start_data_source(2, _config("test.ftrace_at_flush", session=7, buffer=2))
+    assert endpoint.writers[1].packets == []
+    probes.flush(3, [1, 2])
+    assert endpoint.writers[1].flushed_packets == 1
+    assert endpoint.writers[1].packets[0].process_tree.processes[0].pid == os.getpid()

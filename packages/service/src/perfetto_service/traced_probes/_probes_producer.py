@@ -130,13 +130,15 @@ class ProbesProducer:
         endpoint = self._endpoint
         if endpoint is None:
             return
-        for instance_id in instance_ids:
-            instance = self._instances.get(instance_id)
-            if instance is None:
-                continue
+        instances = [self._instances[i] for i in instance_ids if i in self._instances]
+        # What the data sources read last (threads ftrace saw among it) is routed before the
+        # writers hand their chunks over, so that this flush carries it all.
+        for instance in instances:
             if instance.data_source is not None:
-                self._route_pids(instance)
                 instance.data_source.flush()
+        for instance in instances:
+            self._route_pids(instance)
+        for instance in instances:
             if instance.writer is not None:
                 instance.writer.flush()
         endpoint.notify_flush_complete(request_id)
