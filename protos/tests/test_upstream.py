@@ -137,7 +137,7 @@ def test_fields_we_do_not_model_pass_through_our_classes_unchanged() -> None:
     their_config = upstream.upstream_message_class("perfetto.protos.DataSourceConfig")()
     text_format.Parse(
         'name: "linux.ftrace" ftrace_config { ftrace_events: "sched/sched_switch" }'
-        " chrome_config { trace_config: \"{}\" }",
+        ' chrome_config { trace_config: "{}" }',
         their_config,
     )
     data = their_config.SerializeToString()
