@@ -89,7 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     producer = ProbesProducer(loop, producers[0], ready, loop.stop)
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, loop.stop)
-    logging.getLogger("traced_probes").info("Started traced_probes on %s", producers[0])
+    if not args.background:  # a daemon's log starts once it detached (at `ready`)
+        logging.getLogger("traced_probes").info("Started traced_probes on %s", producers[0])
     producer.connect()
     try:
         loop.run_forever()

@@ -92,8 +92,8 @@ class ProbesProducer:
             self._loop.call_soon_threadsafe(self._registered)
 
     def _registered(self) -> None:
-        _log.info("registered %s", ", ".join(DATA_SOURCES))
         self._on_ready()
+        _log.info("registered %s", ", ".join(DATA_SOURCES))
 
     def on_disconnect(self) -> None:
         if self._endpoint is None:
