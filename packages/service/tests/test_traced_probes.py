@@ -264,3 +264,36 @@ def test_traced_probes_ends_cleanly(tmp_path: Path, ending: str) -> None:
         assert probes.wait() == 0, probes.log
     assert not any("Traceback" in line for line in probes.log), probes.log
     assert sum(" stopped" in line for line in probes.log) == 2, probes.log
+
+
+def test_background_prints_the_daemons_pid_once_registered(tmp_path: Path) -> None:
+    with Traced(str(tmp_path)) as traced:
+        env = dict(traced.env)
+        env.pop("TRACED_NOTIFY_FD", None)
+        result = subprocess.run(
+            [*COMMAND, "--background"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
+        assert (result.returncode, result.stderr) == (0, "")
+        pid = int(result.stdout)
+        try:
+            session = ConsumerSession(traced.consumer_socket)
+            try:
+                session.wait_data_source("perfetto.traced_probes")
+            finally:
+                session.close()
+        finally:
+            os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not Path(f"/proc/{pid}").exists() or _is_zombie(pid), TIMEOUT)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
