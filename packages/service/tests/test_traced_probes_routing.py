@@ -5,11 +5,12 @@ only; a data source that fails to start still lets the session go on."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Iterator
 
 import pytest
-from perfetto_probes import DATA_SOURCES, PacketSink
+from perfetto_probes import DATA_SOURCES, PacketSink, ProbesError
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_protos.trace.trace_packet_pb2 import TracePacket
 from perfetto_service.traced_probes import ProbesProducer
@@ -86,10 +87,23 @@ class SeesThisProcessAtFlush(SeesThisProcess):
         self._pids = {os.getpid()}
 
 
+class FailsInPoll(SeesThisProcess):
+    """A data source whose reads fail once it runs (a CPU gone, a file removed)."""
+
+    stopped = 0
+
+    def poll(self, now_ns: int) -> int | None:
+        raise ProbesError("cannot read /nowhere: No such file or directory")
+
+    def stop(self) -> None:
+        FailsInPoll.stopped += 1
+
+
 @pytest.fixture
 def producer(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[ProbesProducer, FakeEndpoint]]:
     monkeypatch.setitem(DATA_SOURCES, "linux.ftrace", f"{__name__}:SeesThisProcess")
     monkeypatch.setitem(DATA_SOURCES, "test.ftrace_at_flush", f"{__name__}:SeesThisProcessAtFlush")
+    monkeypatch.setitem(DATA_SOURCES, "test.fails_in_poll", f"{__name__}:FailsInPoll")
     monkeypatch.setitem(DATA_SOURCES, "test.missing", "perfetto_probes.no_such_module:X")
     loop = asyncio.new_event_loop()
     endpoint = FakeEndpoint()
@@ -136,3 +150,19 @@ def test_threads_seen_at_a_flush_are_in_that_flush(
     probes.flush(3, [1, 2])
     assert endpoint.writers[1].flushed_packets == 1
     assert endpoint.writers[1].packets[0].process_tree.processes[0].pid == os.getpid()
+
+
+def test_a_data_source_failing_in_poll_is_one_line_and_still_stopped(
+    producer: tuple[ProbesProducer, FakeEndpoint], caplog: pytest.LogCaptureFixture
+) -> None:
+    probes, endpoint = producer
+    FailsInPoll.stopped = 0
+    with caplog.at_level(logging.INFO, logger="traced_probes"):
+        probes.start_data_source(1, _config("test.fails_in_poll", session=7, buffer=1))
+        probes.start_data_source(2, _config("linux.process_stats", session=7, buffer=2))
+        probes.stop_data_source(1)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == ["test.fails_in_poll: cannot read /nowhere: No such file or directory"]
+    assert all(r.exc_info is None for r in caplog.records)
+    assert FailsInPoll.stopped == 1
+    assert endpoint.calls == [("started", 1), ("started", 2), ("stopped", 1)]

@@ -18,6 +18,7 @@ from perfetto_probes import DATA_SOURCES, ProbesDataSource, ProbesError, data_so
 from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 
+from perfetto_service._errors import ServiceError
 from perfetto_service.ipc.producer._producer_ipc_client import ProducerIPCClient
 
 __all__ = ["PRODUCER_NAME", "ProbesProducer"]
@@ -113,10 +114,12 @@ class ProbesProducer:
             instance.writer = endpoint.create_trace_writer(config.target_buffer)
             data_source = factory(config, instance.writer.write_packet)
             data_source.start()
-        except ProbesError as exc:
+        except (ProbesError, ServiceError) as exc:
             _log.error("%s: %s", name, exc)
         except ImportError as exc:
             _log.error("%s: not available in this installation (%s)", name, exc)
+        except Exception:  # a bug in the data source: it alone fails, with its traceback
+            _log.exception("%s: failed to start", name)
         else:
             instance.data_source = data_source
             _log.info("%s: data source %d started", name, instance_id)
@@ -150,7 +153,14 @@ class ProbesProducer:
         if instance is None or instance.data_source is None:
             return
         instance.timer = None
-        next_ns = instance.data_source.poll(_boottime_ns())
+        try:
+            next_ns = instance.data_source.poll(_boottime_ns())
+        except ProbesError as exc:  # it records nothing more; stop() still restores the host
+            _log.error("%s: %s", instance.name, exc)
+            return
+        except Exception:
+            _log.exception("%s: failed", instance.name)
+            return
         self._route_pids(instance)
         if next_ns is not None:
             delay_s = max(next_ns - _boottime_ns(), 0) / 1e9
