@@ -12,11 +12,11 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from perfetto_probes import DATA_SOURCES, ProbesDataSource, ProbesError, data_source_factory
 from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
+from perfetto_smb import TraceWriter
 
 from perfetto_service._errors import ServiceError
 from perfetto_service.ipc.producer._producer_ipc_client import ProducerIPCClient
@@ -40,7 +40,7 @@ class _Instance:
     name: str
     session_id: int
     data_source: ProbesDataSource | None
-    writer: Any = None
+    writer: TraceWriter | None = None
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
 
 
