@@ -26,12 +26,14 @@ _sym_db = _symbol_database.Default()
 from perfetto_protos.config.ftrace import ftrace_config_pb2 as perfetto_dot_config_dot_ftrace_dot_ftrace__config__pb2
 from perfetto_protos.config import interceptor_config_pb2 as perfetto_dot_config_dot_interceptor__config__pb2
 from perfetto_protos.config.priority_boost import priority_boost_config_pb2 as perfetto_dot_config_dot_priority__boost_dot_priority__boost__config__pb2
+from perfetto_protos.config.process_stats import process_stats_config_pb2 as perfetto_dot_config_dot_process__stats_dot_process__stats__config__pb2
 from perfetto_protos.config.profiling import heapprofd_config_pb2 as perfetto_dot_config_dot_profiling_dot_heapprofd__config__pb2
+from perfetto_protos.config.sys_stats import sys_stats_config_pb2 as perfetto_dot_config_dot_sys__stats_dot_sys__stats__config__pb2
 from perfetto_protos.config import test_config_pb2 as perfetto_dot_config_dot_test__config__pb2
 from perfetto_protos.config.track_event import track_event_config_pb2 as perfetto_dot_config_dot_track__event_dot_track__event__config__pb2
 
 
-DESCRIPTOR = _perfetto_pool.POOL.AddSerializedFile(b'\n(perfetto/config/data_source_config.proto\x12\x0fperfetto.protos\x1a*perfetto/config/ftrace/ftrace_config.proto\x1a(perfetto/config/interceptor_config.proto\x1a:perfetto/config/priority_boost/priority_boost_config.proto\x1a\x30perfetto/config/profiling/heapprofd_config.proto\x1a!perfetto/config/test_config.proto\x1a\x34perfetto/config/track_event/track_event_config.proto\"\xac\x08\n\x10\x44\x61taSourceConfig\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rtarget_buffer\x18\x02 \x01(\r\x12\x1a\n\x12target_buffer_name\x18\x0b \x01(\t\x12\x19\n\x11trace_duration_ms\x18\x03 \x01(\r\x12)\n!prefer_suspend_clock_for_duration\x18z \x01(\x08\x12\x17\n\x0fstop_timeout_ms\x18\x07 \x01(\r\x12\x1f\n\x17\x65nable_extra_guardrails\x18\x06 \x01(\x08\x12M\n\x11session_initiator\x18\x08 \x01(\x0e\x32\x32.perfetto.protos.DataSourceConfig.SessionInitiator\x12\x1a\n\x12tracing_session_id\x18\x04 \x01(\x04\x12X\n\x17\x62uffer_exhausted_policy\x18\t \x01(\x0e\x32\x37.perfetto.protos.DataSourceConfig.BufferExhaustedPolicy\x12<\n\x0epriority_boost\x18\n \x01(\x0b\x32$.perfetto.protos.PriorityBoostConfig\x12\x38\n\rftrace_config\x18\x64 \x01(\x0b\x32\x1d.perfetto.protos.FtraceConfigB\x02(\x01\x12>\n\x10heapprofd_config\x18i \x01(\x0b\x32 .perfetto.protos.HeapprofdConfigB\x02(\x01\x12\x41\n\x12track_event_config\x18q \x01(\x0b\x32!.perfetto.protos.TrackEventConfigB\x02(\x01\x12>\n\x12interceptor_config\x18s \x01(\x0b\x32\".perfetto.protos.InterceptorConfig\x12\x16\n\rlegacy_config\x18\xe8\x07 \x01(\t\x12\x31\n\x0b\x66or_testing\x18\xe9\x07 \x01(\x0b\x32\x1b.perfetto.protos.TestConfig\"[\n\x10SessionInitiator\x12!\n\x1dSESSION_INITIATOR_UNSPECIFIED\x10\x00\x12$\n SESSION_INITIATOR_TRUSTED_SYSTEM\x10\x01\"\xa1\x01\n\x15\x42ufferExhaustedPolicy\x12 \n\x1c\x42UFFER_EXHAUSTED_UNSPECIFIED\x10\x00\x12\x19\n\x15\x42UFFER_EXHAUSTED_DROP\x10\x01\x12%\n!BUFFER_EXHAUSTED_STALL_THEN_ABORT\x10\x02\x12$\n BUFFER_EXHAUSTED_STALL_THEN_DROP\x10\x03J\x0b\x08\xff\xff\xff\x7f\x10\x80\x80\x80\x80\x01')
+DESCRIPTOR = _perfetto_pool.POOL.AddSerializedFile(b'\n(perfetto/config/data_source_config.proto\x12\x0fperfetto.protos\x1a*perfetto/config/ftrace/ftrace_config.proto\x1a(perfetto/config/interceptor_config.proto\x1a:perfetto/config/priority_boost/priority_boost_config.proto\x1a\x38perfetto/config/process_stats/process_stats_config.proto\x1a\x30perfetto/config/profiling/heapprofd_config.proto\x1a\x30perfetto/config/sys_stats/sys_stats_config.proto\x1a!perfetto/config/test_config.proto\x1a\x34perfetto/config/track_event/track_event_config.proto\"\xb2\t\n\x10\x44\x61taSourceConfig\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rtarget_buffer\x18\x02 \x01(\r\x12\x1a\n\x12target_buffer_name\x18\x0b \x01(\t\x12\x19\n\x11trace_duration_ms\x18\x03 \x01(\r\x12)\n!prefer_suspend_clock_for_duration\x18z \x01(\x08\x12\x17\n\x0fstop_timeout_ms\x18\x07 \x01(\r\x12\x1f\n\x17\x65nable_extra_guardrails\x18\x06 \x01(\x08\x12M\n\x11session_initiator\x18\x08 \x01(\x0e\x32\x32.perfetto.protos.DataSourceConfig.SessionInitiator\x12\x1a\n\x12tracing_session_id\x18\x04 \x01(\x04\x12X\n\x17\x62uffer_exhausted_policy\x18\t \x01(\x0e\x32\x37.perfetto.protos.DataSourceConfig.BufferExhaustedPolicy\x12<\n\x0epriority_boost\x18\n \x01(\x0b\x32$.perfetto.protos.PriorityBoostConfig\x12\x38\n\rftrace_config\x18\x64 \x01(\x0b\x32\x1d.perfetto.protos.FtraceConfigB\x02(\x01\x12\x45\n\x14process_stats_config\x18g \x01(\x0b\x32#.perfetto.protos.ProcessStatsConfigB\x02(\x01\x12=\n\x10sys_stats_config\x18h \x01(\x0b\x32\x1f.perfetto.protos.SysStatsConfigB\x02(\x01\x12>\n\x10heapprofd_config\x18i \x01(\x0b\x32 .perfetto.protos.HeapprofdConfigB\x02(\x01\x12\x41\n\x12track_event_config\x18q \x01(\x0b\x32!.perfetto.protos.TrackEventConfigB\x02(\x01\x12>\n\x12interceptor_config\x18s \x01(\x0b\x32\".perfetto.protos.InterceptorConfig\x12\x16\n\rlegacy_config\x18\xe8\x07 \x01(\t\x12\x31\n\x0b\x66or_testing\x18\xe9\x07 \x01(\x0b\x32\x1b.perfetto.protos.TestConfig\"[\n\x10SessionInitiator\x12!\n\x1dSESSION_INITIATOR_UNSPECIFIED\x10\x00\x12$\n SESSION_INITIATOR_TRUSTED_SYSTEM\x10\x01\"\xa1\x01\n\x15\x42ufferExhaustedPolicy\x12 \n\x1c\x42UFFER_EXHAUSTED_UNSPECIFIED\x10\x00\x12\x19\n\x15\x42UFFER_EXHAUSTED_DROP\x10\x01\x12%\n!BUFFER_EXHAUSTED_STALL_THEN_ABORT\x10\x02\x12$\n BUFFER_EXHAUSTED_STALL_THEN_DROP\x10\x03J\x0b\x08\xff\xff\xff\x7f\x10\x80\x80\x80\x80\x01')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,14 +42,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_DATASOURCECONFIG'].fields_by_name['ftrace_config']._loaded_options = None
   _globals['_DATASOURCECONFIG'].fields_by_name['ftrace_config']._serialized_options = b'(\001'
+  _globals['_DATASOURCECONFIG'].fields_by_name['process_stats_config']._loaded_options = None
+  _globals['_DATASOURCECONFIG'].fields_by_name['process_stats_config']._serialized_options = b'(\001'
+  _globals['_DATASOURCECONFIG'].fields_by_name['sys_stats_config']._loaded_options = None
+  _globals['_DATASOURCECONFIG'].fields_by_name['sys_stats_config']._serialized_options = b'(\001'
   _globals['_DATASOURCECONFIG'].fields_by_name['heapprofd_config']._loaded_options = None
   _globals['_DATASOURCECONFIG'].fields_by_name['heapprofd_config']._serialized_options = b'(\001'
   _globals['_DATASOURCECONFIG'].fields_by_name['track_event_config']._loaded_options = None
   _globals['_DATASOURCECONFIG'].fields_by_name['track_event_config']._serialized_options = b'(\001'
-  _globals['_DATASOURCECONFIG']._serialized_start=347
-  _globals['_DATASOURCECONFIG']._serialized_end=1415
-  _globals['_DATASOURCECONFIG_SESSIONINITIATOR']._serialized_start=1147
-  _globals['_DATASOURCECONFIG_SESSIONINITIATOR']._serialized_end=1238
-  _globals['_DATASOURCECONFIG_BUFFEREXHAUSTEDPOLICY']._serialized_start=1241
-  _globals['_DATASOURCECONFIG_BUFFEREXHAUSTEDPOLICY']._serialized_end=1402
+  _globals['_DATASOURCECONFIG']._serialized_start=455
+  _globals['_DATASOURCECONFIG']._serialized_end=1657
+  _globals['_DATASOURCECONFIG_SESSIONINITIATOR']._serialized_start=1389
+  _globals['_DATASOURCECONFIG_SESSIONINITIATOR']._serialized_end=1480
+  _globals['_DATASOURCECONFIG_BUFFEREXHAUSTEDPOLICY']._serialized_start=1483
+  _globals['_DATASOURCECONFIG_BUFFEREXHAUSTEDPOLICY']._serialized_end=1644
 # @@protoc_insertion_point(module_scope)

@@ -13,7 +13,9 @@ from perfetto_protos.config import interceptor_config_pb2 as _interceptor_config
 from perfetto_protos.config import test_config_pb2 as _test_config_pb2
 from perfetto_protos.config.ftrace import ftrace_config_pb2 as _ftrace_config_pb2
 from perfetto_protos.config.priority_boost import priority_boost_config_pb2 as _priority_boost_config_pb2
+from perfetto_protos.config.process_stats import process_stats_config_pb2 as _process_stats_config_pb2
 from perfetto_protos.config.profiling import heapprofd_config_pb2 as _heapprofd_config_pb2
+from perfetto_protos.config.sys_stats import sys_stats_config_pb2 as _sys_stats_config_pb2
 from perfetto_protos.config.track_event import track_event_config_pb2 as _track_event_config_pb2
 import builtins as _builtins
 import sys
@@ -72,6 +74,8 @@ class DataSourceConfig(_message.Message):
     BUFFER_EXHAUSTED_POLICY_FIELD_NUMBER: _builtins.int
     PRIORITY_BOOST_FIELD_NUMBER: _builtins.int
     FTRACE_CONFIG_FIELD_NUMBER: _builtins.int
+    PROCESS_STATS_CONFIG_FIELD_NUMBER: _builtins.int
+    SYS_STATS_CONFIG_FIELD_NUMBER: _builtins.int
     HEAPPROFD_CONFIG_FIELD_NUMBER: _builtins.int
     TRACK_EVENT_CONFIG_FIELD_NUMBER: _builtins.int
     INTERCEPTOR_CONFIG_FIELD_NUMBER: _builtins.int
@@ -93,6 +97,14 @@ class DataSourceConfig(_message.Message):
     def priority_boost(self) -> _priority_boost_config_pb2.PriorityBoostConfig: ...
     @_builtins.property
     def ftrace_config(self) -> _ftrace_config_pb2.FtraceConfig: ...
+    @_builtins.property
+    def process_stats_config(self) -> _process_stats_config_pb2.ProcessStatsConfig:
+        """linux.process_stats"""
+
+    @_builtins.property
+    def sys_stats_config(self) -> _sys_stats_config_pb2.SysStatsConfig:
+        """linux.sys_stats"""
+
     @_builtins.property
     def heapprofd_config(self) -> _heapprofd_config_pb2.HeapprofdConfig: ...
     @_builtins.property
@@ -116,15 +128,17 @@ class DataSourceConfig(_message.Message):
         buffer_exhausted_policy: Global___DataSourceConfig.BufferExhaustedPolicy.ValueType | None = ...,
         priority_boost: _priority_boost_config_pb2.PriorityBoostConfig | None = ...,
         ftrace_config: _ftrace_config_pb2.FtraceConfig | None = ...,
+        process_stats_config: _process_stats_config_pb2.ProcessStatsConfig | None = ...,
+        sys_stats_config: _sys_stats_config_pb2.SysStatsConfig | None = ...,
         heapprofd_config: _heapprofd_config_pb2.HeapprofdConfig | None = ...,
         track_event_config: _track_event_config_pb2.TrackEventConfig | None = ...,
         interceptor_config: _interceptor_config_pb2.InterceptorConfig | None = ...,
         legacy_config: _builtins.str | None = ...,
         for_testing: _test_config_pb2.TestConfig | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["buffer_exhausted_policy", b"buffer_exhausted_policy", "enable_extra_guardrails", b"enable_extra_guardrails", "for_testing", b"for_testing", "ftrace_config", b"ftrace_config", "heapprofd_config", b"heapprofd_config", "interceptor_config", b"interceptor_config", "legacy_config", b"legacy_config", "name", b"name", "prefer_suspend_clock_for_duration", b"prefer_suspend_clock_for_duration", "priority_boost", b"priority_boost", "session_initiator", b"session_initiator", "stop_timeout_ms", b"stop_timeout_ms", "target_buffer", b"target_buffer", "target_buffer_name", b"target_buffer_name", "trace_duration_ms", b"trace_duration_ms", "tracing_session_id", b"tracing_session_id", "track_event_config", b"track_event_config"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["buffer_exhausted_policy", b"buffer_exhausted_policy", "enable_extra_guardrails", b"enable_extra_guardrails", "for_testing", b"for_testing", "ftrace_config", b"ftrace_config", "heapprofd_config", b"heapprofd_config", "interceptor_config", b"interceptor_config", "legacy_config", b"legacy_config", "name", b"name", "prefer_suspend_clock_for_duration", b"prefer_suspend_clock_for_duration", "priority_boost", b"priority_boost", "process_stats_config", b"process_stats_config", "session_initiator", b"session_initiator", "stop_timeout_ms", b"stop_timeout_ms", "sys_stats_config", b"sys_stats_config", "target_buffer", b"target_buffer", "target_buffer_name", b"target_buffer_name", "trace_duration_ms", b"trace_duration_ms", "tracing_session_id", b"tracing_session_id", "track_event_config", b"track_event_config"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["buffer_exhausted_policy", b"buffer_exhausted_policy", "enable_extra_guardrails", b"enable_extra_guardrails", "for_testing", b"for_testing", "ftrace_config", b"ftrace_config", "heapprofd_config", b"heapprofd_config", "interceptor_config", b"interceptor_config", "legacy_config", b"legacy_config", "name", b"name", "prefer_suspend_clock_for_duration", b"prefer_suspend_clock_for_duration", "priority_boost", b"priority_boost", "session_initiator", b"session_initiator", "stop_timeout_ms", b"stop_timeout_ms", "target_buffer", b"target_buffer", "target_buffer_name", b"target_buffer_name", "trace_duration_ms", b"trace_duration_ms", "tracing_session_id", b"tracing_session_id", "track_event_config", b"track_event_config"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["buffer_exhausted_policy", b"buffer_exhausted_policy", "enable_extra_guardrails", b"enable_extra_guardrails", "for_testing", b"for_testing", "ftrace_config", b"ftrace_config", "heapprofd_config", b"heapprofd_config", "interceptor_config", b"interceptor_config", "legacy_config", b"legacy_config", "name", b"name", "prefer_suspend_clock_for_duration", b"prefer_suspend_clock_for_duration", "priority_boost", b"priority_boost", "process_stats_config", b"process_stats_config", "session_initiator", b"session_initiator", "stop_timeout_ms", b"stop_timeout_ms", "sys_stats_config", b"sys_stats_config", "target_buffer", b"target_buffer", "target_buffer_name", b"target_buffer_name", "trace_duration_ms", b"trace_duration_ms", "tracing_session_id", b"tracing_session_id", "track_event_config", b"track_event_config"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

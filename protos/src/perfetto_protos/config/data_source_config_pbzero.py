@@ -20,7 +20,11 @@ from perfetto_protos.config.ftrace import ftrace_config_pbzero as _ftrace_config
 from perfetto_protos.config.priority_boost import (
     priority_boost_config_pbzero as _priority_boost_config_pbzero,
 )
+from perfetto_protos.config.process_stats import (
+    process_stats_config_pbzero as _process_stats_config_pbzero,
+)
 from perfetto_protos.config.profiling import heapprofd_config_pbzero as _heapprofd_config_pbzero
+from perfetto_protos.config.sys_stats import sys_stats_config_pbzero as _sys_stats_config_pbzero
 from perfetto_protos.config.track_event import (
     track_event_config_pbzero as _track_event_config_pbzero,
 )
@@ -68,6 +72,8 @@ class DataSourceConfig(Message):
     FIELD_BUFFER_EXHAUSTED_POLICY = 9
     FIELD_PRIORITY_BOOST = 10
     FIELD_FTRACE_CONFIG = 100
+    FIELD_PROCESS_STATS_CONFIG = 103
+    FIELD_SYS_STATS_CONFIG = 104
     FIELD_HEAPPROFD_CONFIG = 105
     FIELD_TRACK_EVENT_CONFIG = 113
     FIELD_INTERCEPTOR_CONFIG = 115
@@ -322,6 +328,38 @@ class DataSourceConfig(Message):
             self.stream_writer = _SUSPENDED
             return child
         return self.begin_nested(0x6A2, _ftrace_config_pbzero.FtraceConfig)
+
+    def begin_process_stats_config(self) -> _process_stats_config_pbzero.ProcessStatsConfig:
+        if _COMPILED:
+            return self.begin_nested(0x6BA, _process_stats_config_pbzero.ProcessStatsConfig)
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xBA
+            buf[p + 1] = 0x06
+            w.write_ptr = p + 6
+            child = _process_stats_config_pbzero.ProcessStatsConfig(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
+        return self.begin_nested(0x6BA, _process_stats_config_pbzero.ProcessStatsConfig)
+
+    def begin_sys_stats_config(self) -> _sys_stats_config_pbzero.SysStatsConfig:
+        if _COMPILED:
+            return self.begin_nested(0x6C2, _sys_stats_config_pbzero.SysStatsConfig)
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0xC2
+            buf[p + 1] = 0x06
+            w.write_ptr = p + 6
+            child = _sys_stats_config_pbzero.SysStatsConfig(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
+        return self.begin_nested(0x6C2, _sys_stats_config_pbzero.SysStatsConfig)
 
     def begin_heapprofd_config(self) -> _heapprofd_config_pbzero.HeapprofdConfig:
         if _COMPILED:

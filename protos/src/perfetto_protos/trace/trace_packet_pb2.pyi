@@ -26,6 +26,10 @@ from perfetto_protos.trace.perfetto import trace_provenance_pb2 as _trace_proven
 from perfetto_protos.trace.perfetto import tracing_service_event_pb2 as _tracing_service_event_pb2
 from perfetto_protos.trace.profiling import profile_common_pb2 as _profile_common_pb2
 from perfetto_protos.trace.profiling import profile_packet_pb2 as _profile_packet_pb2
+from perfetto_protos.trace.ps import process_stats_pb2 as _process_stats_pb2
+from perfetto_protos.trace.ps import process_tree_pb2 as _process_tree_pb2
+from perfetto_protos.trace.sys_stats import sys_stats_pb2 as _sys_stats_pb2
+from perfetto_protos.trace.system_info import cpu_info_pb2 as _cpu_info_pb2
 from perfetto_protos.trace.track_event import process_descriptor_pb2 as _process_descriptor_pb2
 from perfetto_protos.trace.track_event import thread_descriptor_pb2 as _thread_descriptor_pb2
 from perfetto_protos.trace.track_event import track_descriptor_pb2 as _track_descriptor_pb2
@@ -103,6 +107,10 @@ class TracePacket(_message.Message):
     STREAMING_ALLOCATION_FIELD_NUMBER: _builtins.int
     STREAMING_FREE_FIELD_NUMBER: _builtins.int
     SYSTEM_INFO_FIELD_NUMBER: _builtins.int
+    PROCESS_TREE_FIELD_NUMBER: _builtins.int
+    PROCESS_STATS_FIELD_NUMBER: _builtins.int
+    SYS_STATS_FIELD_NUMBER: _builtins.int
+    CPU_INFO_FIELD_NUMBER: _builtins.int
     TRIGGER_FIELD_NUMBER: _builtins.int
     SERVICE_EVENT_FIELD_NUMBER: _builtins.int
     TRACE_PROVENANCE_FIELD_NUMBER: _builtins.int
@@ -171,6 +179,14 @@ class TracePacket(_message.Message):
     @_builtins.property
     def system_info(self) -> _system_info_pb2.SystemInfo: ...
     @_builtins.property
+    def process_tree(self) -> _process_tree_pb2.ProcessTree: ...
+    @_builtins.property
+    def process_stats(self) -> _process_stats_pb2.ProcessStats: ...
+    @_builtins.property
+    def sys_stats(self) -> _sys_stats_pb2.SysStats: ...
+    @_builtins.property
+    def cpu_info(self) -> _cpu_info_pb2.CpuInfo: ...
+    @_builtins.property
     def trigger(self) -> _trigger_pb2.Trigger: ...
     @_builtins.property
     def service_event(self) -> _tracing_service_event_pb2.TracingServiceEvent: ...
@@ -211,6 +227,10 @@ class TracePacket(_message.Message):
         streaming_allocation: _profile_packet_pb2.StreamingAllocation | None = ...,
         streaming_free: _profile_packet_pb2.StreamingFree | None = ...,
         system_info: _system_info_pb2.SystemInfo | None = ...,
+        process_tree: _process_tree_pb2.ProcessTree | None = ...,
+        process_stats: _process_stats_pb2.ProcessStats | None = ...,
+        sys_stats: _sys_stats_pb2.SysStats | None = ...,
+        cpu_info: _cpu_info_pb2.CpuInfo | None = ...,
         trigger: _trigger_pb2.Trigger | None = ...,
         service_event: _tracing_service_event_pb2.TracingServiceEvent | None = ...,
         trace_provenance: _trace_provenance_pb2.TraceProvenance | None = ...,
@@ -235,11 +255,11 @@ class TracePacket(_message.Message):
         first_packet_on_sequence: _builtins.bool | None = ...,
         machine_id: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["clock_snapshot", b"clock_snapshot", "clone_snapshot_trigger", b"clone_snapshot_trigger", "compressed_packets", b"compressed_packets", "data", b"data", "first_packet_on_sequence", b"first_packet_on_sequence", "for_testing", b"for_testing", "ftrace_events", b"ftrace_events", "ftrace_stats", b"ftrace_stats", "incremental_state_cleared", b"incremental_state_cleared", "interned_data", b"interned_data", "machine_id", b"machine_id", "module_symbols", b"module_symbols", "optional_trusted_packet_sequence_id", b"optional_trusted_packet_sequence_id", "optional_trusted_uid", b"optional_trusted_uid", "previous_packet_dropped", b"previous_packet_dropped", "process_descriptor", b"process_descriptor", "profile_packet", b"profile_packet", "remote_clock_sync", b"remote_clock_sync", "sequence_flags", b"sequence_flags", "service_event", b"service_event", "streaming_allocation", b"streaming_allocation", "streaming_free", b"streaming_free", "synchronization_marker", b"synchronization_marker", "system_info", b"system_info", "thread_descriptor", b"thread_descriptor", "timestamp", b"timestamp", "timestamp_clock_id", b"timestamp_clock_id", "trace_attributes", b"trace_attributes", "trace_config", b"trace_config", "trace_packet_defaults", b"trace_packet_defaults", "trace_provenance", b"trace_provenance", "trace_stats", b"trace_stats", "trace_uuid", b"trace_uuid", "track_descriptor", b"track_descriptor", "track_event", b"track_event", "trigger", b"trigger", "trusted_packet_sequence_id", b"trusted_packet_sequence_id", "trusted_pid", b"trusted_pid", "trusted_uid", b"trusted_uid", "zstd_compressed_packets", b"zstd_compressed_packets"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["clock_snapshot", b"clock_snapshot", "clone_snapshot_trigger", b"clone_snapshot_trigger", "compressed_packets", b"compressed_packets", "cpu_info", b"cpu_info", "data", b"data", "first_packet_on_sequence", b"first_packet_on_sequence", "for_testing", b"for_testing", "ftrace_events", b"ftrace_events", "ftrace_stats", b"ftrace_stats", "incremental_state_cleared", b"incremental_state_cleared", "interned_data", b"interned_data", "machine_id", b"machine_id", "module_symbols", b"module_symbols", "optional_trusted_packet_sequence_id", b"optional_trusted_packet_sequence_id", "optional_trusted_uid", b"optional_trusted_uid", "previous_packet_dropped", b"previous_packet_dropped", "process_descriptor", b"process_descriptor", "process_stats", b"process_stats", "process_tree", b"process_tree", "profile_packet", b"profile_packet", "remote_clock_sync", b"remote_clock_sync", "sequence_flags", b"sequence_flags", "service_event", b"service_event", "streaming_allocation", b"streaming_allocation", "streaming_free", b"streaming_free", "synchronization_marker", b"synchronization_marker", "sys_stats", b"sys_stats", "system_info", b"system_info", "thread_descriptor", b"thread_descriptor", "timestamp", b"timestamp", "timestamp_clock_id", b"timestamp_clock_id", "trace_attributes", b"trace_attributes", "trace_config", b"trace_config", "trace_packet_defaults", b"trace_packet_defaults", "trace_provenance", b"trace_provenance", "trace_stats", b"trace_stats", "trace_uuid", b"trace_uuid", "track_descriptor", b"track_descriptor", "track_event", b"track_event", "trigger", b"trigger", "trusted_packet_sequence_id", b"trusted_packet_sequence_id", "trusted_pid", b"trusted_pid", "trusted_uid", b"trusted_uid", "zstd_compressed_packets", b"zstd_compressed_packets"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["clock_snapshot", b"clock_snapshot", "clone_snapshot_trigger", b"clone_snapshot_trigger", "compressed_packets", b"compressed_packets", "data", b"data", "first_packet_on_sequence", b"first_packet_on_sequence", "for_testing", b"for_testing", "ftrace_events", b"ftrace_events", "ftrace_stats", b"ftrace_stats", "incremental_state_cleared", b"incremental_state_cleared", "interned_data", b"interned_data", "machine_id", b"machine_id", "module_symbols", b"module_symbols", "optional_trusted_packet_sequence_id", b"optional_trusted_packet_sequence_id", "optional_trusted_uid", b"optional_trusted_uid", "previous_packet_dropped", b"previous_packet_dropped", "process_descriptor", b"process_descriptor", "profile_packet", b"profile_packet", "remote_clock_sync", b"remote_clock_sync", "sequence_flags", b"sequence_flags", "service_event", b"service_event", "streaming_allocation", b"streaming_allocation", "streaming_free", b"streaming_free", "synchronization_marker", b"synchronization_marker", "system_info", b"system_info", "thread_descriptor", b"thread_descriptor", "timestamp", b"timestamp", "timestamp_clock_id", b"timestamp_clock_id", "trace_attributes", b"trace_attributes", "trace_config", b"trace_config", "trace_packet_defaults", b"trace_packet_defaults", "trace_provenance", b"trace_provenance", "trace_stats", b"trace_stats", "trace_uuid", b"trace_uuid", "track_descriptor", b"track_descriptor", "track_event", b"track_event", "trigger", b"trigger", "trusted_packet_sequence_id", b"trusted_packet_sequence_id", "trusted_pid", b"trusted_pid", "trusted_uid", b"trusted_uid", "zstd_compressed_packets", b"zstd_compressed_packets"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["clock_snapshot", b"clock_snapshot", "clone_snapshot_trigger", b"clone_snapshot_trigger", "compressed_packets", b"compressed_packets", "cpu_info", b"cpu_info", "data", b"data", "first_packet_on_sequence", b"first_packet_on_sequence", "for_testing", b"for_testing", "ftrace_events", b"ftrace_events", "ftrace_stats", b"ftrace_stats", "incremental_state_cleared", b"incremental_state_cleared", "interned_data", b"interned_data", "machine_id", b"machine_id", "module_symbols", b"module_symbols", "optional_trusted_packet_sequence_id", b"optional_trusted_packet_sequence_id", "optional_trusted_uid", b"optional_trusted_uid", "previous_packet_dropped", b"previous_packet_dropped", "process_descriptor", b"process_descriptor", "process_stats", b"process_stats", "process_tree", b"process_tree", "profile_packet", b"profile_packet", "remote_clock_sync", b"remote_clock_sync", "sequence_flags", b"sequence_flags", "service_event", b"service_event", "streaming_allocation", b"streaming_allocation", "streaming_free", b"streaming_free", "synchronization_marker", b"synchronization_marker", "sys_stats", b"sys_stats", "system_info", b"system_info", "thread_descriptor", b"thread_descriptor", "timestamp", b"timestamp", "timestamp_clock_id", b"timestamp_clock_id", "trace_attributes", b"trace_attributes", "trace_config", b"trace_config", "trace_packet_defaults", b"trace_packet_defaults", "trace_provenance", b"trace_provenance", "trace_stats", b"trace_stats", "trace_uuid", b"trace_uuid", "track_descriptor", b"track_descriptor", "track_event", b"track_event", "trigger", b"trigger", "trusted_packet_sequence_id", b"trusted_packet_sequence_id", "trusted_pid", b"trusted_pid", "trusted_uid", b"trusted_uid", "zstd_compressed_packets", b"zstd_compressed_packets"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_data: _TypeAlias = _typing.Literal["ftrace_events", "ftrace_stats", "track_event", "track_descriptor", "clock_snapshot", "trace_uuid", "trace_config", "trace_stats", "profile_packet", "streaming_allocation", "streaming_free", "system_info", "trigger", "service_event", "trace_provenance", "trace_attributes", "module_symbols", "process_descriptor", "thread_descriptor", "synchronization_marker", "compressed_packets", "zstd_compressed_packets", "clone_snapshot_trigger", "remote_clock_sync", "for_testing"]  # noqa: Y015
+    _WhichOneofReturnType_data: _TypeAlias = _typing.Literal["ftrace_events", "ftrace_stats", "track_event", "track_descriptor", "clock_snapshot", "trace_uuid", "trace_config", "trace_stats", "profile_packet", "streaming_allocation", "streaming_free", "system_info", "process_tree", "process_stats", "sys_stats", "cpu_info", "trigger", "service_event", "trace_provenance", "trace_attributes", "module_symbols", "process_descriptor", "thread_descriptor", "synchronization_marker", "compressed_packets", "zstd_compressed_packets", "clone_snapshot_trigger", "remote_clock_sync", "for_testing"]  # noqa: Y015
     _WhichOneofArgType_data: _TypeAlias = _typing.Literal["data", b"data"]  # noqa: Y015
     _WhichOneofReturnType_optional_trusted_packet_sequence_id: _TypeAlias = _typing.Literal["trusted_packet_sequence_id"]  # noqa: Y015
     _WhichOneofArgType_optional_trusted_packet_sequence_id: _TypeAlias = _typing.Literal["optional_trusted_packet_sequence_id", b"optional_trusted_packet_sequence_id"]  # noqa: Y015

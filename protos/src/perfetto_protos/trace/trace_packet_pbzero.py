@@ -39,6 +39,10 @@ from perfetto_protos.trace.perfetto import (
 )
 from perfetto_protos.trace.profiling import profile_common_pbzero as _profile_common_pbzero
 from perfetto_protos.trace.profiling import profile_packet_pbzero as _profile_packet_pbzero
+from perfetto_protos.trace.ps import process_stats_pbzero as _process_stats_pbzero
+from perfetto_protos.trace.ps import process_tree_pbzero as _process_tree_pbzero
+from perfetto_protos.trace.sys_stats import sys_stats_pbzero as _sys_stats_pbzero
+from perfetto_protos.trace.system_info import cpu_info_pbzero as _cpu_info_pbzero
 from perfetto_protos.trace.track_event import (
     process_descriptor_pbzero as _process_descriptor_pbzero,
 )
@@ -105,6 +109,10 @@ class TracePacket(Message):
     FIELD_STREAMING_ALLOCATION = 74
     FIELD_STREAMING_FREE = 75
     FIELD_SYSTEM_INFO = 45
+    FIELD_PROCESS_TREE = 2
+    FIELD_PROCESS_STATS = 9
+    FIELD_SYS_STATS = 7
+    FIELD_CPU_INFO = 67
     FIELD_TRIGGER = 46
     FIELD_SERVICE_EVENT = 69
     FIELD_TRACE_PROVENANCE = 124
@@ -378,6 +386,67 @@ class TracePacket(Message):
             self.stream_writer = _SUSPENDED
             return child
         return self.begin_nested(0x2EA, _system_info_pbzero.SystemInfo)
+
+    def begin_process_tree(self) -> _process_tree_pbzero.ProcessTree:
+        if cython.compiled or _COMPILED:
+            return self.begin_nested(0x12, _process_tree_pbzero.ProcessTree)
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x12
+            w.write_ptr = p + 5
+            child = _process_tree_pbzero.ProcessTree(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
+        return self.begin_nested(0x12, _process_tree_pbzero.ProcessTree)
+
+    def begin_process_stats(self) -> _process_stats_pbzero.ProcessStats:
+        if cython.compiled or _COMPILED:
+            return self.begin_nested(0x4A, _process_stats_pbzero.ProcessStats)
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x4A
+            w.write_ptr = p + 5
+            child = _process_stats_pbzero.ProcessStats(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
+        return self.begin_nested(0x4A, _process_stats_pbzero.ProcessStats)
+
+    def begin_sys_stats(self) -> _sys_stats_pbzero.SysStats:
+        if cython.compiled or _COMPILED:
+            return self.begin_nested(0x3A, _sys_stats_pbzero.SysStats)
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 5 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x3A
+            w.write_ptr = p + 5
+            child = _sys_stats_pbzero.SysStats(w, p + 1)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
+        return self.begin_nested(0x3A, _sys_stats_pbzero.SysStats)
+
+    def begin_cpu_info(self) -> _cpu_info_pbzero.CpuInfo:
+        if cython.compiled or _COMPILED:
+            return self.begin_nested(0x49A, _cpu_info_pbzero.CpuInfo)
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 6 <= w.end:
+            buf = w.buffer
+            buf[p] = 0x9A
+            buf[p + 1] = 0x04
+            w.write_ptr = p + 6
+            child = _cpu_info_pbzero.CpuInfo(w, p + 2)
+            self.nested_message = child
+            self.stream_writer = _SUSPENDED
+            return child
+        return self.begin_nested(0x49A, _cpu_info_pbzero.CpuInfo)
 
     def begin_trigger(self) -> _trigger_pbzero.Trigger:
         if cython.compiled or _COMPILED:

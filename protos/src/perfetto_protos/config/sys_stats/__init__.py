@@ -1,0 +1,1 @@
+"""Generated from protos/perfetto/config/sys_stats/ by tools/gen_protos.py; do not edit."""
