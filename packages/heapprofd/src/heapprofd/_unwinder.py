@@ -133,6 +133,8 @@ class Unwinder:
         self._native_frames: dict[NativeFrame, int] = {}
         self._pc_frames: dict[int, NativeFrame] = {}
         self._native_stacks: dict[tuple[int, ...], tuple[list[int], int]] = {}  # by pcs
+        # (pcs, Python frame ids) of a native sample -> its callstack id
+        self._sample_callstacks: dict[tuple[tuple[int, ...], bytes], int] = {}
         self._corrupt = False
         self._ended = False
         self._thread = threading.Thread(
@@ -254,6 +256,8 @@ class Unwinder:
             path = record[start + name_len : end].decode(errors="replace")
             # a frame described again (by a native sample's thread without the GIL) is one
             canonical = self._frame_ids.setdefault((name, path, line), fid)
+            if fid in self._frames:  # an id described again: the stacks using it may change
+                self._sample_callstacks.clear()
             self._frames[fid] = canonical
             if canonical == fid:
                 batch.frames.append((fid, name, path, line))
@@ -268,7 +272,7 @@ class Unwinder:
 
     def _native_callstack(self, batch: RecordBatch, record: bytes, arch: int, sp: int) -> int:
         """Unwinds a native sample (raw stack and registers); returns its callstack id."""
-        pcs: list[int] = []
+        pcs: tuple[int, ...] = ()
         error = True
         stack_len, python_count = _NATIVE_LENGTHS.unpack_from(record, _NATIVE_LENGTHS_OFFSET)
         python_ids = record[_MALLOC_PAYLOAD + stack_len :]
@@ -276,19 +280,27 @@ class Unwinder:
             stack_len, python_ids = len(record) - _MALLOC_PAYLOAD, b""
         unwinder = self._native_unwinder() if arch == ARCH_X86_64 else None
         if unwinder is not None:
-            regs = record[_REGISTERS_OFFSET : _REGISTERS_OFFSET + _REGISTERS_SIZE]
-            stack = record[_MALLOC_PAYLOAD : _MALLOC_PAYLOAD + stack_len]
+            view = memoryview(record)
+            regs = view[_REGISTERS_OFFSET : _REGISTERS_OFFSET + _REGISTERS_SIZE]
+            stack = view[_MALLOC_PAYLOAD : _MALLOC_PAYLOAD + stack_len]
             # with Python frames, the unwind ends in the evaluation loop: they replace the rest
             stop = bool(python_ids)
-            pcs, error = unwinder.unwind(regs, stack, sp, stop)
+            found, error = unwinder.unwind(regs, stack, sp, stop)
+            pcs = tuple(found)
             if (
-                tuple(pcs) not in self._native_stacks
+                pcs not in self._native_stacks
                 and any(unwinder.symbolize(pc) is None for pc in pcs)
                 and self._reload_maps()
             ):
-                pcs, error = unwinder.unwind(regs, stack, sp, stop)  # a library loaded since
+                found, error = unwinder.unwind(regs, stack, sp, stop)  # a library loaded since
+                pcs = tuple(found)
         if error or not pcs:
             batch.unwinding_errors += 1
+        sample = (pcs, python_ids)
+        cs = self._sample_callstacks.get(sample)
+        if cs is not None:
+            return cs
+        errors = batch.unwinding_errors
         ids, first_loop = self._native_stack(batch, pcs)
         if python_ids and first_loop >= 0:  # the Python frames replace the rest of the stack
             ids = ids[:first_loop] + self._python_stack(batch, python_ids)
@@ -297,13 +309,14 @@ class Unwinder:
         if cs is None:
             cs = self._callstacks[key] = len(self._callstacks) + 1
             batch.callstacks.append((cs, tuple(reversed(ids))))
+        if batch.unwinding_errors == errors:  # every frame known: the same sample, the same stack
+            self._sample_callstacks[sample] = cs
         return cs
 
-    def _native_stack(self, batch: RecordBatch, pcs: list[int]) -> tuple[list[int], int]:
+    def _native_stack(self, batch: RecordBatch, pcs: tuple[int, ...]) -> tuple[list[int], int]:
         """The frame ids of a native stack, innermost first, and the index of its innermost
         frame in the interpreter's evaluation loop (-1 when it has none)."""
-        key = tuple(pcs)
-        cached = self._native_stacks.get(key)
+        cached = self._native_stacks.get(pcs)
         if cached is not None:
             return cached
         frames = [self._native_frame(pc) for pc in pcs]
@@ -329,7 +342,7 @@ class Unwinder:
                 self._native.stop_at(pc)
                 break
         cached = (ids, loop)
-        self._native_stacks[key] = cached
+        self._native_stacks[pcs] = cached
         return cached
 
     def _python_stack(self, batch: RecordBatch, python_ids: bytes) -> list[int]:
@@ -367,6 +380,7 @@ class Unwinder:
             return False
         self._read_maps(text)
         self._native_stacks.clear()
+        self._sample_callstacks.clear()
         self._pc_frames.clear()
         return True
 
