@@ -14,16 +14,22 @@
    `native_workload.py`) unprofiled, under `heap_profile --native`'s setup (the preload
    library, heaps python and libc.malloc, block_client) at 4096-byte sampling, and under
    `memray run --native`; then the daemon's CPU per native sample and the unwinding errors.
+   Then the whole commands (`heap_profile --native -- python native_workload.py` with its
+   daemons, `memray run --native`, each over `python native_workload.py`: CPU of the command
+   and all its children), and 8 threads allocating in C (`native_threads.c`, built here) for
+   --threads-seconds: operations unprofiled and under `heap_profile --native`.
 
     python packages/heapprofd/benchmarks/bench_heapprofd.py [--repeat N] [--rounds N]
-        [--callgrind ROUNDS] [--native ROUNDS]
+        [--callgrind ROUNDS] [--native ROUNDS] [--threads-seconds S]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import select
+import shutil
 import signal
 import statistics
 import subprocess
@@ -253,6 +259,85 @@ def _native(stack: Stack, directory: str, rounds: int, repeat: int) -> None:
     print(f"  unwinding errors: {100 * statistics.median(error_rates):.2f}% of native samples")
 
 
+def _command_cpu(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
+    """The CPU seconds of a command and every child it waited for, and its stdout."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, check=True
+    ).stdout
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, out
+
+
+def _heap_profile_argv(out: str) -> list[str]:
+    """The command as a person types it: the console script beside this interpreter."""
+    return [
+        os.path.join(os.path.dirname(sys.executable), "heap_profile"),
+        "--native",
+        "-o",
+        out,
+        "--",
+    ]
+
+
+def _native_commands(directory: str, rounds: int, repeat: int, seconds: float) -> None:
+    """The whole commands' CPU (daemons included) and the 8-thread C loop, each over its
+    unprofiled run, with memray run --native beside them."""
+    # bytecode is cached, as in an installed package (a checkout's develop install set
+    # PYTHONDONTWRITEBYTECODE would compile every module of heap_profile at each run)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PERFETTO_") and k != "PYTHONDONTWRITEBYTECODE"
+    }
+    out = os.path.join(directory, "whole.pftrace")
+    memray_out = os.path.join(directory, "whole-memray.bin")
+    workload = [sys.executable, NATIVE_WORKLOAD, str(rounds)]
+    memray = [sys.executable, "-m", "memray", "run", "--native", "-f", "-q", "-o", memray_out]
+    threads = os.path.join(directory, "native_threads")
+    cc = shutil.which(os.environ.get("CC", "cc")) or "gcc"
+    subprocess.run(
+        [cc, "-O2", "-pthread", str(HERE / "native_threads.c"), "-o", threads], check=True
+    )
+    runs: dict[str, list[float]] = {}
+    _command_cpu([*_heap_profile_argv(out), *workload[1:]], env)  # writes the bytecode caches
+    for _ in range(repeat):
+        for name, argv in (
+            ("unprofiled", workload),
+            ("heap_profile --native", [*_heap_profile_argv(out), *workload[1:]]),
+            ("memray run --native", [*memray, *workload[1:]]),
+        ):
+            runs.setdefault(name, []).append(_command_cpu(argv, env)[0])
+    base = statistics.median(runs["unprofiled"])
+    print(f"whole commands (sqlite3, {rounds} rounds, daemons included), CPU medians of {repeat}:")
+    for name, values in runs.items():
+        value = statistics.median(values)
+        print(
+            f"  {name:26} {value:8.3f} s   {value / base:4.2f}x "
+            f"(overhead {100 * (value / base - 1):+.1f}%)"
+        )
+    overhead = statistics.median(runs["heap_profile --native"]) / base - 1
+    memray_overhead = statistics.median(runs["memray run --native"]) / base - 1
+    print(f"  heap_profile overhead / memray overhead = {overhead / memray_overhead:.2f}")
+    ops: dict[str, list[int]] = {}
+    for _ in range(repeat):
+        for name, argv in (
+            ("unprofiled", [threads, "8", str(seconds)]),
+            ("heap_profile --native", [*_heap_profile_argv(out), threads, "8", str(seconds)]),
+        ):
+            text = _command_cpu(argv, env)[1]
+            ops.setdefault(name, []).append(
+                int(next(ln for ln in text.splitlines() if ln.startswith("OPS")).split()[1])
+            )
+    plain, profiled = (
+        statistics.median(ops["unprofiled"]),
+        statistics.median(ops["heap_profile --native"]),
+    )
+    print(f"8 threads malloc/free in C for {seconds} s, operations, medians of {repeat}:")
+    print(f"  unprofiled                 {plain:14,d}")
+    print(f"  heap_profile --native      {profiled:14,d}   {plain / max(profiled, 1):.1f}x slower")
+
+
 def _native_samples(trace: bytes) -> tuple[int, int]:
     """The libc.malloc heap's samples and unwinding errors in a trace."""
     parsed: Any = parse_upstream_trace(trace)
@@ -271,6 +356,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=200_000)
     parser.add_argument("--callgrind", type=int, metavar="ROUNDS", default=0)
     parser.add_argument("--native", type=int, metavar="ROUNDS", default=0)
+    parser.add_argument("--threads-seconds", type=float, metavar="S", default=5.0)
     args = parser.parse_args()
     _build()
     env = dict(os.environ)
@@ -284,6 +370,7 @@ def main() -> None:
                 return
             if args.native:
                 _native(stack, directory, args.native, args.repeat)
+                _native_commands(directory, args.native, args.repeat, args.threads_seconds)
                 return
             plain, hooked, floor, profiled, memray = [], [], [], [], []
             samples: list[int] = []

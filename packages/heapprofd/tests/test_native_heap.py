@@ -156,6 +156,10 @@ def test_a_python_program_shows_alloc_native_over_ctypes(tmp_path: Path) -> None
     assert stack[position][1] == str(tmp_path / "prog.py")
     below = paths[position + 1 :]
     assert any("libffi" in p or "_ctypes" in p for p in below), below
+    # the program's outermost frame is the root, as in the python heap: the interpreter's
+    # native frames outside its evaluation loop (main, Py_RunMain) are not unwound
+    roots = {s[0][0] for s, _ in dump.samples if any(f[0] == "alloc_native" for f in s)}
+    assert roots == {"<module>"}, roots
 
 
 def test_children_of_the_program_do_not_wait_for_a_session(tmp_path: Path) -> None:

@@ -6,7 +6,10 @@
 One `NativeUnwinder` per client, owned by its unwinder thread: the process's modules come
 from the client's /proc/PID/maps (re-read when a pc falls outside every known module), its
 memory from the copied stack of the sample first, then /proc/PID/mem; the initial registers
-are the sample's. libdw caches each module's ELF, symbol table and CFI.
+are the sample's. libdw caches each module's ELF, symbol table and CFI; each pc's symbol is
+cached until the modules change. An unwind can stop at the first frame inside one of the
+functions named by `stop_at` (the interpreter's evaluation loop, where the sample's Python
+frames take over).
 """
 
 from libc.stdint cimport uint8_t, uint64_t
@@ -21,6 +24,7 @@ cdef extern from *:
 
     #define HP_NREGS 17  /* x86-64 DWARF registers rax..r15 and the return address (rip) */
     #define HP_MAX_FRAMES 256
+    #define HP_MAX_STOPS 16
 
     typedef struct {
         pid_t pid;
@@ -31,6 +35,11 @@ cdef extern from *:
         Dwarf_Word regs[HP_NREGS];
         uint64_t pcs[HP_MAX_FRAMES];
         int n;
+        int stop;  /* whether to stop at a pc in [stop_lo, stop_hi) */
+        int stopped;
+        int n_stops;
+        uint64_t stop_lo[HP_MAX_STOPS];
+        uint64_t stop_hi[HP_MAX_STOPS];
     } hp_sample_t;
 
     static char *hp_debuginfo_path = NULL;
@@ -79,7 +88,16 @@ cdef extern from *:
         bool activation;
         if (!dwfl_frame_pc(state, &pc, &activation)) return DWARF_CB_ABORT;
         if (pc == 0) return DWARF_CB_ABORT;
-        s->pcs[s->n++] = activation ? pc : pc - 1;  /* a return address: look up the call */
+        if (!activation) pc -= 1;  /* a return address: look up the call */
+        s->pcs[s->n++] = pc;
+        if (s->stop) {
+            for (int i = 0; i < s->n_stops; i++) {
+                if (pc >= s->stop_lo[i] && pc < s->stop_hi[i]) {
+                    s->stopped = 1;
+                    return DWARF_CB_ABORT;
+                }
+            }
+        }
         return s->n < HP_MAX_FRAMES ? DWARF_CB_OK : DWARF_CB_ABORT;
     }
 
@@ -115,9 +133,24 @@ cdef extern from *:
        stopped on an error before reaching the outermost frame. */
     static int hp_unwind(Dwfl *dwfl, hp_sample_t *s) {
         s->n = 0;
+        s->stopped = 0;
         int rc = dwfl_getthread_frames(dwfl, s->pid, hp_frame, s);
-        if (rc != 0 && s->n < HP_MAX_FRAMES && dwfl_errno() != 0) return -(s->n + 1);
+        if (rc != 0 && !s->stopped && s->n < HP_MAX_FRAMES && dwfl_errno() != 0)
+            return -(s->n + 1);
         return s->n;
+    }
+
+    /* The address range of the ELF symbol covering pc: 1 with [lo, hi), else 0. */
+    static int hp_symbol_range(Dwfl *dwfl, uint64_t pc, uint64_t *lo, uint64_t *hi) {
+        Dwfl_Module *mod = dwfl_addrmodule(dwfl, pc);
+        if (mod == NULL) return 0;
+        GElf_Off offset;
+        GElf_Sym sym;
+        if (dwfl_module_addrinfo(mod, pc, &offset, &sym, NULL, NULL, NULL) == NULL) return 0;
+        if (sym.st_size == 0) return 0;
+        *lo = pc - offset;
+        *hi = *lo + sym.st_size;
+        return 1;
     }
     """
     ctypedef struct Dwfl:
@@ -135,6 +168,10 @@ cdef extern from *:
         uint64_t regs[17]
         uint64_t pcs[256]
         int n
+        int stop
+        int n_stops
+        uint64_t stop_lo[16]
+        uint64_t stop_hi[16]
     const void *hp_dwfl_callbacks_ptr "(&hp_dwfl_callbacks)"
     Dwfl *dwfl_begin(const void *callbacks)
     void dwfl_end(Dwfl *dwfl)
@@ -150,12 +187,14 @@ cdef extern from *:
     const char *dwfl_errmsg(int error)
     int hp_report(Dwfl *dwfl, const char *maps, size_t len)
     int hp_unwind(Dwfl *dwfl, hp_sample_t *s) nogil
+    int hp_symbol_range(Dwfl *dwfl, uint64_t pc, uint64_t *lo, uint64_t *hi)
 
 cdef extern from "<string.h>":
     void *memcpy(void *dest, const void *src, size_t n)
 
 REGISTER_COUNT = 17
 MAX_FRAMES = 256
+MAX_STOPS = 16
 
 
 cdef class NativeUnwinder:
@@ -199,9 +238,29 @@ cdef class NativeUnwinder:
         if hp_report(self.dwfl, text, len(text)) != 0:
             raise UnwindError(dwfl_errmsg(-1).decode())
         self.symbols.clear()
+        self.sample.n_stops = 0
 
-    def unwind(self, const uint8_t[::1] regs, const uint8_t[::1] stack, uint64_t sp) -> tuple:
-        """The pcs of a sample, innermost first, and whether unwinding stopped on an error."""
+    def stop_at(self, uint64_t pc) -> bool:
+        """Makes unwinds asked to stop end at the first frame in the function covering pc
+        (until the modules change); False when no sized symbol covers it or the table of
+        such functions is full."""
+        cdef uint64_t lo, hi
+        cdef int i
+        for i in range(self.sample.n_stops):
+            if self.sample.stop_lo[i] <= pc < self.sample.stop_hi[i]:
+                return True
+        if self.sample.n_stops == MAX_STOPS or not hp_symbol_range(self.dwfl, pc, &lo, &hi):
+            return False
+        self.sample.stop_lo[self.sample.n_stops] = lo
+        self.sample.stop_hi[self.sample.n_stops] = hi
+        self.sample.n_stops += 1
+        return True
+
+    def unwind(
+        self, const uint8_t[::1] regs, const uint8_t[::1] stack, uint64_t sp, bint stop=False
+    ) -> tuple:
+        """The pcs of a sample, innermost first, and whether unwinding stopped on an error.
+        With `stop`, the pcs end at the first one in a function given to `stop_at`."""
         cdef int n, i
         if regs.shape[0] < 17 * 8:
             return [], True
@@ -209,6 +268,7 @@ cdef class NativeUnwinder:
         self.sample.stack = &stack[0] if stack.shape[0] else NULL
         self.sample.stack_len = stack.shape[0]
         self.sample.sp = sp
+        self.sample.stop = stop
         with nogil:
             n = hp_unwind(self.dwfl, &self.sample)
         self.sample.stack = NULL

@@ -30,7 +30,7 @@ from heapprofd._wire import (
 if TYPE_CHECKING:
     from heapprofd._native import SharedRingBuffer
 
-__all__ = ["ClientEnd", "NativeFrame", "NativeMapping", "RecordBatch", "Unwinder"]
+__all__ = ["ClientEnd", "NativeFrame", "NativeMapping", "RecordBatch", "Unwinder", "module_maps"]
 
 _log = logging.getLogger("heapprofd")
 
@@ -88,6 +88,18 @@ class ClientEnd:
     by_daemon: bool
 
 
+def module_maps(text: bytes) -> bytes:
+    """The lines of a /proc/PID/maps text that can hold code: those of a file, or executable.
+    The process's other mappings (its heap, anonymous memory) change as it allocates, but
+    not its modules, so the unwinder's caches outlive them."""
+    lines = []
+    for line in text.splitlines(keepends=True):
+        parts = line.split(maxsplit=5)
+        if (len(parts) > 5 and parts[5].startswith(b"/")) or (len(parts) > 1 and b"x" in parts[1]):
+            lines.append(line)
+    return b"".join(lines)
+
+
 class Unwinder:
     """Runs one client's connection on its own thread."""
 
@@ -119,7 +131,10 @@ class Unwinder:
         self._maps_text = b""
         self._maps: list[tuple[int, int, int, str]] = []  # (start, end, offset, path), sorted
         self._native_frames: dict[NativeFrame, int] = {}
-        self._native_stacks: dict[tuple[int, ...], tuple[list[int], int, int]] = {}  # by pcs
+        self._pc_frames: dict[int, NativeFrame] = {}
+        self._native_stacks: dict[tuple[int, ...], tuple[list[int], int]] = {}  # by pcs
+        # (pcs, Python frame ids) of a native sample -> its callstack id
+        self._sample_callstacks: dict[tuple[tuple[int, ...], bytes], int] = {}
         self._corrupt = False
         self._ended = False
         self._thread = threading.Thread(
@@ -241,6 +256,8 @@ class Unwinder:
             path = record[start + name_len : end].decode(errors="replace")
             # a frame described again (by a native sample's thread without the GIL) is one
             canonical = self._frame_ids.setdefault((name, path, line), fid)
+            if fid in self._frames:  # an id described again: the stacks using it may change
+                self._sample_callstacks.clear()
             self._frames[fid] = canonical
             if canonical == fid:
                 batch.frames.append((fid, name, path, line))
@@ -255,7 +272,7 @@ class Unwinder:
 
     def _native_callstack(self, batch: RecordBatch, record: bytes, arch: int, sp: int) -> int:
         """Unwinds a native sample (raw stack and registers); returns its callstack id."""
-        pcs: list[int] = []
+        pcs: tuple[int, ...] = ()
         error = True
         stack_len, python_count = _NATIVE_LENGTHS.unpack_from(record, _NATIVE_LENGTHS_OFFSET)
         python_ids = record[_MALLOC_PAYLOAD + stack_len :]
@@ -263,33 +280,43 @@ class Unwinder:
             stack_len, python_ids = len(record) - _MALLOC_PAYLOAD, b""
         unwinder = self._native_unwinder() if arch == ARCH_X86_64 else None
         if unwinder is not None:
-            regs = record[_REGISTERS_OFFSET : _REGISTERS_OFFSET + _REGISTERS_SIZE]
-            stack = record[_MALLOC_PAYLOAD : _MALLOC_PAYLOAD + stack_len]
-            pcs, error = unwinder.unwind(regs, stack, sp)
+            view = memoryview(record)
+            regs = view[_REGISTERS_OFFSET : _REGISTERS_OFFSET + _REGISTERS_SIZE]
+            stack = view[_MALLOC_PAYLOAD : _MALLOC_PAYLOAD + stack_len]
+            # with Python frames, the unwind ends in the evaluation loop: they replace the rest
+            stop = bool(python_ids)
+            found, error = unwinder.unwind(regs, stack, sp, stop)
+            pcs = tuple(found)
             if (
-                tuple(pcs) not in self._native_stacks
+                pcs not in self._native_stacks
                 and any(unwinder.symbolize(pc) is None for pc in pcs)
                 and self._reload_maps()
             ):
-                pcs, error = unwinder.unwind(regs, stack, sp)  # a library loaded since
+                found, error = unwinder.unwind(regs, stack, sp, stop)  # a library loaded since
+                pcs = tuple(found)
         if error or not pcs:
             batch.unwinding_errors += 1
-        ids, first_loop, last_loop = self._native_stack(batch, pcs)
-        if python_ids and first_loop >= 0:
-            python = self._python_stack(batch, python_ids)
-            ids = ids[:first_loop] + python + ids[last_loop + 1 :]
+        sample = (pcs, python_ids)
+        cs = self._sample_callstacks.get(sample)
+        if cs is not None:
+            return cs
+        errors = batch.unwinding_errors
+        ids, first_loop = self._native_stack(batch, pcs)
+        if python_ids and first_loop >= 0:  # the Python frames replace the rest of the stack
+            ids = ids[:first_loop] + self._python_stack(batch, python_ids)
         key = b"N" + struct.pack(f"<{len(ids)}Q", *ids)
         cs = self._callstacks.get(key)
         if cs is None:
             cs = self._callstacks[key] = len(self._callstacks) + 1
             batch.callstacks.append((cs, tuple(reversed(ids))))
+        if batch.unwinding_errors == errors:  # every frame known: the same sample, the same stack
+            self._sample_callstacks[sample] = cs
         return cs
 
-    def _native_stack(self, batch: RecordBatch, pcs: list[int]) -> tuple[list[int], int, int]:
-        """The frame ids of a native stack, innermost first, and where the interpreter's
-        evaluation loop runs in it (first and last index, -1 when it does not)."""
-        key = tuple(pcs)
-        cached = self._native_stacks.get(key)
+    def _native_stack(self, batch: RecordBatch, pcs: tuple[int, ...]) -> tuple[list[int], int]:
+        """The frame ids of a native stack, innermost first, and the index of its innermost
+        frame in the interpreter's evaluation loop (-1 when it has none)."""
+        cached = self._native_stacks.get(pcs)
         if cached is not None:
             return cached
         frames = [self._native_frame(pc) for pc in pcs]
@@ -309,9 +336,13 @@ class Unwinder:
                 fid = self._native_frames[frame] = NATIVE_FRAME_BASE + len(self._native_frames)
                 batch.native_frames.append((fid, frame))
             ids.append(fid)
-        loops = [i for i, frame in enumerate(frames) if frame[0] in EVAL_LOOP_FUNCTIONS]
-        cached = (ids, loops[0], loops[-1]) if loops else (ids, -1, -1)
-        self._native_stacks[key] = cached
+        loop = next((i for i, f in enumerate(frames) if f[0] in EVAL_LOOP_FUNCTIONS), -1)
+        for pc in pcs:  # later unwinds of samples with Python frames stop in the loop
+            if self._native_frame(pc)[0] in EVAL_LOOP_FUNCTIONS:
+                self._native.stop_at(pc)
+                break
+        cached = (ids, loop)
+        self._native_stacks[pcs] = cached
         return cached
 
     def _python_stack(self, batch: RecordBatch, python_ids: bytes) -> list[int]:
@@ -328,7 +359,7 @@ class Unwinder:
                 from heapprofd._dwunwind import NativeUnwinder
 
                 self._native = NativeUnwinder(self.pid, *self._proc_fds)
-                self._read_maps(self._native.maps())
+                self._read_maps(module_maps(self._native.maps()))
             except (ImportError, OSError, UnwindError) as exc:  # ImportError: no libdw
                 _log.warning("pid %d: cannot unwind native stacks: %s", self.pid, exc)
                 self._native_failed = True
@@ -340,7 +371,7 @@ class Unwinder:
         if self._maps_gone:
             return False
         try:
-            text = self._native.maps()
+            text = module_maps(self._native.maps())
             if text == self._maps_text:
                 return False
             self._native.report(text)
@@ -349,6 +380,8 @@ class Unwinder:
             return False
         self._read_maps(text)
         self._native_stacks.clear()
+        self._sample_callstacks.clear()
+        self._pc_frames.clear()
         return True
 
     def _read_maps(self, text: bytes) -> None:
@@ -370,6 +403,13 @@ class Unwinder:
         self._maps = sorted(maps)
 
     def _native_frame(self, pc: int) -> NativeFrame:
+        """The frame of a pc, symbolized once per pc while the modules stay the same."""
+        frame = self._pc_frames.get(pc)
+        if frame is None:
+            frame = self._pc_frames[pc] = self._symbolize(pc)
+        return frame
+
+    def _symbolize(self, pc: int) -> NativeFrame:
         info = self._native.symbolize(pc)
         function, path, build_id, rel_pc = info if info is not None else ("", "", "", pc)
         index = bisect.bisect_right(self._maps, (pc, 1 << 64)) - 1

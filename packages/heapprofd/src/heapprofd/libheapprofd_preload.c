@@ -69,7 +69,9 @@ static uint64_t hp_interval;
 static double hp_rate;
 static int hp_block;
 static uint64_t hp_block_timeout_us;
-static uint64_t hp_sequence;
+/* written by every sampled record: on a cache line of its own, away from what every hook
+   reads */
+static struct { uint64_t value; uint8_t pad[56]; } __attribute__((aligned(64))) hp_sequence;
 
 /* ---- per thread ---- */
 static __thread int hp_in_hook __attribute__((tls_model("initial-exec")));
@@ -77,10 +79,11 @@ static __thread int64_t hp_to_next __attribute__((tls_model("initial-exec")));
 static __thread uint64_t hp_rng __attribute__((tls_model("initial-exec")));
 static __thread uintptr_t hp_stack_end __attribute__((tls_model("initial-exec")));
 
-/* ---- the sampled addresses: an open-addressing set under a spinlock, with a bitmap in
-   front so that a free of an address never sampled costs one load ---- */
-#define HP_FILTER_BITS (1u << 20)
-static uint64_t hp_filter[HP_FILTER_BITS / 64];
+/* ---- the sampled addresses: an open-addressing set under a spinlock, with a counting
+   filter in front (how many live sampled addresses hash to each slot), so that a free of an
+   address never sampled costs one load and writes nothing shared ---- */
+#define HP_FILTER_SLOTS (1u << 18)
+static uint16_t hp_filter[HP_FILTER_SLOTS] __attribute__((aligned(64)));
 static uint64_t *hp_keys;
 static uint64_t hp_cap, hp_count, hp_used;
 static uint8_t hp_set_lock;
@@ -89,6 +92,18 @@ static uint8_t hp_set_lock;
 static inline uint64_t hp_mix(uint64_t x) {
     x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull;
     return x ^ (x >> 33);
+}
+
+static inline uint16_t *hp_filter_slot(uint64_t h) { return &hp_filter[h % HP_FILTER_SLOTS]; }
+
+/* A slot's count; one that reached the top stays there (it is never decremented). */
+static void hp_filter_add(uint64_t h, int delta) {
+    uint16_t *slot = hp_filter_slot(h);
+    uint16_t v = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    while (v != UINT16_MAX &&
+           !__atomic_compare_exchange_n(slot, &v, (uint16_t)(v + delta), 1, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED)) {
+    }
 }
 
 static void hp_set_lock_take(void) {
@@ -116,25 +131,30 @@ static int hp_set_grow(void) {
 
 static void hp_set_add(uint64_t k) {
     uint64_t h = hp_mix(k);
-    __atomic_fetch_or(&hp_filter[(h % HP_FILTER_BITS) / 64], 1ull << (h % 64), __ATOMIC_RELAXED);
+    /* counted before it is in the set: a free racing with this sample must look */
+    hp_filter_add(h, 1);
     hp_set_lock_take();
-    if ((hp_used + 1) * 2 > hp_cap && !hp_set_grow()) { hp_set_lock_drop(); return; }
+    if ((hp_used + 1) * 2 > hp_cap && !hp_set_grow()) {
+        hp_set_lock_drop();
+        hp_filter_add(h, -1);
+        return;
+    }
     uint64_t j = h & (hp_cap - 1);
     while (hp_keys[j] > HP_TOMBSTONE && hp_keys[j] != k) j = (j + 1) & (hp_cap - 1);
-    if (hp_keys[j] != k) {
+    int added = hp_keys[j] != k;
+    if (added) {
         if (hp_keys[j] == 0) hp_used++;
         hp_keys[j] = k;
         hp_count++;
     }
     hp_set_lock_drop();
+    if (!added) hp_filter_add(h, -1); /* already counted */
 }
 
 /* Whether k was sampled; removes it. */
 static int hp_set_remove(uint64_t k) {
     uint64_t h = hp_mix(k);
-    if (!(__atomic_load_n(&hp_filter[(h % HP_FILTER_BITS) / 64], __ATOMIC_RELAXED) &
-          (1ull << (h % 64))))
-        return 0;
+    if (__atomic_load_n(hp_filter_slot(h), __ATOMIC_RELAXED) == 0) return 0;
     int found = 0;
     hp_set_lock_take();
     if (hp_cap) {
@@ -143,6 +163,7 @@ static int hp_set_remove(uint64_t k) {
         }
     }
     hp_set_lock_drop();
+    if (found) hp_filter_add(h, -1);
     return found;
 }
 
@@ -247,7 +268,7 @@ static __attribute__((noinline)) void hp_record_malloc(uint64_t addr, uint64_t s
     regs[HP_REGS] = len;
     regs[HP_REGS + 1] = n_python > 0 ? (uint64_t)n_python : 0;
     header[0] = 1; /* RECORD_MALLOC */
-    header[1] = __atomic_add_fetch(&hp_sequence, 1, __ATOMIC_RELAXED);
+    header[1] = __atomic_add_fetch(&hp_sequence.value, 1, __ATOMIC_RELAXED);
     header[2] = size;
     header[3] = sample_size;
     header[4] = addr;
@@ -275,7 +296,7 @@ static void hp_on_free(void *p) {
     if (!hp_set_remove((uint64_t)(uintptr_t)p)) return;
     hp_in_hook = 1;
     uint64_t rec[4] = {0 /* RECORD_FREE */,
-                       __atomic_add_fetch(&hp_sequence, 1, __ATOMIC_RELAXED),
+                       __atomic_add_fetch(&hp_sequence.value, 1, __ATOMIC_RELAXED),
                        (uint64_t)(uintptr_t)p, HP_MALLOC_HEAP_ID};
     int64_t free_bytes = hp_send(rec, sizeof rec, NULL, 0, NULL, 0);
     if (free_bytes >= 0) hp_wake(free_bytes);
