@@ -68,6 +68,7 @@ def test_allowed_set_is_the_transitive_closure_of_the_declared_dependencies() ->
         "perfetto_service",
         "perfetto_wire",
         "perfetto_smb",
+        "perfetto_probes",
         "perfetto_protos",
         "protozero",
     }

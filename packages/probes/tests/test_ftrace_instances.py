@@ -28,7 +28,9 @@ NOBODY = 65534
 
 
 def _ours(root: Path) -> set[str]:
-    return {n for n in os.listdir(root / "instances") if n.startswith("perfetto_py_")}
+    """This process's default instances (other test processes make and remove theirs)."""
+    mine = f"perfetto_py_{os.getpid()}_"
+    return {n for n in os.listdir(root / "instances") if n.startswith(mine)}
 
 
 def test_the_instance_is_removed_at_stop() -> None:
