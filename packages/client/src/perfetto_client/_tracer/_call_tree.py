@@ -1,0 +1,163 @@
+"""The calls of a trace aggregated by call path (a flame graph's data) and its top-level slices.
+
+Decoded by the text report's own `SliceReader`, fed one packet at a time: after each packet
+the stack that moved (one track event per packet at most) says which slice began or ended,
+so the paths, the report's tables and its counts of what did not fit all come from the same
+decoding. A slice's duration is what its end added to its function's self time plus the time
+of the slices directly inside it (`Frame.children_ns`).
+"""
+
+from __future__ import annotations
+
+from perfetto_service import TraceFileError, read_trace_file
+
+from perfetto_client._tracer._report import ReportError
+from perfetto_client._tracer._slices import Function, SliceReader, Track
+
+__all__ = ["CallNode", "CallTree", "read_call_tree"]
+
+# Top-level slices kept for the timeline, over all stacks; those past it are counted.
+MAX_TOP_SLICES = 200_000
+
+
+class CallNode:
+    """The ended calls of one function at one call path: their count and total time (ns)."""
+
+    __slots__ = ("calls", "children", "func", "total_ns")
+
+    def __init__(self, func: Function | None) -> None:
+        self.func = func
+        self.calls = 0
+        self.total_ns = 0
+        self.children: dict[Function, CallNode] = {}
+
+    def child(self, func: Function) -> CallNode:
+        """The node of `func` called from this path (made on first use)."""
+        node = self.children.get(func)
+        if node is None:
+            node = self.children[func] = CallNode(func)
+        return node
+
+
+class _Mirror:
+    """What is known of one of the reader's stacks: the nodes of its open slices."""
+
+    __slots__ = ("depth", "nodes", "root", "track")
+
+    def __init__(self, track: Track) -> None:
+        self.track = track
+        self.root = CallNode(None)
+        self.nodes = [self.root]
+        self.depth = 0
+
+
+class CallTree:
+    """A `SliceReader` and, per stack (a track and sequence), its calls by path and its
+    top-level slices `(begin ns, duration ns, function)`."""
+
+    def __init__(self, limit: int) -> None:
+        self.reader = SliceReader(limit)
+        self.mirrors: list[_Mirror] = []
+        self.top_slices: list[list[tuple[int, int, Function]]] = []
+        self.top_slices_dropped = 0
+        self._kept = 0
+        self._last: _Mirror | None = None
+        self._self_seen: dict[Function, int] = {}
+
+    def feed(self, data: bytes, base: int) -> int:
+        """Decodes the whole packets of `data` (file offset `base`); returns where the first
+        incomplete one starts."""
+        end = len(data)
+        pos = 0
+        reader = self.reader
+        while pos < end:
+            tag, at = _varint(data, pos, end)
+            if at < 0:
+                return pos
+            stop = at
+            if tag & 7 in {0, 2}:
+                value, stop = _varint(data, at, end)
+                if stop < 0:
+                    return pos
+                if tag & 7 == 2:
+                    stop += value
+                    if stop > end:
+                        return pos
+            else:  # not a Trace field: the reader says so
+                stop = end
+            if reader.feed(data, pos, stop, base) != stop:
+                return pos
+            self._moved()
+            pos = stop
+        return pos
+
+    def _moved(self) -> None:
+        last = self._last
+        if last is not None and last.track.depth != last.depth:
+            self._follow(last)
+            return
+        stacks = self.reader.stacks
+        while len(self.mirrors) < len(stacks):
+            self.mirrors.append(_Mirror(stacks[len(self.mirrors)]))
+            self.top_slices.append([])
+        for mirror in self.mirrors:
+            if mirror.track.depth != mirror.depth:
+                self._last = mirror
+                self._follow(mirror)
+                return
+
+    def _follow(self, mirror: _Mirror) -> None:
+        track = mirror.track
+        depth = track.depth
+        if depth > mirror.depth:  # a slice began
+            node = mirror.nodes[mirror.depth].child(track.frames[depth - 1].func)
+            if len(mirror.nodes) > depth:
+                mirror.nodes[depth] = node
+            else:
+                mirror.nodes.append(node)
+        else:  # a slice ended
+            frame = track.frames[depth]
+            func = frame.func
+            seen = self._self_seen.get(func, 0)
+            self._self_seen[func] = func.self_ns
+            duration = func.self_ns - seen + frame.children_ns
+            node = mirror.nodes[mirror.depth]
+            node.calls += 1
+            node.total_ns += duration
+            if depth == 0:
+                if self._kept < MAX_TOP_SLICES:
+                    self._kept += 1
+                    self.top_slices[track.key].append((frame.begin, duration, func))
+                else:
+                    self.top_slices_dropped += 1
+        mirror.depth = depth
+
+
+def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
+    """The varint at `pos` and where it ends (-1 when it runs past `end`)."""
+    value = 0
+    shift = 0
+    while pos < end:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+    return 0, -1
+
+
+def read_call_tree(path: str, limit: int) -> tuple[CallTree, str]:
+    """Decodes the trace at `path`; returns its call tree and, when the file is truncated,
+    the line that says so (what came before the cut is decoded, not thrown away)."""
+    tree = CallTree(limit)
+    try:
+        end = read_trace_file(path, tree.feed)
+    except TraceFileError as exc:
+        raise ReportError(str(exc)) from None
+    if end.truncated_at is None:
+        return tree, ""
+    return tree, (
+        f"{path} is truncated: the packet at offset {end.truncated_at} ends past the end of "
+        f"the file ({end.truncated_bytes} bytes of it are there); this is what came before it"
+    )

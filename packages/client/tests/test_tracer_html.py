@@ -1,0 +1,216 @@
+"""`perfetto-trace report --html OUT.html FILE`, looked at in headless Chromium from file://:
+what a user sees of the flame graph, the timeline, the table and the incomplete markers."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from perfetto_testing import OpenedPage, open_page, screenshot
+from tracer_support import BIN, run_traced
+
+PERFETTO_TRACE = str(BIN / "perfetto-trace")
+
+PROGRAM = """\
+import threading
+import time
+
+def hot():
+    time.sleep(0.06)
+
+def cold():
+    time.sleep(0.01)
+
+def helper():
+    cold()
+
+def spin():
+    time.sleep(0.01)
+
+def worker():
+    for _ in range(2):
+        spin()
+
+def main():
+    for _ in range(3):
+        hot()
+    helper()
+    for _ in range(2):
+        cold()
+    t = threading.Thread(target=worker, name="worker")
+    t.start()
+    t.join()
+
+main()
+"""
+
+RENDER_BUDGET_MS = 2000
+# Set by `nox -s screenshots`: the directory where the docs' screenshots go.
+DOCS_SCREENSHOTS = os.environ.get("PERFETTO_PY_DOCS_SCREENSHOTS")
+
+
+def _perfetto_trace(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PERFETTO_TRACE, *args], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp_path = tmp_path_factory.mktemp("html")
+    proc, out = run_traced(tmp_path, PROGRAM)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def _text_total_ms(trace: Path, name: str) -> float:
+    """TOTAL ms of `name` as `perfetto-trace report` prints it."""
+    proc = _perfetto_trace("report", "--limit", "1000", str(trace), cwd=trace.parent.parent)
+    assert proc.returncode == 0, proc.stderr
+    for line in proc.stdout.splitlines():
+        cells = line.split()
+        if len(cells) >= 5 and cells[4] == name:
+            return float(cells[1].replace(",", ""))
+    raise AssertionError(f"{name} is not in the report:\n{proc.stdout}")
+
+
+@pytest.fixture
+def page(recorded: Path, tmp_path: Path) -> Iterator[OpenedPage]:
+    html = tmp_path / "out.html"
+    proc = _perfetto_trace("report", "--html", str(html), str(recorded), cwd=tmp_path.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr == f"perfetto-trace: wrote {html}\n"
+    started = time.monotonic()
+    with open_page(html) as opened:
+        opened.page.wait_for_selector("body[data-rendered]")
+        rendered_ms = float(opened.page.evaluate("document.body.dataset.rendered"))
+        assert rendered_ms <= RENDER_BUDGET_MS, f"rendered in {rendered_ms:.0f} ms"
+        assert time.monotonic() - started < 60
+        yield opened
+        assert opened.errors == []
+        assert opened.network == []
+
+
+def _frames(opened: OpenedPage) -> list[dict[str, object]]:
+    """The flame graph's frames on screen: name, depth, width (px), matched by the search."""
+    frames: list[dict[str, object]] = opened.page.evaluate(
+        """() => [...document.querySelectorAll('#flame .frame')].map(f => ({
+            name: f.dataset.name, depth: Number(f.dataset.depth),
+            width: f.getBoundingClientRect().width, match: f.classList.contains('match')}))"""
+    )
+    return frames
+
+
+def _tooltip(opened: OpenedPage, name: str) -> str:
+    frame = opened.page.locator("#flame .frame", has_text=re.compile(f"^{name}$")).first
+    frame.hover()
+    text: str = opened.page.locator("#tip").inner_text()
+    return text
+
+
+def test_the_hot_function_is_the_widest_frame_at_its_depth(
+    page: OpenedPage, recorded: Path, tmp_path: Path
+) -> None:
+    frames = _frames(page)
+    [hot] = [f for f in frames if f["name"] == "hot"]
+    rivals = [f for f in frames if f["depth"] == hot["depth"] and f is not hot]
+    assert rivals, "hot has no sibling frames: nothing was compared"
+    assert all(float(hot["width"]) > float(f["width"]) for f in rivals)  # type: ignore[arg-type]
+    tip = _tooltip(page, "hot")
+    shown = float(re.search(r"total ([\d,.]+) ms", tip)[1].replace(",", ""))  # type: ignore[index]
+    assert shown == pytest.approx(_text_total_ms(recorded, "hot"), rel=1e-3)
+    assert "prog.py:4" in tip
+    assert "calls 3" in tip
+
+
+def test_search_highlights_exactly_the_matching_frames(page: OpenedPage, recorded: Path) -> None:
+    page.page.fill("#search", "cold")
+    frames = _frames(page)
+    matching = [f for f in frames if "cold" in str(f["name"]).lower()]
+    assert len(matching) == 2  # under main and under helper
+    assert [f for f in frames if f["match"]] == matching
+    said = page.page.locator("#matches").inner_text()
+    assert said.startswith("2 frames match, ")
+    share = float(re.search(r"([\d.]+) %", said)[1])  # type: ignore[index]
+    everything = float(
+        re.search(r"total ([\d,.]+) ms", _tooltip(page, "all.*"))[1].replace(",", "")
+    )  # type: ignore[index]
+    assert share == pytest.approx(100 * _text_total_ms(recorded, "cold") / everything, abs=0.1)
+
+
+def test_a_click_zooms_into_the_frame(page: OpenedPage) -> None:
+    before = {f["name"] for f in _frames(page)}
+    assert "hot" in before
+    page.page.locator("#flame .frame", has_text=re.compile("^helper$")).first.click()
+    after = _frames(page)
+    assert "hot" not in {f["name"] for f in after}
+    [cold] = [f for f in after if f["name"] == "cold"]
+    width = page.page.evaluate("document.getElementById('flame').clientWidth")
+    assert float(cold["width"]) == pytest.approx(width, rel=0.01)  # type: ignore[arg-type]
+    page.page.click("#reset")
+    assert {f["name"] for f in _frames(page)} == before
+
+
+def test_the_timeline_and_the_table(page: OpenedPage, tmp_path: Path) -> None:
+    labels = page.page.locator("#timeline .label").all_inner_texts()
+    assert any(label.startswith("MainThread") for label in labels)
+    assert any(label.startswith("worker") for label in labels)
+    assert page.page.locator("#timeline .slice").count() >= 2
+    first = page.page.locator("#functions tbody tr td.name").first.inner_text()
+    assert first == "main"
+    page.page.click("#functions th[data-key=name]")
+    names = page.page.locator("#functions tbody tr td.name").all_inner_texts()
+    assert names == sorted(names)
+    assert page.page.locator("#incomplete").is_hidden()
+
+
+def test_the_screenshot_is_not_blank(page: OpenedPage, tmp_path: Path) -> None:
+    page.page.fill("#search", "cold")
+    page.page.locator("#flame .frame", has_text=re.compile("^hot$")).first.hover()
+    png = tmp_path / "perfetto-trace-html.png"
+    assert screenshot(page, png) > 20
+    if DOCS_SCREENSHOTS:
+        shutil.copy(png, Path(DOCS_SCREENSHOTS) / png.name)
+
+
+def test_a_truncated_trace_gives_a_picture_marked_incomplete(
+    recorded: Path, tmp_path: Path
+) -> None:
+    cut = tmp_path / "cut.pftrace"
+    data = recorded.read_bytes()
+    cut.write_bytes(data[: len(data) - 100])
+    html = tmp_path / "cut.html"
+    proc = _perfetto_trace("report", "--html", str(html), str(cut), cwd=tmp_path.parent)
+    assert proc.returncode == 1
+    assert f"perfetto-trace: wrote {html} (marked incomplete)" in proc.stderr
+    assert f"{cut} is truncated: the packet at offset" in proc.stderr
+    with open_page(html) as opened:
+        opened.page.wait_for_selector("body[data-rendered]")
+        banner = opened.page.locator("#incomplete")
+        assert banner.is_visible()
+        assert "is truncated" in banner.inner_text()
+        assert opened.page.title().startswith("INCOMPLETE")
+        assert "hot" in {f["name"] for f in _frames(opened)}
+        assert screenshot(opened, tmp_path / "cut.png") > 20
+        assert opened.errors == []
+        assert opened.network == []
+
+
+def test_not_a_trace_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pftrace"
+    bad.write_bytes(b"hello")
+    html = tmp_path / "bad.html"
+    proc = _perfetto_trace("report", "--html", str(html), str(bad), cwd=tmp_path.parent)
+    assert proc.returncode == 1
+    assert proc.stderr == (
+        f"perfetto-trace: {bad} is not a Perfetto trace (it begins with byte 0x68, not a "
+        "TracePacket)\n"
+    )
+    assert not html.exists()
