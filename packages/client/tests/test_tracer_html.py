@@ -3,6 +3,7 @@ what a user sees of the flame graph, the timeline, the table and the incomplete 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -164,7 +165,7 @@ def test_the_timeline_and_the_table(page: OpenedPage, tmp_path: Path) -> None:
     assert any(label.startswith("worker") for label in labels)
     assert page.page.locator("#timeline .slice").count() >= 2
     first = page.page.locator("#functions tbody tr td.name").first.inner_text()
-    assert first == "main"
+    assert first == "<module __main__>"
     page.page.click("#functions th[data-key=name]")
     names = page.page.locator("#functions tbody tr td.name").all_inner_texts()
     assert names == sorted(names)
@@ -214,3 +215,62 @@ def test_not_a_trace_is_one_line(tmp_path: Path) -> None:
         "TracePacket)\n"
     )
     assert not html.exists()
+
+
+MANY_NAMES = """\
+import time
+source = "".join(f"def f{i}():\\n    return {i}\\n" for i in range(20_000))
+space = {}
+exec(compile(source, "many.py", "exec"), space)
+for i in range(20_000):
+    space[f"f{i}"]()
+time.sleep(0.01)
+"""
+
+
+def test_names_past_the_cap_are_one_frame_other(tmp_path: Path) -> None:
+    proc, trace = run_traced(tmp_path, MANY_NAMES, options=("--no-c-calls",))
+    assert proc.returncode == 0, proc.stderr
+    html = tmp_path / "many.html"
+    proc = _perfetto_trace("report", "--html", str(html), str(trace), cwd=tmp_path.parent)
+    assert proc.returncode == 0, proc.stderr
+    report = _perfetto_trace("report", "--json", str(trace), cwd=tmp_path)
+    folded = json.loads(report.stdout)["functions"] - 5000
+    assert folded > 15_000
+    assert proc.stderr == (
+        f"perfetto-trace: wrote {html}\n"
+        f"perfetto-trace: {folded:,} functions beyond the 5,000 longest are drawn as 'other'\n"
+    )
+    assert html.stat().st_size < 1_000_000
+    with open_page(html) as opened:
+        opened.page.wait_for_selector("body[data-rendered]")
+        assert float(opened.page.evaluate("document.body.dataset.rendered")) <= RENDER_BUDGET_MS
+        assert "other" in {f["name"] for f in _frames(opened)}
+        assert "drawn as 'other'" in opened.page.locator("#folded").inner_text()
+        assert opened.page.locator("#incomplete").is_hidden()
+        assert opened.errors == []
+        assert opened.network == []
+
+
+def test_run_html_writes_the_page_beside_the_trace(tmp_path: Path) -> None:
+    proc, trace = run_traced(tmp_path, PROGRAM, options=("--html", "page.html"))
+    assert proc.returncode == 0, proc.stderr
+    html = tmp_path / "page.html"
+    assert f"perfetto-trace: wrote {html}\n" in proc.stderr
+    with open_page(html) as opened:
+        opened.page.wait_for_selector("body[data-rendered]")
+        assert "hot" in {f["name"] for f in _frames(opened)}
+        assert opened.page.locator("#incomplete").is_hidden()
+        assert opened.errors == []
+        assert opened.network == []
+
+
+def test_run_html_shows_what_the_size_cap_cut(tmp_path: Path) -> None:
+    program = "def f():\n    pass\nfor _ in range(400_000):\n    f()\n"
+    proc, trace = run_traced(tmp_path, program, options=("--max-size", "2", "--html", "cap.html"))
+    assert proc.returncode == 0, proc.stderr
+    with open_page(tmp_path / "cap.html") as opened:
+        opened.page.wait_for_selector("body[data-rendered]")
+        banner = opened.page.locator("#incomplete").inner_text()
+        assert "the size cap of 2 MiB was reached" in banner
+        assert opened.errors == []

@@ -441,13 +441,13 @@ def _html(path: str, limit: int, out: str, as_json: bool, lacks: list[str] | Non
         print("perfetto-trace: --json and --html do not go together", file=sys.stderr)
         return 1
     try:
-        lacks, truncated = write_html_report(path, out, limit, lacks or [])
+        lacks, folded, truncated = write_html_report(path, out, limit, lacks or [])
     except OSError as exc:
         print(f"perfetto-trace: cannot write {out}: {exc.strerror}", file=sys.stderr)
         return 1
     incomplete = " (marked incomplete)" if lacks else ""
     print(f"perfetto-trace: wrote {os.path.abspath(out)}{incomplete}", file=sys.stderr)
-    for line in lacks:
+    for line in lacks + folded:
         print(f"perfetto-trace: {line}", file=sys.stderr)
     return 1 if truncated else 0
 

@@ -116,12 +116,13 @@ def html_data(path: str, tree: CallTree, truncated: str, limit: int) -> dict[str
     names = _Names([f for f in reader.functions.values() if f.calls])
     start = max(reader.first_ns, 0)
     notes = ([truncated] if truncated else []) + report_notes(report)
+    folded = []
     if names.folded:
-        notes.append(
+        folded.append(
             f"{names.folded:,} functions beyond the {MAX_NAMES:,} longest are drawn as 'other'"
         )
     if tree.top_slices_dropped:
-        notes.append(
+        folded.append(
             f"{tree.top_slices_dropped:,} top-level calls past the first "
             f"{MAX_TOP_SLICES:,} are not in the timeline"
         )
@@ -148,6 +149,7 @@ def html_data(path: str, tree: CallTree, truncated: str, limit: int) -> dict[str
         "summary": format_report(report, 0).splitlines()[0],
         "span_ns": report["span_ns"],
         "incomplete": notes,
+        "folded": folded,
         "names": names.names,
         "locations": names.locations,
         "stacks": stacks,
@@ -174,14 +176,17 @@ def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def write_html_report(path: str, out: str, limit: int, lacks: list[str]) -> tuple[list[str], bool]:
+def write_html_report(
+    path: str, out: str, limit: int, lacks: list[str]
+) -> tuple[list[str], list[str], bool]:
     """Writes the page of the trace at `path` to `out`, with `lacks` (what the recording
-    said it lost) first in its incomplete box; returns the box's lines and whether the file
-    is truncated. Raises `ReportError` when the file is not a trace (nothing is written)."""
+    said it lost) first in its incomplete box; returns the box's lines, the page's notes on
+    what it folded, and whether the file is truncated. Raises `ReportError` when the file is
+    not a trace (nothing is written)."""
     tree, truncated = read_call_tree(path, limit)
     data = html_data(path, tree, truncated, limit)
     data["incomplete"] = lacks + data["incomplete"]
     page = html_page(data)
     with open(out, "w", encoding="utf-8") as file:
         file.write(page)
-    return list(data["incomplete"]), bool(truncated)
+    return list(data["incomplete"]), list(data["folded"]), bool(truncated)

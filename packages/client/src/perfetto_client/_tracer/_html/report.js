@@ -32,6 +32,7 @@
   // ---- header -------------------------------------------------------------------------
   $("trace").textContent = D.trace;
   $("summary").textContent = D.summary;
+  $("folded").textContent = D.folded.join("; ");
   if (D.incomplete.length) {
     const box = $("incomplete");
     box.hidden = false;
@@ -120,7 +121,7 @@
     div.style.width = width + "px";
     div.style.top = depth * ROW + "px";
     div.style.background = node.parent ? colour(node.name) : "#bbb";
-    div.textContent = width > 30 ? (node.parent ? node.name : "all (" + select.selectedOptions[0].textContent + ")") : "";
+    div.textContent = width > 30 ? (node.parent ? node.name : select.selectedOptions[0].textContent) : "";
     div.dataset.name = node.parent ? node.name : "";
     div.dataset.depth = String(depth);
     div.dataset.total = String(node.total);
