@@ -109,6 +109,13 @@ def _frames(opened: OpenedPage) -> list[dict[str, object]]:
     return frames
 
 
+def _number(pattern: str, text: str) -> float:
+    """The number that the first group of `pattern` finds in `text` (commas dropped)."""
+    found = re.search(pattern, text)
+    assert found is not None, f"{pattern!r} is not in {text!r}"
+    return float(found[1].replace(",", ""))
+
+
 def _tooltip(opened: OpenedPage, name: str) -> str:
     frame = opened.page.locator("#flame .frame", has_text=re.compile(f"^{name}$")).first
     frame.hover()
@@ -125,7 +132,7 @@ def test_the_hot_function_is_the_widest_frame_at_its_depth(
     assert rivals, "hot has no sibling frames: nothing was compared"
     assert all(float(hot["width"]) > float(f["width"]) for f in rivals)  # type: ignore[arg-type]
     tip = _tooltip(page, "hot")
-    shown = float(re.search(r"total ([\d,.]+) ms", tip)[1].replace(",", ""))  # type: ignore[index]
+    shown = _number(r"total ([\d,.]+) ms", tip)
     assert shown == pytest.approx(_text_total_ms(recorded, "hot"), rel=1e-3)
     assert "prog.py:4" in tip
     assert "calls 3" in tip
@@ -139,10 +146,8 @@ def test_search_highlights_exactly_the_matching_frames(page: OpenedPage, recorde
     assert [f for f in frames if f["match"]] == matching
     said = page.page.locator("#matches").inner_text()
     assert said.startswith("2 frames match, ")
-    share = float(re.search(r"([\d.]+) %", said)[1])  # type: ignore[index]
-    everything = float(
-        re.search(r"total ([\d,.]+) ms", _tooltip(page, "all.*"))[1].replace(",", "")
-    )  # type: ignore[index]
+    share = _number(r"([\d.]+) %", said)
+    everything = _number(r"total ([\d,.]+) ms", _tooltip(page, "all.*"))
     assert share == pytest.approx(100 * _text_total_ms(recorded, "cold") / everything, abs=0.1)
 
 
@@ -255,7 +260,7 @@ def test_names_past_the_cap_are_one_frame_other(tmp_path: Path) -> None:
 def test_run_html_writes_the_page_beside_the_trace(tmp_path: Path) -> None:
     proc, trace = run_traced(tmp_path, PROGRAM, options=("--html", "page.html"))
     assert proc.returncode == 0, proc.stderr
-    html = tmp_path / "page.html"
+    html = trace.parent / "page.html"
     assert f"perfetto-trace: wrote {html}\n" in proc.stderr
     with open_page(html) as opened:
         opened.page.wait_for_selector("body[data-rendered]")
@@ -269,7 +274,8 @@ def test_run_html_shows_what_the_size_cap_cut(tmp_path: Path) -> None:
     program = "def f():\n    pass\nfor _ in range(400_000):\n    f()\n"
     proc, trace = run_traced(tmp_path, program, options=("--max-size", "2", "--html", "cap.html"))
     assert proc.returncode == 0, proc.stderr
-    with open_page(tmp_path / "cap.html") as opened:
+    assert trace.stat().st_size <= 2 << 20
+    with open_page(trace.parent / "cap.html") as opened:
         opened.page.wait_for_selector("body[data-rendered]")
         banner = opened.page.locator("#incomplete").inner_text()
         assert "the size cap of 2 MiB was reached" in banner

@@ -9,10 +9,24 @@ of the slices directly inside it (`Frame.children_ns`).
 
 from __future__ import annotations
 
+try:
+    import cython
+except ImportError:  # installed without Cython: runs as pure Python
+    from protozero import _cython_shim as cython
+
 from perfetto_service import TraceFileError, read_trace_file
 
 from perfetto_client._tracer._report import ReportError
-from perfetto_client._tracer._slices import Function, SliceReader, Track
+
+if cython.compiled:
+    from cython.cimports.perfetto_client._tracer._slices import (
+        Frame,
+        Function,
+        SliceReader,
+        Track,
+    )
+else:
+    from perfetto_client._tracer._slices import Frame, Function, SliceReader, Track
 
 __all__ = ["CallNode", "CallTree", "read_call_tree"]
 
@@ -22,8 +36,6 @@ MAX_TOP_SLICES = 200_000
 
 class CallNode:
     """The ended calls of one function at one call path: their count and total time (ns)."""
-
-    __slots__ = ("calls", "children", "func", "total_ns")
 
     def __init__(self, func: Function | None) -> None:
         self.func = func
@@ -41,8 +53,6 @@ class CallNode:
 
 class _Mirror:
     """What is known of one of the reader's stacks: the nodes of its open slices."""
-
-    __slots__ = ("depth", "nodes", "root", "track")
 
     def __init__(self, track: Track) -> None:
         self.track = track
@@ -63,26 +73,31 @@ class CallTree:
         self._kept = 0
         self._last: _Mirror | None = None
         self._self_seen: dict[Function, int] = {}
+        self._at = 0
 
     def feed(self, data: bytes, base: int) -> int:
         """Decodes the whole packets of `data` (file offset `base`); returns where the first
         incomplete one starts."""
+        buf = data
         end = len(data)
         pos = 0
         reader = self.reader
         while pos < end:
-            tag, at = _varint(data, pos, end)
+            tag = self._varint(buf, pos, end)
+            at = self._at
             if at < 0:
                 return pos
             stop = at
-            if tag & 7 in {0, 2}:
-                value, stop = _varint(data, at, end)
+            wire_type = tag & 7
+            if wire_type in {0, 2}:
+                value = self._varint(buf, at, end)
+                stop = self._at
                 if stop < 0:
                     return pos
-                if tag & 7 == 2:
-                    stop += value
-                    if stop > end:
+                if wire_type == 2:
+                    if value > end - stop:
                         return pos
+                    stop += value
             else:  # not a Trace field: the reader says so
                 stop = end
             if reader.feed(data, pos, stop, base) != stop:
@@ -90,6 +105,21 @@ class CallTree:
             self._moved()
             pos = stop
         return pos
+
+    def _varint(self, buf: bytes, pos: int, end: int) -> int:
+        """The varint at `pos`; `_at` is where it ends, or -1 when it runs past `end`."""
+        value = 0
+        shift = 0
+        while pos < end and shift < 64:
+            byte = buf[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                self._at = pos
+                return value
+            shift += 7
+        self._at = -1
+        return 0
 
     def _moved(self) -> None:
         last = self._last
@@ -116,7 +146,7 @@ class CallTree:
             else:
                 mirror.nodes.append(node)
         else:  # a slice ended
-            frame = track.frames[depth]
+            frame: Frame = track.frames[depth]
             func = frame.func
             seen = self._self_seen.get(func, 0)
             self._self_seen[func] = func.self_ns
@@ -131,20 +161,6 @@ class CallTree:
                 else:
                     self.top_slices_dropped += 1
         mirror.depth = depth
-
-
-def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
-    """The varint at `pos` and where it ends (-1 when it runs past `end`)."""
-    value = 0
-    shift = 0
-    while pos < end:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-    return 0, -1
 
 
 def read_call_tree(path: str, limit: int) -> tuple[CallTree, str]:
