@@ -280,3 +280,44 @@ def test_run_html_shows_what_the_size_cap_cut(tmp_path: Path) -> None:
         banner = opened.page.locator("#incomplete").inner_text()
         assert "the size cap of 2 MiB was reached" in banner
         assert opened.errors == []
+
+
+TESTS = """\
+import time
+
+def slow_helper():
+    time.sleep(0.03)
+
+def test_slow():
+    slow_helper()
+
+def test_quick():
+    pass
+"""
+
+
+def test_pytest_perfetto_html_writes_the_run_s_page(tmp_path: Path) -> None:
+    (tmp_path / "project" / "tests").mkdir(parents=True)
+    (tmp_path / "project" / "tests" / "test_sample.py").write_text(TESTS)
+    out, html = tmp_path / "run.pftrace", tmp_path / "run.html"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    proc = subprocess.run(
+        [str(BIN / "pytest"), "-p", "no:cacheprovider", "-p", "no:randomly", "--perfetto"]
+        + [str(out), "--perfetto-calls", "--perfetto-html", str(html), "tests"],
+        cwd=tmp_path / "project",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=clean,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"perfetto-trace: wrote {html}\n" in proc.stdout
+    with open_page(html) as opened:
+        opened.page.wait_for_selector("body[data-rendered]")
+        names = {str(f["name"]) for f in _frames(opened)}
+        assert any(name.endswith("slow_helper") for name in names), names
+        assert opened.page.locator("#timeline .slice").count() >= 1
+        assert opened.page.locator("#incomplete").is_hidden()
+        assert opened.errors == []
+        assert opened.network == []
