@@ -301,9 +301,9 @@ def test_pytest_perfetto_html_writes_the_run_s_page(tmp_path: Path) -> None:
     (tmp_path / "project" / "tests" / "test_sample.py").write_text(TESTS)
     out, html = tmp_path / "run.pftrace", tmp_path / "run.html"
     clean = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    options = ["--perfetto", str(out), "--perfetto-calls", "--perfetto-html", str(html)]
     proc = subprocess.run(
-        [str(BIN / "pytest"), "-p", "no:cacheprovider", "-p", "no:randomly", "--perfetto"]
-        + [str(out), "--perfetto-calls", "--perfetto-html", str(html), "tests"],
+        [str(BIN / "pytest"), "-p", "no:cacheprovider", "-p", "no:randomly", *options, "tests"],
         cwd=tmp_path / "project",
         capture_output=True,
         text=True,
