@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from perfetto_testing import OpenedPage, open_page, screenshot
@@ -321,3 +322,23 @@ def test_pytest_perfetto_html_writes_the_run_s_page(tmp_path: Path) -> None:
         assert opened.page.locator("#incomplete").is_hidden()
         assert opened.errors == []
         assert opened.network == []
+
+
+def test_paths_past_the_cap_fold_into_other_and_keep_their_time(recorded: Path) -> None:
+    from perfetto_client._tracer._call_tree import read_call_tree
+    from perfetto_client._tracer._html_report import html_data
+
+    def data(max_paths: int) -> dict[str, Any]:
+        tree, truncated = read_call_tree(str(recorded), 20, max_paths)
+        assert truncated == ""
+        return html_data(str(recorded), tree, truncated, 20)
+
+    whole = data(300_000)
+    assert whole["folded"] == []
+    folded = data(4)
+    assert [s["tree"]["t"][0] for s in folded["stacks"]] == [
+        s["tree"]["t"][0] for s in whole["stacks"]
+    ]
+    assert len(folded["stacks"][0]["tree"]["n"]) < len(whole["stacks"][0]["tree"]["n"])
+    [line] = [line for line in folded["folded"] if "call paths past the first 4 " in line]
+    assert line.endswith("are drawn as 'other' under their callers")

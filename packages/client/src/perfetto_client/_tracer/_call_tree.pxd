@@ -8,8 +8,10 @@ cdef class CallNode:
     cdef public long long calls
     cdef public long long total_ns
     cdef public dict children
+    cdef public CallNode other
 
-    cpdef CallNode child(self, Function func)
+
+cdef CallNode _other(CallNode node)
 
 
 cdef class _Mirror:
@@ -25,10 +27,13 @@ cdef class CallTree:
     cdef public list mirrors
     cdef public list top_slices
     cdef public long long top_slices_dropped
+    cdef public long long folded_calls
+    cdef public long long max_paths
     cdef long long _kept
     cdef _Mirror _last
     cdef dict _self_seen
     cdef Py_ssize_t _at
+    cdef long long _paths
 
     @cython.locals(
         buf="const unsigned char[::1]", end=Py_ssize_t, pos=Py_ssize_t, at=Py_ssize_t, stop=Py_ssize_t,
@@ -39,5 +44,8 @@ cdef class CallTree:
     cdef unsigned long long _varint(self, const unsigned char[::1] buf, Py_ssize_t pos, Py_ssize_t end) noexcept
     @cython.locals(last=_Mirror, mirror=_Mirror)
     cdef _moved(self)
-    @cython.locals(track=Track, depth=Py_ssize_t, node=CallNode, frame=Frame, func=Function, seen="long long", duration="long long")
+    @cython.locals(
+        track=Track, depth=Py_ssize_t, node=CallNode, parent=CallNode, found=CallNode, frame=Frame,
+        func=Function, seen="long long", duration="long long",
+    )
     cdef _follow(self, _Mirror mirror)

@@ -32,6 +32,8 @@ __all__ = ["CallNode", "CallTree", "read_call_tree"]
 
 # Top-level slices kept for the timeline, over all stacks; those past it are counted.
 MAX_TOP_SLICES = 200_000
+# Call paths made, over all stacks; a new path past it is folded into its caller's "other".
+MAX_PATHS = 300_000
 
 
 class CallNode:
@@ -41,14 +43,18 @@ class CallNode:
         self.func = func
         self.calls = 0
         self.total_ns = 0
-        self.children: dict[Function, CallNode] = {}
+        self.children: dict[Function | None, CallNode] = {}
+        self.other: CallNode | None = None  # the paths below it that were folded
 
-    def child(self, func: Function) -> CallNode:
-        """The node of `func` called from this path (made on first use)."""
-        node = self.children.get(func)
-        if node is None:
-            node = self.children[func] = CallNode(func)
-        return node
+
+def _other(node: CallNode) -> CallNode:
+    """Where the new paths below `node` go once `MAX_PATHS` were made: one node with no
+    function (drawn as "other"), whose own callees are itself."""
+    if node.other is None:
+        node.other = CallNode(None)
+        node.other.other = node.other
+        node.children[None] = node.other
+    return node.other
 
 
 class _Mirror:
@@ -65,15 +71,18 @@ class CallTree:
     """A `SliceReader` and, per stack (a track and sequence), its calls by path and its
     top-level slices `(begin ns, duration ns, function)`."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, max_paths: int = MAX_PATHS) -> None:
         self.reader = SliceReader(limit)
+        self.max_paths = max_paths
         self.mirrors: list[_Mirror] = []
         self.top_slices: list[list[tuple[int, int, Function]]] = []
         self.top_slices_dropped = 0
+        self.folded_calls = 0  # calls that began a path past MAX_PATHS
         self._kept = 0
         self._last: _Mirror | None = None
         self._self_seen: dict[Function, int] = {}
         self._at = 0
+        self._paths = 0
 
     def feed(self, data: bytes, base: int) -> int:
         """Decodes the whole packets of `data` (file offset `base`); returns where the first
@@ -140,7 +149,20 @@ class CallTree:
         track = mirror.track
         depth = track.depth
         if depth > mirror.depth:  # a slice began
-            node = mirror.nodes[mirror.depth].child(track.frames[depth - 1].func)
+            parent = mirror.nodes[mirror.depth]
+            func = track.frames[depth - 1].func
+            if parent.other is parent:
+                node = parent
+            else:
+                found = parent.children.get(func)
+                if found is not None:
+                    node = found
+                elif self._paths < self.max_paths:
+                    self._paths += 1
+                    node = parent.children[func] = CallNode(func)
+                else:
+                    self.folded_calls += 1
+                    node = _other(parent)
             if len(mirror.nodes) > depth:
                 mirror.nodes[depth] = node
             else:
@@ -152,8 +174,10 @@ class CallTree:
             self._self_seen[func] = func.self_ns
             duration = func.self_ns - seen + frame.children_ns
             node = mirror.nodes[mirror.depth]
-            node.calls += 1
-            node.total_ns += duration
+            if node.other is not node or mirror.nodes[depth] is not node:
+                # (a call folded into the same "other" as its caller is inside its time)
+                node.calls += 1
+                node.total_ns += duration
             if depth == 0:
                 if self._kept < MAX_TOP_SLICES:
                     self._kept += 1
@@ -163,10 +187,10 @@ class CallTree:
         mirror.depth = depth
 
 
-def read_call_tree(path: str, limit: int) -> tuple[CallTree, str]:
+def read_call_tree(path: str, limit: int, max_paths: int = MAX_PATHS) -> tuple[CallTree, str]:
     """Decodes the trace at `path`; returns its call tree and, when the file is truncated,
     the line that says so (what came before the cut is decoded, not thrown away)."""
-    tree = CallTree(limit)
+    tree = CallTree(limit, max_paths)
     try:
         end = read_trace_file(path, tree.feed)
     except TraceFileError as exc:

@@ -16,7 +16,12 @@ import json
 from importlib.resources import files
 from typing import Any
 
-from perfetto_client._tracer._call_tree import MAX_TOP_SLICES, CallNode, CallTree, read_call_tree
+from perfetto_client._tracer._call_tree import (
+    MAX_TOP_SLICES,
+    CallNode,
+    CallTree,
+    read_call_tree,
+)
 from perfetto_client._tracer._report import format_report, report_json, report_notes
 from perfetto_client._tracer._slices import Function
 
@@ -120,6 +125,11 @@ def html_data(path: str, tree: CallTree, truncated: str, limit: int) -> dict[str
     if names.folded:
         folded.append(
             f"{names.folded:,} functions beyond the {MAX_NAMES:,} longest are drawn as 'other'"
+        )
+    if tree.folded_calls:
+        folded.append(
+            f"{tree.folded_calls:,} calls on call paths past the first {tree.max_paths:,} "
+            "are drawn as 'other' under their callers"
         )
     if tree.top_slices_dropped:
         folded.append(
