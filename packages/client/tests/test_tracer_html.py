@@ -340,5 +340,5 @@ def test_paths_past_the_cap_fold_into_other_and_keep_their_time(recorded: Path) 
         s["tree"]["t"][0] for s in whole["stacks"]
     ]
     assert len(folded["stacks"][0]["tree"]["n"]) < len(whole["stacks"][0]["tree"]["n"])
-    [line] = [line for line in folded["folded"] if "call paths past the first 4 " in line]
+    [line] = [line for line in folded["folded"] if "on call paths past the first 4 " in line]
     assert line.endswith("are drawn as 'other' under their callers")

@@ -128,8 +128,8 @@ def html_data(path: str, tree: CallTree, truncated: str, limit: int) -> dict[str
         )
     if tree.folded_calls:
         folded.append(
-            f"{tree.folded_calls:,} calls on call paths past the first {tree.max_paths:,} "
-            "are drawn as 'other' under their callers"
+            f"{tree.folded_calls:,} calls (with their callees) on call paths past the first "
+            f"{tree.max_paths:,} are drawn as 'other' under their callers"
         )
     if tree.top_slices_dropped:
         folded.append(
