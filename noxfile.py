@@ -36,7 +36,7 @@ INSTALLED_TESTS_ON = "3.11"
 # ruff and mypy: the generated code's lint and type check).
 TEST_REQUIREMENTS = [
     *("pytest", "pytest-randomly", "pytest-timeout", "pytest-xdist", "hypothesis", "perfetto"),
-    "opentelemetry-sdk",
+    *("opentelemetry-sdk", "playwright"),
     *("grpcio-tools", "mypy-protobuf", "ruff", "mypy"),
 ]
 
@@ -219,6 +219,20 @@ def protos_check(session: nox.Session) -> None:
 def layers(session: nox.Session) -> None:
     """Fails if a package imports a package that is not below it (README.md, "Layers")."""
     session.run("python", "tools/check_layers.py")
+
+
+# Where the browser tests also save the screenshots that the docs show (`nox -s screenshots`).
+SCREENSHOTS = "PERFETTO_PY_DOCS_SCREENSHOTS"
+
+
+@nox.session(python=False)
+def screenshots(session: nox.Session) -> None:
+    """Regenerates the docs' screenshots of the HTML reports (docs/images/), taken by their
+    browser tests in headless Chromium (/usr/bin/chromium)."""
+    session.run("python", "tools/build_native.py")
+    tests = ["packages/client/tests/test_tracer_html.py"]
+    pytest = ["pytest", *tests, "-p", "no:randomly", "-q", "-k", "screenshot", *session.posargs]
+    session.run(*pytest, env={EXPECT_COMPILED: "1", SCREENSHOTS: str(ROOT / "docs" / "images")})
 
 
 @nox.session(python=False)

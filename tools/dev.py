@@ -125,9 +125,13 @@ def _fingerprint() -> str:
     return digest.hexdigest()
 
 
-SYSTEM_PACKAGES = {"libdw-dev": Path("/usr/include/elfutils/libdwfl.h")}
-"""Debian packages the full build needs (elfutils' libdw: heapprofd's native unwinder), each
-with a file that tells whether it is installed."""
+SYSTEM_PACKAGES = {
+    "libdw-dev": Path("/usr/include/elfutils/libdwfl.h"),
+    "chromium": Path("/usr/bin/chromium"),
+}
+"""Debian packages the full build and tests need (elfutils' libdw: heapprofd's native unwinder;
+Chromium: the browser tests of the HTML reports), each with a file that tells whether it is
+installed."""
 
 
 def ensure_system_packages() -> None:

@@ -50,6 +50,7 @@ TEST_TOOLS = (
     "hypothesis",
     "perfetto",
     "opentelemetry-sdk",
+    "playwright",  # the HTML reports' browser tests, with Debian's Chromium (never downloaded)
 )
 TIMEOUT = 60.0
 

@@ -1,8 +1,19 @@
 """What the tests of every perfetto-py package share: limits, waits, child processes that end,
 and traces read with upstream's schema."""
 
+from perfetto_testing._browser import CHROMIUM, OpenedPage, open_page, screenshot
 from perfetto_testing._processes import end_process
 from perfetto_testing._traces import read_upstream_trace
 from perfetto_testing._wait import SLOW_TIMEOUT, TIMEOUT, wait_for
 
-__all__ = ["SLOW_TIMEOUT", "TIMEOUT", "end_process", "read_upstream_trace", "wait_for"]
+__all__ = [
+    "CHROMIUM",
+    "SLOW_TIMEOUT",
+    "TIMEOUT",
+    "OpenedPage",
+    "end_process",
+    "open_page",
+    "read_upstream_trace",
+    "screenshot",
+    "wait_for",
+]

@@ -13,7 +13,8 @@ import pytest
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """`--perfetto OUT.pftrace`, `--perfetto-calls` and `--perfetto-max-size MB`."""
+    """`--perfetto OUT.pftrace`, `--perfetto-calls`, `--perfetto-max-size MB` and
+    `--perfetto-html OUT.html`."""
     group = parser.getgroup("perfetto", "Perfetto trace of the run (perfetto-client)")
     group.addoption(
         "--perfetto",
@@ -37,6 +38,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(0: no cap; default: perfetto-trace run's --max-size); what is left out is counted "
         "and the trace is partial",
     )
+    group.addoption(
+        "--perfetto-html",
+        metavar="OUT.html",
+        default=None,
+        help="with --perfetto: then write the trace's HTML report (perfetto-trace report --html)",
+    )
 
 
 def _max_size(text: str) -> float:
@@ -54,11 +61,14 @@ def pytest_configure(config: pytest.Config) -> None:
     """Starts the recording when `--perfetto` is given."""
     output = config.getoption("perfetto")
     calls = bool(config.getoption("perfetto_calls"))
+    html = config.getoption("perfetto_html")
     if not output:
         if calls:
             raise pytest.UsageError("--perfetto-calls needs --perfetto OUT.pftrace")
+        if html:
+            raise pytest.UsageError("--perfetto-html needs --perfetto OUT.pftrace")
         return
     # The tracer: 20 ms of CPU, which a pytest run without --perfetto does not pay.
     from perfetto_client._tracer._test_run import start_test_run
 
-    start_test_run(config, output, calls, config.getoption("perfetto_max_size"))
+    start_test_run(config, output, calls, config.getoption("perfetto_max_size"), html)

@@ -28,7 +28,7 @@ USAGE = """\
 perfetto-trace run [options] script.py [args...]
        perfetto-trace run [options] -m module [args...]"""
 OPEN_USAGE = "perfetto-trace open [--port N] FILE"
-REPORT_USAGE = "perfetto-trace report [--limit N] [--json] FILE"
+REPORT_USAGE = "perfetto-trace report [--limit N] [--json | --html OUT.html] FILE"
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(ns|us|µs|ms|s)?\s*$")
 _UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
@@ -264,6 +264,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--port", type=_parse_port, default=DEFAULT_UI_PORT, help="--open's port (%(default)s)"
     )
+    run.add_argument(
+        "--html", metavar="OUT.html", help="then write the trace's HTML report (report --html)"
+    )
     run.add_argument("-q", "--quiet", action="store_true", help="print no summary")
     run.add_argument(
         "program",
@@ -285,6 +288,11 @@ def _parser() -> argparse.ArgumentParser:
         "--limit", type=_parse_limit, default=20, metavar="N", help="rows per table (%(default)s)"
     )
     report.add_argument("--json", action="store_true", help="print the report as JSON")
+    report.add_argument(
+        "--html",
+        metavar="OUT.html",
+        help="write a flame graph, timeline and table as one HTML page",
+    )
     return parser
 
 
@@ -344,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "open":
         return _serve(args.file, args.port)
     if args.command == "report":
-        return _report(args.file, args.limit, args.json)
+        return _report(args.file, args.limit, args.json, args.html)
     if args.command != "run":
         print(f"usage: {USAGE}\n       {OPEN_USAGE}\n       {REPORT_USAGE}", file=sys.stderr)
         return 1
@@ -354,6 +362,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.open and args.system:
         print(
             "perfetto-trace: --open does not go with --system (traced has the trace)",
+            file=sys.stderr,
+        )
+        return 1
+    if args.html and args.system:
+        print(
+            "perfetto-trace: --html does not go with --system (traced has the trace)",
             file=sys.stderr,
         )
         return 1
@@ -395,7 +409,9 @@ def main(argv: list[str] | None = None) -> int:
         # As python shows it: the error's own block, none of perfetto-trace's frames.
         sys.excepthook(type(exc), exc.with_traceback(None), None)
         return 1
-    return _run(program, options, args.duration, args.quiet, args.port if args.open else 0)
+    return _run(
+        program, options, args.duration, args.quiet, args.port if args.open else 0, args.html
+    )
 
 
 def _serve(path: str, port: int) -> int:
@@ -404,11 +420,13 @@ def _serve(path: str, port: int) -> int:
     return serve_once(path, port)
 
 
-def _report(path: str, limit: int, as_json: bool) -> int:
+def _report(path: str, limit: int, as_json: bool, html: str | None = None) -> int:
     # 14 ms of CPU, for `perfetto-trace report` only.
     from perfetto_client._tracer._report import ReportError, print_report
 
     try:
+        if html is not None:
+            return _html(path, limit, html, as_json)
         print_report(path, limit, as_json, sys.stdout)
     except ReportError as exc:
         print(f"perfetto-trace: {exc}", file=sys.stderr)
@@ -416,8 +434,31 @@ def _report(path: str, limit: int, as_json: bool) -> int:
     return 0
 
 
-def _run(
-    program: Program, options: TraceOptions, duration: float, quiet: bool, open_port: int = 0
+def _html(path: str, limit: int, out: str, as_json: bool, lacks: list[str] | None = None) -> int:
+    from perfetto_client._tracer._html_report import write_html_report
+
+    if as_json:
+        print("perfetto-trace: --json and --html do not go together", file=sys.stderr)
+        return 1
+    try:
+        lacks, folded, truncated = write_html_report(path, out, limit, lacks or [])
+    except OSError as exc:
+        print(f"perfetto-trace: cannot write {out}: {exc.strerror}", file=sys.stderr)
+        return 1
+    incomplete = " (marked incomplete)" if lacks else ""
+    print(f"perfetto-trace: wrote {os.path.abspath(out)}{incomplete}", file=sys.stderr)
+    for line in lacks + folded:
+        print(f"perfetto-trace: {line}", file=sys.stderr)
+    return 1 if truncated else 0
+
+
+def _run(  # noqa: PLR0917 (the command's settings in order)
+    program: Program,
+    options: TraceOptions,
+    duration: float,
+    quiet: bool,
+    open_port: int = 0,
+    html: str | None = None,
 ) -> int:
     recording = Recording(options)
 
@@ -486,6 +527,11 @@ def _run(
             for line in summary.lines():
                 print(line, file=sys.stderr)
     exit_code = _flush_stdout(exit_code)
+    if html is not None:
+        # The recording's own losses (a size cap, a write error) go on the page too.
+        lost = summary.lines()[0].removeprefix("perfetto-trace: ")
+        lacks = [lost] if summary.events_lost or summary.partial else []
+        exit_code = _html(summary.path, 20, html, False, lacks) or exit_code
     if reraise_signal:
         signal.signal(reraise_signal, signal.SIG_DFL)
         os.kill(os.getpid(), reraise_signal)

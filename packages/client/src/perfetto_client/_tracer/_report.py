@@ -14,7 +14,14 @@ from perfetto_service import TraceFileError, read_trace_file
 
 from perfetto_client._tracer._slices import Function, SliceReader
 
-__all__ = ["ReportError", "print_report", "read_trace"]
+__all__ = [
+    "ReportError",
+    "format_report",
+    "print_report",
+    "read_trace",
+    "report_json",
+    "report_notes",
+]
 
 
 class ReportError(Exception):
@@ -133,21 +140,28 @@ def format_report(report: dict[str, Any], limit: int) -> str:
             f"{_ms(call['duration_ns']):>12} {call['start_ns'] / 1e9:>10.6f}  {thread:<24} "
             f"{call['name']}"
         )
-    notes = [
-        (
-            "unfinished_calls",
-            "calls had not returned when the trace ended (the program was stopped?): "
-            "they are not counted above",
-        ),
-        ("ends_without_begin", "returns without their call (the trace lost its beginning)"),
-        ("events_without_clock", "events on a clock never set by a clock snapshot: left out"),
-        ("names_not_interned", "calls whose name was never interned"),
-        ("packets_after_loss", "packets follow data lost on their sequence"),
-    ]
-    lines = [f"{report[key]:,} {text}" for key, text in notes if report[key]]
+    lines = report_notes(report)
     if lines:
         out += ["", *lines]
     return "\n".join(out) + "\n"
+
+
+_NOTES = (
+    (
+        "unfinished_calls",
+        "calls had not returned when the trace ended (the program was stopped?): "
+        "they are not counted above",
+    ),
+    ("ends_without_begin", "returns without their call (the trace lost its beginning)"),
+    ("events_without_clock", "events on a clock never set by a clock snapshot: left out"),
+    ("names_not_interned", "calls whose name was never interned"),
+    ("packets_after_loss", "packets follow data lost on their sequence"),
+)
+
+
+def report_notes(report: dict[str, Any]) -> list[str]:
+    """The lines that say what the trace lacks or what did not fit, as the report prints them."""
+    return [f"{report[key]:,} {text}" for key, text in _NOTES if report[key]]
 
 
 def print_report(path: str, limit: int, as_json: bool, out: TextIO) -> None:

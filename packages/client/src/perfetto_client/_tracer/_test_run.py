@@ -39,10 +39,15 @@ _PLUGIN_NAME = "perfetto-test-run"
 
 
 def start_test_run(
-    config: pytest.Config, output: str, calls: bool, max_size_mb: float | None
+    config: pytest.Config,
+    output: str,
+    calls: bool,
+    max_size_mb: float | None,
+    html: str | None = None,
 ) -> None:
     """Starts recording this pytest process (or, in pytest-xdist's controller, its workers)
-    into a trace of at most `max_size_mb` MiB (0: no cap; None: `perfetto-trace run`'s)."""
+    into a trace of at most `max_size_mb` MiB (0: no cap; None: `perfetto-trace run`'s);
+    its HTML report is written to `html` at the end when given."""
     path = os.path.abspath(output)
     if max_size_mb is None:
         max_size_mb = DEFAULT_MAX_SIZE_MB
@@ -53,6 +58,7 @@ def start_test_run(
         worker = getattr(config, "workerinput", {}).get("workerid")
         plugin = _TestRun(config, path, calls, worker, max_bytes)
         plugin.start()
+    plugin.html = html
     config.pluginmanager.register(plugin, _PLUGIN_NAME)
 
 
@@ -67,14 +73,35 @@ def _type_name(kind: type) -> str:
     return name if kind.__module__ in ("builtins", "__main__") else f"{kind.__module__}.{name}"
 
 
-def _print_summary(summary: Summary, terminal: Any) -> None:
+def _print_summary(summary: Summary, terminal: Any, html: str | None) -> None:
+    lines = summary.lines()
+    if html is not None:
+        lines += _html_report(summary, html)
     if terminal is None:
-        for line in summary.lines():
+        for line in lines:
             print(line, file=sys.stderr)
         return
     terminal.write_sep("-", "perfetto")
-    for line in summary.lines():
+    for line in lines:
         terminal.write_line(line)
+
+
+def _html_report(summary: Summary, html: str) -> list[str]:
+    """Writes the trace's HTML report to `html`; the lines that say so."""
+    from perfetto_client._tracer._html_report import write_html_report
+    from perfetto_client._tracer._report import ReportError
+
+    lost = summary.lines()[0].removeprefix("perfetto-trace: ")
+    try:
+        lacks, folded, _ = write_html_report(
+            summary.path, html, 20, [lost] if summary.events_lost or summary.partial else []
+        )
+    except (ReportError, OSError) as exc:
+        return [f"perfetto-trace: no HTML report: {exc}"]
+    incomplete = " (marked incomplete)" if lacks else ""
+    return [f"perfetto-trace: wrote {os.path.abspath(html)}{incomplete}"] + [
+        f"perfetto-trace: {line}" for line in lacks + folded
+    ]
 
 
 def _fail_if_incomplete(session: pytest.Session, summary: Summary | None) -> None:
@@ -97,6 +124,7 @@ class _TestRun:
         self.calls = calls
         self.worker = worker
         self.summary: Summary | None = None
+        self.html: str | None = None
         self._reported = False
         self._outcome = "passed"
         self._recording: Recording | None = None
@@ -256,13 +284,13 @@ class _TestRun:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.summary is not None and self.worker is None:
-            _print_summary(self.summary, terminalreporter)
+            _print_summary(self.summary, terminalreporter, self.html)
             self._reported = True
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.stop()
         if self.summary is not None and self.worker is None and not self._reported:
-            _print_summary(self.summary, None)
+            _print_summary(self.summary, None, self.html)
 
 
 class _Controller:
@@ -273,6 +301,7 @@ class _Controller:
         self.max_bytes = max_bytes
         self._started = time.monotonic()
         self.summary: Summary | None = None
+        self.html: str | None = None
         self._parts: dict[str, dict[str, Any]] = {}
         self._missing: list[str] = []
         self._reported = False
@@ -357,10 +386,10 @@ class _Controller:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.summary is not None:
-            _print_summary(self.summary, terminalreporter)
+            _print_summary(self.summary, terminalreporter, self.html)
             self._reported = True
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.join()
         if self.summary is not None and not self._reported:
-            _print_summary(self.summary, None)
+            _print_summary(self.summary, None, self.html)
