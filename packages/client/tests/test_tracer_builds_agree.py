@@ -9,6 +9,7 @@ path meet wherever an option, a hand-off or the tracer's own frames apply.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Any
@@ -51,10 +52,8 @@ def builtins_of(which: int) -> None:
     elif which == 2:
         "a".upper()  # a method descriptor called with its object
     else:
-        try:
+        with contextlib.suppress(ValueError):
             math.sqrt(-1.0)  # a builtin that raises
-        except ValueError:
-            pass
 
 
 def run(plan: Plan) -> None:
@@ -68,10 +67,8 @@ def run(plan: Plan) -> None:
             for _ in counting(step[1]):
                 pass
         elif kind == "raise":
-            try:
+            with contextlib.suppress(ValueError):
                 failing(step[1])
-            except ValueError:
-                pass
         else:
             for _ in range(step[1]):
                 leaf()

@@ -137,7 +137,7 @@ ctypedef struct Entry:
     uint64_t ts
     uint32_t iid
     uint32_t state
-    void* code  # set by _begin_fast where the event names its code (sys.monitoring), else NULL
+    void* code  # sys.monitoring's fast paths: the code whose event opened it (else NULL)
 
 ctypedef struct CKey:
     void* method
@@ -561,7 +561,7 @@ cdef class ThreadRecorder:
         # The call of recorded code named `iid` (interned in this batch) written at once, as
         # _push and _emit write it when neither has more to do (no --max-depth or --min-duration,
         # none of the tracer's frames running); False leaves the event to them, unchanged.
-        # `code`: the code object the event names, kept in the entry for its return.
+        # `code`: the code object the event names (sys.monitoring), kept in the entry.
         cdef uint32_t seen
         cdef uint64_t ts
         cdef Entry* e

@@ -212,14 +212,25 @@ cdef PyObject* _on_throw(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
     return _event(THROW, args)
 
 
+cdef inline bint _innermost_of(MonitoringRecorder r, PyObject* code) noexcept:
+    # The innermost entry was opened by a fast path for `code` (its own start, or a builtin it
+    # called): `code` is recorded, and the entry is what its return or builtin's return ends.
+    return r.depth != 0 and r.stack[r.depth - 1].code == <void*>code
+
+
+cdef inline bint _recorded_caller(MonitoringRecorder r, PyObject* code) noexcept:
+    # `code` (calling a builtin) is recorded.
+    return _innermost_of(r, code) or _cached_iid(code) != 0
+
+
 cdef PyObject* _on_return(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
-    # The innermost entry names the returning code (so it is recorded) when _on_start took
-    # its start: then the return needs no lookup.
+    # A return ends the innermost entry when a fast path opened it for this code: then it
+    # needs no lookup (the general path ends the innermost entry of any recorded code).
     cdef PyObject* p = _current()
     cdef MonitoringRecorder r
     if p != NULL:
         r = <MonitoringRecorder>p
-        if r.depth and r.stack[r.depth - 1].code == <void*>args[0] and r._end_fast():
+        if _innermost_of(r, args[0]) and r._end_fast():
             r.unwinding = False
             return _taken()
     return _event(RETURN, args)
@@ -240,9 +251,9 @@ cdef PyObject* _on_call(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
         _callbacks += 1
         return ptr_new_ref(<PyObject*>_DISABLE)
     p = _current()
-    if p != NULL and _cached_iid(args[0]) != 0:
+    if p != NULL and _recorded_caller(<MonitoringRecorder>p, args[0]):
         _c_key_of(args[2], args[3], &method, &owner)
-        if (<MonitoringRecorder>p)._begin_fast(_cached_c_iid(method, owner), NULL):
+        if (<MonitoringRecorder>p)._begin_fast(_cached_c_iid(method, owner), args[0]):
             return _taken()
     return _event(C_CALL, args)
 
@@ -252,8 +263,9 @@ cdef PyObject* _on_c_end(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
     if not ptr_is_cfunction(args[2]) and not ptr_is_method_descr(args[2]):
         return ptr_new_ref(<PyObject*>None)  # a class, or another callable that is not a builtin
     p = _current()
-    if p != NULL and _cached_iid(args[0]) != 0 and (<MonitoringRecorder>p)._end_fast():
-        return _taken()
+    if p != NULL and _innermost_of(<MonitoringRecorder>p, args[0]):
+        if (<MonitoringRecorder>p)._end_fast():
+            return _taken()
     return _event(C_END, args)
 
 
