@@ -137,6 +137,7 @@ ctypedef struct Entry:
     uint64_t ts
     uint32_t iid
     uint32_t state
+    void* code  # sys.monitoring's fast paths: the code whose event opened it (else NULL)
 
 ctypedef struct CKey:
     void* method
@@ -187,12 +188,58 @@ cdef int _cgrow() except -1:
     return 0
 
 
+cdef inline uint32_t _cached_iid(PyObject* code) noexcept:
+    # The iid this recording gave `code`, 0 where it has given none yet.
+    cdef void* extra = NULL
+    cdef uintptr_t v
+    ptr_code_get_extra(code, _code_index, &extra)
+    v = <uintptr_t>extra
+    return <uint32_t>(v & 0xFFFFFFFFu) if (v >> 32) == _generation else 0
+
+
+cdef inline uint32_t _cached_c_iid(void* method, void* owner) noexcept:
+    # The iid this recording gave the builtin keyed (method, owner), 0 where it has given none.
+    cdef Py_ssize_t slot = _cslot(method, owner)
+    return _ctable[slot].iid if _ctable[slot].method != NULL else 0
+
+
+cdef inline void _c_key(PyObject* func, void** method, void** owner) noexcept:
+    # A builtin's key in the table: its method and the type it is bound to, or its type.
+    if ptr_is_cfunction(func):
+        method[0] = ptr_cfunction_def(func)
+        owner[0] = ptr_type_of(ptr_cfunction_self(func))
+    else:
+        method[0] = ptr_type_of(func)
+        owner[0] = NULL
+
+
 cdef int _hook(PyObject* obj, PyFrameObject* frame, int what, PyObject* arg) noexcept:
     cdef ThreadRecorder r = <ThreadRecorder>obj
     cdef uint32_t iid
     cdef Entry* top
+    cdef PyObject* code
+    cdef void* method
+    cdef void* owner
     if not r.active:
         return r._deliver() if r.interrupted is not None else 0
+    # The common events first, without the try block below (it saves the handled exception).
+    if what == PyTrace_CALL:
+        code = ptr_frame_code(frame)
+        Py_DECREF(code)  # the frame keeps it alive
+        if r._begin_fast(_cached_iid(code), NULL):
+            return 0
+    elif what == PyTrace_RETURN:
+        if arg != NULL and r._end_fast():
+            r.unwinding = False
+            return 0
+    elif what == PyTrace_C_CALL:
+        if r.c_calls and r.depth and r.stack[r.depth - 1].iid != 0:
+            _c_key(arg, &method, &owner)
+            if r._begin_fast(_cached_c_iid(method, owner), NULL):
+                return 0
+    elif what == PyTrace_C_RETURN or what == PyTrace_C_EXCEPTION:
+        if r.c_calls and r._end_fast():
+            return 0
     r.in_hook = True
     try:
         # The tracer's own frames (OWN) and everything they call are HIDDEN; returns and
@@ -473,7 +520,7 @@ cdef class ThreadRecorder:
             p = put_varint(p + 1, blob_len)
             memcpy(p, blob, blob_len)
             p += blob_len
-        memcpy(p, self.seq, self.seq_len)
+        memcpy(p, self.seq, 8)  # a fixed size: one store (the reserve leaves room)
         p += self.seq_len
         body = p - p0 - 2
         p0[0] = Trace_packet_TAG
@@ -500,6 +547,57 @@ cdef class ThreadRecorder:
         self.seen_cap = cap
         return 0
 
+    # ---- the common case ----------------------------------------------------------------------
+
+    cdef inline bint _plain(self) noexcept:
+        # Nothing else to do at this event: recording, not inside the recorder, no hand-off due,
+        # nothing to deliver.
+        return (
+            self.active and not self.in_hook and not self.flush_soon
+            and self.interrupted is None and self.pos < self.batch_size
+        )
+
+    cdef inline bint _begin_fast(self, uint32_t iid, void* code) noexcept:
+        # The call of recorded code named `iid` (interned in this batch) written at once, as
+        # _push and _emit write it when neither has more to do (no --max-depth or --min-duration,
+        # none of the tracer's frames running); False leaves the event to them, unchanged.
+        # `code`: the code object the event names (sys.monitoring), kept in the entry.
+        cdef uint32_t seen
+        cdef uint64_t ts
+        cdef Entry* e
+        if (
+            iid == 0 or iid == OWN or iid >= self.seen_cap or self.own_depth
+            or self.max_depth or self.min_duration_ns or self.depth == self.stack_cap
+            or not self._plain()
+        ):
+            return False
+        seen = self.seen[iid]
+        if (seen & 0x7FFFFFFFu) != self.batch_no:
+            return False
+        ts = ptr_now_ns()
+        e = &self.stack[self.depth]
+        self.depth += 1
+        e.iid = iid
+        e.ts = ts
+        e.state = EMITTED
+        e.code = code
+        self.recorded_depth += 1
+        self.unwinding = False
+        self._write(SLICE_BEGIN, iid, ts, (seen >> 31) != 0, NULL, 0)
+        return True
+
+    cdef inline bint _end_fast(self) noexcept:
+        # The end of the innermost slice written at once, as _pop writes it when its begin is
+        # written; False leaves the event to _pop, unchanged.
+        if self.depth == 0 or self.stack[self.depth - 1].state != EMITTED or not self._plain():
+            return False
+        self.depth -= 1
+        self.recorded_depth -= 1
+        self._write(SLICE_END, 0, ptr_now_ns(), False, NULL, 0)
+        if self.first_pending > self.depth:
+            self.first_pending = self.depth
+        return True
+
     # ---- the stack --------------------------------------------------------------------------
 
     cdef int _grow_stack(self) except -1:
@@ -515,6 +613,7 @@ cdef class ThreadRecorder:
             self._grow_stack()
         self.stack[self.depth].iid = iid
         self.stack[self.depth].state = HIDDEN
+        self.stack[self.depth].code = NULL
         self.depth += 1
         return 0
 
@@ -528,6 +627,7 @@ cdef class ThreadRecorder:
         e = &self.stack[self.depth]
         self.depth += 1
         e.iid = iid
+        e.code = NULL
         if iid == 0:
             e.state = NOT_RECORDED
             return 0
@@ -617,12 +717,7 @@ cdef class ThreadRecorder:
             # own) are not recorded either.
             self._push(0)
             return 0
-        if ptr_is_cfunction(func):
-            method = ptr_cfunction_def(func)
-            owner = ptr_type_of(ptr_cfunction_self(func))
-        else:
-            method = ptr_type_of(func)
-            owner = NULL
+        _c_key(func, &method, &owner)
         slot = _cslot(method, owner)
         if _ctable[slot].method == NULL:
             iid = self.engine.intern_c_function(<object>func)

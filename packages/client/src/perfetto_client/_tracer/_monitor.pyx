@@ -194,7 +194,17 @@ cdef PyObject* _event(int what, PyObject** args) noexcept:
     return ptr_new_ref(<PyObject*>(_DISABLE if result else None))
 
 
+cdef inline PyObject* _taken() noexcept:
+    # The answer to an event a fast path took (what _event answers it).
+    global _callbacks
+    _callbacks += 1
+    return ptr_new_ref(<PyObject*>None)
+
+
 cdef PyObject* _on_start(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
+    cdef PyObject* p = _current()
+    if p != NULL and (<MonitoringRecorder>p)._begin_fast(_cached_iid(args[0]), args[0]):
+        return _taken()
     return _event(START, args)
 
 
@@ -202,7 +212,27 @@ cdef PyObject* _on_throw(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
     return _event(THROW, args)
 
 
+cdef inline bint _innermost_of(MonitoringRecorder r, PyObject* code) noexcept:
+    # The innermost entry was opened by a fast path for `code` (its own start, or a builtin it
+    # called): `code` is recorded, and the entry is what its return or builtin's return ends.
+    return r.depth != 0 and r.stack[r.depth - 1].code == <void*>code
+
+
+cdef inline bint _recorded_caller(MonitoringRecorder r, PyObject* code) noexcept:
+    # `code` (calling a builtin) is recorded.
+    return _innermost_of(r, code) or _cached_iid(code) != 0
+
+
 cdef PyObject* _on_return(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
+    # A return ends the innermost entry when a fast path opened it for this code: then it
+    # needs no lookup (the general path ends the innermost entry of any recorded code).
+    cdef PyObject* p = _current()
+    cdef MonitoringRecorder r
+    if p != NULL:
+        r = <MonitoringRecorder>p
+        if _innermost_of(r, args[0]) and r._end_fast():
+            r.unwinding = False
+            return _taken()
     return _event(RETURN, args)
 
 
@@ -214,20 +244,43 @@ cdef PyObject* _on_call(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
     # Most calls are of Python functions (PY_START follows): their call site answers DISABLE
     # here, at once, and then costs nothing.
     global _callbacks
+    cdef PyObject* p
+    cdef void* method
+    cdef void* owner
     if not ptr_is_cfunction(args[2]) and not ptr_is_method_descr(args[2]):
         _callbacks += 1
         return ptr_new_ref(<PyObject*>_DISABLE)
+    p = _current()
+    if p != NULL and _recorded_caller(<MonitoringRecorder>p, args[0]):
+        _c_key_of(args[2], args[3], &method, &owner)
+        if (<MonitoringRecorder>p)._begin_fast(_cached_c_iid(method, owner), args[0]):
+            return _taken()
     return _event(C_CALL, args)
 
 
 cdef PyObject* _on_c_end(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
+    cdef PyObject* p
     if not ptr_is_cfunction(args[2]) and not ptr_is_method_descr(args[2]):
         return ptr_new_ref(<PyObject*>None)  # a class, or another callable that is not a builtin
+    p = _current()
+    if p != NULL and _innermost_of(<MonitoringRecorder>p, args[0]):
+        if (<MonitoringRecorder>p)._end_fast():
+            return _taken()
     return _event(C_END, args)
 
 
 cdef PyObject* _on_raise(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
     return _event(RAISED, args)
+
+
+cdef inline void _c_key_of(PyObject* func, PyObject* arg0, void** method, void** owner) noexcept:
+    # The table's key of a builtin function, or of a method descriptor bound to `arg0`: the
+    # profile hook's key of the bound builtin it is given.
+    if ptr_is_cfunction(func):
+        _c_key(func, method, owner)
+    else:
+        method[0] = ptr_descr_method(func)
+        owner[0] = NULL if arg0 == <PyObject*>_MISSING else ptr_type_of(arg0)
 
 
 cdef int _start_monitoring(object options) except -1:
@@ -367,19 +420,13 @@ cdef class MonitoringRecorder(ThreadRecorder):
         return 0
 
     cdef uint32_t _c_iid(self, PyObject* func, PyObject* arg0) except? 0xFFFFFFFE:
-        # The iid of a builtin function, or of a method descriptor bound to `arg0`, keyed
-        # as the profile hook keys the bound builtin it is given.
+        # The iid of a builtin function, or of a method descriptor bound to `arg0`.
         global _ctable_used
         cdef void* method
         cdef void* owner
         cdef Py_ssize_t slot
         cdef uint32_t iid
-        if ptr_is_cfunction(func):
-            method = ptr_cfunction_def(func)
-            owner = ptr_type_of(ptr_cfunction_self(func))
-        else:
-            method = ptr_descr_method(func)
-            owner = NULL if <object>arg0 is _MISSING else ptr_type_of(arg0)
+        _c_key_of(func, arg0, &method, &owner)
         slot = _cslot(method, owner)
         if _ctable[slot].method != NULL:
             return _ctable[slot].iid
