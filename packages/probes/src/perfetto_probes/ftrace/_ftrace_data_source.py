@@ -3,6 +3,7 @@ CPU's ring buffer as binary pages and written as FtraceEventBundles."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from pathlib import Path
@@ -62,7 +63,10 @@ class FtraceDataSource:
     def start(self) -> None:
         root = find_tracefs()
         for name in stale_instances(root, INSTANCE_PREFIX):
-            Instance(root, name).remove()
+            # Another data source starting at the same time may be removing it too: the left
+            # instance is not this one's to fail on.
+            with contextlib.suppress(ProbesError):
+                Instance(root, name).remove()
         name = self.config.instance_name or f"{INSTANCE_PREFIX}{os.getpid()}_{next(_instances)}"
         if "/" in name or name in ("", ".", ".."):
             raise ProbesError(f"ftrace instance_name {name!r}: not a directory name")
