@@ -5,6 +5,7 @@ module compiled from other sources than the checkout's never loads."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -26,8 +27,12 @@ REFUSAL = (
 )
 
 
-def _build(project: Path) -> None:
+def _build(project: Path, cache: Path | None = None) -> str:
+    """Runs the backend in `project`, with the build cache `cache` or none; its output."""
     env = {**os.environ, "PERFETTO_PY_EXPECT_COMPILED": "1"}
+    env.pop("PERFETTO_BUILD_CACHE", None)  # dev.py sets it: the tiny builds stay out of it
+    if cache is not None:
+        env["PERFETTO_BUILD_CACHE"] = str(cache)
     result = subprocess.run(
         [sys.executable, str(BACKEND)],
         cwd=project,
@@ -38,6 +43,7 @@ def _build(project: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
+    return result.stdout
 
 
 def _tiny(project: Path) -> Path:
@@ -136,3 +142,27 @@ def test_a_compiled_module_without_a_record_refuses_in_a_checkout(tmp_path: Path
     assert refused.returncode == 1
     assert "_fast" in refused.stderr.splitlines()[-1]
     assert "tools/build_native.py" in refused.stderr.splitlines()[-1]
+
+
+def test_the_cache_gives_back_what_was_compiled_from_the_same_inputs(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    project = tmp_path / "project"
+    package = _tiny(project)
+    use = "import tiny._fast as f, tiny._monitor as m; print(f.add(2, 3), m.monitored())"
+    assert "taken from" not in _build(project, cache)
+    assert len(list(cache.iterdir())) == 3  # one entry per module
+
+    # The same sources elsewhere (a wheel's copy of the package): nothing compiled.
+    copy = tmp_path / "copy"
+    shutil.copytree(project, copy, ignore=shutil.ignore_patterns("*.so", ".native-build.*"))
+    assert f"3 of 3 modules of copy taken from {cache}" in _build(copy, cache)
+    assert _import(copy / "src", use).stdout == "5 2\n"
+
+    # An edit of the file `_monitor.pyx` includes: those two are compiled again.
+    (package / "_hook.pyx").write_text(
+        "def hooked():\n    return 1\n\ndef monitored():\n    return 7\n"
+    )
+    (package / "_monitor.pyx").write_text('include "_hook.pyx"\n')
+    assert f"1 of 3 modules of project taken from {cache}" in _build(project, cache)
+    assert _import(project / "src", use).stdout == "5 7\n"
+    assert len(list(cache.iterdir())) == 5

@@ -88,6 +88,8 @@ def _backend() -> Path:
 # The build backend the compiled packages name, installed (in develop mode) before them.
 BACKEND = _backend()
 VENV = ROOT / ".venv"
+BUILD_CACHE = ROOT / "build" / "native-cache"
+"""Where perfetto_build keeps the compiled modules it built (PERFETTO_BUILD_CACHE)."""
 # The fingerprint of the pyproject files and the lock each install was made for.
 TRACE_STAMP = VENV / ".dev-trace-installed"
 FULL_STAMP = VENV / ".dev-installed"
@@ -99,6 +101,8 @@ def _bin(env: Path, name: str) -> Path:
 
 def _env() -> dict[str, str]:
     env = dict(os.environ)
+    # Compiled modules shared by the in-place builds and the wheels of each Python version.
+    env.setdefault("PERFETTO_BUILD_CACHE", str(BUILD_CACHE))
     env["POETRY_VIRTUALENVS_IN_PROJECT"] = "true"
     env["POETRY_NO_INTERACTION"] = "1"
     env.pop("VIRTUAL_ENV", None)

@@ -19,7 +19,10 @@ Cython, setuptools or a C compiler it builds nothing and the package installs an
 Python (a `.pyx` module, having no pure form, is then missing). With
 PERFETTO_PY_EXPECT_COMPILED=1 any of those, or a failed compilation, is an error instead. With
 PERFETTO_PY_NO_BUILD=1 it compiles nothing and leaves `src/` as it is (`tools/dev.py trace`
-installs the packages recording does not need compiled that way). A `.pyx` whose header has a
+installs the packages recording does not need compiled that way). With
+PERFETTO_BUILD_CACHE=DIR (`tools/dev.py` sets it to `build/native-cache/`) a module whose
+inputs (`module_key`) were compiled before, in place or for a wheel, is copied from DIR instead
+of compiled again, and each module compiled is stored there. A `.pyx` whose header has a
 `# build: optional` line is built on its own, and a failure to build it is a warning, even with
 PERFETTO_PY_EXPECT_COMPILED=1: the package works without it. See docs/native.md.
 """
@@ -52,6 +55,7 @@ DIRECTIVES = {
 }
 EXPECT_COMPILED = "PERFETTO_PY_EXPECT_COMPILED"
 NO_BUILD = "PERFETTO_PY_NO_BUILD"
+CACHE = "PERFETTO_BUILD_CACHE"
 _FOR_WHEEL = "PERFETTO_BUILD_FOR_WHEEL"
 """Set while a wheel is built: its copy of the package gets no record (it has no checkout)."""
 # `.pyx` modules store integers through cast pointers into byte buffers.
@@ -235,7 +239,31 @@ def include_path(source: Path) -> list[Path]:
 def module_inputs(module: Path, path: list[Path]) -> list[Path]:
     """The files `module` (a `.py`, `.pyx` or `lib*.c` under `path[0]`) is compiled from: itself,
     its `.pxd`, what it includes, the `.pxd` files it cimports (found on `path`, and theirs in
-    turn), the package's C headers and this file."""
+    turn), the package's C headers and this file; not those of installed distributions (an
+    isolated build's siblings), which are not sources."""
+    return [p for p in _compiled_from(module, path) if "site-packages" not in p.parts]
+
+
+def module_key(module: Path, path: list[Path]) -> str:
+    """A digest of everything compiling `module` depends on: the contents of the files it is
+    compiled from (installed siblings' `.pxd` files included), each named relative to the
+    directory of `path` that holds it, and the interpreter, Cython, compiler and flags."""
+    import Cython
+
+    digest = hashlib.sha256()
+    tools = [sys.version, EXT_SUFFIX, Cython.__version__, *_compiler(), *CFLAGS]
+    digest.update(repr([tools, sorted(DIRECTIVES.items())]).encode())
+    named = {}
+    for file in _compiled_from(module, path):
+        holder = next((d for d in path if file.is_relative_to(d)), file.parent)
+        named[file.relative_to(holder).as_posix()] = file
+    for name, file in sorted(named.items()):
+        digest.update(f"\0{name}\0".encode())
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def _compiled_from(module: Path, path: list[Path]) -> list[Path]:
     found: set[Path] = set()
     stack = [module, module.with_suffix(".pxd")] if module.suffix == ".py" else [module]
     while stack:
@@ -252,8 +280,7 @@ def module_inputs(module: Path, path: list[Path]) -> list[Path]:
             stack.extend(d / relative for d in path if (d / relative).is_file())
     found.update(path[0].rglob("*.h"))
     found.add(Path(__file__).resolve())
-    # A file of an installed distribution (an isolated build's sibling) is not a source.
-    return sorted(p for p in found if "site-packages" not in p.parts)
+    return sorted(found)
 
 
 def write_records(source: Path, modules: list[Path]) -> None:
@@ -338,34 +365,53 @@ def build(project: Path) -> int:
             include_dirs=[str(source)],
         )
 
-    def compile_modules(extensions: list[Any]) -> None:
+    path = include_path(source)
+    cache = os.environ.get(CACHE)
+
+    def compile_modules(modules: list[Path]) -> None:
+        keys = {p: Path(cache) / module_key(p, path) for p in modules} if cache else {}
+        missing = [p for p in modules if not (cache and _restore(keys[p], p))]
+        if cache and len(missing) < len(modules):
+            print(
+                f"perfetto_build: {len(modules) - len(missing)} of {len(modules)} modules of"
+                f" {project.name} taken from {cache}",
+                flush=True,
+            )
+        if not missing:
+            return
         build_dir = project / "build" / "native"
-        jobs = min(len(extensions), len(os.sched_getaffinity(0)))  # a module per CPU at a time
-        modules = cythonize(
-            extensions,
+        jobs = min(len(missing), len(os.sched_getaffinity(0)))  # a module per CPU at a time
+        extensions = cythonize(
+            [extension(p) for p in missing],
             build_dir=str(build_dir / "c"),
             compiler_directives=DIRECTIVES,
-            include_path=[str(p) for p in include_path(source)],
+            include_path=[str(p) for p in path],
             quiet=True,
             force=True,
             nthreads=jobs if jobs > 1 else 0,
         )
         build_ext = ["build_ext", "--inplace", "--build-temp", str(build_dir), f"-j{jobs}"]
         dist = Distribution(
-            {"ext_modules": modules, "package_dir": {"": "src"}, "script_args": ["-q", *build_ext]}
+            {
+                "ext_modules": extensions,
+                "package_dir": {"": "src"},
+                "script_args": ["-q", *build_ext],
+            }
         )
         dist.parse_command_line()
         dist.run_commands()
+        for p in missing if cache else []:
+            _store(keys[p], p)
 
     required = [p for p in sources if p.suffix != ".pyx" or not is_optional(p)]
     try:
         if required:
-            compile_modules([extension(p) for p in required])
+            compile_modules(required)
     except (Exception, SystemExit) as e:  # a failed compilation must not break a pure install
         return _skip(project, f"compilation failed ({e})")
     for optional in sorted(set(sources) - set(required)):
         try:
-            compile_modules([extension(optional)])
+            compile_modules([optional])
         except (Exception, SystemExit) as e:
             print(
                 f"WARNING: perfetto_build: {module_name(optional, source)} not built ({e});"
@@ -375,6 +421,24 @@ def build(project: Path) -> int:
     if os.environ.get(_FOR_WHEEL) != "1":
         write_records(source, sorted([*sources, *libraries]))
     return 0
+
+
+def _restore(entry: Path, module: Path) -> bool:
+    """Copies `module`'s compiled file from the cache entry `entry`, if it holds one."""
+    cached = entry / built_file(module).name
+    if not cached.is_file():
+        return False
+    shutil.copyfile(cached, built_file(module))
+    return True
+
+
+def _store(entry: Path, module: Path) -> None:
+    """Puts `module`'s compiled file into the cache entry `entry` (whole or not at all: a
+    concurrent build may read it)."""
+    entry.mkdir(parents=True, exist_ok=True)
+    partial = entry / f".{built_file(module).name}.{os.getpid()}"
+    shutil.copyfile(built_file(module), partial)
+    os.replace(partial, entry / built_file(module).name)
 
 
 if __name__ == "__main__":
