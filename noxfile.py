@@ -319,9 +319,11 @@ def compat(session: nox.Session) -> None:
     session.run(sys.executable, *args, env=env, external=True)
 
 
-def _build_dists(session: nox.Session, tree: Path, out: Path, python: str = "3.11") -> None:
-    """Builds `tree` into `out` with Python `python`, in the venv `.nox/build-X.Y`."""
-    venv = ROOT / ".nox" / f"build-{python}"
+def _build_dists(
+    session: nox.Session, tree: Path, out: Path, python: str = "3.11", venv_name: str = "build"
+) -> None:
+    """Builds `tree` into `out` with Python `python`, in the venv `.nox/VENV_NAME-X.Y`."""
+    venv = ROOT / ".nox" / f"{venv_name}-{python}"
     builder = venv / "bin" / "python"
     if not builder.is_file():
         interpreter = _require_interpreter(session, python)
@@ -335,7 +337,8 @@ def _build_dists(session: nox.Session, tree: Path, out: Path, python: str = "3.1
 def _compat_venv(session: nox.Session, tree: Path, work: Path) -> Path:
     """Builds `tree` into work/dist and installs its service (and client) into work/venv."""
     dists = work / "dist"
-    _build_dists(session, tree, dists)
+    # A builder of its own: install_check's builders run beside it (dev.py test's lanes).
+    _build_dists(session, tree, dists, venv_name="compat-build")
     wanted = [
         name
         for name, glob in (
