@@ -367,7 +367,6 @@
         parent.self -= nodes[i].total;
       }
       nodes[0].unit = METRICS[m];
-      nodes[0].children.sort((a, b) => b.total - a.total);
       (function sortChildren(node) {
         node.children.sort((a, b) => b.total - a.total);
         node.children.forEach(sortChildren);
