@@ -10,10 +10,9 @@ sequence's `InternedData` (newer ones); both are looked up, the packet's first.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from google.protobuf.message import DecodeError
 from perfetto_protos.tags.fields import (
     InternedData_build_ids_ID,
     InternedData_callstacks_ID,
@@ -28,30 +27,36 @@ from perfetto_protos.tags.fields import (
     TracePacket_sequence_flags_ID,
     TracePacket_trusted_packet_sequence_id_ID,
 )
-from perfetto_protos.trace.profiling.profile_common_pb2 import (
-    Callstack,
-    Frame,
-    InternedString,
-    Mapping,
-)
-from perfetto_protos.trace.profiling.profile_packet_pb2 import ProfilePacket
-from perfetto_protos.trace.trace_packet_pb2 import TracePacket
 from perfetto_service import read_trace_file
 from protozero import ProtoDecoder
 
 from perfetto_client._tracer._heap_scan import heap_packets
 
+if TYPE_CHECKING:
+    from perfetto_protos.trace.profiling.profile_common_pb2 import Callstack, Frame, Mapping
+    from perfetto_protos.trace.profiling.profile_packet_pb2 import ProfilePacket
+
 __all__ = ["HeapNode", "HeapProfile", "HeapProfiles", "read_heap_profiles"]
 
+# InternedData's tables that heap profiles use: (name, message in profile_common.proto).
 _TABLES = {
-    InternedData_function_names_ID: ("function_names", InternedString),
-    InternedData_mapping_paths_ID: ("mapping_paths", InternedString),
-    InternedData_source_paths_ID: ("source_paths", InternedString),
-    InternedData_build_ids_ID: ("build_ids", InternedString),
-    InternedData_mappings_ID: ("mappings", Mapping),
-    InternedData_frames_ID: ("frames", Frame),
-    InternedData_callstacks_ID: ("callstacks", Callstack),
+    InternedData_function_names_ID: ("function_names", "InternedString"),
+    InternedData_mapping_paths_ID: ("mapping_paths", "InternedString"),
+    InternedData_source_paths_ID: ("source_paths", "InternedString"),
+    InternedData_build_ids_ID: ("build_ids", "InternedString"),
+    InternedData_mappings_ID: ("mappings", "Mapping"),
+    InternedData_frames_ID: ("frames", "Frame"),
+    InternedData_callstacks_ID: ("callstacks", "Callstack"),
 }
+_SEQ_INCREMENTAL_STATE_CLEARED = 1  # TracePacket.SequenceFlags
+
+
+def _module(name: str) -> Any:
+    """A protobuf module, loaded when a trace has heap profiles (the report of a trace of calls
+    alone does not pay for it)."""
+    return importlib.import_module(name)
+
+
 _FLAGS = (
     ("buffer_overran", "its ring buffer overran and samples were lost"),
     ("buffer_corrupted", "it wrote a corrupt record and was disconnected"),
@@ -89,27 +94,29 @@ class HeapNode:
             node = child
 
 
-@dataclass
 class HeapProfile:
     """The last dump of one heap of one process."""
 
-    pid: int
-    heap: str
-    root: HeapNode = field(default_factory=lambda: HeapNode("", ""))
-    callstacks: int = 0
-    dumps: int = 0
-    sampling_interval: int = 0
-    complete: bool = True  # False: its dump was cut short (the trace ends inside it)
-    lacks: list[str] = field(default_factory=list)
+    def __init__(self, pid: int, heap: str, sampling_interval: int) -> None:
+        self.pid = pid
+        self.heap = heap
+        self.sampling_interval = sampling_interval
+        self.root = HeapNode("", "")
+        self.callstacks = 0
+        self.dumps = 0
+        self.complete = True  # False: its dump was cut short (the trace ends inside it)
+        self.lacks: list[str] = []
 
 
-@dataclass
 class _Dump:
-    pid: int
-    heap: str
-    interval: int
-    samples: list[ProfilePacket.HeapSample] = field(default_factory=list)
-    lacks: list[str] = field(default_factory=list)
+    """The samples of one heap of one process in the dump being read."""
+
+    def __init__(self, pid: int, heap: str, interval: int) -> None:
+        self.pid = pid
+        self.heap = heap
+        self.interval = interval
+        self.samples: list[ProfilePacket.HeapSample] = []
+        self.lacks: list[str] = []
 
 
 class _Sequence:
@@ -120,7 +127,7 @@ class _Sequence:
         self.mappings: dict[int, Mapping] = {}
         self.frames: dict[int, Frame] = {}
         self.callstacks: dict[int, Callstack] = {}
-        self.interned: dict[str, dict[int, object]] = {name: {} for name, _ in _TABLES.values()}
+        self.interned: dict[str, dict[int, Any]] = {name: {} for name, _ in _TABLES.values()}
         self.dump: dict[tuple[int, str], _Dump] = {}
         self.next_index = 0
 
@@ -142,11 +149,14 @@ class HeapProfiles:
         first incomplete one starts."""
         found: list[tuple[int, int]] = []
         pos = heap_packets(data, base, found)
+        if not found:
+            return pos
+        decode_error = _module("google.protobuf.message").DecodeError
         view = memoryview(data)
         for start, stop in found:
             try:
                 self._packet(view[start:stop])
-            except DecodeError:
+            except decode_error:
                 self.undecodable += 1
         return pos
 
@@ -163,7 +173,7 @@ class HeapProfiles:
             elif fid == TracePacket_interned_data_ID:
                 interned = f.as_bytes()
             elif fid == TracePacket_sequence_flags_ID:
-                cleared |= bool(f.as_uint64() & TracePacket.SEQ_INCREMENTAL_STATE_CLEARED)
+                cleared |= bool(f.as_uint64() & _SEQ_INCREMENTAL_STATE_CLEARED)
             elif fid == TracePacket_incremental_state_cleared_ID:
                 cleared |= f.as_bool()
         if profile is None and interned is None and not cleared:
@@ -177,14 +187,16 @@ class HeapProfiles:
         if interned is not None:
             self._interned(sequence, interned)
         if profile is not None:
-            self._profile(sequence, ProfilePacket.FromString(bytes(profile)))
+            messages = _module("perfetto_protos.trace.profiling.profile_packet_pb2")
+            self._profile(sequence, messages.ProfilePacket.FromString(bytes(profile)))
 
     @staticmethod
     def _interned(sequence: _Sequence, data: memoryview) -> None:
         for f in ProtoDecoder(data):
             kind = _TABLES.get(f.id)
             if kind is not None:
-                entry = kind[1].FromString(bytes(f.as_bytes()))
+                messages = _module("perfetto_protos.trace.profiling.profile_common_pb2")
+                entry = getattr(messages, kind[1]).FromString(bytes(f.as_bytes()))
                 sequence.interned[kind[0]][entry.iid] = entry
 
     def _profile(self, sequence: _Sequence, packet: ProfilePacket) -> None:
@@ -225,7 +237,7 @@ class HeapProfiles:
             sequence.dump = {}
 
     def _keep(self, sequence: _Sequence, dump: _Dump, complete: bool) -> None:
-        profile = HeapProfile(dump.pid, dump.heap, sampling_interval=dump.interval)
+        profile = HeapProfile(dump.pid, dump.heap, dump.interval)
         profile.dumps = self._dumps.get((dump.pid, dump.heap), 0) + 1
         profile.complete = complete
         profile.lacks = dump.lacks
@@ -253,14 +265,14 @@ class HeapProfiles:
 
     def _callstack(self, sequence: _Sequence, iid: int) -> list[tuple[str, str]] | None:
         callstack = sequence.callstacks.get(iid) or sequence.interned["callstacks"].get(iid)
-        if not isinstance(callstack, Callstack):
+        if callstack is None:
             return None
         return [self._frame(sequence, fid) for fid in callstack.frame_ids]
 
     def _frame(self, sequence: _Sequence, iid: int) -> tuple[str, str]:
         """(function, where): a Python frame's file:line, a native one's library."""
         frame = sequence.frames.get(iid) or sequence.interned["frames"].get(iid)
-        if not isinstance(frame, Frame):
+        if frame is None:
             return ("<unknown frame>", "")
         mapping = self._mapping(sequence, frame.mapping_id)
         source = self._string(sequence, "source_paths", frame.source_path_iid)
@@ -273,7 +285,7 @@ class HeapProfiles:
 
     def _mapping(self, sequence: _Sequence, iid: int) -> str:
         mapping = sequence.mappings.get(iid) or sequence.interned["mappings"].get(iid)
-        if not isinstance(mapping, Mapping):
+        if mapping is None:
             return ""
         parts = [self._string(sequence, "mapping_paths", p) for p in mapping.path_string_ids]
         return "/" + "/".join(parts)
@@ -286,7 +298,7 @@ class HeapProfiles:
         if text is not None:
             return text
         entry = sequence.interned[table].get(iid)
-        return entry.str.decode(errors="replace") if isinstance(entry, InternedString) else ""
+        return "" if entry is None else str(entry.str.decode(errors="replace"))
 
     def notes(self) -> list[str]:
         """What the heap profiles lack, one line each."""
