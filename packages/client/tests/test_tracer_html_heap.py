@@ -10,7 +10,7 @@ from pathlib import Path
 from perfetto_client._tracer._heap_tree import read_heap_profiles
 from perfetto_protos.trace.trace_packet_pb2 import TracePacket
 from perfetto_testing import open_page
-from tracer_support import BIN
+from tracer_support import BIN, run_traced
 
 PERFETTO_TRACE = str(BIN / "perfetto-trace")
 
@@ -137,5 +137,32 @@ def test_a_trace_cut_inside_its_only_dump_gives_a_page_marked_incomplete(tmp_pat
         assert opened.page.locator("#stack option:checked").inner_text() == "heap python of pid 42"
         top = opened.page.locator("#flame .frame").first.get_attribute("data-total")
         assert top == "4000"  # what came before the cut: main -> alloc's 5,000 - 1,000
+        assert opened.errors == []
+        assert opened.network == []
+
+
+def test_a_trace_of_calls_and_heaps_shows_both(tmp_path: Path) -> None:
+    proc, calls = run_traced(tmp_path, "def work():\n    pass\n\nwork()\n")
+    assert proc.returncode == 0, proc.stderr
+    both = tmp_path / "both.pftrace"
+    both.write_bytes(calls.read_bytes() + b"".join(FIRST))  # a trace is its packets, in a row
+    html = tmp_path / "both.html"
+    proc = subprocess.run(
+        [PERFETTO_TRACE, "report", "--html", str(html), str(both)],
+        capture_output=True, text=True, check=False, cwd=tmp_path.parent,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    with open_page(html) as opened:
+        page = opened.page
+        page.wait_for_selector("body[data-rendered]")
+        options = page.locator("#stack option").all_inner_texts()
+        assert options[0].startswith("all threads")
+        assert options[-1] == "heap python of pid 42"
+        assert page.locator("#metric").is_hidden()
+        assert page.locator("#timeline .slice").count() >= 1
+        assert "work" in page.locator("#flame").inner_text()
+        page.select_option("#stack", label="heap python of pid 42")
+        assert page.locator("#metric").is_visible()
+        assert page.locator("#flame .frame").first.get_attribute("data-total") == "4300"
         assert opened.errors == []
         assert opened.network == []
