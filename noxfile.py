@@ -230,7 +230,10 @@ def screenshots(session: nox.Session) -> None:
     """Regenerates the docs' screenshots of the HTML reports (docs/images/), taken by their
     browser tests in headless Chromium (/usr/bin/chromium)."""
     session.run("python", "tools/build_native.py")
-    tests = ["packages/client/tests/test_tracer_html.py"]
+    tests = [
+        "packages/client/tests/test_tracer_html.py",
+        "packages/heapprofd/tests/test_heap_profile_html.py",
+    ]
     pytest = ["pytest", *tests, "-p", "no:randomly", "-q", "-k", "screenshot", *session.posargs]
     session.run(*pytest, env={EXPECT_COMPILED: "1", SCREENSHOTS: str(ROOT / "docs" / "images")})
 

@@ -220,7 +220,7 @@ def _socket_directory() -> str:
     return tempfile.mkdtemp(prefix="heap_profile-", dir="/tmp")
 
 
-def record(args: argparse.Namespace, out: Output) -> int:
+def record(args: argparse.Namespace, out: Output, html: Output | None = None) -> int:
     env = dict(os.environ)
     started: list[_Daemon] = []
     private = None
@@ -290,12 +290,38 @@ def record(args: argparse.Namespace, out: Output) -> int:
     problem = out.write(data)
     if problem is not None:
         print(f"heap_profile: {problem}", file=sys.stderr)
+        if html is not None:
+            html.discard()
+            print(f"heap_profile: {html.path} not written: the trace was not", file=sys.stderr)
         return exit_status or 1
     print(
         f"heap_profile: wrote {out.path} ({len(data)} bytes); open it at https://ui.perfetto.dev",
         file=sys.stderr,
     )
+    if html is not None:
+        return _write_html(out.path, html) or exit_status
     return exit_status
+
+
+def _write_html(trace: str, html: Output) -> int:
+    """Writes the page of the profile in `trace` (perfetto-trace's report); 1 if it could not
+    be written (what the profile lost was said with the trace, and the page says it too)."""
+    from perfetto_client.report import ReportError, write_html_report
+
+    html.discard()  # opened to find a path that cannot be written before the program ran
+    try:
+        lacks, folded, _ = write_html_report(trace, html.path, 20, [])
+    except ReportError as exc:
+        print(f"heap_profile: no page: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"heap_profile: cannot write {html.path}: {exc.strerror}", file=sys.stderr)
+        return 1
+    marked = " (marked incomplete: it says why)" if lacks else ""
+    print(f"heap_profile: wrote {html.path}{marked}", file=sys.stderr)
+    for line in folded:
+        print(f"heap_profile: {line}", file=sys.stderr)
+    return 0
 
 
 def _native_program_problem(program: str) -> str | None:
@@ -337,6 +363,9 @@ def main(argv: list[str] | None = None) -> int:
         help="also profile malloc and its family (heap libc.malloc) and block the client;"
         " runs any program",
     )
+    parser.add_argument(
+        "--html", metavar="OUT.html", help="also write the profile as a flame graph page"
+    )
     parser.add_argument("program", nargs=argparse.REMAINDER, help="-- script.py [args]")
     args = parser.parse_args(argv)
     if args.program and args.program[0] == "--":
@@ -364,14 +393,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"heap_profile: {exc}", file=sys.stderr)
         return 1
     try:
-        return record(args, out)
+        html = None if args.html is None else Output(args.html)
     except HeapprofdError as exc:
         out.discard()
-        print(f"heap_profile: {exc}", file=sys.stderr)
+        print(f"heap_profile: --html: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    try:
+        return record(args, out, html)
+    except (HeapprofdError, KeyboardInterrupt) as exc:
         out.discard()
-        print("heap_profile: interrupted", file=sys.stderr)
+        if html is not None:
+            html.discard()
+        why = "interrupted" if isinstance(exc, KeyboardInterrupt) else exc
+        print(f"heap_profile: {why}", file=sys.stderr)
         return 1
 
 

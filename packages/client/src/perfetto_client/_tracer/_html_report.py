@@ -22,6 +22,7 @@ from perfetto_client._tracer._call_tree import (
     CallTree,
     read_call_tree,
 )
+from perfetto_client._tracer._html_heap import add_heaps
 from perfetto_client._tracer._report import format_report, report_json, report_notes
 from perfetto_client._tracer._slices import Function
 
@@ -196,6 +197,7 @@ def write_html_report(
     tree, truncated = read_call_tree(path, limit)
     data = html_data(path, tree, truncated, limit)
     data["incomplete"] = lacks + data["incomplete"]
+    add_heaps(data, path)
     page = html_page(data)
     with open(out, "w", encoding="utf-8") as file:
         file.write(page)

@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 from perfetto_service import TraceFileError, read_trace_file
 
+from perfetto_client._tracer._heap_tree import format_heaps, heap_json, read_heap_profiles
 from perfetto_client._tracer._slices import Function, SliceReader
 
 __all__ = [
@@ -167,8 +168,16 @@ def report_notes(report: dict[str, Any]) -> list[str]:
 def print_report(path: str, limit: int, as_json: bool, out: TextIO) -> None:
     """Reads the trace at `path` and prints its report to `out` (raises `ReportError`)."""
     report = report_json(path, read_trace(path, limit), limit)
+    heaps = read_heap_profiles(path)
+    report["heap_profiles"] = heap_json(heaps)
+    report["heap_profile_notes"] = heaps.notes()
     if as_json:
         json.dump(report, out, indent=2)
         out.write("\n")
     else:
-        out.write(format_report(report, limit))
+        text = format_report(report, limit)
+        if heaps.profiles or heaps.notes():
+            if not report["calls"] and heaps.profiles:  # a heap profile alone: no call tables
+                text = text.splitlines()[0] + "\n"
+            text += "\n".join(format_heaps(report["heap_profiles"], heaps.notes())) + "\n"
+        out.write(text)

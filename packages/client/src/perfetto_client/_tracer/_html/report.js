@@ -91,6 +91,7 @@
     option.textContent = s.label;
     select.appendChild(option);
   });
+  const heap = heapProfiles(select);
 
   // ---- flame graph (icicle) -----------------------------------------------------------
   const flame = $("flame");
@@ -130,6 +131,7 @@
       draw();
     });
     div.addEventListener("mousemove", (e) => {
+      if (root.unit) return showTip(e, heap.tip(node, root));
       const where = node.loc ? "\n" + node.loc : "";
       const name = node.parent ? node.name : "all calls";
       showTip(e, name + where +
@@ -164,12 +166,12 @@
     flame.style.height = deepest * ROW + 2 + "px";
     const count = countMatches(zoom);
     $("matches").textContent = query === "" ? "" :
-      count + " frame" + (count === 1 ? "" : "s") + " match, " + pct(matchedTime(zoom), zoom.total) + " of the time shown";
+      count + " frame" + (count === 1 ? "" : "s") + " match, " + pct(matchedTime(zoom), zoom.total) + " of the " + (root.unit || "time") + " shown";
   }
 
   select.addEventListener("change", () => {
     const i = Number(select.value);
-    root = zoom = i < 0 ? merged : roots[i];
+    root = zoom = heap.pick(select.value) || (i < 0 ? merged : roots[i]);
     draw();
   });
   $("search").addEventListener("input", (e) => {
@@ -313,7 +315,88 @@
   $("more").textContent = more > 0 ? "... " + more.toLocaleString("en-US") + " more functions" : "";
 
   drawTable();
+  heap.start();
   draw();
   drawTimeline();
   document.body.dataset.rendered = String(performance.now());
+
+  // ---- heap profiles: their trees in the flame graph, chosen with the threads ---------------
+  function heapProfiles(select) {
+    const heaps = D.heaps || [];
+    const metric = $("metric");
+    const METRICS = { u: "unreleased bytes", a: "bytes allocated", c: "allocations" };
+    if (heaps.length) {
+      const group = document.createElement("optgroup");
+      group.label = "Heap profiles";
+      heaps.forEach((h, i) => {
+        const option = document.createElement("option");
+        option.value = "h" + i;
+        option.textContent = h.label;
+        group.appendChild(option);
+      });
+      select.appendChild(group);
+      select.parentElement.firstChild.textContent = "Show ";
+      if (!D.stacks.length) {
+        select.remove(0);  // no threads: no "all threads"
+        $("timeline").parentElement.hidden = true;
+        $("functions").parentElement.hidden = true;
+      }
+    }
+    metric.addEventListener("change", () => select.dispatchEvent(new Event("change")));
+    function bytes(n) {
+      const units = ["B", "KiB", "MiB", "GiB"];
+      let k = 0;
+      let v = Math.abs(n);
+      while (v >= 1024 && k < units.length - 1) {
+        v /= 1024;
+        k++;
+      }
+      const short = k ? " (" + (n < 0 ? "-" : "") + v.toFixed(2) + " " + units[k] + ")" : "";
+      return n.toLocaleString("en-US") + " B" + short;
+    }
+    function build(h, m) {
+      const t = h.tree;
+      const nodes = t.n.map((f, i) => ({
+        name: t.frames[f][0], loc: t.frames[f][1], other: f === 1, calls: t.c[i],
+        total: t[m][i], self: t[m][i], v: [t.u[i], t.a[i], t.c[i]], children: [], parent: null,
+      }));
+      for (let i = 1; i < nodes.length; i++) {
+        const parent = nodes[t.p[i]];
+        nodes[i].parent = parent;
+        parent.children.push(nodes[i]);
+        parent.self -= nodes[i].total;
+      }
+      nodes[0].unit = METRICS[m];
+      (function sortChildren(node) {
+        node.children.sort((a, b) => b.total - a.total);
+        node.children.forEach(sortChildren);
+      })(nodes[0]);
+      return nodes[0];
+    }
+    return {
+      // The tree of the heap `value` names (with the chosen metric), or null for a thread.
+      pick(value) {
+        const h = value.startsWith("h") ? heaps[Number(value.slice(1))] : null;
+        metric.hidden = !h;
+        return h ? build(h, metric.value) : null;
+      },
+      start() {
+        if (!D.stacks.length && heaps.length) {
+          select.value = "h0";
+          root = zoom = this.pick("h0");
+        }
+      },
+      tip(node, top) {
+        const amount = (i, n) => (i === 2 ? n.toLocaleString("en-US") : bytes(n));
+        const lines = [node.parent ? node.name : top.unit + " of " + select.selectedOptions[0].textContent];
+        if (node.loc) lines.push(node.loc);
+        ["unreleased", "allocated", "allocations"].forEach((what, i) => {
+          lines.push(what + " " + amount(i, node.v[i]) + " (" + pct(node.v[i], top.v[i]) + ")");
+        });
+        lines.push("self " + (metric.value === "c" ? node.self.toLocaleString("en-US") : bytes(node.self)) +
+          " " + top.unit);
+        return lines.join("\n");
+      },
+    };
+  }
 })();
