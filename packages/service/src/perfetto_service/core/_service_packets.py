@@ -39,6 +39,7 @@ class TracingServiceEventKind:
     TRACING_DISABLED = 5
     SEIZED_FOR_BUGREPORT = 6
     FLUSH_STARTED = 9
+    CLONE_STARTED = 10
     BUFFER_CLONED = 11
 
 
