@@ -25,12 +25,12 @@ except ImportError:  # installed without Cython: runs as pure Python
 
 from perfetto_service import CorruptTraceError
 
-if cython.compiled:
-    from cython.cimports.perfetto_protos.tags import fields_c as tags
-    from cython.cimports.protozero._varint import read_varint
-else:
+if not cython.compiled:  # mypy checks the pure build's names
     from perfetto_protos.tags import fields as tags
     from protozero import read_varint
+else:
+    from cython.cimports.perfetto_protos.tags import fields_c as tags  # type: ignore[no-redef]
+    from cython.cimports.protozero._varint import read_varint  # type: ignore[no-redef]
 
 __all__ = ["Frame", "Function", "SliceReader", "Track"]
 

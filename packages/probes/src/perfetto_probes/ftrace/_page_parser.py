@@ -15,13 +15,16 @@ except ImportError:  # installed without Cython: runs as pure Python
 
 from protozero import encode_varint
 
-if cython.compiled:
-    from cython.cimports.cpython.bytes import PyBytes_FromStringAndSize
-    from cython.cimports.perfetto_protos.tags import fields_c as tags
-    from cython.cimports.protozero._proto_utils import store_redundant_varint, store_varint
-else:
+if not cython.compiled:  # mypy checks the pure build's names
     from perfetto_protos.tags import fields as tags
     from protozero._proto_utils import store_redundant_varint, store_varint
+else:
+    from cython.cimports.cpython.bytes import PyBytes_FromStringAndSize
+    from cython.cimports.perfetto_protos.tags import fields_c as tags  # type: ignore[no-redef]
+    from cython.cimports.protozero._proto_utils import (  # type: ignore[no-redef]
+        store_redundant_varint,
+        store_varint,
+    )
 
 # How a field's bytes are read (FieldLayout.kind).
 _KIND_INT = 0
@@ -268,7 +271,7 @@ class BundleWriter:
 
     def parse_page(self, buf: bytes) -> int:
         """Adds the records of one page (page_size bytes) to the open bundle; returns the
-        FtraceParseStatus of the page (tags.FTRACE_STATUS_OK when it was walked to its end)."""
+        FtraceParseStatus of the page (FTRACE_STATUS_OK when it was walked to its end)."""
         layout = self.page
         if len(buf) < layout.data_offset:
             return self._page_error(0, tags.FTRACE_STATUS_ABI_INVALID_PAGE_HEADER)

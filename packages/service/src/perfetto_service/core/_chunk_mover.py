@@ -25,12 +25,12 @@ from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 
 from perfetto_service.core._trace_buffer import Patch
 
-if cython.compiled:
-    from cython.cimports.perfetto_protos.tags import fields_c as tags
-    from cython.cimports.protozero._varint import read_varint
-else:
+if not cython.compiled:  # mypy checks the pure build's names
     from perfetto_protos.tags import fields as tags
     from protozero import read_varint
+else:
+    from cython.cimports.perfetto_protos.tags import fields_c as tags  # type: ignore[no-redef]
+    from cython.cimports.protozero._varint import read_varint  # type: ignore[no-redef]
 
 if not cython.compiled:  # compiled, the .pxd cimports them
     from perfetto_smb import SharedMemoryReader
