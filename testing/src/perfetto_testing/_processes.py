@@ -47,7 +47,7 @@ class NotifyingDaemon:
         notify_env: str,
         *,
         cwd: str | Path | None = None,
-        stdout: int = subprocess.PIPE,
+        stdout: int | None = subprocess.PIPE,
     ) -> None:
         self.name = name
         env = dict(env)
