@@ -14,7 +14,7 @@ NOTIFY = "HELPER_NOTIFY_FD"
 
 def test_a_daemon_that_never_says_it_is_ready_fails_in_one_line_with_its_log() -> None:
     command = [sys.executable, "-c", "import sys; sys.exit('no socket here')"]
-    with pytest.raises(AssertionError, match="^helper did not start: no socket here$"):
+    with pytest.raises(AssertionError, match=r"^helper did not start: no socket here$"):
         NotifyingDaemon("helper", command, os.environ, NOTIFY)
 
 
@@ -32,4 +32,5 @@ def test_a_ready_daemon_runs_until_the_block_ends_and_its_log_is_kept() -> None:
         assert daemon.process.poll() is None
     assert daemon.process.returncode == -signal.SIGTERM
     assert daemon.log == ["listening"]
-    assert daemon.process.stderr is not None and daemon.process.stderr.closed
+    assert daemon.process.stderr is not None
+    assert daemon.process.stderr.closed
