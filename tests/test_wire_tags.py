@@ -8,7 +8,14 @@ every package for what spells one instead:
   the encoders write (`b"\\x5a"`, TracePacket.track_event);
 - a hex integer stored through a pointer (`p[0] = 0x5A`) or compared (`tag == 0x0A`);
 - a field number compared with an integer (`field_id == 8`, `sub_id in {1, 2}`);
-- a tag made from a field number (`encode_tag(10, 0)`, `(42 << 3) | 0`).
+- a tag made from a field number (`encode_tag(10, 0)`, `(42 << 3) | 0`);
+- a constant that names a field by number (`_PROCESS_TREE = 2  # TracePacket.process_tree`);
+- in a module that takes constants from perfetto_protos.tags already, a constant that names an
+  enum value by its number (`_SLICE_BEGIN = 1`, TrackEvent.Type.TYPE_SLICE_BEGIN). (Elsewhere
+  such tables stay: the SDK's modules, for instance, do not import perfetto_protos.)
+
+And no module writes its list of tags twice (once cimported from `fields_c` for the compiled
+build, once imported from `fields` for the pure one): it names the module under one alias.
 """
 
 from __future__ import annotations
@@ -47,6 +54,31 @@ _COMPARED = re.compile(
     r"|\b(?:tag|field_id|sub_id|other)\s+(?:not\s+)?in\s+[{(\[]\s*\d"
 )
 _MADE = re.compile(r"\b(?:encode_tag|make_tag)\(\s*\d|\(\s*\d+\s*<<\s*3\s*\)")
+_NAMED_FIELD = re.compile(
+    r"^(_?[A-Z][A-Z0-9_]*) = \d+\s*#\s*([A-Z]\w*(?:\.[A-Z]\w*)*)\.([a-z]\w*)\b"
+)
+"""A constant that spells a field's number, naming the field in its comment."""
+_NUMBER_CONSTANT = re.compile(r"^(_?[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+) = (\d+)\b")
+
+
+def _enum_values() -> dict[str, set[int]]:
+    """The generated enum values by each name a constant could give one: every `_`-joined tail
+    of two words or more of the value's own name (`TYPE_SLICE_BEGIN`, `SLICE_BEGIN`). A value's
+    name is the upper-case end of its constant (`TrackEvent_Type_TYPE_SLICE_BEGIN`); a field's
+    constant ends in one upper-case word (`TracePacket_track_event_ID`)."""
+    out: dict[str, set[int]] = {}
+    for name, value in vars(fields).items():
+        words = name.split("_")
+        start = len(words)
+        while start > 0 and words[start - 1].isupper():
+            start -= 1
+        for tail in range(start, len(words) - 1):
+            out.setdefault("_".join(words[tail:]), set()).add(value)
+    return out
+
+
+ENUM_VALUES = _enum_values()
+
 _NAMED_BYTE = re.compile(r"^(_?[A-Z][A-Z0-9_]*) = 0x[0-9a-fA-F]{2}$", re.M)
 """A constant that names a byte in hex (`_MOVE_PAGE = 0x08`): a tag, if a walk compares a tag
 with it (`if tag == _MOVE_PAGE`)."""
@@ -122,6 +154,17 @@ def spelled_tags(path: Path) -> list[str]:
         named = _NAMED_BYTE.match(line.rstrip())
         if named is not None and named.group(1) in compared:
             found.append(f"{rel}:{number}: {named.group(0)}")
+    text = path.read_text(encoding="utf-8")
+    takes_tags = "perfetto_protos.tags" in text
+    for number, line in enumerate(text.splitlines(), 1):
+        field = _NAMED_FIELD.match(line)
+        if field is not None:
+            found.append(f"{rel}:{number}: {field.group(0)}")
+        constant = _NUMBER_CONSTANT.match(line)
+        if constant is not None and takes_tags:
+            name, value = constant.group(1).lstrip("_"), int(constant.group(2))
+            if value in ENUM_VALUES.get(name, ()):
+                found.append(f"{rel}:{number}: {constant.group(0)}")
     return found
 
 
@@ -138,8 +181,10 @@ def test_the_scan_covers_the_encoders_and_finds_a_spelled_tag(tmp_path: Path) ->
     assert not any("_pbzero" in s or s.endswith("tags/fields.py") for s in sources)
     sample = tmp_path / "sample.pyx"
     sample.write_text(
+        "from perfetto_protos.tags.fields_c cimport Trace_packet_TAG\n"
         'TAIL = b"\\x5a\\x02"\nTEXT = b"\\x00\\x01"\np[0] = 0x5A\nif field_id == 8:\n'
         "TAG = encode_tag(10, 0)\n_MOVE_PAGE = 0x08\nif field_id == 0:\nif tag == _MOVE_PAGE:\n"
+        "_PROCESS_TREE = 2  # TracePacket.process_tree\n_SLICE_BEGIN = 1\n_SLICE_END = 1\n"
     )
     got = [line.split(": ", 1)[1] for line in spelled_tags(sample)]
     assert got == [
@@ -148,6 +193,8 @@ def test_the_scan_covers_the_encoders_and_finds_a_spelled_tag(tmp_path: Path) ->
         "field_id == 8",
         "encode_tag(1",
         "_MOVE_PAGE = 0x08",
+        "_PROCESS_TREE = 2  # TracePacket.process_tree",
+        "_SLICE_BEGIN = 1",
     ]
 
 
@@ -192,3 +239,32 @@ def test_the_sdk_tables_are_checked_against_the_generated_tags() -> None:
         lines, problems = sdk_table_problems(ROOT / rel)
         assert lines
         assert problems == []
+
+
+def imported_twice(path: Path) -> list[str]:
+    """The names `path` takes both from `fields_c` (cimported, the compiled build) and from
+    `fields` (the pure build): a list written twice, where one alias of the module would do."""
+    if path.suffix != ".py":
+        return []
+    by_module: dict[str, set[str]] = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module is not None:
+            module = node.module.removeprefix("cython.cimports.")
+            by_module.setdefault(module, set()).update(alias.name for alias in node.names)
+    twice = by_module.get("perfetto_protos.tags.fields_c", set()) & by_module.get(
+        "perfetto_protos.tags.fields", set()
+    )
+    rel = path.relative_to(ROOT) if ROOT in path.parents else path
+    return [f"{rel}: {name}" for name in sorted(twice)]
+
+
+def test_no_module_writes_its_tags_twice(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "if cython.compiled:\n"
+        "    from cython.cimports.perfetto_protos.tags.fields_c import Trace_packet_TAG\n"
+        "else:\n"
+        "    from perfetto_protos.tags.fields import Trace_packet_TAG\n"
+    )
+    assert [line.split(": ")[1] for line in imported_twice(sample)] == ["Trace_packet_TAG"]
+    assert [line for path in hand_written_sources() for line in imported_twice(path)] == []

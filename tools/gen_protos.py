@@ -7,8 +7,8 @@
 For `protos/perfetto/X/Y.proto` it writes `perfetto_protos/X/Y_pb2.py` (protobuf),
 `Y_pb2.pyi` (mypy-protobuf stubs) and `Y_pbzero.py` (ProtoZero writers, from
 `python -m protozero.codegen`; with a `Y_pbzero.pxd` for the files of COMPILED), the field
-tags of every message (`perfetto_protos/tags/fields.py` and `fields_c.pxd`, TAGS), plus an
-`__init__.py` in every generated directory.
+tags of every message and the values of every enum (`perfetto_protos/tags/fields.py` and
+`fields_c.pxd`, TAGS), plus an `__init__.py` in every generated directory.
 
 The `_pb2` modules register their files in `perfetto_protos._pool.POOL`, not in protobuf's
 default pool: upstream's `perfetto` package registers the same full names
@@ -51,8 +51,9 @@ COMPILED = [
 with Cython (the hot ones: compiling all would take minutes of each wheel build)."""
 
 TAGS = "tags/fields"
-"""The field numbers and tags of every message: `perfetto_protos/tags/fields.py` (the pure
-build's) and `fields_c.pxd` (C constants the compiled modules of every package cimport)."""
+"""The field numbers and tags of every message and the values of every enum:
+`perfetto_protos/tags/fields.py` (the pure build's) and `fields_c.pxd` (C constants the compiled
+modules of every package cimport)."""
 
 
 def proto_files() -> list[str]:

@@ -1,13 +1,16 @@
-"""The generated modules import and expose what the IPC layer relies on."""
+"""The generated modules import and expose what the IPC layer relies on, and the generated tags
+hold what the schema says."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from types import ModuleType
 
+from google.protobuf.descriptor import Descriptor
 from google.protobuf.descriptor_pb2 import FileDescriptorProto
 from perfetto_protos.ipc import consumer_port_pb2, producer_port_pb2, relay_port_pb2
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
+from perfetto_protos.tags import fields
 from perfetto_protos.trace.trace_packet_pb2 import TracePacket
 
 PROTO_DIR = Path(__file__).resolve().parents[1] / "perfetto"
@@ -115,3 +118,30 @@ def test_upstream_oneofs_are_kept() -> None:
     packet = TracePacket(trusted_uid=0, trusted_packet_sequence_id=1)
     assert packet.WhichOneof("optional_trusted_uid") == "trusted_uid"
     assert packet.SerializeToString() == bytes.fromhex("18 00 50 01")
+
+
+def test_the_tags_hold_every_field_number_and_enum_value(pb2_modules: list[ModuleType]) -> None:
+    checked = 0
+
+    def visit(message: Descriptor, prefix: str) -> None:
+        nonlocal checked
+        for field in message.fields:
+            assert getattr(fields, f"{prefix}_{field.name}_ID") == field.number
+            checked += 1
+        for enum in message.enum_types:
+            for value in enum.values:
+                assert getattr(fields, f"{prefix}_{enum.name}_{value.name}") == value.number
+                checked += 1
+        for nested in message.nested_types:
+            visit(nested, f"{prefix}_{nested.name}")
+
+    for module in pb2_modules:
+        for enum in module.DESCRIPTOR.enum_types_by_name.values():
+            for value in enum.values:
+                assert getattr(fields, value.name) == value.number
+                checked += 1
+        for message in module.DESCRIPTOR.message_types_by_name.values():
+            visit(message, message.name)
+    assert fields.FTRACE_STATUS_INVALID_EVENT == 17
+    assert fields.TrackEvent_Type_TYPE_SLICE_END == 2
+    assert checked > 1000

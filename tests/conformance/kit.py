@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
 import sys
 import threading
@@ -12,10 +11,9 @@ import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from perfetto_testing import TIMEOUT, end_process
+from perfetto_testing import TIMEOUT, NotifyingDaemon
 
 AGENT = str(Path(__file__).with_name("agent.py"))
 VERSIONS_ENV = "PERFETTO_CONFORMANCE_VERSIONS"
@@ -52,7 +50,7 @@ def versions() -> list[Version]:
     return [Version(name, python) for name, python in pairs]
 
 
-class Traced:
+class Traced(NotifyingDaemon):
     """A version's `traced` on sockets under `directory`, until the block ends."""
 
     def __init__(self, version: Version, directory: Path) -> None:
@@ -61,35 +59,9 @@ class Traced:
         env = dict(os.environ)
         env["PERFETTO_PRODUCER_SOCK_NAME"] = self.producer_socket
         env["PERFETTO_CONSUMER_SOCK_NAME"] = self.consumer_socket
-        read_end, write_end = os.pipe()
-        env["TRACED_NOTIFY_FD"] = str(write_end)
-        self.process = subprocess.Popen(
-            [version.traced], env=env, pass_fds=(write_end,), stderr=subprocess.PIPE
+        super().__init__(
+            f"traced of {version}", [version.traced], env, "TRACED_NOTIFY_FD", stdout=None
         )
-        os.close(write_end)
-        try:
-            ready, _, _ = select.select([read_end], [], [], TIMEOUT)
-            if not ready or os.read(read_end, 1) != b"1":
-                self.process.kill()
-                _, err = self.process.communicate(timeout=TIMEOUT)
-                raise AssertionError(f"traced of {version} did not start: {err.decode()}")
-        finally:
-            os.close(read_end)
-
-    def __enter__(self) -> Traced:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        try:
-            end_process(self.process)
-        finally:
-            if self.process.stderr is not None:
-                self.process.stderr.close()
 
 
 class Agent:

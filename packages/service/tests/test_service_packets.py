@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from perfetto_protos.common import trace_stats_pb2
 from perfetto_protos.config import trace_config_pb2
+from perfetto_protos.tags import fields
 from perfetto_protos.upstream import parse_upstream_trace
 from perfetto_service import trace_file_bytes
 from perfetto_service.core._service_packets import (
@@ -116,6 +117,13 @@ def test_service_events_are_timestamped_lifecycle_packets(kind: int, name: str) 
     _assert_service_header(packet, 1000)
     assert packet.timestamp == timestamp
     assert packet.service_event.WhichOneof("event_type") == name
+
+
+def test_the_service_event_kinds_are_the_generated_field_numbers() -> None:
+    kinds = {k: v for k, v in vars(TracingServiceEventKind).items() if k.isupper()}
+    assert len(kinds) >= 9
+    for kind, number in kinds.items():
+        assert getattr(fields, f"TracingServiceEvent_{kind.lower()}_ID") == number, kind
 
 
 def test_buffer_cloned_event_carries_the_buffer_index() -> None:

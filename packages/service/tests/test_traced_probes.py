@@ -4,7 +4,6 @@ consumer, the trace read with upstream's schema."""
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -12,13 +11,12 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import pytest
 from perfetto_protos.common.sys_stats_counters_pb2 import MeminfoCounters
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
-from perfetto_testing import TIMEOUT, end_process, wait_for
+from perfetto_testing import TIMEOUT, NotifyingDaemon, wait_for
 from traced_testlib import ConsumerSession, Traced
 
 MEMINFO_MEM_TOTAL = MeminfoCounters.MEMINFO_MEM_TOTAL
@@ -39,60 +37,21 @@ AS_NOBODY = [
 ]
 
 
-class TracedProbes:
+class TracedProbes(NotifyingDaemon):
     """A traced_probes subprocess (run from `cwd`), started once its data sources are
     registered."""
 
     def __init__(self, env: dict[str, str], cwd: Path, command: list[str] = COMMAND) -> None:
         env = dict(env)
         env.pop("TRACED_NOTIFY_FD", None)
-        read_end, write_end = os.pipe()
-        env["TRACED_PROBES_NOTIFY_FD"] = str(write_end)
-        self.process = subprocess.Popen(
+        super().__init__(
+            "traced_probes",
             command,
-            env=env,
+            env,
+            "TRACED_PROBES_NOTIFY_FD",
             cwd=cwd,
-            pass_fds=(write_end,),
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
         )
-        os.close(write_end)
-        self.log: list[str] = []
-        self._reader = threading.Thread(target=self._read_log, daemon=True)
-        self._reader.start()
-        try:
-            ready, _, _ = select.select([read_end], [], [], TIMEOUT)
-            if not ready or os.read(read_end, 1) != b"1":
-                self.process.kill()
-                self.process.wait(TIMEOUT)
-                self._reader.join(TIMEOUT)
-                raise AssertionError("traced_probes did not start: " + "\n".join(self.log))
-        finally:
-            os.close(read_end)
-
-    def _read_log(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.log.append(line.decode(errors="replace").rstrip("\n"))
-
-    def wait(self) -> int:
-        status = self.process.wait(TIMEOUT)
-        self._reader.join(TIMEOUT)
-        return status
-
-    def __enter__(self) -> TracedProbes:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        end_process(self.process)
-        self._reader.join(TIMEOUT)
-        if self.process.stderr is not None:
-            self.process.stderr.close()
 
 
 def _config(*names: str) -> TraceConfig:

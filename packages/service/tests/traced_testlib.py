@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import os
-import select
 import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from ipc_fakes import RecordingConsumer
@@ -18,7 +16,7 @@ from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
 from perfetto_protos.upstream import parse_upstream_trace
 from perfetto_service import ConsumerIPCClient
-from perfetto_testing import TIMEOUT, end_process, wait_for
+from perfetto_testing import TIMEOUT, NotifyingDaemon, wait_for
 from perfetto_wire import FrameDecoder, encode_frame
 from perfetto_wire._call_frames import encode_invoke
 from protozero import encode_varint
@@ -26,7 +24,7 @@ from protozero import encode_varint
 PRODUCER_MAIN = str(Path(__file__).with_name("ipc_producer_main.py"))
 
 
-class Traced:
+class Traced(NotifyingDaemon):
     """A traced subprocess on socket paths under `directory`."""
 
     def __init__(
@@ -43,68 +41,18 @@ class Traced:
         self.env = dict(os.environ)
         self.env["PERFETTO_PRODUCER_SOCK_NAME"] = ",".join(self.producer_sockets)
         self.env["PERFETTO_CONSUMER_SOCK_NAME"] = self.consumer_socket
-        read_end, write_end = os.pipe()
-        self.env["TRACED_NOTIFY_FD"] = str(write_end)
-        self.process = subprocess.Popen(
+        super().__init__(
+            "traced",
             [sys.executable, "-m", "perfetto_service.traced", *extra_args],
-            env=self.env,
-            pass_fds=(write_end,),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            self.env,
+            "TRACED_NOTIFY_FD",
         )
-        os.close(write_end)
-        self.log: list[str] = []
-        self._log_reader = threading.Thread(target=self._read_log, daemon=True)
-        self._log_reader.start()
-        try:
-            ready, _, _ = select.select([read_end], [], [], TIMEOUT)
-            if not ready or os.read(read_end, 1) != b"1":
-                self.process.kill()
-                self.process.wait(TIMEOUT)
-                self._log_reader.join(TIMEOUT)
-                raise AssertionError("traced did not start: " + "\n".join(self.log))
-        finally:
-            os.close(read_end)
-
-    def _read_log(self) -> None:
-        """Collects traced's stderr (its log) so that the pipe never fills up."""
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.log.append(line.decode(errors="replace").rstrip("\n"))
-
-    def wait_log(self, text: str) -> None:
-        """Waits until a line of traced's log contains `text`."""
-        wait_for(lambda: any(text in line for line in self.log), TIMEOUT)
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the daemon so far (from /proc)."""
         fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
         ticks = int(fields[11]) + int(fields[12])
         return ticks / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> int:
-        """SIGTERM, then waits (SIGKILL after the limit); returns the exit status."""
-        return end_process(self.process)
-
-    def __enter__(self) -> Traced:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
-        self._log_reader.join(TIMEOUT)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-        if self.process.stderr is not None:
-            self.process.stderr.close()
 
 
 class ProducerProcess:

@@ -1,8 +1,8 @@
-"""What the tests of every perfetto-py package share: limits, waits, child processes that end,
-and traces read with upstream's schema."""
+"""What the tests of every perfetto-py package share: limits, waits, daemons that say when they
+are ready, child processes that end, and traces read with upstream's schema."""
 
 from perfetto_testing._browser import CHROMIUM, OpenedPage, open_page, screenshot
-from perfetto_testing._processes import end_process
+from perfetto_testing._processes import NotifyingDaemon, end_process
 from perfetto_testing._traces import read_upstream_trace
 from perfetto_testing._wait import SLOW_TIMEOUT, TIMEOUT, wait_for
 
@@ -10,6 +10,7 @@ __all__ = [
     "CHROMIUM",
     "SLOW_TIMEOUT",
     "TIMEOUT",
+    "NotifyingDaemon",
     "OpenedPage",
     "end_process",
     "open_page",

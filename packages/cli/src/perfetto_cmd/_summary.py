@@ -26,6 +26,13 @@ from perfetto_protos.tags.fields import (
     ProcessDescriptor_cmdline_ID,
     ProcessDescriptor_pid_ID,
     ProcessDescriptor_process_name_ID,
+    ProcessTree_Process_cmdline_ID,
+    ProcessTree_Process_pid_ID,
+    ProcessTree_processes_ID,
+    ProcessTree_Thread_name_ID,
+    ProcessTree_Thread_tgid_ID,
+    ProcessTree_Thread_tid_ID,
+    ProcessTree_threads_ID,
     ThreadDescriptor_pid_ID,
     ThreadDescriptor_thread_name_ID,
     ThreadDescriptor_tid_ID,
@@ -34,7 +41,9 @@ from perfetto_protos.tags.fields import (
     TracePacket_interned_data_ID,
     TracePacket_previous_packet_dropped_ID,
     TracePacket_process_descriptor_ID,
+    TracePacket_process_tree_ID,
     TracePacket_sequence_flags_ID,
+    TracePacket_SequenceFlags_SEQ_INCREMENTAL_STATE_CLEARED,
     TracePacket_thread_descriptor_ID,
     TracePacket_timestamp_clock_id_ID,
     TracePacket_timestamp_ID,
@@ -58,6 +67,9 @@ from perfetto_protos.tags.fields import (
     TrackEvent_name_iid_ID,
     TrackEvent_track_uuid_ID,
     TrackEvent_type_ID,
+    TrackEvent_Type_TYPE_COUNTER,
+    TrackEvent_Type_TYPE_SLICE_BEGIN,
+    TrackEvent_Type_TYPE_SLICE_END,
 )
 from perfetto_service import (
     TRACE_PACKET_TAG,
@@ -91,7 +103,7 @@ _P_THREAD_DESCRIPTOR = TracePacket_thread_descriptor_ID
 _P_TIMESTAMP_CLOCK_ID = TracePacket_timestamp_clock_id_ID
 _P_DEFAULTS = TracePacket_trace_packet_defaults_ID
 _P_TRACK_DESCRIPTOR = TracePacket_track_descriptor_ID
-_SEQ_INCREMENTAL_STATE_CLEARED = 1
+_SEQ_INCREMENTAL_STATE_CLEARED = TracePacket_SequenceFlags_SEQ_INCREMENTAL_STATE_CLEARED
 _TE_CATEGORY_IIDS = TrackEvent_category_iids_ID
 _TE_TYPE = TrackEvent_type_ID
 _TE_NAME_IID = TrackEvent_name_iid_ID
@@ -100,20 +112,21 @@ _TE_CATEGORIES = TrackEvent_categories_ID
 _TE_NAME = TrackEvent_name_ID
 _TE_COUNTER_VALUE = TrackEvent_counter_value_ID
 _TE_DOUBLE_COUNTER_VALUE = TrackEvent_double_counter_value_ID
-_SLICE_BEGIN, _SLICE_END, _INSTANT, _COUNTER = 1, 2, 3, 4
+_SLICE_BEGIN = TrackEvent_Type_TYPE_SLICE_BEGIN
+_SLICE_END = TrackEvent_Type_TYPE_SLICE_END
+_COUNTER = TrackEvent_Type_TYPE_COUNTER
 _ID_EVENT_CATEGORIES = InternedData_event_categories_ID
 _ID_EVENT_NAMES = InternedData_event_names_ID
 _DEFAULTS_TRACK_EVENT = TracePacketDefaults_track_event_defaults_ID
 _FIRST_SEQUENCE_SCOPED_CLOCK = 64
-# ProcessTree is not modelled in protos/ (its README, "What is left out"): upstream's numbers.
-_P_PROCESS_TREE = 2  # TracePacket.process_tree
-_PT_PROCESSES = 1  # ProcessTree.processes
-_PT_THREADS = 2  # ProcessTree.threads
-_PT_PROCESS_PID = 1  # ProcessTree.Process.pid
-_PT_PROCESS_CMDLINE = 3  # ProcessTree.Process.cmdline
-_PT_THREAD_TID = 1  # ProcessTree.Thread.tid
-_PT_THREAD_NAME = 2  # ProcessTree.Thread.name
-_PT_THREAD_TGID = 3  # ProcessTree.Thread.tgid
+_P_PROCESS_TREE = TracePacket_process_tree_ID
+_PT_PROCESSES = ProcessTree_processes_ID
+_PT_THREADS = ProcessTree_threads_ID
+_PT_PROCESS_PID = ProcessTree_Process_pid_ID
+_PT_PROCESS_CMDLINE = ProcessTree_Process_cmdline_ID
+_PT_THREAD_TID = ProcessTree_Thread_tid_ID
+_PT_THREAD_NAME = ProcessTree_Thread_name_ID
+_PT_THREAD_TGID = ProcessTree_Thread_tgid_ID
 
 _Fields = dict[int, list[tuple[int, int, int]]]
 """Field id -> [(wire type, value or payload offset, payload size)]."""

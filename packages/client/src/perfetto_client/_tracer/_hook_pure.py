@@ -21,15 +21,18 @@ from perfetto_protos.tags.fields import (
     TrackEvent_name_iid_TAG,
     TrackEvent_source_location_iid_TAG,
     TrackEvent_type_TAG,
+    TrackEvent_Type_TYPE_INSTANT,
+    TrackEvent_Type_TYPE_SLICE_BEGIN,
+    TrackEvent_Type_TYPE_SLICE_END,
 )
 from protozero import encode_varint, read_varint
 from protozero._proto_utils import SHORT_VARINTS
 
 COMPILED = False
 
-SLICE_BEGIN = 1
-SLICE_END = 2
-INSTANT = 3
+SLICE_BEGIN = TrackEvent_Type_TYPE_SLICE_BEGIN
+SLICE_END = TrackEvent_Type_TYPE_SLICE_END
+INSTANT = TrackEvent_Type_TYPE_INSTANT
 _NOT_RECORDED, _PENDING, _EMITTED = 0, 1, 2
 OWN = 0xFFFFFFFF  # the iid of the tracer's own code
 

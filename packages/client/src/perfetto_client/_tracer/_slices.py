@@ -25,103 +25,22 @@ except ImportError:  # installed without Cython: runs as pure Python
 
 from perfetto_service import CorruptTraceError
 
-if cython.compiled:
-    from cython.cimports.perfetto_protos.tags.fields_c import (
-        ClockSnapshot_Clock_clock_id_ID,
-        ClockSnapshot_Clock_is_incremental_ID,
-        ClockSnapshot_Clock_timestamp_ID,
-        ClockSnapshot_clocks_ID,
-        EventName_iid_ID,
-        EventName_name_ID,
-        InternedData_event_names_ID,
-        InternedData_source_locations_ID,
-        ProcessDescriptor_pid_ID,
-        ProcessDescriptor_process_name_ID,
-        SourceLocation_file_name_ID,
-        SourceLocation_iid_ID,
-        SourceLocation_line_number_ID,
-        ThreadDescriptor_pid_ID,
-        ThreadDescriptor_thread_name_ID,
-        ThreadDescriptor_tid_ID,
-        Trace_packet_TAG,
-        TracePacket_clock_snapshot_ID,
-        TracePacket_incremental_state_cleared_ID,
-        TracePacket_interned_data_ID,
-        TracePacket_previous_packet_dropped_ID,
-        TracePacket_sequence_flags_ID,
-        TracePacket_timestamp_clock_id_ID,
-        TracePacket_timestamp_ID,
-        TracePacket_trace_packet_defaults_ID,
-        TracePacket_track_descriptor_ID,
-        TracePacket_track_event_ID,
-        TracePacket_trusted_packet_sequence_id_ID,
-        TracePacketDefaults_timestamp_clock_id_ID,
-        TracePacketDefaults_track_event_defaults_ID,
-        TrackDescriptor_process_ID,
-        TrackDescriptor_thread_ID,
-        TrackDescriptor_uuid_ID,
-        TrackEvent_name_iid_ID,
-        TrackEvent_name_TAG,
-        TrackEvent_source_location_iid_ID,
-        TrackEvent_track_uuid_ID,
-        TrackEvent_type_ID,
-        TrackEventDefaults_track_uuid_ID,
-    )
-    from cython.cimports.protozero._varint import read_varint
-else:
-    from perfetto_protos.tags.fields import (
-        ClockSnapshot_Clock_clock_id_ID,
-        ClockSnapshot_Clock_is_incremental_ID,
-        ClockSnapshot_Clock_timestamp_ID,
-        ClockSnapshot_clocks_ID,
-        EventName_iid_ID,
-        EventName_name_ID,
-        InternedData_event_names_ID,
-        InternedData_source_locations_ID,
-        ProcessDescriptor_pid_ID,
-        ProcessDescriptor_process_name_ID,
-        SourceLocation_file_name_ID,
-        SourceLocation_iid_ID,
-        SourceLocation_line_number_ID,
-        ThreadDescriptor_pid_ID,
-        ThreadDescriptor_thread_name_ID,
-        ThreadDescriptor_tid_ID,
-        Trace_packet_TAG,
-        TracePacket_clock_snapshot_ID,
-        TracePacket_incremental_state_cleared_ID,
-        TracePacket_interned_data_ID,
-        TracePacket_previous_packet_dropped_ID,
-        TracePacket_sequence_flags_ID,
-        TracePacket_timestamp_clock_id_ID,
-        TracePacket_timestamp_ID,
-        TracePacket_trace_packet_defaults_ID,
-        TracePacket_track_descriptor_ID,
-        TracePacket_track_event_ID,
-        TracePacket_trusted_packet_sequence_id_ID,
-        TracePacketDefaults_timestamp_clock_id_ID,
-        TracePacketDefaults_track_event_defaults_ID,
-        TrackDescriptor_process_ID,
-        TrackDescriptor_thread_ID,
-        TrackDescriptor_uuid_ID,
-        TrackEvent_name_iid_ID,
-        TrackEvent_name_TAG,
-        TrackEvent_source_location_iid_ID,
-        TrackEvent_track_uuid_ID,
-        TrackEvent_type_ID,
-        TrackEventDefaults_track_uuid_ID,
-    )
+if not cython.compiled:  # mypy checks the pure build's names
+    from perfetto_protos.tags import fields as tags
     from protozero import read_varint
+else:
+    from cython.cimports.perfetto_protos.tags import fields_c as tags  # type: ignore[no-redef]
+    from cython.cimports.protozero._varint import read_varint  # type: ignore[no-redef]
 
 __all__ = ["Frame", "Function", "SliceReader", "Track"]
 
-_SLICE_BEGIN = 1
-_SLICE_END = 2
+_SLICE_BEGIN = tags.TrackEvent_Type_TYPE_SLICE_BEGIN
+_SLICE_END = tags.TrackEvent_Type_TYPE_SLICE_END
 _FIRST_INCREMENTAL_CLOCK = 64
-# ProcessTree is not modelled in protos/ (its README, "What is left out"): upstream's numbers.
-_PROCESS_TREE = 2  # TracePacket.process_tree
-_PROCESSES = 1  # ProcessTree.processes
-_PROCESS_PID = 1  # ProcessTree.Process.pid
-_PROCESS_CMDLINE = 3  # ProcessTree.Process.cmdline
+_PROCESS_TREE = tags.TracePacket_process_tree_ID
+_PROCESSES = tags.ProcessTree_processes_ID
+_PROCESS_PID = tags.ProcessTree_Process_pid_ID
+_PROCESS_CMDLINE = tags.ProcessTree_Process_cmdline_ID
 
 
 class Function:
@@ -259,7 +178,7 @@ class SliceReader:
                     return start
                 if size > end - pos:
                     return start
-                if tag == Trace_packet_TAG:
+                if tag == tags.Trace_packet_TAG:
                     try:
                         self._packet(buf, pos, pos + size)
                     except CorruptTraceError as exc:
@@ -308,17 +227,17 @@ class SliceReader:
                 pos = self._at
                 if pos < 0:
                     raise CorruptTraceError("a varint runs past its end")
-                if field_id == TracePacket_timestamp_ID:
+                if field_id == tags.TracePacket_timestamp_ID:
                     ts = value
-                elif field_id == TracePacket_trusted_packet_sequence_id_ID:
+                elif field_id == tags.TracePacket_trusted_packet_sequence_id_ID:
                     sequence_id = value
-                elif field_id == TracePacket_sequence_flags_ID:
+                elif field_id == tags.TracePacket_sequence_flags_ID:
                     flags = value
-                elif field_id == TracePacket_timestamp_clock_id_ID:
+                elif field_id == tags.TracePacket_timestamp_clock_id_ID:
                     clock = value
-                elif field_id == TracePacket_incremental_state_cleared_ID:
+                elif field_id == tags.TracePacket_incremental_state_cleared_ID:
                     cleared = value
-                elif field_id == TracePacket_previous_packet_dropped_ID:
+                elif field_id == tags.TracePacket_previous_packet_dropped_ID:
                     dropped = value
             elif wire_type == 2:
                 size = self._varint(buf, pos, end)
@@ -327,10 +246,10 @@ class SliceReader:
                     raise CorruptTraceError("a length runs past its end")
                 if size > end - pos:
                     raise CorruptTraceError("a field runs past its end")
-                if field_id == TracePacket_track_event_ID:
+                if field_id == tags.TracePacket_track_event_ID:
                     event = pos
                     event_end = pos + size
-                elif field_id == TracePacket_interned_data_ID:
+                elif field_id == tags.TracePacket_interned_data_ID:
                     if interned < 0:
                         interned = pos
                         interned_end = pos + size
@@ -338,12 +257,12 @@ class SliceReader:
                         if more_interned is None:
                             more_interned = []
                         more_interned.append((pos, pos + size))
-                elif field_id == TracePacket_trace_packet_defaults_ID:
+                elif field_id == tags.TracePacket_trace_packet_defaults_ID:
                     defaults = pos
                     defaults_end = pos + size
                 elif field_id in (
-                    TracePacket_clock_snapshot_ID,
-                    TracePacket_track_descriptor_ID,
+                    tags.TracePacket_clock_snapshot_ID,
+                    tags.TracePacket_track_descriptor_ID,
                     _PROCESS_TREE,
                 ):
                     other = field_id
@@ -385,9 +304,9 @@ class SliceReader:
                 seq.clock_ns += ts
                 ts = seq.clock_ns
             self._event(buf, event, event_end, ts, seq)
-        elif other == TracePacket_clock_snapshot_ID:
+        elif other == tags.TracePacket_clock_snapshot_ID:
             self._clock_snapshot(buf, other_pos, other_end, seq)
-        elif other == TracePacket_track_descriptor_ID:
+        elif other == tags.TracePacket_track_descriptor_ID:
             self._track_descriptor(buf, other_pos, other_end)
         elif other == _PROCESS_TREE:
             self._process_tree(buf, other_pos, other_end)
@@ -411,15 +330,15 @@ class SliceReader:
                 if pos < 0:
                     raise CorruptTraceError("a varint of its track_event runs past its end")
                 field_id = tag >> 3
-                if field_id == TrackEvent_type_ID:
+                if field_id == tags.TrackEvent_type_ID:
                     kind = value
-                elif field_id == TrackEvent_name_iid_ID:
+                elif field_id == tags.TrackEvent_name_iid_ID:
                     name_iid = value
-                elif field_id == TrackEvent_track_uuid_ID:
+                elif field_id == tags.TrackEvent_track_uuid_ID:
                     uuid = value
-                elif field_id == TrackEvent_source_location_iid_ID:
+                elif field_id == tags.TrackEvent_source_location_iid_ID:
                     location_iid = value
-            elif tag == TrackEvent_name_TAG:
+            elif tag == tags.TrackEvent_name_TAG:
                 size = self._varint(buf, pos, end)
                 name_at = self._at
                 if name_at < 0 or size > end - name_at:
@@ -561,48 +480,48 @@ class SliceReader:
 
     def _defaults(self, buf: bytes, pos: int, end: int, seq: _Sequence) -> None:
         for field_id, value, stop in self._fields(buf, pos, end):
-            if field_id == TracePacketDefaults_timestamp_clock_id_ID:
+            if field_id == tags.TracePacketDefaults_timestamp_clock_id_ID:
                 seq.default_clock = value
-            elif field_id == TracePacketDefaults_track_event_defaults_ID:
+            elif field_id == tags.TracePacketDefaults_track_event_defaults_ID:
                 for sub_id, sub_value, _ in self._fields(buf, value, stop):
-                    if sub_id == TrackEventDefaults_track_uuid_ID:
+                    if sub_id == tags.TrackEventDefaults_track_uuid_ID:
                         seq.default_track = sub_value
 
     def _interned(self, buf: bytes, pos: int, end: int, seq: _Sequence) -> None:
         for field_id, at, stop in self._fields(buf, pos, end):
-            if field_id == InternedData_event_names_ID:
+            if field_id == tags.InternedData_event_names_ID:
                 iid = 0
                 name = ""
                 for sub_id, value, sub_end in self._fields(buf, at, stop):
-                    if sub_id == EventName_iid_ID:
+                    if sub_id == tags.EventName_iid_ID:
                         iid = value
-                    elif sub_id == EventName_name_ID:
+                    elif sub_id == tags.EventName_name_ID:
                         name = self._string(value, sub_end)
                 seq.functions[iid] = self._function(name)
-            elif field_id == InternedData_source_locations_ID:
+            elif field_id == tags.InternedData_source_locations_ID:
                 iid = 0
                 file = ""
                 line = 0
                 for sub_id, value, sub_end in self._fields(buf, at, stop):
-                    if sub_id == SourceLocation_iid_ID:
+                    if sub_id == tags.SourceLocation_iid_ID:
                         iid = value
-                    elif sub_id == SourceLocation_file_name_ID:
+                    elif sub_id == tags.SourceLocation_file_name_ID:
                         file = self._string(value, sub_end)
-                    elif sub_id == SourceLocation_line_number_ID:
+                    elif sub_id == tags.SourceLocation_line_number_ID:
                         line = value
                 seq.locations[iid] = f"{file}:{line}" if line else file
 
     def _clock_snapshot(self, buf: bytes, pos: int, end: int, seq: _Sequence) -> None:
         for field_id, at, stop in self._fields(buf, pos, end):
-            if field_id != ClockSnapshot_clocks_ID:
+            if field_id != tags.ClockSnapshot_clocks_ID:
                 continue
             clock_id = timestamp = incremental = 0
             for sub_id, value, _ in self._fields(buf, at, stop):
-                if sub_id == ClockSnapshot_Clock_clock_id_ID:
+                if sub_id == tags.ClockSnapshot_Clock_clock_id_ID:
                     clock_id = value
-                elif sub_id == ClockSnapshot_Clock_timestamp_ID:
+                elif sub_id == tags.ClockSnapshot_Clock_timestamp_ID:
                     timestamp = value
-                elif sub_id == ClockSnapshot_Clock_is_incremental_ID:
+                elif sub_id == tags.ClockSnapshot_Clock_is_incremental_ID:
                     incremental = value
             if incremental and clock_id >= _FIRST_INCREMENTAL_CLOCK:
                 seq.clock_id = clock_id
@@ -612,29 +531,29 @@ class SliceReader:
         uuid = 0
         thread: tuple[int, int] | None = None
         for field_id, value, stop in self._fields(buf, pos, end):
-            if field_id == TrackDescriptor_uuid_ID:
+            if field_id == tags.TrackDescriptor_uuid_ID:
                 uuid = value
-            elif field_id == TrackDescriptor_process_ID:
+            elif field_id == tags.TrackDescriptor_process_ID:
                 pid = 0
                 name = ""
                 for sub_id, sub_value, sub_end in self._fields(buf, value, stop):
-                    if sub_id == ProcessDescriptor_pid_ID:
+                    if sub_id == tags.ProcessDescriptor_pid_ID:
                         pid = sub_value
-                    elif sub_id == ProcessDescriptor_process_name_ID:
+                    elif sub_id == tags.ProcessDescriptor_process_name_ID:
                         name = self._string(sub_value, sub_end)
                 if name or pid not in self.processes:
                     self.processes[pid] = name
-            elif field_id == TrackDescriptor_thread_ID:
+            elif field_id == tags.TrackDescriptor_thread_ID:
                 thread = (value, stop)
         if thread is not None:
             pid = tid = 0
             name = ""
             for sub_id, sub_value, sub_end in self._fields(buf, thread[0], thread[1]):
-                if sub_id == ThreadDescriptor_pid_ID:
+                if sub_id == tags.ThreadDescriptor_pid_ID:
                     pid = sub_value
-                elif sub_id == ThreadDescriptor_tid_ID:
+                elif sub_id == tags.ThreadDescriptor_tid_ID:
                     tid = sub_value
-                elif sub_id == ThreadDescriptor_thread_name_ID:
+                elif sub_id == tags.ThreadDescriptor_thread_name_ID:
                     name = self._string(sub_value, sub_end)
             self.threads[uuid] = (pid, tid, name)
 

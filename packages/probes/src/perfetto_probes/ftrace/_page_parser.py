@@ -15,85 +15,16 @@ except ImportError:  # installed without Cython: runs as pure Python
 
 from protozero import encode_varint
 
-if cython.compiled:
-    from cython.cimports.cpython.bytes import PyBytes_FromStringAndSize
-    from cython.cimports.perfetto_protos.tags.fields_c import (
-        FtraceEvent_pid_TAG,
-        FtraceEvent_timestamp_TAG,
-        FtraceEventBundle_compact_sched_TAG,
-        FtraceEventBundle_CompactSched_intern_table_TAG,
-        FtraceEventBundle_CompactSched_switch_next_comm_index_TAG,
-        FtraceEventBundle_CompactSched_switch_next_pid_TAG,
-        FtraceEventBundle_CompactSched_switch_next_prio_TAG,
-        FtraceEventBundle_CompactSched_switch_prev_state_TAG,
-        FtraceEventBundle_CompactSched_switch_timestamp_TAG,
-        FtraceEventBundle_CompactSched_waking_comm_index_TAG,
-        FtraceEventBundle_CompactSched_waking_common_flags_TAG,
-        FtraceEventBundle_CompactSched_waking_pid_TAG,
-        FtraceEventBundle_CompactSched_waking_prio_TAG,
-        FtraceEventBundle_CompactSched_waking_target_cpu_TAG,
-        FtraceEventBundle_CompactSched_waking_timestamp_TAG,
-        FtraceEventBundle_cpu_TAG,
-        FtraceEventBundle_error_TAG,
-        FtraceEventBundle_event_TAG,
-        FtraceEventBundle_FtraceError_status_TAG,
-        FtraceEventBundle_FtraceError_timestamp_TAG,
-        FtraceEventBundle_lost_events_TAG,
-        FtraceEventBundle_previous_bundle_end_timestamp_TAG,
-        GenericFtraceEvent_Field_int_value_TAG,
-        GenericFtraceEvent_Field_str_value_TAG,
-        GenericFtraceEvent_field_TAG,
-        GenericFtraceEvent_Field_uint_value_TAG,
-        TracePacket_ftrace_events_TAG,
-    )
-    from cython.cimports.protozero._proto_utils import store_redundant_varint, store_varint
-else:
-    from perfetto_protos.tags.fields import (
-        FtraceEvent_pid_TAG,
-        FtraceEvent_timestamp_TAG,
-        FtraceEventBundle_compact_sched_TAG,
-        FtraceEventBundle_CompactSched_intern_table_TAG,
-        FtraceEventBundle_CompactSched_switch_next_comm_index_TAG,
-        FtraceEventBundle_CompactSched_switch_next_pid_TAG,
-        FtraceEventBundle_CompactSched_switch_next_prio_TAG,
-        FtraceEventBundle_CompactSched_switch_prev_state_TAG,
-        FtraceEventBundle_CompactSched_switch_timestamp_TAG,
-        FtraceEventBundle_CompactSched_waking_comm_index_TAG,
-        FtraceEventBundle_CompactSched_waking_common_flags_TAG,
-        FtraceEventBundle_CompactSched_waking_pid_TAG,
-        FtraceEventBundle_CompactSched_waking_prio_TAG,
-        FtraceEventBundle_CompactSched_waking_target_cpu_TAG,
-        FtraceEventBundle_CompactSched_waking_timestamp_TAG,
-        FtraceEventBundle_cpu_TAG,
-        FtraceEventBundle_error_TAG,
-        FtraceEventBundle_event_TAG,
-        FtraceEventBundle_FtraceError_status_TAG,
-        FtraceEventBundle_FtraceError_timestamp_TAG,
-        FtraceEventBundle_lost_events_TAG,
-        FtraceEventBundle_previous_bundle_end_timestamp_TAG,
-        GenericFtraceEvent_Field_int_value_TAG,
-        GenericFtraceEvent_Field_str_value_TAG,
-        GenericFtraceEvent_field_TAG,
-        GenericFtraceEvent_Field_uint_value_TAG,
-        TracePacket_ftrace_events_TAG,
-    )
+if not cython.compiled:  # mypy checks the pure build's names
+    from perfetto_protos.tags import fields as tags
     from protozero._proto_utils import store_redundant_varint, store_varint
-
-# FtraceParseStatus values (perfetto/trace/ftrace/ftrace_event_bundle.proto).
-_STATUS_OK = 1
-_STATUS_ABI_INVALID_PAGE_HEADER = 4
-_STATUS_ABI_SHORT_EVENT_HEADER = 5
-_STATUS_ABI_SHORT_PADDING_LENGTH = 7
-_STATUS_ABI_INVALID_PADDING_LENGTH = 8
-_STATUS_ABI_SHORT_TIME_EXTEND = 9
-_STATUS_ABI_SHORT_TIME_STAMP = 10
-_STATUS_ABI_SHORT_DATA_LENGTH = 11
-_STATUS_ABI_ZERO_DATA_LENGTH = 12
-_STATUS_ABI_INVALID_DATA_LENGTH = 13
-_STATUS_ABI_SHORT_EVENT_ID = 14
-_STATUS_ABI_END_OVERFLOW = 15
-_STATUS_SHORT_COMPACT_EVENT = 16
-_STATUS_INVALID_EVENT = 17
+else:
+    from cython.cimports.cpython.bytes import PyBytes_FromStringAndSize
+    from cython.cimports.perfetto_protos.tags import fields_c as tags  # type: ignore[no-redef]
+    from cython.cimports.protozero._proto_utils import (  # type: ignore[no-redef]
+        store_redundant_varint,
+        store_varint,
+    )
 
 # How a field's bytes are read (FieldLayout.kind).
 _KIND_INT = 0
@@ -114,7 +45,7 @@ _LENGTH_SIZE = 4  # nested messages get a 4-byte (redundant) length, back-filled
 _PAGES_PER_BUNDLE = 64  # a drain of more pages is split into several bundles
 
 
-# The same values under public names, for the modules that build layouts and read statuses.
+# The same values under public names, for the modules that build layouts.
 COMPACT_NONE = _COMPACT_NONE
 COMPACT_SWITCH = _COMPACT_SWITCH
 COMPACT_WAKING = _COMPACT_WAKING
@@ -122,20 +53,6 @@ KIND_CHARS = _KIND_CHARS
 KIND_DATA_LOC = _KIND_DATA_LOC
 KIND_INT = _KIND_INT
 KIND_TAIL = _KIND_TAIL
-STATUS_ABI_END_OVERFLOW = _STATUS_ABI_END_OVERFLOW
-STATUS_ABI_INVALID_DATA_LENGTH = _STATUS_ABI_INVALID_DATA_LENGTH
-STATUS_ABI_INVALID_PADDING_LENGTH = _STATUS_ABI_INVALID_PADDING_LENGTH
-STATUS_ABI_INVALID_PAGE_HEADER = _STATUS_ABI_INVALID_PAGE_HEADER
-STATUS_ABI_SHORT_DATA_LENGTH = _STATUS_ABI_SHORT_DATA_LENGTH
-STATUS_ABI_SHORT_EVENT_HEADER = _STATUS_ABI_SHORT_EVENT_HEADER
-STATUS_ABI_SHORT_EVENT_ID = _STATUS_ABI_SHORT_EVENT_ID
-STATUS_ABI_SHORT_PADDING_LENGTH = _STATUS_ABI_SHORT_PADDING_LENGTH
-STATUS_ABI_SHORT_TIME_EXTEND = _STATUS_ABI_SHORT_TIME_EXTEND
-STATUS_ABI_SHORT_TIME_STAMP = _STATUS_ABI_SHORT_TIME_STAMP
-STATUS_ABI_ZERO_DATA_LENGTH = _STATUS_ABI_ZERO_DATA_LENGTH
-STATUS_INVALID_EVENT = _STATUS_INVALID_EVENT
-STATUS_OK = _STATUS_OK
-STATUS_SHORT_COMPACT_EVENT = _STATUS_SHORT_COMPACT_EVENT
 
 
 class FieldLayout:
@@ -315,19 +232,19 @@ class BundleWriter:
         self.intern: dict[bytes, int] = {}
         # compact_sched's columns, in the order of their fields in _compact.
         self.switch_columns = [
-            PackedColumn(FtraceEventBundle_CompactSched_switch_timestamp_TAG),
-            PackedColumn(FtraceEventBundle_CompactSched_switch_prev_state_TAG),
-            PackedColumn(FtraceEventBundle_CompactSched_switch_next_pid_TAG),
-            PackedColumn(FtraceEventBundle_CompactSched_switch_next_prio_TAG),
-            PackedColumn(FtraceEventBundle_CompactSched_switch_next_comm_index_TAG),
+            PackedColumn(tags.FtraceEventBundle_CompactSched_switch_timestamp_TAG),
+            PackedColumn(tags.FtraceEventBundle_CompactSched_switch_prev_state_TAG),
+            PackedColumn(tags.FtraceEventBundle_CompactSched_switch_next_pid_TAG),
+            PackedColumn(tags.FtraceEventBundle_CompactSched_switch_next_prio_TAG),
+            PackedColumn(tags.FtraceEventBundle_CompactSched_switch_next_comm_index_TAG),
         ]
         self.waking_columns = [
-            PackedColumn(FtraceEventBundle_CompactSched_waking_timestamp_TAG),
-            PackedColumn(FtraceEventBundle_CompactSched_waking_pid_TAG),
-            PackedColumn(FtraceEventBundle_CompactSched_waking_target_cpu_TAG),
-            PackedColumn(FtraceEventBundle_CompactSched_waking_prio_TAG),
-            PackedColumn(FtraceEventBundle_CompactSched_waking_comm_index_TAG),
-            PackedColumn(FtraceEventBundle_CompactSched_waking_common_flags_TAG),
+            PackedColumn(tags.FtraceEventBundle_CompactSched_waking_timestamp_TAG),
+            PackedColumn(tags.FtraceEventBundle_CompactSched_waking_pid_TAG),
+            PackedColumn(tags.FtraceEventBundle_CompactSched_waking_target_cpu_TAG),
+            PackedColumn(tags.FtraceEventBundle_CompactSched_waking_prio_TAG),
+            PackedColumn(tags.FtraceEventBundle_CompactSched_waking_comm_index_TAG),
+            PackedColumn(tags.FtraceEventBundle_CompactSched_waking_common_flags_TAG),
         ]
         self.last_switch_ts = 0
         self.last_waking_ts = 0
@@ -349,15 +266,15 @@ class BundleWriter:
         self.bundle_start_timestamp = self.last_timestamp
         self.pos = 0
         self._reserve(16)
-        self.pos = store_varint(self.view, self.pos, FtraceEventBundle_cpu_TAG)
+        self.pos = store_varint(self.view, self.pos, tags.FtraceEventBundle_cpu_TAG)
         self.pos = store_varint(self.view, self.pos, self.cpu)
 
     def parse_page(self, buf: bytes) -> int:
         """Adds the records of one page (page_size bytes) to the open bundle; returns the
-        FtraceParseStatus of the page (_STATUS_OK when it was walked to its end)."""
+        FtraceParseStatus of the page (FTRACE_STATUS_OK when it was walked to its end)."""
         layout = self.page
         if len(buf) < layout.data_offset:
-            return self._page_error(0, _STATUS_ABI_INVALID_PAGE_HEADER)
+            return self._page_error(0, tags.FTRACE_STATUS_ABI_INVALID_PAGE_HEADER)
         page_ts = _uint(buf, 0, 8)
         commit = _uint(buf, layout.commit_offset, layout.commit_size)
         missed = (commit & _MISSED_EVENTS) != 0
@@ -367,11 +284,11 @@ class BundleWriter:
         self.pages_in_bundle += 1
         size = commit & _DATA_SIZE_MASK
         if size > len(buf) - layout.data_offset:
-            return self._page_error(page_ts, _STATUS_ABI_INVALID_PAGE_HEADER)
+            return self._page_error(page_ts, tags.FTRACE_STATUS_ABI_INVALID_PAGE_HEADER)
         status = self._parse_records(buf, layout.data_offset, layout.data_offset + size, page_ts)
-        if status != _STATUS_OK:
+        if status != tags.FTRACE_STATUS_OK:
             return self._page_error(page_ts, status)
-        return _STATUS_OK
+        return tags.FTRACE_STATUS_OK
 
     def _page_error(self, timestamp: int, status: int) -> int:
         self._open_bundle(False)
@@ -383,63 +300,63 @@ class BundleWriter:
         layout = self.page
         while p < end:
             if end - p < 4:
-                return _STATUS_ABI_SHORT_EVENT_HEADER
+                return tags.FTRACE_STATUS_ABI_SHORT_EVENT_HEADER
             header = _uint(buf, p, 4)
             p += 4
             type_len = header & 0x1F
             ts += header >> 5
             if type_len == layout.type_padding:
                 if (header >> 5) == 0:
-                    return _STATUS_OK  # the rest of the page is padding
+                    return tags.FTRACE_STATUS_OK  # the rest of the page is padding
                 if end - p < 4:
-                    return _STATUS_ABI_SHORT_PADDING_LENGTH
+                    return tags.FTRACE_STATUS_ABI_SHORT_PADDING_LENGTH
                 length = _uint(buf, p, 4)
                 if length < 4:
-                    return _STATUS_ABI_INVALID_PADDING_LENGTH
+                    return tags.FTRACE_STATUS_ABI_INVALID_PADDING_LENGTH
                 p += length
             elif type_len == layout.type_time_extend:
                 if end - p < 4:
-                    return _STATUS_ABI_SHORT_TIME_EXTEND
+                    return tags.FTRACE_STATUS_ABI_SHORT_TIME_EXTEND
                 ts += _uint(buf, p, 4) << _TIME_DELTA_SHIFT
                 p += 4
             elif type_len == layout.type_time_stamp:
                 if end - p < 4:
-                    return _STATUS_ABI_SHORT_TIME_STAMP
+                    return tags.FTRACE_STATUS_ABI_SHORT_TIME_STAMP
                 ts = (header >> 5) + (_uint(buf, p, 4) << _TIME_DELTA_SHIFT)
                 p += 4
             else:
                 if type_len == 0:
                     if end - p < 4:
-                        return _STATUS_ABI_SHORT_DATA_LENGTH
+                        return tags.FTRACE_STATUS_ABI_SHORT_DATA_LENGTH
                     size = _uint(buf, p, 4)
                     p += 4
                     if size == 0:
-                        return _STATUS_ABI_ZERO_DATA_LENGTH
+                        return tags.FTRACE_STATUS_ABI_ZERO_DATA_LENGTH
                     if size < 4:
-                        return _STATUS_ABI_INVALID_DATA_LENGTH
+                        return tags.FTRACE_STATUS_ABI_INVALID_DATA_LENGTH
                     size -= 4
                 else:
                     size = 4 * type_len
                 if size > end - p:
-                    return _STATUS_ABI_END_OVERFLOW
+                    return tags.FTRACE_STATUS_ABI_END_OVERFLOW
                 if size < 2:
-                    return _STATUS_ABI_SHORT_EVENT_ID
+                    return tags.FTRACE_STATUS_ABI_SHORT_EVENT_ID
                 status = self._record(buf, p, size, ts)
-                if status != _STATUS_OK:
+                if status != tags.FTRACE_STATUS_OK:
                     return status
                 p += size
-        return _STATUS_OK
+        return tags.FTRACE_STATUS_OK
 
     def _record(self, buf: bytes, start: int, size: int, ts: int) -> int:
         """Writes the record of `size` bytes at `buf[start]`, recorded at `ts`."""
         event_id = _uint(buf, start, 2)
         event = self.by_id[event_id] if event_id < len(self.by_id) else None
         if event is None:
-            return _STATUS_OK  # an event this data source did not enable
+            return tags.FTRACE_STATUS_OK  # an event this data source did not enable
         if size < event.min_size:
             if event.compact != _COMPACT_NONE and self.compact_sched:
-                return _STATUS_SHORT_COMPACT_EVENT
-            return _STATUS_INVALID_EVENT
+                return tags.FTRACE_STATUS_SHORT_COMPACT_EVENT
+            return tags.FTRACE_STATUS_INVALID_EVENT
         pid = _uint(buf, start + self.page.common_pid_offset, 4)
         self.seen_pids.add(pid)
         for field in event.pid_fields:
@@ -448,21 +365,21 @@ class BundleWriter:
         self.last_timestamp = ts
         if self.compact_sched and event.compact != _COMPACT_NONE:
             self._compact(buf, start, size, ts, event)
-            return _STATUS_OK
+            return tags.FTRACE_STATUS_OK
         self._reserve(event.bound + event.strings * size)
         view = self.view
-        p = store_varint(view, self.pos, FtraceEventBundle_event_TAG)
+        p = store_varint(view, self.pos, tags.FtraceEventBundle_event_TAG)
         event_start = p + _LENGTH_SIZE
-        p = store_varint(view, event_start, FtraceEvent_timestamp_TAG)
+        p = store_varint(view, event_start, tags.FtraceEvent_timestamp_TAG)
         p = store_varint(view, p, ts)
-        p = store_varint(view, p, FtraceEvent_pid_TAG)
+        p = store_varint(view, p, tags.FtraceEvent_pid_TAG)
         p = store_varint(view, p, pid)
         p = store_varint(view, p, event.event_tag)
         body = p + _LENGTH_SIZE
         if event.generic:
             p = self._copy(view, body, event.name_field)
             for field in event.fields:
-                p = store_varint(view, p, GenericFtraceEvent_field_TAG)
+                p = store_varint(view, p, tags.GenericFtraceEvent_field_TAG)
                 field_start = p + _LENGTH_SIZE
                 p = self._copy(view, field_start, field.name_field)
                 p = self._value(view, p, buf, start, size, field, True)
@@ -475,7 +392,7 @@ class BundleWriter:
         store_redundant_varint(view, body - _LENGTH_SIZE, p - body, 4)
         store_redundant_varint(view, event_start - _LENGTH_SIZE, p - event_start, 4)
         self.pos = p
-        return _STATUS_OK
+        return tags.FTRACE_STATUS_OK
 
     def _copy(self, view: bytearray, p: int, data: bytes) -> int:
         """Stores `data` at `view[p]`; returns the position after it."""
@@ -523,9 +440,9 @@ class BundleWriter:
             value = _int(buf, start + field.offset, field.size, field.signed)
             if generic:
                 tag = (
-                    GenericFtraceEvent_Field_int_value_TAG
+                    tags.GenericFtraceEvent_Field_int_value_TAG
                     if field.signed
-                    else GenericFtraceEvent_Field_uint_value_TAG
+                    else tags.GenericFtraceEvent_Field_uint_value_TAG
                 )
             else:
                 tag = field.tag
@@ -533,7 +450,7 @@ class BundleWriter:
             p = store_varint(view, p, value)
         else:
             first, end = self._string_span(buf, start, size, field)
-            tag = GenericFtraceEvent_Field_str_value_TAG if generic else field.tag
+            tag = tags.GenericFtraceEvent_Field_str_value_TAG if generic else field.tag
             p = store_varint(view, p, tag)
             p = store_varint(view, p, end - first)
             while first < end:
@@ -600,12 +517,14 @@ class BundleWriter:
         if self.switch_columns[0].pos == 0 and self.waking_columns[0].pos == 0:
             return
         self._reserve(16)
-        self.pos = store_varint(self.view, self.pos, FtraceEventBundle_compact_sched_TAG)
+        self.pos = store_varint(self.view, self.pos, tags.FtraceEventBundle_compact_sched_TAG)
         begin = self.pos + _LENGTH_SIZE
         self.pos = begin
         for comm in self.intern:
             self._reserve(16 + len(comm))
-            p = store_varint(self.view, self.pos, FtraceEventBundle_CompactSched_intern_table_TAG)
+            p = store_varint(
+                self.view, self.pos, tags.FtraceEventBundle_CompactSched_intern_table_TAG
+            )
             p = store_varint(self.view, p, len(comm))
             self.pos = self._copy(self.view, p, comm)
         for column in self.switch_columns:
@@ -626,21 +545,21 @@ class BundleWriter:
         view = self.view
         p = self.pos
         if self.lost_events:
-            p = store_varint(view, p, FtraceEventBundle_lost_events_TAG)
+            p = store_varint(view, p, tags.FtraceEventBundle_lost_events_TAG)
             p = store_varint(view, p, 1)
         for timestamp, status in self.errors:
-            p = store_varint(view, p, FtraceEventBundle_error_TAG)
+            p = store_varint(view, p, tags.FtraceEventBundle_error_TAG)
             begin = p + _LENGTH_SIZE
-            p = store_varint(view, begin, FtraceEventBundle_FtraceError_timestamp_TAG)
+            p = store_varint(view, begin, tags.FtraceEventBundle_FtraceError_timestamp_TAG)
             p = store_varint(view, p, timestamp)
-            p = store_varint(view, p, FtraceEventBundle_FtraceError_status_TAG)
+            p = store_varint(view, p, tags.FtraceEventBundle_FtraceError_status_TAG)
             p = store_varint(view, p, status)
             store_redundant_varint(view, begin - _LENGTH_SIZE, p - begin, 4)
         if self.bundle_start_timestamp:
-            p = store_varint(view, p, FtraceEventBundle_previous_bundle_end_timestamp_TAG)
+            p = store_varint(view, p, tags.FtraceEventBundle_previous_bundle_end_timestamp_TAG)
             p = store_varint(view, p, self.bundle_start_timestamp)
         self.pos = p
-        head = encode_varint(TracePacket_ftrace_events_TAG) + encode_varint(p)
+        head = encode_varint(tags.TracePacket_ftrace_events_TAG) + encode_varint(p)
         self.packets.append(head + bytes(self.out[:p]))
         self.errors = []
         self.open = False

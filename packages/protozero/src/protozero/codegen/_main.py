@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         "--tags",
         default="",
         metavar="STEM",
-        help="also write the field tags of the selected files: OUT_DIR/STEM.py (Python "
-        "constants) and OUT_DIR/STEM_c.pxd (C constants), e.g. --tags tags/fields",
+        help="also write the field tags and enum values of the selected files: OUT_DIR/STEM.py "
+        "(Python constants) and OUT_DIR/STEM_c.pxd (C constants), e.g. --tags tags/fields",
     )
     args = parser.parse_args(argv)
     try:

@@ -25,44 +25,12 @@ from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
 
 from perfetto_service.core._trace_buffer import Patch
 
-if cython.compiled:
-    from cython.cimports.perfetto_protos.tags.fields_c import (
-        CommitDataRequest_chunks_to_move_TAG,
-        CommitDataRequest_chunks_to_patch_TAG,
-        CommitDataRequest_ChunksToMove_chunk_incomplete_TAG,
-        CommitDataRequest_ChunksToMove_chunk_TAG,
-        CommitDataRequest_ChunksToMove_data_TAG,
-        CommitDataRequest_ChunksToMove_page_TAG,
-        CommitDataRequest_ChunksToMove_target_buffer_TAG,
-        CommitDataRequest_ChunkToPatch_chunk_id_TAG,
-        CommitDataRequest_ChunkToPatch_has_more_patches_TAG,
-        CommitDataRequest_ChunkToPatch_Patch_data_TAG,
-        CommitDataRequest_ChunkToPatch_Patch_offset_TAG,
-        CommitDataRequest_ChunkToPatch_patches_TAG,
-        CommitDataRequest_ChunkToPatch_target_buffer_TAG,
-        CommitDataRequest_ChunkToPatch_writer_id_TAG,
-        CommitDataRequest_flush_request_id_TAG,
-    )
-    from cython.cimports.protozero._varint import read_varint
-else:
-    from perfetto_protos.tags.fields import (
-        CommitDataRequest_chunks_to_move_TAG,
-        CommitDataRequest_chunks_to_patch_TAG,
-        CommitDataRequest_ChunksToMove_chunk_incomplete_TAG,
-        CommitDataRequest_ChunksToMove_chunk_TAG,
-        CommitDataRequest_ChunksToMove_data_TAG,
-        CommitDataRequest_ChunksToMove_page_TAG,
-        CommitDataRequest_ChunksToMove_target_buffer_TAG,
-        CommitDataRequest_ChunkToPatch_chunk_id_TAG,
-        CommitDataRequest_ChunkToPatch_has_more_patches_TAG,
-        CommitDataRequest_ChunkToPatch_Patch_data_TAG,
-        CommitDataRequest_ChunkToPatch_Patch_offset_TAG,
-        CommitDataRequest_ChunkToPatch_patches_TAG,
-        CommitDataRequest_ChunkToPatch_target_buffer_TAG,
-        CommitDataRequest_ChunkToPatch_writer_id_TAG,
-        CommitDataRequest_flush_request_id_TAG,
-    )
+if not cython.compiled:  # mypy checks the pure build's names
+    from perfetto_protos.tags import fields as tags
     from protozero import read_varint
+else:
+    from cython.cimports.perfetto_protos.tags import fields_c as tags  # type: ignore[no-redef]
+    from cython.cimports.protozero._varint import read_varint  # type: ignore[no-redef]
 
 if not cython.compiled:  # compiled, the .pxd cimports them
     from perfetto_smb import SharedMemoryReader
@@ -221,11 +189,11 @@ class _CommitWalk:
         end = len(self.buf)
         while self.pos < end:
             tag = self._varint(end)
-            if tag == CommitDataRequest_chunks_to_move_TAG:
+            if tag == tags.CommitDataRequest_chunks_to_move_TAG:
                 self._chunk_to_move(self._message_end(end))
-            elif tag == CommitDataRequest_chunks_to_patch_TAG:
+            elif tag == tags.CommitDataRequest_chunks_to_patch_TAG:
                 self._chunk_to_patch(self._message_end(end))
-            elif tag == CommitDataRequest_flush_request_id_TAG:
+            elif tag == tags.CommitDataRequest_flush_request_id_TAG:
                 self.flush_request_id = self._varint(end)
             else:
                 self._skip(tag, end)
@@ -281,17 +249,17 @@ class _CommitWalk:
         complete = True
         while self.pos < end:
             tag = self._varint(end)
-            if tag == CommitDataRequest_ChunksToMove_page_TAG:
+            if tag == tags.CommitDataRequest_ChunksToMove_page_TAG:
                 page = self._varint(end) & _UINT32_MASK
-            elif tag == CommitDataRequest_ChunksToMove_chunk_TAG:
+            elif tag == tags.CommitDataRequest_ChunksToMove_chunk_TAG:
                 chunk = self._varint(end) & _UINT32_MASK
-            elif tag == CommitDataRequest_ChunksToMove_target_buffer_TAG:
+            elif tag == tags.CommitDataRequest_ChunksToMove_target_buffer_TAG:
                 buffer_id = self._varint(end) & _UINT32_MASK
-            elif tag == CommitDataRequest_ChunksToMove_data_TAG:
+            elif tag == tags.CommitDataRequest_ChunksToMove_data_TAG:
                 data_end = self._message_end(end)
                 data_start = self.pos
                 self.pos = data_end
-            elif tag == CommitDataRequest_ChunksToMove_chunk_incomplete_TAG:
+            elif tag == tags.CommitDataRequest_ChunksToMove_chunk_incomplete_TAG:
                 complete = self._varint(end) == 0
             else:
                 self._skip(tag, end)
@@ -366,15 +334,15 @@ class _CommitWalk:
         patches: list[Patch] = []
         while self.pos < end:
             tag = self._varint(end)
-            if tag == CommitDataRequest_ChunkToPatch_target_buffer_TAG:
+            if tag == tags.CommitDataRequest_ChunkToPatch_target_buffer_TAG:
                 buffer_id = self._varint(end) & _UINT32_MASK
-            elif tag == CommitDataRequest_ChunkToPatch_writer_id_TAG:
+            elif tag == tags.CommitDataRequest_ChunkToPatch_writer_id_TAG:
                 writer_id = self._varint(end) & _UINT32_MASK
-            elif tag == CommitDataRequest_ChunkToPatch_chunk_id_TAG:
+            elif tag == tags.CommitDataRequest_ChunkToPatch_chunk_id_TAG:
                 chunk_id = self._varint(end) & _UINT32_MASK
-            elif tag == CommitDataRequest_ChunkToPatch_patches_TAG:
+            elif tag == tags.CommitDataRequest_ChunkToPatch_patches_TAG:
                 self._patch(self._message_end(end), patches)
-            elif tag == CommitDataRequest_ChunkToPatch_has_more_patches_TAG:
+            elif tag == tags.CommitDataRequest_ChunkToPatch_has_more_patches_TAG:
                 has_more = self._varint(end) != 0
             else:
                 self._skip(tag, end)
@@ -388,9 +356,9 @@ class _CommitWalk:
         data_start = data_end = 0
         while self.pos < end:
             tag = self._varint(end)
-            if tag == CommitDataRequest_ChunkToPatch_Patch_offset_TAG:
+            if tag == tags.CommitDataRequest_ChunkToPatch_Patch_offset_TAG:
                 offset = self._varint(end) & _UINT32_MASK
-            elif tag == CommitDataRequest_ChunkToPatch_Patch_data_TAG:
+            elif tag == tags.CommitDataRequest_ChunkToPatch_Patch_data_TAG:
                 data_end = self._message_end(end)
                 data_start = self.pos
                 self.pos = data_end

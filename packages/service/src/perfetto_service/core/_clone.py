@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 __all__ = ["clone_buffer", "clone_session"]
 
 _CLONE_FLUSH_FLAGS = (1 << 4) | 3  # initiator traced, reason trace clone
-_CLONE_STARTED = 10  # TracingServiceEvent.clone_started
 
 
 def clone_buffer(buffer: TraceBuffer) -> TraceBuffer:
@@ -128,7 +127,7 @@ def _finish(
     clone.final_flush_outcome = (
         TraceStats.FINAL_FLUSH_SUCCEEDED if flush_ok else TraceStats.FINAL_FLUSH_FAILED
     )
-    clone.record_lifecycle_event(_CLONE_STARTED, started_ns)
+    clone.record_lifecycle_event(TracingServiceEventKind.CLONE_STARTED, started_ns)
     clone.record_lifecycle_event(TracingServiceEventKind.TRACING_DISABLED, boot_time_ns())
     sessions[new_id] = clone
     consumer.tracing_session_id = new_id

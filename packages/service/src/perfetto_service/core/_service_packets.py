@@ -15,18 +15,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from perfetto_protos.common.builtin_clock_pb2 import (
+    BUILTIN_CLOCK_BOOTTIME,
+    BUILTIN_CLOCK_MONOTONIC,
+    BUILTIN_CLOCK_MONOTONIC_COARSE,
+    BUILTIN_CLOCK_MONOTONIC_RAW,
+    BUILTIN_CLOCK_REALTIME,
+    BUILTIN_CLOCK_REALTIME_COARSE,
+)
+
 from perfetto_service.core._field_encoding import bytes_field, nested_field, varint_field
 from perfetto_service.core._trusted_fields import SERVICE_PACKET_SEQUENCE_ID
 
 SYNC_MARKER = bytes.fromhex("82477a76b28d42ba81dc33326d57a079")
 """Payload of TracePacket.synchronization_marker (UUID 82477a76-b28d-42ba-81dc-33326d57a079)."""
-
-BUILTIN_CLOCK_REALTIME = 1
-BUILTIN_CLOCK_REALTIME_COARSE = 2
-BUILTIN_CLOCK_MONOTONIC = 3
-BUILTIN_CLOCK_MONOTONIC_COARSE = 4
-BUILTIN_CLOCK_MONOTONIC_RAW = 5
-BUILTIN_CLOCK_BOOTTIME = 6
 
 
 class TracingServiceEventKind:
@@ -39,6 +41,7 @@ class TracingServiceEventKind:
     TRACING_DISABLED = 5
     SEIZED_FOR_BUGREPORT = 6
     FLUSH_STARTED = 9
+    CLONE_STARTED = 10
     BUFFER_CLONED = 11
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
+from perfetto_protos.common.builtin_clock_pb2 import BUILTIN_CLOCK_BOOTTIME
 from perfetto_protos.common.trace_stats_pb2 import TraceStats
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 
@@ -18,7 +19,6 @@ from perfetto_service.core._buffer_reader import (
 from perfetto_service.core._read_slicer import trace_file_bytes
 from perfetto_service.core._relay_clients import RelayClients
 from perfetto_service.core._service_packets import (
-    BUILTIN_CLOCK_BOOTTIME,
     ServicePacketWriter,
     SystemInfo,
     TracingServiceEventKind,
