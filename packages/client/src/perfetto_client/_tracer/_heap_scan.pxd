@@ -1,8 +1,5 @@
 import cython
 
-cdef int _SEQ_INCREMENTAL_STATE_CLEARED
-
-
 @cython.locals(
     buf="const unsigned char[::1]", end=Py_ssize_t, pos=Py_ssize_t, at=Py_ssize_t,
     stop=Py_ssize_t, tag="unsigned long long", size="unsigned long long",

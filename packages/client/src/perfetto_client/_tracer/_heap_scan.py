@@ -13,28 +13,14 @@ except ImportError:  # installed without Cython: runs as pure Python
 
 from perfetto_service import CorruptTraceError
 
-if cython.compiled:
-    from cython.cimports.perfetto_protos.tags.fields_c import (
-        Trace_packet_TAG,
-        TracePacket_incremental_state_cleared_ID,
-        TracePacket_interned_data_ID,
-        TracePacket_profile_packet_ID,
-        TracePacket_sequence_flags_ID,
-    )
-    from cython.cimports.protozero._varint import read_varint
-else:
-    from perfetto_protos.tags.fields import (
-        Trace_packet_TAG,
-        TracePacket_incremental_state_cleared_ID,
-        TracePacket_interned_data_ID,
-        TracePacket_profile_packet_ID,
-        TracePacket_sequence_flags_ID,
-    )
+if not cython.compiled:  # mypy checks the pure build's names
+    from perfetto_protos.tags import fields as tags
     from protozero import read_varint
+else:
+    from cython.cimports.perfetto_protos.tags import fields_c as tags  # type: ignore[no-redef]
+    from cython.cimports.protozero._varint import read_varint  # type: ignore[no-redef]
 
 __all__ = ["heap_packets"]
-
-_SEQ_INCREMENTAL_STATE_CLEARED = 1  # TracePacket.SequenceFlags
 
 
 def heap_packets(data: bytes, base: int, found: list[tuple[int, int]]) -> int:
@@ -51,7 +37,7 @@ def heap_packets(data: bytes, base: int, found: list[tuple[int, int]]) -> int:
         size, at = read_varint(buf, at, end)
         if at < 0 or size > end - at:
             return pos
-        if tag != Trace_packet_TAG:
+        if tag != tags.Trace_packet_TAG:
             raise CorruptTraceError(f"the field at offset {base + pos} is not a TracePacket")
         stop = at + size
         if _wanted(buf, at, stop):
@@ -70,13 +56,13 @@ def _wanted(buf: bytes, pos: int, end: int) -> bool:
         wire_type = tag & 7
         if wire_type == 0:
             value, pos = read_varint(buf, pos, end)
-            if field_id == TracePacket_sequence_flags_ID:
-                if value & _SEQ_INCREMENTAL_STATE_CLEARED:
+            if field_id == tags.TracePacket_sequence_flags_ID:
+                if value & tags.TracePacket_SequenceFlags_SEQ_INCREMENTAL_STATE_CLEARED:
                     return True
-            elif field_id == TracePacket_incremental_state_cleared_ID and value:
+            elif field_id == tags.TracePacket_incremental_state_cleared_ID and value:
                 return True
         elif wire_type == 2:
-            if field_id in (TracePacket_profile_packet_ID, TracePacket_interned_data_ID):
+            if field_id in (tags.TracePacket_profile_packet_ID, tags.TracePacket_interned_data_ID):
                 return True
             size, pos = read_varint(buf, pos, end)
             if pos < 0 or size > end - pos:

@@ -25,6 +25,7 @@ from perfetto_protos.tags.fields import (
     TracePacket_interned_data_ID,
     TracePacket_profile_packet_ID,
     TracePacket_sequence_flags_ID,
+    TracePacket_SequenceFlags_SEQ_INCREMENTAL_STATE_CLEARED,
     TracePacket_trusted_packet_sequence_id_ID,
 )
 from perfetto_service import read_trace_file
@@ -48,7 +49,6 @@ _TABLES = {
     InternedData_frames_ID: ("frames", "Frame"),
     InternedData_callstacks_ID: ("callstacks", "Callstack"),
 }
-_SEQ_INCREMENTAL_STATE_CLEARED = 1  # TracePacket.SequenceFlags
 
 
 def _module(name: str) -> Any:
@@ -173,7 +173,9 @@ class HeapProfiles:
             elif fid == TracePacket_interned_data_ID:
                 interned = f.as_bytes()
             elif fid == TracePacket_sequence_flags_ID:
-                cleared |= bool(f.as_uint64() & _SEQ_INCREMENTAL_STATE_CLEARED)
+                cleared |= bool(
+                    f.as_uint64() & TracePacket_SequenceFlags_SEQ_INCREMENTAL_STATE_CLEARED
+                )
             elif fid == TracePacket_incremental_state_cleared_ID:
                 cleared |= f.as_bool()
         if profile is None and interned is None and not cleared:
