@@ -1,0 +1,186 @@
+"""`perfetto-trace run --sched`: the scheduling of every CPU (linux.ftrace) and the processes
+and threads it names (linux.process_stats), recorded in-process by a thread of its own into the
+recording's trace file, on a trusted packet sequence of its own."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from perfetto_probes import ProbesDataSource, ProbesError
+from perfetto_probes.ftrace import FtraceDataSource
+from perfetto_probes.ps import ProcessStatsDataSource
+from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
+from perfetto_protos.trace.ftrace.ftrace_stats_pb2 import FtraceStats
+
+from perfetto_client._tracer import _packets
+from perfetto_client._tracer._sink import Sink
+
+__all__ = ["SCHED_EVENTS", "SchedRecorder"]
+
+SCHED_EVENTS = (
+    "sched/sched_switch",
+    "sched/sched_waking",
+    "task/task_newtask",
+    "task/task_rename",
+    "sched/sched_process_exit",
+    "sched/sched_process_free",
+)
+"""The ftrace events `--sched` records: what upstream's UI derives thread states from."""
+_LOST_COUNTERS = ("overrun", "commit_overrun", "dropped_events")
+"""The per-CPU counters of events the kernel dropped or overwrote before they were read."""
+
+
+def _boottime_ns() -> int:
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+
+
+class SchedRecorder:
+    """Runs linux.ftrace (compact_sched) and linux.process_stats for one recording.
+
+    `start()` sets them up in the calling thread (raising ProbesError, one line, where tracefs
+    cannot be used) and writes this process with its threads, named by `thread_names`; a
+    thread then polls them at the deadlines they ask for and writes what they read, one batch
+    per poll, into `sink`; `stop()` drains, writes the FtraceStats of the end, and restores
+    tracefs. `summary()` says what was recorded and lost.
+    """
+
+    def __init__(
+        self,
+        sink: Sink,
+        sequence_id: int,
+        thread_names: Callable[[int, int], str | None],
+        on_write_error: Callable[[OSError], None],
+    ) -> None:
+        self._sink = sink
+        self._on_write_error = on_write_error
+        self._sequence_id = sequence_id
+        self._packets: list[bytes] = []
+        ftrace_config = DataSourceConfig(name="linux.ftrace")
+        ftrace_config.ftrace_config.ftrace_events.extend(SCHED_EVENTS)
+        ftrace_config.ftrace_config.compact_sched.enabled = True
+        self.ftrace = FtraceDataSource(ftrace_config, self._packets.append)
+        ps_config = DataSourceConfig(name="linux.process_stats")
+        ps_config.process_stats_config.record_thread_names = True
+        self.process_stats = ProcessStatsDataSource(ps_config, self._packets.append)
+        self.process_stats.thread_names = thread_names
+        self._thread_names = thread_names
+        self._pid = os.getpid()
+        self._routed: set[int] = set()  # the threads handed to process_stats
+        self._unnamed: set[int] = set()  # this process's threads waiting for their names
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._events_written = 0  # ftrace events handed to the sink so far
+        self.events_not_written = 0
+        """ftrace events in batches the sink dropped (the size cap, a write error)."""
+        self.error: BaseException | None = None
+        """What ended the polling thread early, if anything (its reads stopped there)."""
+
+    def start(self) -> None:
+        """Sets tracefs up, writes this process's tree and starts polling."""
+        self.ftrace.start()
+        try:
+            self.process_stats.start()
+            self.process_stats.write_process_tree([self._pid])
+            self._write()
+        except BaseException:
+            self.ftrace.stop()
+            raise
+        self._thread = threading.Thread(target=self._run, name="perfetto-trace sched", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        sources: list[ProbesDataSource] = [self.ftrace, self.process_stats]
+        deadlines: list[int | None] = [_boottime_ns()] * len(sources)
+        try:
+            while True:
+                due = [d for d in deadlines if d is not None]
+                if not due or self._stopping.wait(max(min(due) - _boottime_ns(), 0) / 1e9):
+                    return
+                now = _boottime_ns()
+                for i, source in enumerate(sources):
+                    deadline = deadlines[i]
+                    if deadline is not None and deadline <= now:
+                        deadlines[i] = source.poll(now)
+                self._route_pids()
+                self._write()
+        except BaseException as exc:  # reported in the summary; stop() still restores tracefs
+            self.error = exc
+
+    def stop(self) -> None:
+        """Stops polling, writes the last events and the FtraceStats of the end, and removes
+        the ftrace instance."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            self.ftrace.stop()
+        except ProbesError as exc:
+            self.error = self.error or exc
+        self._route_pids(final=True)
+        self.process_stats.stop()
+        self._write()
+
+    def _route_pids(self, final: bool = False) -> None:
+        """Hands the threads ftrace saw to process_stats; one of this process's that has no
+        `threading` name yet (it is starting) waits for the next poll, unless `final`."""
+        pids = (self.ftrace.take_seen_pids() - self._routed) | self._unnamed
+        self._unnamed = set() if final else {tid for tid in pids if self._unnamed_own(tid)}
+        pids -= self._unnamed
+        if pids:
+            self._routed |= pids
+            self.process_stats.on_pids(pids)
+
+    def _unnamed_own(self, tid: int) -> bool:
+        return os.path.exists(f"/proc/{self._pid}/task/{tid}") and (
+            self._thread_names(self._pid, tid) is None
+        )
+
+    def _write(self) -> None:
+        """Hands the packets read since the last call to the sink as one batch."""
+        packets = self._packets[:]
+        del self._packets[:]
+        events = self.ftrace.events_read - self._events_written
+        self._events_written += events
+        if not packets:
+            return
+        data = b"".join(_packets.framed(p, self._sequence_id) for p in packets)
+        written = False
+        try:
+            written = self._sink.write(data, 0)
+        except OSError as exc:
+            self._on_write_error(exc)
+        finally:
+            if not written:
+                self.events_not_written += events
+
+    def summary(self) -> str:
+        """What was recorded and lost, as the run's summary says it."""
+        ftrace = self.ftrace
+        start = ftrace.cpu_stats.get(FtraceStats.START_OF_TRACE, {})
+        end = ftrace.cpu_stats.get(FtraceStats.END_OF_TRACE, {})
+        overwritten = sum(
+            end[cpu].get(name, 0) - start.get(cpu, {}).get(name, 0)
+            for cpu in end
+            for name in _LOST_COUNTERS
+        )
+        reasons = []
+        if overwritten:
+            reasons.append(
+                f"{overwritten:,} overwritten in the kernel's ring buffers before they were read"
+            )
+        if self.events_not_written:
+            reasons.append(f"{self.events_not_written:,} not written to the trace file")
+        if self.error is not None:
+            reasons.append(f"reading stopped early: {self.error}")
+        if ftrace.parse_errors:
+            reasons.append("pages that could not be read (FtraceStats.ftrace_parse_errors)")
+        lost = overwritten + self.events_not_written
+        count = f"{lost:,} lost ({'; '.join(reasons)})" if reasons else "0 lost"
+        cpus = len(end) or len(start)
+        return (
+            f"scheduling: {ftrace.events_read:,} ftrace events from {cpus} CPUs "
+            f"(every thread of the machine), {count}"
+        )
