@@ -3,6 +3,7 @@ read with upstream's schema (real tracefs; skipped with the reason where it cann
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -145,9 +146,11 @@ def _run_sched(
             stdout, stderr = proc.communicate(timeout=120)
         finally:
             end(proc)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), (
-        elsewhere / "out.pftrace"
-    ), proc.pid
+    return (
+        subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr),
+        (elsewhere / "out.pftrace"),
+        proc.pid,
+    )
 
 
 def test_the_calls_and_the_scheduling_of_every_thread_share_one_timeline(tmp_path: Path) -> None:
@@ -161,7 +164,7 @@ def test_the_calls_and_the_scheduling_of_every_thread_share_one_timeline(tmp_pat
     assert int(cpus) == os.cpu_count()
     assert lost == "0 lost", proc.stderr
 
-    trace = parse_upstream_trace(out.read_bytes())
+    trace: Any = parse_upstream_trace(out.read_bytes())
     decoded = decode(out)
     assert decoded.problems == []
     [sleeper] = decoded.by_name("sleeper")
@@ -180,9 +183,10 @@ def test_the_calls_and_the_scheduling_of_every_thread_share_one_timeline(tmp_pat
     # The sleeper is off the CPU for the whole of its time.sleep(0.2), inside that call.
     [nap] = [s for s in sleeper.slices if s.name == "time.sleep"]
     runs = _runs(trace, sleeper.tid)
-    gaps = [(out_, in_) for (_, out_), (in_, _) in zip(runs, runs[1:], strict=False)]
+    gaps = [(out_, in_) for (_, out_), (in_, _) in itertools.pairwise(runs)]
     [(switched_out, switched_in)] = [(a, b) for a, b in gaps if b - a >= SLEEP_NS]
-    assert nap.ts <= switched_out and switched_in <= nap.ts + nap.dur
+    assert nap.ts <= switched_out
+    assert switched_in <= nap.ts + nap.dur
     assert any(switched_out < t <= switched_in for t in _wakings(trace, sleeper.tid))
 
     # The process tree names the program's threads by their threading names.
@@ -224,12 +228,39 @@ def test_ctrl_c_mid_run_still_writes_the_scheduling(tmp_path: Path) -> None:
     [(events, _, lost)] = _SUMMARY.findall(stderr)
     assert int(events.replace(",", "")) > 0
     assert lost == "0 lost", stderr
-    trace = parse_upstream_trace((tmp_path / "out.pftrace").read_bytes())
+    trace: Any = parse_upstream_trace((tmp_path / "out.pftrace").read_bytes())
     [main] = decode(tmp_path / "out.pftrace").by_name("MainThread")
     assert "tick" in main.names()
     assert len(_runs(trace, main.tid)) >= 2
     phases = [p.ftrace_stats.phase for p in trace.packet if p.HasField("ftrace_stats")]
     assert phases == [START_OF_TRACE, END_OF_TRACE]
+
+
+@pytest.mark.parametrize(
+    ("ending", "status"), [("sys.exit(3)", 3), ("raise ValueError('boom')", 1)]
+)
+def test_exit_and_an_exception_still_finish_the_scheduling(
+    tmp_path: Path, ending: str, status: int
+) -> None:
+    root = _tracefs_or_skip()
+    (tmp_path / "prog.py").write_text(f"import sys, time\ntime.sleep(0.01)\n{ending}\n")
+    command = [str(BIN / "perfetto-trace"), "run", "--sched", "-o", "out.pftrace", "prog.py"]
+    with subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            _, stderr = proc.communicate(timeout=120)
+        finally:
+            end(proc)
+    assert proc.returncode == status, stderr
+    assert not _left_instances(root, proc.pid)
+    [(_, _, lost)] = _SUMMARY.findall(stderr)
+    assert lost == "0 lost", stderr
+    trace: Any = parse_upstream_trace((tmp_path / "out.pftrace").read_bytes())
+    phases = [p.ftrace_stats.phase for p in trace.packet if p.HasField("ftrace_stats")]
+    assert phases == [START_OF_TRACE, END_OF_TRACE]
+    [main] = decode(tmp_path / "out.pftrace").by_name("MainThread")
+    assert _runs(trace, main.tid)
 
 
 def test_without_access_to_tracefs_one_line_and_the_calls_are_recorded() -> None:
@@ -264,8 +295,9 @@ def test_without_access_to_tracefs_one_line_and_the_calls_are_recorded() -> None
         assert (work / "out.pftrace").stat().st_uid == NOBODY
         [sleeper] = decode(work / "out.pftrace").by_name("sleeper")
         assert "nap" in sleeper.names()
-        trace = parse_upstream_trace((work / "out.pftrace").read_bytes())
-        assert not any(p.HasField("ftrace_events") or p.HasField("process_tree") for p in trace.packet)
+        trace: Any = parse_upstream_trace((work / "out.pftrace").read_bytes())
+        kinds = {p.WhichOneof("data") for p in trace.packet}
+        assert not kinds & {"ftrace_events", "ftrace_stats", "process_tree"}
     finally:
         shutil.rmtree(work)
 

@@ -137,8 +137,7 @@ class Recording:
             sched.start()
         except ProbesError as exc:
             print(
-                f"perfetto-trace: --sched: {exc}; the program runs, its scheduling is not "
-                "recorded",
+                f"perfetto-trace: --sched: {exc}; the program runs, its scheduling is not recorded",
                 file=sys.stderr,
             )
             self._sched_summary = f"scheduling was not recorded: {exc}"
