@@ -126,12 +126,8 @@ class Recording:
 
         from perfetto_client._tracer._sched import SchedRecorder
 
-        pid = engine.pid
         sched = SchedRecorder(
-            engine.sink,
-            engine.new_sequence_id(),
-            lambda tgid, tid: engine.thread_name(tid) if tgid == pid else None,
-            engine.stop_writing,
+            engine.sink, engine.new_sequence_id(), engine.thread_name, engine.stop_writing
         )
         try:
             sched.start()

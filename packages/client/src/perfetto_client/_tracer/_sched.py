@@ -14,6 +14,8 @@ from perfetto_probes.ftrace import FtraceDataSource
 from perfetto_probes.ps import ProcessStatsDataSource
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_protos.trace.ftrace.ftrace_stats_pb2 import FtraceStats
+from perfetto_protos.trace.ps.process_tree_pb2 import ProcessTree
+from perfetto_protos.trace.trace_packet_pb2 import TracePacket
 
 from perfetto_client._tracer import _packets
 from perfetto_client._tracer._sink import Sink
@@ -41,7 +43,7 @@ class SchedRecorder:
     """Runs linux.ftrace (compact_sched) and linux.process_stats for one recording.
 
     `start()` sets them up in the calling thread (raising ProbesError, one line, where tracefs
-    cannot be used) and writes this process with its threads, named by `thread_names`; a
+    cannot be used) and writes this process with its threads, named by `thread_name(tid)`; a
     thread then polls them at the deadlines they ask for and writes what they read, one batch
     per poll, into `sink`; `stop()` drains, writes the FtraceStats of the end, and restores
     tracefs. `summary()` says what was recorded and lost.
@@ -51,7 +53,7 @@ class SchedRecorder:
         self,
         sink: Sink,
         sequence_id: int,
-        thread_names: Callable[[int, int], str | None],
+        thread_name: Callable[[int], str | None],
         on_write_error: Callable[[OSError], None],
     ) -> None:
         self._sink = sink
@@ -65,10 +67,12 @@ class SchedRecorder:
         ps_config = DataSourceConfig(name="linux.process_stats")
         ps_config.process_stats_config.record_thread_names = True
         self.process_stats = ProcessStatsDataSource(ps_config, self._packets.append)
-        self.process_stats.thread_names = thread_names
-        self._thread_names = thread_names
         self._pid = os.getpid()
-        self._routed: set[int] = set()  # the threads handed to process_stats
+        self._thread_name = thread_name
+        self.process_stats.thread_names = lambda pid, tid: (
+            thread_name(tid) if pid == self._pid else None
+        )
+        self._routed: set[int] = set()  # the threads described so far
         self._unnamed: set[int] = set()  # this process's threads waiting for their names
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -84,6 +88,7 @@ class SchedRecorder:
         try:
             self.process_stats.start()
             self.process_stats.write_process_tree([self._pid])
+            self._routed.update(int(tid) for tid in os.listdir(f"/proc/{self._pid}/task"))
             self._write()
         except BaseException:
             self.ftrace.stop()
@@ -124,19 +129,29 @@ class SchedRecorder:
         self._write()
 
     def _route_pids(self, final: bool = False) -> None:
-        """Hands the threads ftrace saw to process_stats; one of this process's that has no
-        `threading` name yet (it is starting) waits for the next poll, unless `final`."""
+        """Describes the threads ftrace saw: this process's by their `threading` names (also
+        those that have exited since), the others through process_stats. One of this
+        process's without a name yet (it is starting) waits for the next poll, unless
+        `final`."""
         pids = (self.ftrace.take_seen_pids() - self._routed) | self._unnamed
-        self._unnamed = set() if final else {tid for tid in pids if self._unnamed_own(tid)}
-        pids -= self._unnamed
-        if pids:
-            self._routed |= pids
-            self.process_stats.on_pids(pids)
-
-    def _unnamed_own(self, tid: int) -> bool:
-        return os.path.exists(f"/proc/{self._pid}/task/{tid}") and (
-            self._thread_names(self._pid, tid) is None
-        )
+        own: dict[int, str] = {}
+        self._unnamed = set()
+        for tid in pids:
+            name = self._thread_name(tid)
+            if name is not None:
+                own[tid] = name
+            elif not final and os.path.exists(f"/proc/{self._pid}/task/{tid}"):
+                self._unnamed.add(tid)
+        others = pids - own.keys() - self._unnamed
+        self._routed |= own.keys() | others
+        if own:
+            tree = ProcessTree()
+            for tid, name in sorted(own.items()):
+                tree.threads.add(tid=tid, tgid=self._pid, name=name)
+            tree.collection_end_timestamp = now = _boottime_ns()
+            self._packets.append(TracePacket(timestamp=now, process_tree=tree).SerializeToString())
+        if others:
+            self.process_stats.on_pids(others)
 
     def _write(self) -> None:
         """Hands the packets read since the last call to the sink as one batch."""
