@@ -11,12 +11,15 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from perfetto_client._tracer._sched import SchedRecorder
+from perfetto_client._tracer._sink import FileSink
 from perfetto_probes import ProbesError
 from perfetto_probes.ftrace._tracefs import find_tracefs
 from perfetto_protos.upstream import parse_upstream_trace
@@ -332,3 +335,61 @@ def _run_as_nobody(work: Path) -> tuple[int, str, str]:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), stdout.read_text(), stderr.read_text()
+
+
+def _ping_pong(rounds: int) -> None:
+    """Two threads that wake each other through pipes `rounds` times: a switch storm."""
+    there, here = os.pipe(), os.pipe()
+
+    def echo() -> None:
+        for _ in range(rounds):
+            os.write(here[1], os.read(there[0], 1))
+
+    thread = threading.Thread(target=echo)
+    thread.start()
+    try:
+        for _ in range(rounds):
+            os.write(there[1], b"x")
+            os.read(here[0], 1)
+    finally:
+        thread.join()
+        for fd in (*there, *here):
+            os.close(fd)
+
+
+def test_events_the_kernel_overwrote_are_counted_lost_with_the_reason(tmp_path: Path) -> None:
+    root = _tracefs_or_skip()
+    sink = FileSink(str(tmp_path / "t.pftrace"), b"")
+    sched = SchedRecorder(sink, 1 << 14, lambda tid: None, pytest.fail)
+    sched.ftrace.config.buffer_size_kb = 8  # a page or two a CPU
+    sched.ftrace.drain_period_ns = 3600 * 10**9  # read once at the start, then at the end
+    sched.start()
+    try:
+        _ping_pong(20_000)
+    finally:
+        sched.stop()
+        sink.close()
+    assert not _left_instances(root, os.getpid())
+    trace: Any = parse_upstream_trace((tmp_path / "t.pftrace").read_bytes())
+    [end_stats] = [p.ftrace_stats for p in trace.packet if p.ftrace_stats.phase == END_OF_TRACE]
+    overwritten = sum(
+        cpu.overrun + cpu.commit_overrun + cpu.dropped_events for cpu in end_stats.cpu_stats
+    )
+    assert overwritten > 0
+    line = sched.summary()
+    assert line.endswith(
+        f"{overwritten:,} lost ({overwritten:,} overwritten in the kernel's ring buffers "
+        "before they were read)"
+    )
+
+
+def test_scheduling_the_size_cap_left_out_is_counted_lost(tmp_path: Path) -> None:
+    root = _tracefs_or_skip()
+    proc, out, pid = _run_sched(tmp_path, "--max-size", "0.001")
+    assert proc.returncode == 0, proc.stderr
+    assert not _left_instances(root, pid)
+    [(events, _, lost)] = _SUMMARY.findall(proc.stderr)
+    assert int(events.replace(",", "")) > 0
+    assert lost == f"{events} lost ({events} not written to the trace file)"
+    trace: Any = parse_upstream_trace(out.read_bytes())
+    assert not any(p.HasField("ftrace_events") for p in trace.packet)
