@@ -121,6 +121,23 @@ def _thread_names(trace: Any, pid: int) -> dict[int, str]:
     }
 
 
+def _expected_lost(trace: Any) -> str:
+    """What the summary says is lost, from the trace's FtraceStats: what the kernel overwrote
+    (another process's switch storm may overflow the buffers: ftrace records every CPU)."""
+    [start] = [p.ftrace_stats for p in trace.packet if p.ftrace_stats.phase == START_OF_TRACE]
+    [end_] = [p.ftrace_stats for p in trace.packet if p.ftrace_stats.phase == END_OF_TRACE]
+
+    def overwritten(stats: Any) -> int:
+        return sum(c.overrun + c.commit_overrun + c.dropped_events for c in stats.cpu_stats)
+
+    lost = overwritten(end_) - overwritten(start)
+    if not lost:
+        return "0 lost"
+    return (
+        f"{lost:,} lost ({lost:,} overwritten in the kernel's ring buffers before they were read)"
+    )
+
+
 def _all_slices(slices: list[Slice]) -> Iterator[Slice]:
     for s in slices:
         yield s
@@ -165,9 +182,9 @@ def test_the_calls_and_the_scheduling_of_every_thread_share_one_timeline(tmp_pat
     [(events, cpus, lost)] = _SUMMARY.findall(proc.stderr)
     assert int(events.replace(",", "")) > 0
     assert int(cpus) == os.cpu_count()
-    assert lost == "0 lost", proc.stderr
 
     trace: Any = parse_upstream_trace(out.read_bytes())
+    assert lost == _expected_lost(trace)
     decoded = decode(out)
     assert decoded.problems == []
     [sleeper] = decoded.by_name("sleeper")
@@ -197,9 +214,6 @@ def test_the_calls_and_the_scheduling_of_every_thread_share_one_timeline(tmp_pat
     assert names[sleeper.tid] == "sleeper"
     assert names[worker.tid] == "worker"
     assert names[pid] == "MainThread"
-    ends = [p.ftrace_stats for p in trace.packet if p.ftrace_stats.phase == END_OF_TRACE]
-    assert len(ends) == 1
-    assert sum(cpu.overrun for cpu in ends[0].cpu_stats) == 0
 
 
 def test_ctrl_c_mid_run_still_writes_the_scheduling(tmp_path: Path) -> None:
@@ -230,8 +244,8 @@ def test_ctrl_c_mid_run_still_writes_the_scheduling(tmp_path: Path) -> None:
     assert not _left_instances(root, proc.pid)
     [(events, _, lost)] = _SUMMARY.findall(stderr)
     assert int(events.replace(",", "")) > 0
-    assert lost == "0 lost", stderr
     trace: Any = parse_upstream_trace((tmp_path / "out.pftrace").read_bytes())
+    assert lost == _expected_lost(trace)
     [main] = decode(tmp_path / "out.pftrace").by_name("MainThread")
     assert "tick" in main.names()
     assert len(_runs(trace, main.tid)) >= 2
@@ -258,10 +272,10 @@ def test_exit_and_an_exception_still_finish_the_scheduling(
     assert proc.returncode == status, stderr
     assert not _left_instances(root, proc.pid)
     [(_, _, lost)] = _SUMMARY.findall(stderr)
-    assert lost == "0 lost", stderr
     trace: Any = parse_upstream_trace((tmp_path / "out.pftrace").read_bytes())
     phases = [p.ftrace_stats.phase for p in trace.packet if p.HasField("ftrace_stats")]
     assert phases == [START_OF_TRACE, END_OF_TRACE]
+    assert lost == _expected_lost(trace)
     [main] = decode(tmp_path / "out.pftrace").by_name("MainThread")
     assert _runs(trace, main.tid)
 
@@ -392,6 +406,46 @@ def test_scheduling_the_size_cap_left_out_is_counted_lost(tmp_path: Path) -> Non
     assert not _left_instances(root, pid)
     [(events, _, lost)] = _SUMMARY.findall(proc.stderr)
     assert int(events.replace(",", "")) > 0
-    assert lost == f"{events} lost ({events} not written to the trace file)"
+    # Every event read was in a batch the cap left out (and a storm elsewhere on the machine
+    # may have overflowed the kernel's buffers meanwhile: counted beside them).
+    match = re.fullmatch(
+        r"([\d,]+) lost \((?:([\d,]+) overwritten in the kernel's ring buffers before they "
+        r"were read; )?([\d,]+) not written to the trace file\)",
+        lost,
+    )
+    assert match is not None, lost
+    total, overwritten, not_written = (int((g or "0").replace(",", "")) for g in match.groups())
+    assert not_written == int(events.replace(",", ""))
+    assert total == overwritten + not_written
     trace: Any = parse_upstream_trace(out.read_bytes())
     assert not any(p.HasField("ftrace_events") for p in trace.packet)
+
+
+def test_a_forked_child_leaves_the_parents_scheduling_alone(tmp_path: Path) -> None:
+    root = _tracefs_or_skip()
+    (tmp_path / "prog.py").write_text(
+        "import os, sys, time\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    sys.exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "time.sleep(0.3)\n"
+    )
+    command = [str(BIN / "perfetto-trace"), "run", "--sched", "-o", "out.pftrace", "prog.py"]
+    with subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            _, stderr = proc.communicate(timeout=120)
+        finally:
+            end(proc)
+    assert proc.returncode == 0, stderr
+    assert not _left_instances(root, proc.pid)
+    [(_, _, lost)] = _SUMMARY.findall(stderr)  # the parent's: the child's has no such line
+    trace: Any = parse_upstream_trace((tmp_path / "out.pftrace").read_bytes())
+    phases = [p.ftrace_stats.phase for p in trace.packet if p.HasField("ftrace_stats")]
+    assert phases == [START_OF_TRACE, END_OF_TRACE]
+    assert lost == _expected_lost(trace)
+    # Still recording after the child ended: the parent's sleep is there, off the CPU.
+    runs = _runs(trace, proc.pid)
+    assert any(b[0] - a[1] >= 300_000_000 for a, b in itertools.pairwise(runs))

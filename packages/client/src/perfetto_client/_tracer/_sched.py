@@ -74,6 +74,7 @@ class SchedRecorder:
         )
         self._routed: set[int] = set()  # the threads described so far
         self._unnamed: set[int] = set()  # this process's threads waiting for their names
+        self._forked = False  # in a forked child of the process that started it
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._events_written = 0  # ftrace events handed to the sink so far
@@ -85,12 +86,14 @@ class SchedRecorder:
     def start(self) -> None:
         """Sets tracefs up, writes this process's tree and starts polling."""
         self.ftrace.start()
+        _running.add(self)
         try:
             self.process_stats.start()
             self.process_stats.write_process_tree([self._pid])
             self._routed.update(int(tid) for tid in os.listdir(f"/proc/{self._pid}/task"))
             self._write()
         except BaseException:
+            _running.discard(self)
             self.ftrace.stop()
             raise
         self._thread = threading.Thread(target=self._run, name="perfetto-trace sched", daemon=True)
@@ -117,9 +120,12 @@ class SchedRecorder:
     def stop(self) -> None:
         """Stops polling, writes the last events and the FtraceStats of the end, and removes
         the ftrace instance."""
+        _running.discard(self)
         self._stopping.set()
         if self._thread is not None:
             self._thread.join()
+        if self._forked:
+            return
         try:
             self.ftrace.stop()
         except ProbesError as exc:
@@ -127,6 +133,15 @@ class SchedRecorder:
         self._route_pids(final=True)
         self.process_stats.stop()
         self._write()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: the parent's ftrace instance is the parent's to read and remove;
+        the child closes its copies of the ring buffers' files and writes nothing."""
+        self._forked = True
+        for cpu in self.ftrace.cpus:
+            os.close(cpu.fd)
+        self.ftrace.cpus = []
+        self.ftrace.instance = None
 
     def _route_pids(self, final: bool = False) -> None:
         """Describes the threads ftrace saw: this process's by their `threading` names (also
@@ -172,7 +187,10 @@ class SchedRecorder:
                 self.events_not_written += events
 
     def summary(self) -> str:
-        """What was recorded and lost, as the run's summary says it."""
+        """What was recorded and lost, as the run's summary says it ("" in a forked child:
+        the parent's summary says it)."""
+        if self._forked:
+            return ""
         ftrace = self.ftrace
         start = ftrace.cpu_stats.get(FtraceStats.START_OF_TRACE, {})
         end = ftrace.cpu_stats.get(FtraceStats.END_OF_TRACE, {})
@@ -199,3 +217,15 @@ class SchedRecorder:
             f"scheduling: {ftrace.events_read:,} ftrace events from {cpus} CPUs "
             f"(every thread of the machine), {count}"
         )
+
+
+_running: set[SchedRecorder] = set()
+
+
+def _forget_in_child() -> None:
+    for recorder in _running:
+        recorder.forget_after_fork()
+    _running.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
