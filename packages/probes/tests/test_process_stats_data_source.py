@@ -155,3 +155,24 @@ def test_a_hostile_proc_counts_what_it_leaves_out(tmp_path: Path) -> None:
     assert sink.packets == []
     source.poll(next_ns + 100_000_000)  # the cache lived two polls: everything again
     assert [p.pid for packet in sink.packets for p in packet.process_stats.processes] == [10, 13]
+
+
+def test_a_host_writes_its_own_process_with_the_thread_names_it_knows() -> None:
+    done = threading.Event()
+    thread = named_thread("kernel-name", done)
+    try:
+        assert thread.native_id is not None
+        tid = thread.native_id
+        sink = Sink()
+        source = ProcessStatsDataSource(_config(record_thread_names=True), sink)
+        source.thread_names = lambda pid, t: "host-name" if t == tid else None
+        source.write_process_tree([os.getpid()])
+        source.write_process_tree([os.getpid()])  # written once
+    finally:
+        done.set()
+        thread.join()
+    assert [p.pid for p in sink.processes()] == [os.getpid()]
+    names = {t.tid: t.name for t in sink.threads()}
+    assert len(names) == len(sink.threads())
+    assert names[tid] == "host-name"
+    assert names[os.getpid()] == Path("/proc/self/comm").read_text().strip()

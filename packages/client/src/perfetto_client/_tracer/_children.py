@@ -166,7 +166,8 @@ def _start_child(parts: str, options: TraceOptions) -> None:
 
 def _start_child_recording(parts: str, options: TraceOptions) -> None:
     pid = os.getpid()
-    options = options._replace(output=os.path.join(parts, f"{pid}.pftrace"))
+    # The parent's --sched already records every CPU (and so the children's threads).
+    options = options._replace(output=os.path.join(parts, f"{pid}.pftrace"), sched=False)
     recording = _recording_type[0](options)
     recording.start()
     _note_process_starts(parts)

@@ -255,6 +255,12 @@ def _parser() -> argparse.ArgumentParser:
         help="record the root logger's records from LEVEL on as log messages "
         "(perfetto_client.logging.PerfettoLogHandler)",
     )
+    run.add_argument(
+        "--sched",
+        action="store_true",
+        help="also record the scheduling of every CPU (ftrace; root or access to tracefs) "
+        "and the processes and threads it names, so the trace shows when each thread ran",
+    )
     run.add_argument("--pure", action="store_true", help="use the pure-Python hook")
     run.add_argument(
         "--open",
@@ -396,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         otel=args.otel,
         log_level=args.logging,
         pure=args.pure,
+        sched=args.sched,
     )
     try:
         if args.module is not None:

@@ -29,6 +29,7 @@ _TRACING_MODULES = tuple(
         "perfetto_client",
         "perfetto_smb",
         "perfetto_service",
+        "perfetto_probes",
         "perfetto_wire",
         "perfetto_protos",
         "protozero",
@@ -233,13 +234,14 @@ class Engine:
         try:
             self.sink.write(data, events)
         except OSError as exc:
-            self._stop_writing(exc)
+            self.stop_writing(exc)
         except BaseException as exc:
             if not recorder.in_hook:
                 raise
             recorder.interrupted = exc
 
-    def _stop_writing(self, exc: OSError) -> None:
+    def stop_writing(self, exc: OSError) -> None:
+        """The sink failed with `exc`: says so once and stops every thread's recording."""
         if self.write_error:
             return
         self.write_error = f"writing {self.sink.stats.path}: {exc.strerror or exc}"
@@ -249,16 +251,28 @@ class Engine:
 
     # ---- threads -----------------------------------------------------------------------------
 
-    def _new_recorder(self) -> Recorder:
+    def new_sequence_id(self) -> int:
+        """A trusted packet sequence id of this recording's own (0 with --system)."""
+        if self.options.system:
+            return 0  # traced numbers the sequences of its TraceWriters itself
         with self._lock:
             index = self._next_sequence
             self._next_sequence += 1
         # Three-byte varints above the ids a tracing service hands out (the client's sessions
         # write into the same trace). Ids may repeat across processes and threads: every
         # batch resets the sequence's state, so batches of one id never depend on another's.
-        sequence_id = _FIRST_SEQUENCE_ID + ((self.pid << 6) + index) % _SEQUENCE_IDS
-        if self.options.system:
-            sequence_id = 0  # traced numbers the sequences of its TraceWriters itself
+        return _FIRST_SEQUENCE_ID + ((self.pid << 6) + index) % _SEQUENCE_IDS
+
+    def thread_name(self, tid: int) -> str | None:
+        """The `threading` name of this process's thread `tid` (None: not a Python thread
+        of this recording's)."""
+        for thread in threading.enumerate():
+            if thread.native_id == tid:
+                return thread.name
+        return self._names_at_exit.get(tid)
+
+    def _new_recorder(self) -> Recorder:
+        sequence_id = self.new_sequence_id()
         batch = _RING_BATCH_BYTES if self.sink.ring else _BATCH_BYTES
         recorder: Recorder = self.hook.ThreadRecorder(
             self,
@@ -334,7 +348,7 @@ class Engine:
         try:
             stats = self.sink.close()
         except OSError as exc:
-            self._stop_writing(exc)
+            self.stop_writing(exc)
             stats = self.sink.stats
         if self.write_error:
             stats.lost_reason = f"recording stopped: {self.write_error}; the trace is incomplete"

@@ -26,7 +26,8 @@ class TraceOptions(NamedTuple):
     root logger from that level on) start that session at once. `system` sends the calls
     to the system's `traced` instead of `output` (see `_system_sink.py`). `max_size_mb` caps
     the trace file (and each child's part) as upstream's `max_file_size_bytes` does; 0 means
-    no cap (see `_sink.SinkStats.admit`).
+    no cap (see `_sink.SinkStats.admit`). `sched` also records every CPU's scheduling (ftrace)
+    and the processes and threads it names into `output` (see `_sched.py`).
     """
 
     output: str = DEFAULT_OUTPUT
@@ -47,3 +48,4 @@ class TraceOptions(NamedTuple):
     log_level: int | None = None
     pure: bool = False
     max_size_mb: float = DEFAULT_MAX_SIZE_MB
+    sched: bool = False

@@ -42,7 +42,7 @@ def sequence_field(sequence_id: int) -> bytes:
     return _SEQUENCE_ID + varint(sequence_id)
 
 
-def _framed(packet: bytes, sequence_id: int) -> bytes:
+def framed(packet: bytes, sequence_id: int) -> bytes:
     """`packet` (a TracePacket's fields) as a Trace.packet field, with its sequence id."""
     body = packet + sequence_field(sequence_id)
     return _PACKET + varint(len(body)) + body
@@ -56,7 +56,7 @@ def thread_uuid(tid: int) -> int:
 
 def process_descriptor(pid: int, name: str, cmdline: list[str], sequence_id: int) -> bytes:
     """The process track's descriptor, framed as a Trace (sequence id 0: none written)."""
-    return _framed(process_descriptor_packet(process_uuid(), pid, name, cmdline), sequence_id)
+    return framed(process_descriptor_packet(process_uuid(), pid, name, cmdline), sequence_id)
 
 
 def batch_prologue(
@@ -64,7 +64,7 @@ def batch_prologue(
 ) -> bytes:
     """The two packets that open a batch (framed as a Trace; sequence id 0: none written)."""
     track = thread_uuid(tid)
-    return _framed(clock_snapshot_packet(timestamp_ns, BOOTTIME, track), sequence_id) + _framed(
+    return framed(clock_snapshot_packet(timestamp_ns, BOOTTIME, track), sequence_id) + framed(
         thread_descriptor_packet(track, process_uuid(), pid, tid, thread_name), sequence_id
     )
 

@@ -22,6 +22,7 @@ from perfetto_client._tracks import given_process_name
 if TYPE_CHECKING:
     from perfetto_client._tracer._bridges import Bridges
     from perfetto_client._tracer._children import Children
+    from perfetto_client._tracer._sched import SchedRecorder
 
 
 def process_name(argv: list[str]) -> str:
@@ -45,6 +46,8 @@ class Recording:
         self._client: SinkTrackEvents | None = None
         self._triggers: SnapshotTriggers | None = None
         self._bridges: Bridges | None = None
+        self._sched: SchedRecorder | None = None
+        self._sched_summary = ""
         self._snapshots = 0
 
     @property
@@ -71,6 +74,8 @@ class Recording:
         header = _packets.process_descriptor(os.getpid(), process_name(sys.argv), list(sys.argv), 0)
         ring = int(self.options.ring_mb * (1 << 20))
         sink: Sink
+        if self.options.sched and (self.options.system or ring):
+            raise TracingError("--sched records into a trace file: not with --system or --ring")
         if self.options.system:
             if ring or self.options.follow_children:
                 raise TracingError("--system does not go with --ring or --follow-children")
@@ -108,10 +113,32 @@ class Recording:
                 bridges.install()
                 self._bridges = bridges
         self.engine = Engine(self.options, sink)
+        if self.options.sched:
+            self._start_sched(self.engine)  # before the engine: its thread is not recorded
         self.engine.start()
         if self.options.snapshot_triggers and ring:
             self._triggers = SnapshotTriggers(self.options.snapshot_triggers, self._on_trigger)
             self._triggers.enable()
+
+    def _start_sched(self, engine: Engine) -> None:
+        """Starts `--sched`; where tracefs cannot be used, says so in one line and goes on."""
+        from perfetto_probes import ProbesError  # only for --sched: ftrace and /proc readers
+
+        from perfetto_client._tracer._sched import SchedRecorder
+
+        sched = SchedRecorder(
+            engine.sink, engine.new_sequence_id(), engine.thread_name, engine.stop_writing
+        )
+        try:
+            sched.start()
+        except ProbesError as exc:
+            print(
+                f"perfetto-trace: --sched: {exc}; the program runs, its scheduling is not recorded",
+                file=sys.stderr,
+            )
+            self._sched_summary = f"scheduling was not recorded: {exc}"
+            return
+        self._sched = sched
 
     def stop(self) -> Summary:
         """Stops recording and finishes the trace file."""
@@ -119,6 +146,12 @@ class Recording:
         if engine is None:
             raise TracingError("this recording is not running")
         self.engine = None
+        sched, self._sched = self._sched, None
+        if sched is not None:
+            try:
+                sched.stop()  # its last events reach the sink before the engine closes it
+            finally:
+                self._sched_summary = sched.summary()
         if self._triggers is not None:
             self._triggers.disable()
             self._triggers = None
@@ -151,6 +184,7 @@ class Recording:
             "compiled" if engine.hook.COMPILED else "pure",
             incomplete=bool(engine.write_error),
             cut=stats.cut(),
+            sched=self._sched_summary,
         )
         return self.summary
 
@@ -198,7 +232,7 @@ class record(contextlib.ContextDecorator):  # noqa: N801 (used like a function)
     `with perfetto_client.record("out.pftrace"):` or `@perfetto_client.record("out.pftrace")`;
     the keyword arguments are `TraceOptions` fields (`include`, `exclude`, `max_depth`,
     `min_duration_ns`, `c_calls`, `gc`, `exceptions`, `exception_types`, `ring_mb`,
-    `snapshot_triggers`, `follow_children`, `otel`, `log_level`, `max_size_mb`).
+    `snapshot_triggers`, `follow_children`, `otel`, `log_level`, `max_size_mb`, `sched`).
     After the block, `.summary` says what was written.
     """
 

@@ -85,8 +85,8 @@ class Sink(Protocol):
     def ring(self) -> bool:
         """True when only the newest batches are kept."""
 
-    def write(self, data: bytes, events: int) -> None:
-        """Takes one batch holding `events` events."""
+    def write(self, data: bytes, events: int) -> bool:
+        """Takes one batch holding `events` events; False when it is dropped whole (counted)."""
 
     def dump(self, path: str) -> int:
         """Writes a snapshot to `path`; returns its size."""
@@ -118,8 +118,9 @@ class FileSink:
         """True when only the newest batches are kept."""
         return bool(self._ring_bytes)
 
-    def write(self, data: bytes, events: int) -> None:
-        """Takes one batch holding `events` events.
+    def write(self, data: bytes, events: int) -> bool:
+        """Takes one batch holding `events` events; False when it is not written (counted in
+        `stats`: the size cap, or an earlier write error).
 
         Raises OSError when the file cannot take it: then this batch and every later one are
         counted lost. An exception that a signal handler raises meanwhile (KeyboardInterrupt,
@@ -128,11 +129,11 @@ class FileSink:
         with self._lock:
             if self._failed:
                 self.stats.events_lost += events
-                return
+                return False
             if self._file is not None:
                 header = len(self._header) if self._unwritten_header else 0
                 if not self.stats.admit(header + len(data), events):
-                    return
+                    return False
                 try:
                     interrupted = self._append_header()
                 except OSError:
@@ -141,7 +142,7 @@ class FileSink:
                 interrupted = self._append(data, events) or interrupted
                 if interrupted is not None:
                     raise interrupted
-                return
+                return True
             self._ring.append((data, events))
             self._ring_size += len(data)
             while self._ring_size > self._ring_bytes and len(self._ring) > 1:
@@ -149,6 +150,7 @@ class FileSink:
                 self._ring_size -= len(old)
                 self.stats.events_lost += old_events
                 self.stats.lost_reason = "older than the ring buffer keeps"
+            return True
 
     def _append_header(self) -> BaseException | None:
         if not self._unwritten_header:

@@ -14,6 +14,7 @@ _FIELDS = (
     "build",
     "incomplete",
     "cut",
+    "sched",
 )
 
 
@@ -22,7 +23,8 @@ class Summary:
 
     `build` is which profile hook ran ("compiled" or "pure"); `incomplete` says a write error
     stopped the recording (the file is not offered for opening); `cut` is what the size cap
-    cut (`SinkStats.cut`): the trace is partial, whole up to the cut.
+    cut (`SinkStats.cut`): the trace is partial, whole up to the cut. `sched` says what
+    `--sched` recorded and lost, or why it recorded nothing ("": not asked for).
     """
 
     __slots__ = _FIELDS
@@ -40,6 +42,7 @@ class Summary:
         build: str = "",
         incomplete: bool = False,
         cut: str = "",
+        sched: str = "",
     ) -> None:
         self.path = path
         self.size = size
@@ -52,6 +55,7 @@ class Summary:
         self.build = build
         self.incomplete = incomplete
         self.cut = cut
+        self.sched = sched
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _FIELDS)
@@ -80,12 +84,14 @@ class Summary:
             f"{self.events_written:,} events{procs}, {lost}, "
             f"spanning {self.span_ns / 1e9:.3f} s{build}"
         )
-        if self.incomplete:
-            return [wrote]
-        return [
-            wrote,
-            f"perfetto-trace: open it by dragging {self.path} into https://ui.perfetto.dev",
-        ]
+        lines = [wrote]
+        if self.sched:
+            lines.append(f"perfetto-trace: {self.sched}")
+        if not self.incomplete:
+            lines.append(
+                f"perfetto-trace: open it by dragging {self.path} into https://ui.perfetto.dev"
+            )
+        return lines
 
 
 def _size(n: int) -> str:

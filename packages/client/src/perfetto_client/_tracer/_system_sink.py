@@ -94,20 +94,21 @@ class SystemSink:
                 self._writers[id(instance)] = (instance, writer)
         return [w for _, w in self._writers.values()]
 
-    def write(self, data: bytes, events: int) -> None:
-        """Takes one batch holding `events` events."""
+    def write(self, data: bytes, events: int) -> bool:
+        """Takes one batch holding `events` events; False when it is dropped whole (counted)."""
         with self._lock:
             writers = self._sessions() if self.connected else []
             if not writers:
                 if self.connected and self._pending_size + len(data) <= _MAX_PENDING:
                     self._pending.append((data, events))
                     self._pending_size += len(data)
-                else:
-                    self._lose(events)
-                return
+                    return True
+                self._lose(events)
+                return False
             pending, self._pending, self._pending_size = self._pending, [], 0
             for batch, count in [*pending, (data, events)]:
                 self._write_to(writers, batch, count)
+            return True
 
     def _write_to(self, writers: list[TraceWriter], data: bytes, events: int) -> None:
         # A batch's packets depend on its first ones (incremental state): after a packet the

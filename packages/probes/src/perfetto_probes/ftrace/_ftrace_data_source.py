@@ -23,7 +23,13 @@ from perfetto_probes.ftrace._formats import (
     parse_format,
 )
 from perfetto_probes.ftrace._page_parser import BundleWriter, EventLayout, PageLayout
-from perfetto_probes.ftrace._tracefs import Instance, find_tracefs, read_cpu_stats, stale_instances
+from perfetto_probes.ftrace._tracefs import (
+    CpuStats,
+    Instance,
+    find_tracefs,
+    read_cpu_stats,
+    stale_instances,
+)
 
 __all__ = ["FtraceDataSource"]
 
@@ -59,6 +65,12 @@ class FtraceDataSource:
         self.seen_pids: set[int] = set()
         self.page: PageLayout | None = None
         self.drain_pages = 0  # the most pages one drain reads from a CPU
+        self.events_read = 0
+        """The events parsed from the ring buffers so far (every CPU)."""
+        self.cpu_stats: dict[FtraceStats.Phase.ValueType, dict[int, CpuStats]] = {}
+        """Each CPU's `per_cpu/cpuN/stats` as written in the FtraceStats of each phase."""
+        self.parse_errors: list[FtraceParseStatus.ValueType] = []
+        """The `ftrace_parse_errors` of the last FtraceStats written."""
 
     def start(self) -> None:
         root = find_tracefs()
@@ -166,6 +178,7 @@ class FtraceDataSource:
                 self.sink(packet)
             self.seen_pids |= writer.seen_pids
             writer.seen_pids.clear()
+        self.events_read = sum(cpu.writer.events_written for cpu in self.cpus)
 
     def poll(self, now_ns: int) -> int | None:
         self._drain()
@@ -202,12 +215,14 @@ class FtraceDataSource:
         packet = TracePacket()
         stats = packet.ftrace_stats
         stats.phase = phase
+        by_cpu = self.cpu_stats[phase] = {}
         for cpu in self.cpus:
             try:
                 values = read_cpu_stats(self.instance.path / "per_cpu" / f"cpu{cpu.cpu}" / "stats")
             except OSError:
                 self.read_errors.add(_STATUS_UNEXPECTED_READ_ERROR)
                 continue
+            by_cpu[cpu.cpu] = values
             entry = stats.cpu_stats.add(cpu=cpu.cpu)
             for name, value in values.items():
                 setattr(entry, name, value)
@@ -216,7 +231,8 @@ class FtraceDataSource:
         errors: set[int] = set(self.read_errors)
         for cpu in self.cpus:
             errors |= cpu.writer.parse_errors
-        stats.ftrace_parse_errors.extend(FtraceParseStatus.ValueType(e) for e in sorted(errors))
+        self.parse_errors = [FtraceParseStatus.ValueType(e) for e in sorted(errors)]
+        stats.ftrace_parse_errors.extend(self.parse_errors)
         if self.page is not None:
             kb = self.instance.buffer_size_kb()
             if kb is not None:

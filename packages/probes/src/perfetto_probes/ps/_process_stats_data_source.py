@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
@@ -49,6 +50,10 @@ class ProcessStatsDataSource:
     unless the config has the DISABLE_ON_DEMAND quirk;
     every `proc_stats_poll_ms`, ProcessStats with each process's memory counters that changed
     since it was last written (all of them again every `proc_stats_cache_ttl_ms`).
+
+    `thread_names(pid, tid)`, when the host sets it, names threads that /proc knows only by
+    their comm (`perfetto-trace run --sched`: its Python threads' `threading` names); where it
+    returns None, the comm.
     """
 
     def __init__(self, config: DataSourceConfig, sink: PacketSink, proc: str = "/proc") -> None:
@@ -75,6 +80,7 @@ class ProcessStatsDataSource:
         self._seen: set[int] = set()
         self._cache: dict[int, dict[str, int]] = {}
         self.errors = ProcessStatsErrors()
+        self.thread_names: Callable[[int, int], str | None] | None = None
 
     # ProbesDataSource.
 
@@ -110,7 +116,16 @@ class ProcessStatsDataSource:
         if self._on_demand:
             self._write_tree(sorted(pids - self._seen), with_threads=False)
 
+    def write_process_tree(self, pids: list[int]) -> None:
+        """Writes the processes `pids` with every thread they have now (those not written
+        yet), as `scan_all_processes_on_start` writes every process."""
+        self._write_tree(pids, with_threads=True)
+
     # The process tree.
+
+    def _thread_name(self, pid: int, tid: int, comm: str | None) -> str:
+        name = self.thread_names(pid, tid) if self.thread_names is not None else None
+        return name if name is not None else comm or ""
 
     def _all_pids(self) -> list[int]:
         return numeric_entries(self._proc)
@@ -152,7 +167,7 @@ class ProcessStatsDataSource:
                 if with_threads:
                     self._add_threads(tree, tgid)
             if pid not in self._seen:
-                tree.threads.add(tid=pid, tgid=tgid, name=status.name or "")
+                tree.threads.add(tid=pid, tgid=tgid, name=self._thread_name(tgid, pid, status.name))
                 self._seen.add(pid)
             if len(tree.processes) + len(tree.threads) >= _ENTRIES_PER_PACKET:
                 self._emit_tree(tree)
@@ -172,7 +187,7 @@ class ProcessStatsDataSource:
             process.cmdline.append(status.name or "")
             process.cmdline_is_comm = True
         self._seen.add(pid)
-        tree.threads.add(tid=pid, tgid=pid, name=status.name or "")
+        tree.threads.add(tid=pid, tgid=pid, name=self._thread_name(pid, pid, status.name))
         return True
 
     def _add_threads(self, tree: ProcessTree, pid: int) -> None:
@@ -180,7 +195,10 @@ class ProcessStatsDataSource:
             if tid == pid or tid in self._seen:
                 continue
             thread = tree.threads.add(tid=tid, tgid=pid)
-            if self._thread_names:
+            name = self.thread_names(pid, tid) if self.thread_names is not None else None
+            if name is not None:
+                thread.name = name
+            elif self._thread_names:
                 try:
                     data = read_proc_file(f"{self._proc}/{pid}/task/{tid}/status")
                 except OSError as exc:
