@@ -4,6 +4,7 @@ headless Chromium from file://."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from perfetto_testing import OpenedPage, open_page
 from test_tracer_html import RENDER_BUDGET_MS, _frames, _perfetto_trace
-from tracer_support import BIN, run_traced
+from tracer_support import BIN, require_compiled_hook, run_traced
 
 EVENTS = """\
 import time
@@ -219,3 +220,40 @@ def test_a_million_distinct_names_stay_within_the_size_goal(tmp_path: Path) -> N
     if DISTINCT_NAMES > 200_000:
         past = DISTINCT_NAMES - 200_000
         assert f"{past:,} top-level calls past the first 200,000 are not in the timeline" in said
+
+
+PAGE_DATA = """\
+import json
+import sys
+
+from perfetto_client._tracer import _call_tree
+from perfetto_client._tracer._html_report import html_data
+
+tree, truncated = _call_tree.read_call_tree(sys.argv[1], 20, segments=frozenset({"load"}))
+print(json.dumps([_call_tree.__file__.endswith(".py"), html_data("t", tree, truncated, 20)]))
+"""
+
+
+def test_both_builds_make_the_same_page(tmp_path: Path) -> None:
+    require_compiled_hook()
+    proc, trace = run_traced(tmp_path, EVENTS)
+    assert proc.returncode == 0, proc.stderr
+    pages = []
+    for pure in (False, True):
+        env = {k: v for k, v in os.environ.items() if k != "PERFETTO_PY_PURE"}
+        if pure:
+            env["PERFETTO_PY_PURE"] = "1"
+        out = subprocess.run(
+            [str(BIN / "python"), "-c", PAGE_DATA, str(trace)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        was_pure, data = json.loads(out.stdout)
+        assert was_pure == pure
+        pages.append(data)
+    compiled, pure_page = pages
+    assert compiled["counters"] and compiled["instants"] and compiled["segments"]
+    assert compiled == pure_page
