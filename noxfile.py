@@ -231,6 +231,7 @@ def screenshots(session: nox.Session) -> None:
     browser tests in headless Chromium (/usr/bin/chromium)."""
     session.run("python", "tools/build_native.py")
     tests = ["packages/client/tests/test_tracer_html.py"]
+    tests += ["packages/client/tests/test_tracer_html_tracks.py"]
     pytest = ["pytest", *tests, "-p", "no:randomly", "-q", "-k", "screenshot", *session.posargs]
     session.run(*pytest, env={EXPECT_COMPILED: "1", SCREENSHOTS: str(ROOT / "docs" / "images")})
 

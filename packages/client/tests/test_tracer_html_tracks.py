@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
 
-from perfetto_testing import OpenedPage, open_page
-from test_tracer_html import RENDER_BUDGET_MS, _frames, _perfetto_trace
+from perfetto_testing import OpenedPage, open_page, screenshot
+from test_tracer_html import DOCS_SCREENSHOTS, RENDER_BUDGET_MS, _frames, _perfetto_trace
 from tracer_support import BIN, require_compiled_hook, run_traced
 
 EVENTS = """\
@@ -257,3 +258,20 @@ def test_both_builds_make_the_same_page(tmp_path: Path) -> None:
     compiled, pure_page = pages
     assert compiled["counters"] and compiled["instants"] and compiled["segments"]
     assert compiled == pure_page
+
+
+def test_the_timeline_screenshot_is_not_blank(tmp_path: Path) -> None:
+    proc, trace = run_traced(tmp_path, EVENTS, options=("--html", "events.html"))
+    assert proc.returncode == 0, proc.stderr
+    with open_page(trace.parent / "events.html") as opened:
+        _rendered(opened)
+        canvas = opened.page.locator("#timeline .row.counter[data-counter='queue depth'] canvas")
+        box = canvas.bounding_box()
+        assert box is not None
+        opened.page.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + 10)
+        opened.page.locator("#timeline").scroll_into_view_if_needed()
+        png = tmp_path / "perfetto-trace-html-timeline.png"
+        assert screenshot(opened, png) > 20
+        assert opened.errors == []
+    if DOCS_SCREENSHOTS:
+        shutil.copy(png, Path(DOCS_SCREENSHOTS) / png.name)
