@@ -256,7 +256,9 @@ def test_both_builds_make_the_same_page(tmp_path: Path) -> None:
         assert was_pure == pure
         pages.append(data)
     compiled, pure_page = pages
-    assert compiled["counters"] and compiled["instants"] and compiled["segments"]
+    assert compiled["counters"]
+    assert compiled["instants"]
+    assert compiled["segments"]
     assert compiled == pure_page
 
 
