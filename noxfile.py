@@ -232,6 +232,7 @@ def screenshots(session: nox.Session) -> None:
     session.run("python", "tools/build_native.py")
     tests = [
         "packages/client/tests/test_tracer_html.py",
+        "packages/client/tests/test_tracer_html_tracks.py",
         "packages/heapprofd/tests/test_heap_profile_html.py",
     ]
     pytest = ["pytest", *tests, "-p", "no:randomly", "-q", "-k", "screenshot", *session.posargs]

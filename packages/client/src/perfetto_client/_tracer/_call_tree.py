@@ -1,10 +1,14 @@
-"""The calls of a trace aggregated by call path (a flame graph's data) and its top-level slices.
+"""The calls of a trace aggregated by call path (a flame graph's data), its top-level slices,
+instant events and counter values (a timeline's).
 
-Decoded by the text report's own `SliceReader`, fed one packet at a time: after each packet
-the stack that moved (one track event per packet at most) says which slice began or ended,
-so the paths, the report's tables and its counts of what did not fit all come from the same
-decoding. A slice's duration is what its end added to its function's self time plus the time
-of the slices directly inside it (`Frame.children_ns`).
+Told by the text report's own `SliceReader` as it decodes (a `SliceObserver`: one pass), so the
+paths, the report's tables and its counts of what did not fit all come from the same decoding.
+
+Given the names of some top-level slices (`segments`: a pytest run's tests), the calls that
+begin during one of them on its thread, with their callees, also make a tree of their own per
+name. That needs the segment's begin decoded before the calls inside it (a file written in
+time order, as `pytest --perfetto` writes its tests); a segment whose begin comes after calls
+that began inside it is counted (`late_segments`).
 """
 
 from __future__ import annotations
@@ -14,26 +18,39 @@ try:
 except ImportError:  # installed without Cython: runs as pure Python
     from protozero import _cython_shim as cython
 
+from bisect import bisect_right, insort
+from operator import itemgetter
+
 from perfetto_service import TraceFileError, read_trace_file
 
 from perfetto_client._tracer._report import ReportError
 
-if cython.compiled:
-    from cython.cimports.perfetto_client._tracer._slices import (
+if not cython.compiled:  # (first: what mypy reads)
+    from perfetto_client._tracer._slices import (
         Frame,
         Function,
+        SliceObserver,
         SliceReader,
         Track,
     )
 else:
-    from perfetto_client._tracer._slices import Frame, Function, SliceReader, Track
+    from cython.cimports.perfetto_client._tracer._slices import (  # type: ignore[no-redef]
+        Frame,
+        Function,
+        SliceObserver,
+        SliceReader,
+        Track,
+    )
 
-__all__ = ["CallNode", "CallTree", "read_call_tree"]
+__all__ = ["CallNode", "CallTree", "Counter", "read_call_tree"]
 
 # Top-level slices kept for the timeline, over all stacks; those past it are counted.
 MAX_TOP_SLICES = 200_000
 # Call paths made, over all stacks; a new path past it is folded into its caller's "other".
 MAX_PATHS = 300_000
+# Instants and counter values kept for the timeline, over all tracks; those past it are counted.
+MAX_MARKS = 200_000
+_BEGIN = itemgetter(0)
 
 
 class CallNode:
@@ -64,133 +81,191 @@ class _Mirror:
         self.track = track
         self.root = CallNode(None)
         self.nodes = [self.root]
-        self.depth = 0
+        # per depth: the node in a segment's tree of the open slice there, or None
+        self.in_segment: list[CallNode | None] = [None]
 
 
-class CallTree:
+class Counter:
+    """A counter track's values: all of them counted, the first `MAX_MARKS` (over all tracks)
+    kept as `(ts, value)`."""
+
+    def __init__(self) -> None:
+        self.points: list[tuple[int, float]] = []
+        self.count = 0
+        self.low = float("inf")
+        self.high = float("-inf")
+
+
+class CallTree(SliceObserver):
     """A `SliceReader` and, per stack (a track and sequence), its calls by path and its
-    top-level slices `(begin ns, duration ns, function)`."""
+    top-level slices `(begin ns, duration ns, function)`; per track, its instants
+    `(ts, name)` and its counter's values."""
 
-    def __init__(self, limit: int, max_paths: int = MAX_PATHS) -> None:
+    def __init__(
+        self, limit: int, max_paths: int = MAX_PATHS, segments: frozenset[str] = frozenset()
+    ) -> None:
         self.reader = SliceReader(limit)
+        self.reader.observer = self
         self.max_paths = max_paths
         self.mirrors: list[_Mirror] = []
         self.top_slices: list[list[tuple[int, int, Function]]] = []
         self.top_slices_dropped = 0
         self.folded_calls = 0  # calls that began a path past MAX_PATHS
+        self.instants: dict[int, list[tuple[int, str]]] = {}
+        self.counters: dict[int, Counter] = {}
+        self.marks_dropped = 0
+        self.first_mark = -1
+        self.last_mark = 0
+        self.segment_names = segments
+        self.segments: dict[Function, CallNode] = {}  # a segment's name -> its calls' tree
+        self.late_segments = 0
+        # per thread track: its segments' (begin, end, tree, stack) in time order, the open one
+        self._closed: dict[int, list[tuple[int, int, CallNode, int]]] = {}
+        self._open: dict[int, tuple[int, int, CallNode, int]] = {}
+        self._outside: dict[int, int] = {}  # the latest begin of a call in no segment
         self._kept = 0
-        self._last: _Mirror | None = None
-        self._self_seen: dict[Function, int] = {}
-        self._at = 0
+        self._marks = 0
         self._paths = 0
 
     def feed(self, data: bytes, base: int) -> int:
         """Decodes the whole packets of `data` (file offset `base`); returns where the first
         incomplete one starts."""
-        buf = data
-        end = len(data)
-        pos = 0
-        reader = self.reader
-        while pos < end:
-            tag = self._varint(buf, pos, end)
-            at = self._at
-            if at < 0:
-                return pos
-            stop = at
-            wire_type = tag & 7
-            if wire_type in {0, 2}:
-                value = self._varint(buf, at, end)
-                stop = self._at
-                if stop < 0:
-                    return pos
-                if wire_type == 2:
-                    if value > end - stop:
-                        return pos
-                    stop += value
-            else:  # not a Trace field: the reader says so
-                stop = end
-            if reader.feed(data, pos, stop, base) != stop:
-                return pos
-            self._moved()
-            pos = stop
-        return pos
+        return self.reader.feed(data, 0, len(data), base)
 
-    def _varint(self, buf: bytes, pos: int, end: int) -> int:
-        """The varint at `pos`; `_at` is where it ends, or -1 when it runs past `end`."""
-        value = 0
-        shift = 0
-        while pos < end and shift < 64:
-            byte = buf[pos]
-            pos += 1
-            value |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                self._at = pos
-                return value
-            shift += 7
-        self._at = -1
-        return 0
-
-    def _moved(self) -> None:
-        last = self._last
-        if last is not None and last.track.depth != last.depth:
-            self._follow(last)
-            return
+    def _mirror(self, track: Track) -> _Mirror:
         stacks = self.reader.stacks
-        while len(self.mirrors) < len(stacks):
+        while len(self.mirrors) <= track.key:
             self.mirrors.append(_Mirror(stacks[len(self.mirrors)]))
             self.top_slices.append([])
-        for mirror in self.mirrors:
-            if mirror.track.depth != mirror.depth:
-                self._last = mirror
-                self._follow(mirror)
-                return
+        return self.mirrors[track.key]
 
-    def _follow(self, mirror: _Mirror) -> None:
-        track = mirror.track
+    def _child(self, parent: CallNode, func: Function) -> CallNode:
+        """The node of `func` called from `parent` (made, or folded past `max_paths`)."""
+        if parent.other is parent:
+            return parent
+        found = parent.children.get(func)
+        if found is not None:
+            return found
+        if self._paths < self.max_paths:
+            self._paths += 1
+            node = parent.children[func] = CallNode(func)
+            return node
+        self.folded_calls += 1
+        return _other(parent)
+
+    def began(self, track: Track, frame: Frame) -> None:
+        mirror = self._mirror(track)
         depth = track.depth
-        if depth > mirror.depth:  # a slice began
-            parent = mirror.nodes[mirror.depth]
-            func = track.frames[depth - 1].func
-            if parent.other is parent:
-                node = parent
+        func = frame.func
+        node = self._child(mirror.nodes[depth - 1], func)
+        if len(mirror.nodes) > depth:
+            mirror.nodes[depth] = node
+        else:
+            mirror.nodes.append(node)
+            mirror.in_segment.append(None)
+        if not self.segment_names:
+            return
+        if depth == 1 and func.name in self.segment_names:
+            self._open_segment(track, frame)
+        parent = mirror.in_segment[depth - 1]
+        if parent is None:
+            parent = self._segment_at(track, frame.begin)
+        mirror.in_segment[depth] = None if parent is None else self._child(parent, func)
+
+    def _open_segment(self, track: Track, frame: Frame) -> None:
+        tree = self.segments.get(frame.func)
+        if tree is None:
+            tree = self.segments[frame.func] = CallNode(frame.func)
+        self._open[track.uuid] = (frame.begin, 0, tree, track.key)
+        if self._outside.get(track.uuid, -1) > frame.begin:
+            self.late_segments += 1
+
+    def _segment_at(self, track: Track, ts: int) -> CallNode | None:
+        """The tree of the segment on `track`'s thread that holds `ts`, if any (a segment
+        holds the calls of the other stacks, not its own slices)."""
+        uuid = track.uuid
+        found = self._open.get(uuid)
+        if found is not None and found[0] <= ts:
+            return None if found[3] == track.key else found[2]
+        closed = self._closed.get(uuid)
+        if closed:
+            at = bisect_right(closed, ts, key=_BEGIN) - 1
+            if at >= 0 and closed[at][1] >= ts:
+                return None if closed[at][3] == track.key else closed[at][2]
+        self._outside[uuid] = max(self._outside.get(uuid, -1), ts)
+        return None
+
+    def ended(self, track: Track, frame: Frame, duration: int) -> None:
+        mirror = self._mirror(track)
+        depth = track.depth
+        node = mirror.nodes[depth + 1]
+        if node.other is not node or mirror.nodes[depth] is not node:
+            # (a call folded into the same "other" as its caller is inside its time)
+            node.calls += 1
+            node.total_ns += duration
+        if self.segment_names:
+            self._segment_ended(track, mirror, frame, duration)
+        if depth == 0:
+            if self._kept < MAX_TOP_SLICES:
+                self._kept += 1
+                self.top_slices[track.key].append((frame.begin, duration, frame.func))
             else:
-                found = parent.children.get(func)
-                if found is not None:
-                    node = found
-                elif self._paths < self.max_paths:
-                    self._paths += 1
-                    node = parent.children[func] = CallNode(func)
-                else:
-                    self.folded_calls += 1
-                    node = _other(parent)
-            if len(mirror.nodes) > depth:
-                mirror.nodes[depth] = node
-            else:
-                mirror.nodes.append(node)
-        else:  # a slice ended
-            frame: Frame = track.frames[depth]
-            func = frame.func
-            seen = self._self_seen.get(func, 0)
-            self._self_seen[func] = func.self_ns
-            duration = func.self_ns - seen + frame.children_ns
-            node = mirror.nodes[mirror.depth]
-            if node.other is not node or mirror.nodes[depth] is not node:
-                # (a call folded into the same "other" as its caller is inside its time)
+                self.top_slices_dropped += 1
+
+    def _segment_ended(self, track: Track, mirror: _Mirror, frame: Frame, duration: int) -> None:
+        depth = track.depth
+        node = mirror.in_segment[depth + 1]
+        if node is not None:
+            mirror.in_segment[depth + 1] = None
+            if node.other is not node or mirror.in_segment[depth] is not node:
                 node.calls += 1
                 node.total_ns += duration
-            if depth == 0:
-                if self._kept < MAX_TOP_SLICES:
-                    self._kept += 1
-                    self.top_slices[track.key].append((frame.begin, duration, func))
-                else:
-                    self.top_slices_dropped += 1
-        mirror.depth = depth
+        if depth == 0 and frame.func.name in self.segment_names:
+            opened = self._open.get(track.uuid)
+            if opened is not None and opened[3] == track.key:
+                del self._open[track.uuid]
+                tree = opened[2]
+                tree.calls += 1
+                tree.total_ns += duration
+                closed = self._closed.setdefault(track.uuid, [])
+                insort(closed, (opened[0], opened[0] + duration, tree, track.key), key=_BEGIN)
+
+    def _mark(self, ts: int) -> bool:
+        """Counts a mark at `ts`; whether it is kept."""
+        if self.first_mark < 0 or ts < self.first_mark:
+            self.first_mark = ts
+        self.last_mark = max(self.last_mark, ts)
+        if self._marks < MAX_MARKS:
+            self._marks += 1
+            return True
+        self.marks_dropped += 1
+        return False
+
+    def instant(self, uuid: int, ts: int, func: Function) -> None:
+        marks = self.instants.get(uuid)
+        if marks is None:
+            marks = self.instants[uuid] = []
+        if self._mark(ts):
+            marks.append((ts, func.name))
+
+    def counter(self, uuid: int, ts: int, value: float) -> None:
+        found = self.counters.get(uuid)
+        if found is None:
+            found = self.counters[uuid] = Counter()
+        found.count += 1
+        found.low = min(found.low, value)
+        found.high = max(found.high, value)
+        if self._mark(ts):
+            found.points.append((ts, value))
 
 
-def read_call_tree(path: str, limit: int, max_paths: int = MAX_PATHS) -> tuple[CallTree, str]:
-    """Decodes the trace at `path`; returns its call tree and, when the file is truncated,
-    the line that says so (what came before the cut is decoded, not thrown away)."""
-    tree = CallTree(limit, max_paths)
+def read_call_tree(
+    path: str, limit: int, max_paths: int = MAX_PATHS, segments: frozenset[str] = frozenset()
+) -> tuple[CallTree, str]:
+    """Decodes the trace at `path` (with a tree per segment named in `segments`); returns its
+    call tree and, when the file is truncated, the line that says so (what came before the cut
+    is decoded, not thrown away)."""
+    tree = CallTree(limit, max_paths, segments)
     try:
         end = read_trace_file(path, tree.feed)
     except TraceFileError as exc:

@@ -1,13 +1,14 @@
 """`perfetto-trace report --html OUT.html FILE`: the trace as one self-contained HTML page.
 
-A flame graph (icicle) of the calls aggregated by call path, a timeline of each stack's
-top-level slices, the text report's top functions (sortable) and the lines that say what the
-trace lacks. The data are aggregated (`_call_tree`, the report's own decoding) and capped, so
-the page's size does not grow with the number of events: at most `MAX_NAMES` function names
-(the rest are one "other"), `MAX_NODES` call paths (those under `MIN_SHARE` of their stack's
-time or past the budget are folded into an "other" frame under their caller) and
-`TIMELINE_BINS` columns per stack in the timeline. The page's script, style and markup are
-package data (`_html/`); nothing is fetched from the network.
+A flame graph (icicle) of the calls aggregated by call path (and per test of a pytest run), a
+timeline of each stack's top-level slices, of the program's instant events and of its
+counters, the text report's top functions (sortable) and the lines that say what the trace
+lacks. The data are aggregated (`_call_tree`, the report's own decoding) and capped, so the
+page's size does not grow with the number of events: at most `MAX_NAMES` function names (the
+rest are one "other"), `MAX_NODES` call paths (those under `MIN_SHARE` of their stack's time or
+past the budget are folded into an "other" frame under their caller) and `TIMELINE_BINS`
+columns per stack, instant track and counter in the timeline. The page's script, style and
+markup are package data (`_html/`); nothing is fetched from the network.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from importlib.resources import files
 from typing import Any
 
 from perfetto_client._tracer._call_tree import (
+    MAX_MARKS,
     MAX_TOP_SLICES,
     CallNode,
     CallTree,
+    Counter,
     read_call_tree,
 )
 from perfetto_client._tracer._html_heap import add_heaps
@@ -106,6 +109,98 @@ def _timeline(
     return rows
 
 
+def _instants(marks: list[tuple[int, str]], start: int, span: int) -> list[list[Any]]:
+    """[at, name, count] rows: the first instant of each timeline column and how many it has."""
+    width = max(1, span // TIMELINE_BINS)
+    cells: dict[int, list[Any]] = {}
+    for ts, name in marks:
+        at = ts - start
+        cell = cells.get(at // width)
+        if cell is None:
+            cells[at // width] = [at, name, 1]
+        else:
+            cell[2] += 1
+    return sorted(cells.values())
+
+
+def _counter_points(counter: Counter, start: int, span: int) -> list[list[float]]:
+    """[at, value] rows: per timeline column its lowest, highest and last values, in time
+    order (a step chart of them keeps the extremes and where each column ends)."""
+    width = max(1, span // TIMELINE_BINS)
+    cells: dict[int, list[tuple[int, float]]] = {}
+    for ts, value in counter.points:
+        point = (ts - start, value)
+        cell = cells.get(point[0] // width)
+        if cell is None:
+            cells[point[0] // width] = [point, point, point]
+            continue
+        if value < cell[0][1]:
+            cell[0] = point
+        if value > cell[1][1]:
+            cell[1] = point
+        cell[2] = point
+    return [list(p) for p in sorted({p for cell in cells.values() for p in cell})]
+
+
+def _track_label(tree: CallTree, uuid: int) -> str:
+    """A track's name: its descriptor's, or its thread's."""
+    name: str = tree.reader.track_names.get(uuid, "")
+    if name:
+        return name
+    _, tid, thread = tree.reader.threads.get(uuid, (0, 0, f"track {uuid}"))
+    return f"{thread or 'thread'} ({tid})" if tid else thread
+
+
+def _marks_data(tree: CallTree, start: int, span: int) -> dict[str, Any]:
+    """The timeline's lanes of instant events and counters, and the line on what was left out."""
+    instants = [
+        {
+            "label": _track_label(tree, uuid),
+            "count": len(marks),
+            "ticks": _instants(marks, start, span),
+        }
+        for uuid, marks in tree.instants.items()
+    ]
+    counters = [
+        {
+            "label": _track_label(tree, uuid),
+            "count": counter.count,
+            "min": counter.low,
+            "max": counter.high,
+            "points": _counter_points(counter, start, span),
+        }
+        for uuid, counter in tree.counters.items()
+    ]
+    folded = []
+    if tree.marks_dropped:
+        folded.append(
+            f"{tree.marks_dropped:,} instants and counter values past the first {MAX_MARKS:,} "
+            "are not in the timeline (each counter's min and max count them)"
+        )
+    return {"instants": instants, "counters": counters, "folded": folded}
+
+
+def _segments_data(tree: CallTree, names: _Names) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each segment's (a pytest run's test's) calls as a flame graph, by name; the line on
+    the segments whose calls the file holds before their begin (their graphs lack them).
+    None when no calls were recorded (a test run without `--perfetto-calls`)."""
+    out: list[dict[str, Any]] = []
+    budget = MAX_NODES
+    if not any(root.children for root in tree.segments.values()):
+        return out, []
+    for func, root in sorted(tree.segments.items(), key=lambda item: item[0].name):
+        flat = _flatten(root, names, max(100, budget))
+        budget -= len(flat["n"])
+        out.append({"label": func.name, "tree": flat})
+    lines = []
+    if tree.late_segments:
+        lines.append(
+            f"{tree.late_segments:,} tests begin in the file after calls made during them: "
+            "their flame graphs lack those calls"
+        )
+    return out, lines
+
+
 def _stack_label(tree: CallTree, uuid: int, seen: dict[int, int]) -> str:
     pid, tid, name = tree.reader.threads.get(uuid, (0, 0, f"track {uuid}"))
     label = f"{name or 'thread'} ({tid})" if tid else name
@@ -120,7 +215,10 @@ def html_data(path: str, tree: CallTree, truncated: str, limit: int) -> dict[str
     reader = tree.reader
     report = report_json(path, reader, limit)
     names = _Names([f for f in reader.functions.values() if f.calls])
-    start = max(reader.first_ns, 0)
+    firsts = [t for t in (reader.first_ns, tree.first_mark) if t >= 0]
+    start = min(firsts, default=0)
+    span = max(reader.last_ns, tree.last_mark, start) - start
+    marks = _marks_data(tree, start, span)
     notes = ([truncated] if truncated else []) + report_notes(report)
     folded = []
     if names.folded:
@@ -137,6 +235,8 @@ def html_data(path: str, tree: CallTree, truncated: str, limit: int) -> dict[str
             f"{tree.top_slices_dropped:,} top-level calls past the first "
             f"{MAX_TOP_SLICES:,} are not in the timeline"
         )
+    folded += marks["folded"]
+    segments, late = _segments_data(tree, names)
     stacks = []
     budget = MAX_NODES
     seen: dict[int, int] = {}
@@ -152,14 +252,17 @@ def html_data(path: str, tree: CallTree, truncated: str, limit: int) -> dict[str
             {
                 "label": _stack_label(tree, mirror.track.uuid, seen),
                 "tree": flat,
-                "timeline": _timeline(slices, start, report["span_ns"], names),
+                "timeline": _timeline(slices, start, span, names),
             }
         )
     return {
         "trace": path,
         "summary": format_report(report, 0).splitlines()[0],
-        "span_ns": report["span_ns"],
-        "incomplete": notes,
+        "span_ns": span,
+        "segments": segments,
+        "instants": marks["instants"],
+        "counters": marks["counters"],
+        "incomplete": notes + late,
         "folded": folded,
         "names": names.names,
         "locations": names.locations,
@@ -188,13 +291,14 @@ def _escape(text: str) -> str:
 
 
 def write_html_report(
-    path: str, out: str, limit: int, lacks: list[str]
+    path: str, out: str, limit: int, lacks: list[str], segments: frozenset[str] = frozenset()
 ) -> tuple[list[str], list[str], bool]:
     """Writes the page of the trace at `path` to `out`, with `lacks` (what the recording
-    said it lost) first in its incomplete box; returns the box's lines, the page's notes on
-    what it folded, and whether the file is truncated. Raises `ReportError` when the file is
-    not a trace (nothing is written)."""
-    tree, truncated = read_call_tree(path, limit)
+    said it lost) first in its incomplete box and a flame graph of the calls during each
+    top-level slice named in `segments` (a pytest run's tests); returns the box's lines, the
+    page's notes on what it folded, and whether the file is truncated. Raises `ReportError`
+    when the file is not a trace (nothing is written)."""
+    tree, truncated = read_call_tree(path, limit, segments=segments)
     data = html_data(path, tree, truncated, limit)
     data["incomplete"] = lacks + data["incomplete"]
     add_heaps(data, path)

@@ -133,12 +133,16 @@ class SinkTrackEvents:
         registry.start_instance(self.instance)
         thread_writers(1 << self.instance.slot)
 
+    def flush(self) -> None:
+        """Hands every sequence's packets so far to the sink."""
+        with self._lock:
+            sequences = list(self._sequences)
+        for sequence in sequences:
+            sequence.flush()
+
     def stop(self) -> None:
         """Stops recording and hands every sequence's packets to the sink."""
         self.instance.stopped = True
         registry.stop_instance(self.instance)
         self.stopped = True
-        with self._lock:
-            sequences = list(self._sequences)
-        for sequence in sequences:
-            sequence.flush()
+        self.flush()

@@ -33,6 +33,13 @@ cdef class Track:
     cdef public Py_ssize_t depth
 
 
+cdef class SliceObserver:
+    cdef began(self, Track track, Frame frame)
+    cdef ended(self, Track track, Frame frame, long long duration)
+    cdef instant(self, unsigned long long uuid, long long ts, Function func)
+    cdef counter(self, unsigned long long uuid, long long ts, double value)
+
+
 cdef class _Sequence:
     cdef public dict functions
     cdef public dict locations
@@ -50,6 +57,9 @@ cdef class SliceReader:
     cdef public list stacks
     cdef public dict threads
     cdef public dict processes
+    cdef public dict track_names
+    cdef public dict counter_tracks
+    cdef public SliceObserver observer
     cdef public list slowest
     cdef public Py_ssize_t limit
     cdef public long long threshold
@@ -87,10 +97,14 @@ cdef class SliceReader:
         kind="unsigned long long", name_iid="unsigned long long", location_iid="unsigned long long",
         uuid="unsigned long long", name_at=Py_ssize_t, name_end=Py_ssize_t, tag="unsigned long long",
         value="unsigned long long", size="unsigned long long", field_id="unsigned long long",
-        wire_type=int, track=Track, known=Track, func=Function, interned=Function, frame=Frame, frames=list, depth=Py_ssize_t,
-        others=dict, open_here=Py_ssize_t, key=Py_ssize_t,
+        wire_type=int, track=Track, known=Track, func=Function, frame=Frame, frames=list, depth=Py_ssize_t,
+        others=dict, open_here=Py_ssize_t, key=Py_ssize_t, number=double,
     )
     cdef _event(self, const unsigned char[::1] buf, Py_ssize_t pos, Py_ssize_t end, long long ts, _Sequence seq)
+    @cython.locals(interned=Function)
+    cdef Function _named(self, _Sequence seq, Py_ssize_t name_at, Py_ssize_t name_end, unsigned long long name_iid, bint call)
+    @cython.locals(track=list)
+    cdef _counter(self, unsigned long long uuid, long long ts, double value)
     @cython.locals(depth=Py_ssize_t, frame=Frame, func=Function, duration="long long", parent=Frame, others=dict, open_here=Py_ssize_t)
     cdef _end(self, Track track, long long ts)
     cdef _slow(self, long long duration, long long begin, str name, unsigned long long uuid)

@@ -9,7 +9,9 @@ perfetto-trace's calls with calls, the program's own track events with its own e
 file holds each sequence in time order, not the sequences). Each ended slice adds to its
 function (by name): calls, self time, the longest call, and total time counted once per
 outermost call (a recursive function's inner calls are inside it already). The longest
-`limit` slices are kept. Upstream's field numbers.
+`limit` slices are kept. A `SliceObserver` given to the reader is told of each slice as it
+begins and ends, and of each instant event and counter value, in the same pass (the HTML
+report's call tree and timeline). Upstream's field numbers.
 
 Compiled with Cython's pure-Python mode (`_slices.pxd`); runs as is where it was not built.
 """
@@ -17,6 +19,7 @@ Compiled with Cython's pure-Python mode (`_slices.pxd`); runs as is where it was
 from __future__ import annotations
 
 import heapq
+import struct
 
 try:
     import cython
@@ -32,10 +35,13 @@ else:
     from cython.cimports.perfetto_protos.tags import fields_c as tags  # type: ignore[no-redef]
     from cython.cimports.protozero._varint import read_varint  # type: ignore[no-redef]
 
-__all__ = ["Frame", "Function", "SliceReader", "Track"]
+__all__ = ["Frame", "Function", "SliceObserver", "SliceReader", "Track"]
 
 _SLICE_BEGIN = tags.TrackEvent_Type_TYPE_SLICE_BEGIN
 _SLICE_END = tags.TrackEvent_Type_TYPE_SLICE_END
+_INSTANT = tags.TrackEvent_Type_TYPE_INSTANT
+_COUNTER = tags.TrackEvent_Type_TYPE_COUNTER
+_DOUBLE = struct.Struct("<d")
 _FIRST_INCREMENTAL_CLOCK = 64
 _PROCESS_TREE = tags.TracePacket_process_tree_ID
 _PROCESSES = tags.ProcessTree_processes_ID
@@ -83,6 +89,24 @@ class Track:
         self.depth = 0
 
 
+class SliceObserver:
+    """Told by a `SliceReader` of what it decodes, as it decodes it; does nothing (a subclass
+    overrides what it takes). Timestamps are in ns, on the trace's clock."""
+
+    def began(self, track: Track, frame: Frame) -> None:
+        """`frame` (`track.frames[track.depth - 1]`) began on `track`'s stack."""
+
+    def ended(self, track: Track, frame: Frame, duration: int) -> None:
+        """`frame` (`track.frames[track.depth]`) ended, `duration` ns after it began."""
+
+    def instant(self, uuid: int, ts: int, func: Function) -> None:
+        """An instant event named `func.name` on track `uuid`."""
+
+    def counter(self, uuid: int, ts: int, value: float) -> None:
+        """Counter track `uuid` took `value` (its unit multiplier applied; an incremental
+        track's deltas summed)."""
+
+
 class _Sequence:
     """A packet sequence's incremental state."""
 
@@ -105,6 +129,10 @@ class SliceReader:
         self.stacks: list[Track] = []
         self.threads: dict[int, tuple[int, int, str]] = {}  # track uuid -> (pid, tid, name)
         self.processes: dict[int, str] = {}
+        self.track_names: dict[int, str] = {}  # track uuid -> its descriptor's name
+        # counter track uuid -> [unit multiplier, is incremental, the value so far]
+        self.counter_tracks: dict[int, list[float]] = {}
+        self.observer: SliceObserver | None = None
         self.slowest: list[tuple[int, int, int, str, int]] = []  # (dur, n, begin, name, track)
         self.limit = limit
         self.threshold = -1
@@ -318,6 +346,7 @@ class SliceReader:
         uuid = seq.default_track
         name_at = -1
         name_end = 0
+        number = 0.0
         while pos < end:
             tag = self._varint(buf, pos, end)
             pos = self._at
@@ -338,6 +367,8 @@ class SliceReader:
                     uuid = value
                 elif field_id == tags.TrackEvent_source_location_iid_ID:
                     location_iid = value
+                elif field_id == tags.TrackEvent_counter_value_ID:
+                    number = _signed(value)
             elif tag == tags.TrackEvent_name_TAG:
                 size = self._varint(buf, pos, end)
                 name_at = self._at
@@ -345,9 +376,20 @@ class SliceReader:
                     raise CorruptTraceError("the name of its track_event runs past its end")
                 name_end = name_at + size
                 pos = name_end
+            elif wire_type == 1 and tag >> 3 == tags.TrackEvent_double_counter_value_ID:
+                if end - pos < 8:
+                    raise CorruptTraceError("a value of its track_event runs past its end")
+                number = _DOUBLE.unpack_from(self._data, pos)[0]
+                pos += 8
             else:
                 pos = self._skip(buf, pos, end, wire_type, "its track_event")
         if kind not in {_SLICE_BEGIN, _SLICE_END}:
+            if self.observer is not None:
+                if kind == _COUNTER:
+                    self._counter(uuid, ts, number)
+                elif kind == _INSTANT:
+                    func = self._named(seq, name_at, name_end, name_iid, False)
+                    self.observer.instant(uuid, ts, func)
             return
         if self.first_ns < 0 or ts < self.first_ns:
             self.first_ns = ts
@@ -362,14 +404,7 @@ class SliceReader:
         if kind == _SLICE_END:
             self._end(track, ts)
             return
-        if name_at >= 0:
-            func = self._function(self._string(name_at, name_end))
-        else:
-            interned = seq.functions.get(name_iid)
-            if interned is None:
-                self.unnamed += 1
-                interned = self._function(f"(name {name_iid} not interned)")
-            func = interned
+        func = self._named(seq, name_at, name_end, name_iid, True)
         if location_iid and not func.location:
             func.location = seq.locations.get(location_iid, "")
         depth = track.depth
@@ -401,6 +436,31 @@ class SliceReader:
             others[key] = open_here + 1
             frame.outer = open_here == 0
             frame.counted_in_others = True
+        if self.observer is not None:
+            self.observer.began(track, frame)
+
+    def _named(
+        self, seq: _Sequence, name_at: int, name_end: int, name_iid: int, call: bool
+    ) -> Function:
+        """The function an event names, by its string or its interned name (a `call` whose
+        name was not interned is counted)."""
+        if name_at >= 0:
+            return self._function(self._string(name_at, name_end))
+        interned = seq.functions.get(name_iid)
+        if interned is None:
+            self.unnamed += call
+            interned = self._function(f"(name {name_iid} not interned)")
+        return interned
+
+    def _counter(self, uuid: int, ts: int, value: float) -> None:
+        track = self.counter_tracks.get(uuid)
+        if track is not None:
+            value *= track[0]
+            if track[1]:
+                value += track[2]
+                track[2] = value
+        if self.observer is not None:
+            self.observer.counter(uuid, ts, value)
 
     def _end(self, track: Track, ts: int) -> None:
         depth = track.depth
@@ -433,6 +493,8 @@ class SliceReader:
             parent.children_ns += duration
         if duration > self.threshold:
             self._slow(duration, frame.begin, func.name, track.uuid)
+        if self.observer is not None:
+            self.observer.ended(track, frame, duration)
 
     def _slow(self, duration: int, begin: int, name: str, uuid: int) -> None:
         item = (duration, -self.calls, begin, name, uuid)
@@ -530,9 +592,20 @@ class SliceReader:
     def _track_descriptor(self, buf: bytes, pos: int, end: int) -> None:
         uuid = 0
         thread: tuple[int, int] | None = None
+        track_name = ""
+        counter: list[float] | None = None
         for field_id, value, stop in self._fields(buf, pos, end):
             if field_id == tags.TrackDescriptor_uuid_ID:
                 uuid = value
+            elif field_id == tags.TrackDescriptor_name_ID:
+                track_name = self._string(value, stop)
+            elif field_id == tags.TrackDescriptor_counter_ID:
+                counter = [1.0, 0.0, 0.0]
+                for sub_id, sub_value, _ in self._fields(buf, value, stop):
+                    if sub_id == tags.CounterDescriptor_unit_multiplier_ID and sub_value:
+                        counter[0] = float(sub_value)
+                    elif sub_id == tags.CounterDescriptor_is_incremental_ID:
+                        counter[1] = float(sub_value)
             elif field_id == tags.TrackDescriptor_process_ID:
                 pid = 0
                 name = ""
@@ -556,6 +629,10 @@ class SliceReader:
                 elif sub_id == tags.ThreadDescriptor_thread_name_ID:
                     name = self._string(sub_value, sub_end)
             self.threads[uuid] = (pid, tid, name)
+        elif track_name:
+            self.track_names[uuid] = track_name
+        if counter is not None and uuid not in self.counter_tracks:
+            self.counter_tracks[uuid] = counter
 
     def _process_tree(self, buf: bytes, pos: int, end: int) -> None:
         for field_id, at, stop in self._fields(buf, pos, end):
@@ -575,3 +652,8 @@ class SliceReader:
         for track in self.stacks:
             count += track.depth
         return count
+
+
+def _signed(value: int) -> float:
+    """An int64 sent as a varint (two's complement in 64 bits)."""
+    return float(value - 0x10000000000000000 if value >= 0x8000000000000000 else value)

@@ -73,10 +73,12 @@ def _type_name(kind: type) -> str:
     return name if kind.__module__ in ("builtins", "__main__") else f"{kind.__module__}.{name}"
 
 
-def _print_summary(summary: Summary, terminal: Any, html: str | None) -> None:
+def _print_summary(
+    summary: Summary, terminal: Any, html: str | None, tests: frozenset[str]
+) -> None:
     lines = summary.lines()
     if html is not None:
-        lines += _html_report(summary, html)
+        lines += _html_report(summary, html, tests)
     if terminal is None:
         for line in lines:
             print(line, file=sys.stderr)
@@ -86,15 +88,20 @@ def _print_summary(summary: Summary, terminal: Any, html: str | None) -> None:
         terminal.write_line(line)
 
 
-def _html_report(summary: Summary, html: str) -> list[str]:
-    """Writes the trace's HTML report to `html`; the lines that say so."""
+def _html_report(summary: Summary, html: str, tests: frozenset[str]) -> list[str]:
+    """Writes the trace's HTML report to `html`, with a flame graph per test (those named in
+    `tests`); the lines that say so."""
     from perfetto_client._tracer._html_report import write_html_report
     from perfetto_client._tracer._report import ReportError
 
     lost = summary.lines()[0].removeprefix("perfetto-trace: ")
     try:
         lacks, folded, _ = write_html_report(
-            summary.path, html, 20, [lost] if summary.events_lost or summary.partial else []
+            summary.path,
+            html,
+            20,
+            [lost] if summary.events_lost or summary.partial else [],
+            tests,
         )
     except (ReportError, OSError) as exc:
         return [f"perfetto-trace: no HTML report: {exc}"]
@@ -125,6 +132,7 @@ class _TestRun:
         self.worker = worker
         self.summary: Summary | None = None
         self.html: str | None = None
+        self.tests: set[str] = set()  # the node ids of the tests run
         self._reported = False
         self._outcome = "passed"
         self._recording: Recording | None = None
@@ -222,11 +230,20 @@ class _TestRun:
         self, item: pytest.Item, nextitem: pytest.Item | None
     ) -> Generator[None, object, object]:
         self._outcome = "passed"
+        self.tests.add(item.nodeid)
         begin(self._category, item.nodeid)
+        self._in_file_order()
         try:
             return (yield)
         finally:
             end(self._category, outcome=self._outcome)
+            self._in_file_order()
+
+    def _in_file_order(self) -> None:
+        """For the HTML report's flame graph per test: the test's begin and end go into the
+        file before the calls that follow them (the recorder writes its calls later)."""
+        if self.html is not None and self._events is not None:
+            self._events.flush()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, object, object]:
@@ -284,13 +301,13 @@ class _TestRun:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.summary is not None and self.worker is None:
-            _print_summary(self.summary, terminalreporter, self.html)
+            _print_summary(self.summary, terminalreporter, self.html, frozenset(self.tests))
             self._reported = True
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.stop()
         if self.summary is not None and self.worker is None and not self._reported:
-            _print_summary(self.summary, None, self.html)
+            _print_summary(self.summary, None, self.html, frozenset(self.tests))
 
 
 class _Controller:
@@ -302,6 +319,7 @@ class _Controller:
         self._started = time.monotonic()
         self.summary: Summary | None = None
         self.html: str | None = None
+        self.tests: set[str] = set()  # the node ids of the workers' tests
         self._parts: dict[str, dict[str, Any]] = {}
         self._missing: list[str] = []
         self._reported = False
@@ -311,6 +329,9 @@ class _Controller:
             raise pytest.UsageError(
                 f"--perfetto: can't write {path!r}: {exc.strerror or exc}"
             ) from None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.tests.add(report.nodeid)
 
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         worker = str(node.gateway.id)
@@ -386,10 +407,10 @@ class _Controller:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.summary is not None:
-            _print_summary(self.summary, terminalreporter, self.html)
+            _print_summary(self.summary, terminalreporter, self.html, frozenset(self.tests))
             self._reported = True
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.join()
         if self.summary is not None and not self._reported:
-            _print_summary(self.summary, None, self.html)
+            _print_summary(self.summary, None, self.html, frozenset(self.tests))

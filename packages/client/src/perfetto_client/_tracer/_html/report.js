@@ -63,16 +63,20 @@
     into.calls += node.calls;
     into.total += node.total;
     into.self += node.self;
+    if (!into.byName) into.byName = new Map(into.children.map((c) => [(c.other ? "o" : "f") + c.name, c]));
     for (const child of node.children) {
-      let same = into.children.find((c) => c.name === child.name && c.other === child.other);
+      const key = (child.other ? "o" : "f") + child.name;
+      let same = into.byName.get(key);
       if (!same) {
         same = { name: child.name, loc: child.loc, other: child.other, calls: 0, total: 0, self: 0, children: [], parent: into };
         into.children.push(same);
+        into.byName.set(key, same);
       }
       merge(same, child);
     }
   }
   const roots = D.stacks.map((s) => build(s.tree));
+  const segmentRoots = D.segments.map((s) => build(s.tree));
   const merged = { name: "all", loc: "", other: false, calls: 0, total: 0, self: 0, children: [], parent: null };
   for (const root of roots) merge(merged, root);
   (function sortChildren(node) {
@@ -91,6 +95,18 @@
     option.textContent = s.label;
     select.appendChild(option);
   });
+  // A pytest run's tests: the calls made during each, on its thread.
+  if (D.segments.length) {
+    const group = document.createElement("optgroup");
+    group.label = "tests (" + D.segments.length + ")";
+    D.segments.forEach((s, i) => {
+      const option = document.createElement("option");
+      option.value = "t" + i;
+      option.textContent = s.label;
+      group.appendChild(option);
+    });
+    select.appendChild(group);
+  }
   const heap = heapProfiles(select);
 
   // ---- flame graph (icicle) -----------------------------------------------------------
@@ -170,8 +186,11 @@
   }
 
   select.addEventListener("change", () => {
-    const i = Number(select.value);
-    root = zoom = heap.pick(select.value) || (i < 0 ? merged : roots[i]);
+    const heapRoot = heap.pick(select.value);
+    const i = Number(select.value.replace("t", ""));
+    if (heapRoot) root = zoom = heapRoot;
+    else if (select.value.startsWith("t")) root = zoom = segmentRoots[i];
+    else root = zoom = i < 0 ? merged : roots[i];
     draw();
   });
   $("search").addEventListener("input", (e) => {
@@ -205,6 +224,96 @@
     return lane;
   });
 
+  function addLane(label, kind) {
+    const row = document.createElement("div");
+    row.className = "row " + kind;
+    const name = document.createElement("div");
+    name.className = "label";
+    name.textContent = label;
+    name.title = label;
+    const lane = document.createElement("div");
+    lane.className = "lane";
+    row.append(name, lane);
+    timeline.appendChild(row);
+    lanes.push(lane);
+    return lane;
+  }
+  function value(v) {
+    return Number(v).toLocaleString("en-US", { maximumFractionDigits: 6 });
+  }
+
+  // The program's own instant events: a tick each (or per column, with how many it holds).
+  const instantLanes = D.instants.map((t) => addLane(t.label, "instants"));
+  function drawInstants(scale) {
+    D.instants.forEach((t, i) => {
+      const lane = instantLanes[i];
+      lane.textContent = "";
+      for (const [at, name, count] of t.ticks) {
+        if (at < view[0] || at > view[1]) continue;
+        const tick = document.createElement("div");
+        tick.className = "tick";
+        tick.style.left = (at - view[0]) * scale + "px";
+        tick.dataset.name = name;
+        tick.addEventListener("mousemove", (e) => {
+          const more = count > 1 ? " and " + (count - 1).toLocaleString("en-US") + " more here" : "";
+          showTip(e, name + more + "\nat " + ms(at) + " ms");
+        });
+        tick.addEventListener("mouseleave", hideTip);
+        lane.appendChild(tick);
+      }
+    });
+  }
+
+  // The program's counters: a step chart each, its value on hover.
+  const counterLanes = D.counters.map((c) => {
+    const lane = addLane(c.label, "counter");
+    lane.parentElement.dataset.counter = c.label;
+    lane.parentElement.dataset.max = String(c.max);
+    return lane;
+  });
+  function drawCounters(scale) {
+    D.counters.forEach((c, i) => {
+      const lane = counterLanes[i];
+      lane.textContent = "";
+      const canvas = document.createElement("canvas");
+      const width = lane.clientWidth;
+      const height = lane.clientHeight;
+      canvas.width = width;
+      canvas.height = height;
+      const range = document.createElement("span");
+      range.className = "range";
+      range.textContent = "max " + value(c.max) + ", min " + value(c.min) + ", " +
+        c.count.toLocaleString("en-US") + " values";
+      lane.append(canvas, range);
+      const ctx = canvas.getContext("2d");
+      const low = Math.min(0, c.min);
+      const y = (v) => height - 2 - ((v - low) / (c.max - low || 1)) * (height - 4);
+      ctx.strokeStyle = "#1565c0";
+      ctx.beginPath();
+      let last = null;
+      for (const [at, v] of c.points) {
+        const x = (at - view[0]) * scale;
+        if (last === null) ctx.moveTo(x, y(v));
+        else ctx.lineTo(x, y(last));
+        ctx.lineTo(x, y(v));
+        last = v;
+      }
+      if (last !== null) ctx.lineTo(width, y(last));
+      ctx.stroke();
+      canvas.onmousemove = (e) => {
+        const at = view[0] + (e.offsetX / scale);
+        let shown = null;
+        for (const point of c.points) {
+          if (point[0] > at) break;
+          shown = point;
+        }
+        if (shown === null) hideTip();
+        else showTip(e, c.label + " = " + value(shown[1]) + "\nsince " + ms(shown[0]) + " ms");
+      };
+      canvas.onmouseleave = hideTip;
+    });
+  }
+
   function drawTimeline() {
     const width = lanes.length ? lanes[0].clientWidth : 0;
     const scale = width / (view[1] - view[0]);
@@ -215,6 +324,7 @@
         if (begin + duration < view[0] || begin > view[1]) continue;
         const div = document.createElement("div");
         div.className = "slice";
+        div.dataset.name = D.names[name];
         div.style.left = (begin - view[0]) * scale + "px";
         div.style.width = Math.max(1, duration * scale) + "px";
         div.style.background = colour(D.names[name]);
@@ -234,6 +344,8 @@
       mark.textContent = ms(t) + " ms";
       if (k < 5) axis.appendChild(mark);
     }
+    drawInstants(scale);
+    drawCounters(scale);
   }
   timeline.addEventListener("wheel", (e) => {
     const lane = lanes[0];
