@@ -3,7 +3,6 @@ read with upstream's schema (real tracefs; skipped with the reason where it cann
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import shutil
@@ -99,6 +98,21 @@ def _runs(trace: Any, tid: int) -> list[tuple[int, int]]:
                 runs.append((previous[1], ts))
             running[bundle.cpu] = (pid, ts)
     return sorted(runs)
+
+
+def _assert_blocked(trace: Any, tid: int, nap: Slice, duration_ns: int) -> None:
+    """Thread `tid` blocked in the time.sleep `nap` of `duration_ns`: the kernel woke it that
+    long after the call began, before the call returned, and did not switch it in during
+    that time before the waking. (The gap is read from the waking: on an idle CPU this VM's
+    kernel may log no switch from the idle task, so a switch in or out can be missing; and a
+    thread that then waits for the GIL is woken again: the first waking counts.)"""
+    woken = min(
+        t
+        for t in _wakings(trace, tid)
+        if nap.ts + duration_ns - CLOCK_SLACK_NS <= t <= nap.ts + nap.dur
+    )
+    asleep = (woken - duration_ns + CLOCK_SLACK_NS, woken)
+    assert not [a for a, _ in _runs(trace, tid) if asleep[0] < a < asleep[1]]
 
 
 def _wakings(trace: Any, tid: int) -> list[int]:
@@ -202,19 +216,9 @@ def test_the_calls_and_the_scheduling_of_every_thread_share_one_timeline(tmp_pat
         inside = [(a, b) for a, b in runs if span[0] <= a and b <= span[1]]
         assert inside, (thread.name, runs[:5], span)
 
-    # The sleeper blocks in its time.sleep(0.2): the kernel wakes it 0.2 s after the call
-    # began, before the call returns, and does not switch it in during the 0.2 s before. (The
-    # gap is read from the waking: on an idle CPU this VM's kernel may log no switch from the
-    # idle task, so a switch in or out of the sleeper can be missing.)
+    # The sleeper blocks in its time.sleep(0.2), inside that call.
     [nap] = [s for s in sleeper.slices if s.name == "time.sleep"]
-    # (Woken again if it then waits for the GIL: the first waking after the 0.2 s counts.)
-    woken = min(
-        t
-        for t in _wakings(trace, sleeper.tid)
-        if nap.ts + SLEEP_NS - CLOCK_SLACK_NS <= t <= nap.ts + nap.dur
-    )
-    asleep = (woken - SLEEP_NS + CLOCK_SLACK_NS, woken)
-    assert not [a for a, _ in _runs(trace, sleeper.tid) if asleep[0] < a < asleep[1]]
+    _assert_blocked(trace, sleeper.tid, nap, SLEEP_NS)
 
     # The process tree names the program's threads by their threading names.
     names = _thread_names(trace, pid)
@@ -461,5 +465,7 @@ def test_a_forked_child_leaves_the_parents_scheduling_alone(tmp_path: Path) -> N
     assert phases == [START_OF_TRACE, END_OF_TRACE]
     assert lost == _expected_lost(trace)
     # Still recording after the child ended: the parent's sleep is there, off the CPU.
-    runs = _runs(trace, proc.pid)
-    assert any(b[0] - a[1] >= 300_000_000 for a, b in itertools.pairwise(runs))
+    threads = decode(tmp_path / "out.pftrace").by_name("MainThread")
+    [parent] = [t for t in threads if t.tid == proc.pid]
+    [nap] = [s for s in parent.slices if s.name == "time.sleep" and s.dur >= 300_000_000]
+    _assert_blocked(trace, proc.pid, nap, 300_000_000)
