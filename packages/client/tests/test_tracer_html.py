@@ -297,9 +297,11 @@ def test_quick():
 """
 
 
-def test_pytest_perfetto_html_writes_the_run_s_page(tmp_path: Path) -> None:
+def _pytest_perfetto_html(tmp_path: Path, tests: str) -> Path:
+    """Runs `pytest --perfetto ... --perfetto-calls --perfetto-html` as a user types it on a
+    project whose one test file holds `tests`; the page it wrote."""
     (tmp_path / "project" / "tests").mkdir(parents=True)
-    (tmp_path / "project" / "tests" / "test_sample.py").write_text(TESTS)
+    (tmp_path / "project" / "tests" / "test_sample.py").write_text(tests)
     out, html = tmp_path / "run.pftrace", tmp_path / "run.html"
     clean = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     options = ["--perfetto", str(out), "--perfetto-calls", "--perfetto-html", str(html)]
@@ -314,6 +316,11 @@ def test_pytest_perfetto_html_writes_the_run_s_page(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"perfetto-trace: wrote {html}\n" in proc.stdout
+    return html
+
+
+def test_pytest_perfetto_html_writes_the_run_s_page(tmp_path: Path) -> None:
+    html = _pytest_perfetto_html(tmp_path, TESTS)
     with open_page(html) as opened:
         opened.page.wait_for_selector("body[data-rendered]")
         names = {str(f["name"]) for f in _frames(opened)}

@@ -12,7 +12,13 @@ import time
 from pathlib import Path
 
 from perfetto_testing import OpenedPage, open_page, screenshot
-from test_tracer_html import DOCS_SCREENSHOTS, RENDER_BUDGET_MS, _frames, _perfetto_trace
+from test_tracer_html import (
+    DOCS_SCREENSHOTS,
+    RENDER_BUDGET_MS,
+    _frames,
+    _perfetto_trace,
+    _pytest_perfetto_html,
+)
 from tracer_support import BIN, require_compiled_hook, run_traced
 
 EVENTS = """\
@@ -126,41 +132,26 @@ def _names_shown(opened: OpenedPage) -> set[str]:
 
 
 def test_pytest_perfetto_html_has_a_flame_graph_per_test(tmp_path: Path) -> None:
-    (tmp_path / "project" / "tests").mkdir(parents=True)
-    (tmp_path / "project" / "tests" / "test_two.py").write_text(TWO_TESTS)
-    out, html = tmp_path / "run.pftrace", tmp_path / "run.html"
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    options = ["--perfetto", str(out), "--perfetto-calls", "--perfetto-html", str(html)]
-    proc = subprocess.run(
-        [str(BIN / "pytest"), "-p", "no:cacheprovider", "-p", "no:randomly", *options, "tests"],
-        cwd=tmp_path / "project",
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        env=clean,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"perfetto-trace: wrote {html}\n" in proc.stdout
+    html = _pytest_perfetto_html(tmp_path, TWO_TESTS)
     with open_page(html) as opened:
         _rendered(opened)
         page = opened.page
         everything = _names_shown(opened)
         assert {"alpha_work", "beta_work"} <= everything
         tests = page.locator("#stack optgroup option").all_inner_texts()
-        assert tests == ["tests/test_two.py::test_a", "tests/test_two.py::test_b"]
-        page.select_option("#stack", label="tests/test_two.py::test_a")
+        assert tests == ["tests/test_sample.py::test_a", "tests/test_sample.py::test_b"]
+        page.select_option("#stack", label="tests/test_sample.py::test_a")
         shown = _names_shown(opened)
         assert "alpha_work" in shown
         assert "beta_work" not in shown
         assert "test_a" in shown
-        page.select_option("#stack", label="tests/test_two.py::test_b")
+        page.select_option("#stack", label="tests/test_sample.py::test_b")
         shown = _names_shown(opened)
         assert "beta_work" in shown
         assert "alpha_work" not in shown
         # The timeline of the run: the tests are slices.
         names = _timeline_names(opened)
-        assert {"tests/test_two.py::test_a", "tests/test_two.py::test_b"} <= names
+        assert {"tests/test_sample.py::test_a", "tests/test_sample.py::test_b"} <= names
         assert page.locator("#incomplete").is_hidden()
         assert opened.errors == []
         assert opened.network == []
