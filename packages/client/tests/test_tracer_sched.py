@@ -160,6 +160,20 @@ def _all_slices(slices: list[Slice]) -> Iterator[Slice]:
         yield from _all_slices(s.children)
 
 
+def _run_prog(tmp_path: Path) -> tuple[subprocess.Popen[str], str]:
+    """`perfetto-trace run --sched -o out.pftrace prog.py` in `tmp_path`, to its end; the
+    process and its stderr."""
+    command = [str(BIN / "perfetto-trace"), "run", "--sched", "-o", "out.pftrace", "prog.py"]
+    with subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        try:
+            _, stderr = proc.communicate(timeout=120)
+        finally:
+            end(proc)
+    return proc, stderr
+
+
 def _run_sched(
     tmp_path: Path, *args: str, cwd: Path | None = None
 ) -> tuple[subprocess.CompletedProcess[str], Path, int]:
@@ -272,14 +286,7 @@ def test_exit_and_an_exception_still_finish_the_scheduling(
 ) -> None:
     root = _tracefs_or_skip()
     (tmp_path / "prog.py").write_text(f"import sys, time\ntime.sleep(0.01)\n{ending}\n")
-    command = [str(BIN / "perfetto-trace"), "run", "--sched", "-o", "out.pftrace", "prog.py"]
-    with subprocess.Popen(
-        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    ) as proc:
-        try:
-            _, stderr = proc.communicate(timeout=120)
-        finally:
-            end(proc)
+    proc, stderr = _run_prog(tmp_path)
     assert proc.returncode == status, stderr
     assert not _left_instances(root, proc.pid)
     [(_, _, lost)] = _SUMMARY.findall(stderr)
@@ -449,14 +456,7 @@ def test_a_forked_child_leaves_the_parents_scheduling_alone(tmp_path: Path) -> N
         "os.waitpid(pid, 0)\n"
         "time.sleep(0.3)\n"
     )
-    command = [str(BIN / "perfetto-trace"), "run", "--sched", "-o", "out.pftrace", "prog.py"]
-    with subprocess.Popen(
-        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    ) as proc:
-        try:
-            _, stderr = proc.communicate(timeout=120)
-        finally:
-            end(proc)
+    proc, stderr = _run_prog(tmp_path)
     assert proc.returncode == 0, stderr
     assert not _left_instances(root, proc.pid)
     [(_, _, lost)] = _SUMMARY.findall(stderr)  # the parent's: the child's has no such line
