@@ -11,6 +11,8 @@ cdef unsigned long long _MISSED_EVENTS
 cdef unsigned long long _DATA_SIZE_MASK
 cdef int _TIME_DELTA_SHIFT
 cdef unsigned long long _UINT64_MASK
+cdef unsigned long long _LOW32_MASK
+cdef unsigned long long _HIGH32_MASK
 cdef Py_ssize_t _LENGTH_SIZE
 cdef Py_ssize_t _PAGES_PER_BUNDLE
 

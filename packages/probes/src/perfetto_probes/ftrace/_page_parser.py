@@ -41,6 +41,9 @@ _MISSED_EVENTS = 0x80000000  # commit flag: the kernel overwrote events before t
 _DATA_SIZE_MASK = 0x7FFFFFF  # commit's low 27 bits: the bytes of records on the page
 _TIME_DELTA_SHIFT = 27
 _UINT64_MASK = 0xFFFFFFFFFFFFFFFF
+# Typed constants (not literals: a literal above a C long is a Python int in the compiled build).
+_LOW32_MASK = 0xFFFFFFFF
+_HIGH32_MASK = _UINT64_MASK ^ _LOW32_MASK
 _LENGTH_SIZE = 4  # nested messages get a 4-byte (redundant) length, back-filled
 _PAGES_PER_BUNDLE = 64  # a drain of more pages is split into several bundles
 
@@ -172,9 +175,9 @@ def _int(buf: bytes, p: int, size: int, signed: bool) -> int:
 
 def _signed32(value: int) -> int:
     """`value`'s low 32 bits as a signed 64-bit two's complement pattern."""
-    value &= 0xFFFFFFFF
+    value &= _LOW32_MASK
     if value >> 31:
-        value |= _UINT64_MASK ^ 0xFFFFFFFF
+        value |= _HIGH32_MASK
     return value
 
 
