@@ -93,6 +93,16 @@ def test_a_well_formed_page_gives_typed_events() -> None:
     )
 
 
+def test_the_writer_gives_each_pid_seen_since_it_last_gave_them() -> None:
+    writer = _writer()
+    pids = (1, 257, 1, 0, 513, -1)  # 1, 257 and 513 share their low 8 bits; -1 is read unsigned
+    writer.parse_page(_page(b"".join(_rename_record(p, b"a", b"b") for p in pids)))
+    assert writer.take_seen_pids() == {0, 1, 257, 513, 0xFFFFFFFF}
+    assert writer.take_seen_pids() == set()
+    writer.parse_page(_page(_rename_record(257, b"a", b"b")))
+    assert writer.take_seen_pids() == {257}
+
+
 def test_a_page_with_a_bad_commit_size_is_a_counted_error() -> None:
     writer = _writer()
     status = writer.parse_page(_page(_rename_record(42, b"a", b"b"), commit=5000))

@@ -15,6 +15,7 @@ cdef unsigned long long _LOW32_MASK
 cdef unsigned long long _HIGH32_MASK
 cdef Py_ssize_t _LENGTH_SIZE
 cdef Py_ssize_t _PAGES_PER_BUNDLE
+cdef unsigned long long _PID_SLOTS
 
 
 @cython.final
@@ -81,7 +82,8 @@ cdef class BundleWriter:
     cdef unsigned char[::1] view
     cdef Py_ssize_t pos
     cdef public list packets
-    cdef public set seen_pids
+    cdef set seen_pids
+    cdef unsigned long long[::1] recent_pids
     cdef public set parse_errors
     cdef public unsigned long long events_written
     cdef public unsigned long long last_timestamp
@@ -115,6 +117,10 @@ cdef class BundleWriter:
         event_start=Py_ssize_t, body=Py_ssize_t, field_start=Py_ssize_t, view="unsigned char[::1]",
     )
     cdef int _record(self, const unsigned char[::1] buf, Py_ssize_t start, Py_ssize_t size, unsigned long long ts) except -1
+    @cython.locals(slot="unsigned long long")
+    cdef void _saw_pid(self, unsigned long long pid) except *
+    @cython.locals(slot="unsigned long long")
+    cpdef set take_seen_pids(self)
     @cython.locals(n=Py_ssize_t, i=Py_ssize_t)
     cdef Py_ssize_t _copy(self, unsigned char[::1] view, Py_ssize_t p, bytes data) noexcept
     @cython.locals(first=Py_ssize_t, last=Py_ssize_t, end=Py_ssize_t, loc="unsigned long long")

@@ -13,6 +13,8 @@ try:
 except ImportError:  # installed without Cython: runs as pure Python
     from protozero import _cython_shim as cython
 
+from array import array
+
 from protozero import encode_varint
 
 if not cython.compiled:  # mypy checks the pure build's names
@@ -46,6 +48,7 @@ _LOW32_MASK = 0xFFFFFFFF
 _HIGH32_MASK = _UINT64_MASK ^ _LOW32_MASK
 _LENGTH_SIZE = 4  # nested messages get a 4-byte (redundant) length, back-filled
 _PAGES_PER_BUNDLE = 64  # a drain of more pages is split into several bundles
+_PID_SLOTS = 256  # seen pids remembered by their low bits, so that most skip the set (a power of 2)
 
 
 # The same values under public names, for the modules that build layouts.
@@ -224,6 +227,8 @@ class BundleWriter:
         self.pos = 0
         self.packets: list[bytes] = []
         self.seen_pids: set[int] = set()
+        # pid + 1 in slot pid % _PID_SLOTS: the pids already in seen_pids (0: none).
+        self.recent_pids = array("Q", bytes(8 * _PID_SLOTS))
         self.parse_errors: set[int] = set()
         self.events_written = 0
         self.last_timestamp = 0  # of the last event written, in any bundle
@@ -361,9 +366,9 @@ class BundleWriter:
                 return tags.FTRACE_STATUS_SHORT_COMPACT_EVENT
             return tags.FTRACE_STATUS_INVALID_EVENT
         pid = _uint(buf, start + self.page.common_pid_offset, 4)
-        self.seen_pids.add(pid)
+        self._saw_pid(pid)
         for field in event.pid_fields:
-            self.seen_pids.add(_uint(buf, start + field.offset, 4))
+            self._saw_pid(_uint(buf, start + field.offset, 4))
         self.events_written += 1
         self.last_timestamp = ts
         if self.compact_sched and event.compact != _COMPACT_NONE:
@@ -396,6 +401,23 @@ class BundleWriter:
         store_redundant_varint(view, event_start - _LENGTH_SIZE, p - event_start, 4)
         self.pos = p
         return tags.FTRACE_STATUS_OK
+
+    def _saw_pid(self, pid: int) -> None:
+        """Adds `pid` to seen_pids."""
+        slot = pid & (_PID_SLOTS - 1)
+        if self.recent_pids[slot] != pid + 1:
+            self.recent_pids[slot] = pid + 1
+            self.seen_pids.add(pid)
+
+    def take_seen_pids(self) -> set[int]:
+        """The thread ids seen in events since the last call."""
+        pids = self.seen_pids
+        self.seen_pids = set()
+        slot = 0
+        while slot < _PID_SLOTS:
+            self.recent_pids[slot] = 0
+            slot += 1
+        return pids
 
     def _copy(self, view: bytearray, p: int, data: bytes) -> int:
         """Stores `data` at `view[p]`; returns the position after it."""
