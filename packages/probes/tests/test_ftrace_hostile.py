@@ -55,6 +55,17 @@ format:
 """
 
 
+WAKING = f"""name: sched_waking
+ID: 8
+format:
+{COMMON}
+\tfield:char comm[16];\toffset:8;\tsize:16;\tsigned:0;
+\tfield:pid_t pid;\toffset:24;\tsize:4;\tsigned:1;
+\tfield:int prio;\toffset:28;\tsize:4;\tsigned:1;
+\tfield:int target_cpu;\toffset:32;\tsize:4;\tsigned:1;
+"""
+
+
 def _writer() -> parser.BundleWriter:
     event_id, fields = parse_format(RENAME)
     page = page_layout(HEADER_PAGE, HEADER_EVENT, fields)
@@ -101,6 +112,31 @@ def test_the_writer_gives_each_pid_seen_since_it_last_gave_them() -> None:
     assert writer.take_seen_pids() == set()
     writer.parse_page(_page(_rename_record(257, b"a", b"b")))
     assert writer.take_seen_pids() == {257}
+
+
+def test_compact_sched_gives_each_event_its_comm_across_bundles() -> None:
+    event_id, fields = parse_format(WAKING)
+    page = page_layout(HEADER_PAGE, HEADER_EVENT, fields)
+    writer = parser.BundleWriter(
+        0, page, {event_id: event_layout("sched", "sched_waking", fields)}, True
+    )
+    # 150 comms (more than the compiled build remembers), 16 bytes long or shorter.
+    comms = [(b"%d-" % (i % 150)) * (1 + i % 7) for i in range(70 * 50)]
+    comms = [c[:16] for c in comms]
+    for first in range(0, len(comms), 50):  # 70 pages: more than one bundle's
+        records = b"".join(
+            struct.pack("<I", (1 << 5) | 9)
+            + struct.pack("<HBBi16siii", 8, 0, 0, i, comms[i], i, 120, 0)
+            for i in range(first, first + 50)
+        )
+        assert writer.parse_page(_page(records, ts=1000 + first)) == STATUS_OK
+    packets = [read_packet(p).ftrace_events.compact_sched for p in writer.take_packets()]
+    assert len(packets) == 2
+    written = []
+    for sched in packets:
+        assert len(set(sched.intern_table)) == len(sched.intern_table)
+        written += [sched.intern_table[i].encode() for i in sched.waking_comm_index]
+    assert written == comms
 
 
 def test_a_page_with_a_bad_commit_size_is_a_counted_error() -> None:

@@ -16,6 +16,9 @@ cdef unsigned long long _HIGH32_MASK
 cdef Py_ssize_t _LENGTH_SIZE
 cdef Py_ssize_t _PAGES_PER_BUNDLE
 cdef unsigned long long _PID_SLOTS
+cdef Py_ssize_t _COMM_SLOTS
+cdef Py_ssize_t _COMM_MAX
+cdef Py_ssize_t _COMM_KEY
 
 
 @cython.final
@@ -93,6 +96,8 @@ cdef class BundleWriter:
     cdef bint lost_events
     cdef list errors
     cdef dict intern
+    cdef unsigned char[::1] comm_keys
+    cdef long long[::1] comm_indexes
     cdef list switch_columns
     cdef list waking_columns
     cdef unsigned long long last_switch_ts
@@ -127,13 +132,16 @@ cdef class BundleWriter:
     cdef (Py_ssize_t, Py_ssize_t) _string_span(self, const unsigned char[::1] buf, Py_ssize_t start, Py_ssize_t size, FieldLayout field) noexcept
     @cython.locals(value="unsigned long long", tag="unsigned long long", first=Py_ssize_t, end=Py_ssize_t)
     cdef Py_ssize_t _value(self, unsigned char[::1] view, Py_ssize_t p, const unsigned char[::1] buf, Py_ssize_t start, Py_ssize_t size, FieldLayout field, bint generic) noexcept
-    @cython.locals(first=Py_ssize_t, end=Py_ssize_t, comm=bytes, index=object)
+    @cython.locals(
+        first=Py_ssize_t, end=Py_ssize_t, n=Py_ssize_t, i=Py_ssize_t, h="unsigned int",
+        slot=Py_ssize_t, key=Py_ssize_t, comm=bytes, index=object,
+    )
     cdef Py_ssize_t _comm_index(self, const unsigned char[::1] buf, Py_ssize_t start, Py_ssize_t size, FieldLayout field) except -1
     @cython.locals(field=FieldLayout, columns=list, column=PackedColumn, last=Py_ssize_t, i=Py_ssize_t, value="unsigned long long", keep_64=bint)
     cdef void _compact(self, const unsigned char[::1] buf, Py_ssize_t start, Py_ssize_t size, unsigned long long ts, EventLayout event) except *
     @cython.locals(p=Py_ssize_t, i=Py_ssize_t, view="unsigned char[::1]", values="unsigned char[::1]")
     cdef void _packed(self, PackedColumn column) except *
-    @cython.locals(begin=Py_ssize_t, p=Py_ssize_t, comm=bytes, column=PackedColumn)
+    @cython.locals(begin=Py_ssize_t, p=Py_ssize_t, comm=bytes, column=PackedColumn, slot=Py_ssize_t)
     cdef void _write_compact(self) except *
     @cython.locals(p=Py_ssize_t, begin=Py_ssize_t, view="unsigned char[::1]", timestamp="unsigned long long", status=int)
     cpdef void finish(self) except *

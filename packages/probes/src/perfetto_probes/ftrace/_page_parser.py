@@ -48,6 +48,11 @@ _LOW32_MASK = 0xFFFFFFFF
 _HIGH32_MASK = _UINT64_MASK ^ _LOW32_MASK
 _LENGTH_SIZE = 4  # nested messages get a 4-byte (redundant) length, back-filled
 _PAGES_PER_BUNDLE = 64  # a drain of more pages is split into several bundles
+# The compiled build finds a recent comm's intern index by a hash of its bytes, in slots of
+# _COMM_KEY bytes (its length + 1, 0 for an empty slot, then the comm), without a bytes object.
+_COMM_SLOTS = 64  # a power of 2
+_COMM_MAX = 16  # TASK_COMM_LEN: longer comms skip the slots
+_COMM_KEY = 1 + _COMM_MAX
 _PID_SLOTS = 256  # seen pids remembered by their low bits, so that most skip the set (a power of 2)
 
 
@@ -238,6 +243,9 @@ class BundleWriter:
         self.lost_events = False
         self.errors: list[tuple[int, int]] = []
         self.intern: dict[bytes, int] = {}
+        if cython.compiled:
+            self.comm_keys = bytearray(_COMM_SLOTS * _COMM_KEY)
+            self.comm_indexes = array("q", bytes(8 * _COMM_SLOTS))
         # compact_sched's columns, in the order of their fields in _compact.
         self.switch_columns = [
             PackedColumn(tags.FtraceEventBundle_CompactSched_switch_timestamp_TAG),
@@ -486,16 +494,40 @@ class BundleWriter:
 
     def _comm_index(self, buf: bytes, start: int, size: int, field: FieldLayout) -> int:
         first, end = self._string_span(buf, start, size, field)
-        if cython.compiled:
-            comm = PyBytes_FromStringAndSize(
-                cython.cast(cython.p_char, cython.address(buf[first])), end - first
-            )
-        else:
+        n = end - first
+        if not cython.compiled:
             comm = bytes(buf[first:end])
+        else:
+            slot = 0
+            if n <= _COMM_MAX:
+                h = 2166136261  # FNV-1a, 32 bits (C unsigned int arithmetic)
+                i = first
+                while i < end:
+                    h = (h ^ buf[i]) * 16777619
+                    i += 1
+                slot = h & (_COMM_SLOTS - 1)
+                key = slot * _COMM_KEY
+                if self.comm_keys[key] == n + 1:
+                    i = 0
+                    while i < n and self.comm_keys[key + 1 + i] == buf[first + i]:
+                        i += 1
+                    if i == n:
+                        return self.comm_indexes[slot]
+            comm = PyBytes_FromStringAndSize(
+                cython.cast(cython.p_char, cython.address(buf[first])), n
+            )
         index = self.intern.get(comm)
         if index is None:
             index = len(self.intern)
             self.intern[comm] = index
+        if cython.compiled and n <= _COMM_MAX:
+            key = slot * _COMM_KEY
+            self.comm_keys[key] = n + 1
+            i = 0
+            while i < n:
+                self.comm_keys[key + 1 + i] = buf[first + i]
+                i += 1
+            self.comm_indexes[slot] = index
         return index
 
     def _compact(self, buf: bytes, start: int, size: int, ts: int, event: EventLayout) -> None:
@@ -558,6 +590,11 @@ class BundleWriter:
             self._packed(column)
         store_redundant_varint(self.view, begin - _LENGTH_SIZE, self.pos - begin, 4)
         self.intern = {}
+        if cython.compiled:
+            slot = 0
+            while slot < _COMM_SLOTS:
+                self.comm_keys[slot * _COMM_KEY] = 0
+                slot += 1
         self.last_switch_ts = 0
         self.last_waking_ts = 0
 
