@@ -203,11 +203,14 @@ class PackedColumn:
     def put(self, value: int) -> None:
         """Appends one value."""
         if self.pos + 10 > len(self.out):
-            grown = bytearray(2 * len(self.out))
-            grown[: self.pos] = self.out[: self.pos]
-            self.out = grown
-            self.view = grown
+            self._grow()  # out of line: keeps put small enough for the C compiler to inline
         self.pos = store_varint(self.view, self.pos, value)
+
+    def _grow(self) -> None:
+        grown = bytearray(2 * len(self.out))
+        grown[: self.pos] = self.out[: self.pos]
+        self.out = grown
+        self.view = grown
 
 
 class BundleWriter:
