@@ -294,8 +294,10 @@ class BundleWriter:
         layout = self.page
         if len(buf) < layout.data_offset:
             return self._page_error(0, tags.FTRACE_STATUS_ABI_INVALID_PAGE_HEADER)
-        page_ts = _uint(buf, 0, 8)
-        commit = _uint(buf, layout.commit_offset, layout.commit_size)
+        # The compiled build walks the page through a pointer: a memoryview is copied per call.
+        data = cython.address(buf[0]) if cython.compiled else buf
+        page_ts = _uint(data, 0, 8)
+        commit = _uint(data, layout.commit_offset, layout.commit_size)
         missed = (commit & _MISSED_EVENTS) != 0
         if missed or self.pages_in_bundle >= _PAGES_PER_BUNDLE:
             self.finish()
@@ -304,7 +306,7 @@ class BundleWriter:
         size = commit & _DATA_SIZE_MASK
         if size > len(buf) - layout.data_offset:
             return self._page_error(page_ts, tags.FTRACE_STATUS_ABI_INVALID_PAGE_HEADER)
-        status = self._parse_records(buf, layout.data_offset, layout.data_offset + size, page_ts)
+        status = self._parse_records(data, layout.data_offset, layout.data_offset + size, page_ts)
         if status != tags.FTRACE_STATUS_OK:
             return self._page_error(page_ts, status)
         return tags.FTRACE_STATUS_OK
