@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import struct
+from itertools import accumulate
 
 import pytest
 from ftrace_testlib import SCHED_EVENTS, PingPong, ftrace_config, read_packet, record, switches
@@ -74,6 +75,19 @@ def _writer() -> parser.BundleWriter:
     )
 
 
+def _waking_writer() -> parser.BundleWriter:
+    event_id, fields = parse_format(WAKING)
+    page = page_layout(HEADER_PAGE, HEADER_EVENT, fields)
+    return parser.BundleWriter(
+        0, page, {event_id: event_layout("sched", "sched_waking", fields)}, True
+    )
+
+
+def _waking_record(pid: int, comm: bytes) -> bytes:
+    data = struct.pack("<HBBi16siii", 8, 0, 0, pid, comm, pid, 120, 0)
+    return struct.pack("<I", (1 << 5) | (len(data) // 4)) + data
+
+
 def _rename_record(pid: int, old: bytes, new: bytes, delta: int = 10) -> bytes:
     data = struct.pack("<HBBii16s16sh2x", 7, 0, 0, pid, pid, old, new, -5)
     return struct.pack("<I", (delta << 5) | (len(data) // 4)) + data
@@ -115,20 +129,12 @@ def test_the_writer_gives_each_pid_seen_since_it_last_gave_them() -> None:
 
 
 def test_compact_sched_gives_each_event_its_comm_across_bundles() -> None:
-    event_id, fields = parse_format(WAKING)
-    page = page_layout(HEADER_PAGE, HEADER_EVENT, fields)
-    writer = parser.BundleWriter(
-        0, page, {event_id: event_layout("sched", "sched_waking", fields)}, True
-    )
+    writer = _waking_writer()
     # 150 comms (more than the compiled build remembers), 16 bytes long or shorter.
     comms = [(b"%d-" % (i % 150)) * (1 + i % 7) for i in range(70 * 50)]
     comms = [c[:16] for c in comms]
     for first in range(0, len(comms), 50):  # 70 pages: more than one bundle's
-        records = b"".join(
-            struct.pack("<I", (1 << 5) | 9)
-            + struct.pack("<HBBi16siii", 8, 0, 0, i, comms[i], i, 120, 0)
-            for i in range(first, first + 50)
-        )
+        records = b"".join(_waking_record(i, comms[i]) for i in range(first, first + 50))
         assert writer.parse_page(_page(records, ts=1000 + first)) == STATUS_OK
     packets = [read_packet(p).ftrace_events.compact_sched for p in writer.take_packets()]
     assert len(packets) == 2
@@ -137,6 +143,15 @@ def test_compact_sched_gives_each_event_its_comm_across_bundles() -> None:
         assert len(set(sched.intern_table)) == len(sched.intern_table)
         written += [sched.intern_table[i].encode() for i in sched.waking_comm_index]
     assert written == comms
+
+
+def test_compact_sched_keeps_a_timestamp_earlier_than_the_one_before() -> None:
+    writer = _waking_writer()
+    for ts in (5000, 1000):
+        assert writer.parse_page(_page(_waking_record(1, b"a"), ts=ts)) == STATUS_OK
+    [packet] = writer.take_packets()
+    deltas = read_packet(packet).ftrace_events.compact_sched.waking_timestamp
+    assert list(accumulate(deltas, lambda a, b: (a + b) % 2**64)) == [5001, 1001]
 
 
 def test_a_page_with_a_bad_commit_size_is_a_counted_error() -> None:

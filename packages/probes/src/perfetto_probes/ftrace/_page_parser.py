@@ -540,12 +540,12 @@ class BundleWriter:
         if event.compact == _COMPACT_SWITCH:
             columns = self.switch_columns
             column = columns[0]
-            column.put(ts - self.last_switch_ts)
+            column.put((ts - self.last_switch_ts) & _UINT64_MASK)  # wraps as a uint64
             self.last_switch_ts = ts
         else:
             columns = self.waking_columns
             column = columns[0]
-            column.put(ts - self.last_waking_ts)
+            column.put((ts - self.last_waking_ts) & _UINT64_MASK)
             self.last_waking_ts = ts
         last = len(fields) - 1
         for i, field in enumerate(fields):
