@@ -127,7 +127,7 @@ cdef class BundleWriter:
     cdef void _saw_pid(self, unsigned long long pid) except *
     @cython.locals(slot="unsigned long long")
     cpdef set take_seen_pids(self)
-    @cython.locals(n=Py_ssize_t, i=Py_ssize_t)
+    @cython.locals(n=Py_ssize_t)
     cdef Py_ssize_t _copy(self, unsigned char[::1] view, Py_ssize_t p, bytes data) noexcept
     @cython.locals(first=Py_ssize_t, last=Py_ssize_t, end=Py_ssize_t, loc="unsigned long long")
     cdef (Py_ssize_t, Py_ssize_t) _string_span(self, const unsigned char *buf, Py_ssize_t start, Py_ssize_t size, FieldLayout field) noexcept
