@@ -204,7 +204,7 @@ class PackedColumn:
     def put(self, value: int) -> None:
         """Appends one value."""
         if self.pos + 10 > len(self.out):
-            self._grow()  # out of line: keeps put small enough for the C compiler to inline
+            self._grow()  # out of line: the per-value path stays short
         self.pos = store_varint(self.view, self.pos, value)
 
     def _grow(self) -> None:
