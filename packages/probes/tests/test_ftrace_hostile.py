@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import struct
+from itertools import accumulate
 
 import pytest
 from ftrace_testlib import SCHED_EVENTS, PingPong, ftrace_config, read_packet, record, switches
@@ -55,12 +56,36 @@ format:
 """
 
 
+WAKING = f"""name: sched_waking
+ID: 8
+format:
+{COMMON}
+\tfield:char comm[16];\toffset:8;\tsize:16;\tsigned:0;
+\tfield:pid_t pid;\toffset:24;\tsize:4;\tsigned:1;
+\tfield:int prio;\toffset:28;\tsize:4;\tsigned:1;
+\tfield:int target_cpu;\toffset:32;\tsize:4;\tsigned:1;
+"""
+
+
 def _writer() -> parser.BundleWriter:
     event_id, fields = parse_format(RENAME)
     page = page_layout(HEADER_PAGE, HEADER_EVENT, fields)
     return parser.BundleWriter(
         0, page, {event_id: event_layout("task", "task_rename", fields)}, False
     )
+
+
+def _waking_writer() -> parser.BundleWriter:
+    event_id, fields = parse_format(WAKING)
+    page = page_layout(HEADER_PAGE, HEADER_EVENT, fields)
+    return parser.BundleWriter(
+        0, page, {event_id: event_layout("sched", "sched_waking", fields)}, True
+    )
+
+
+def _waking_record(pid: int, comm: bytes) -> bytes:
+    data = struct.pack("<HBBi16siii", 8, 0, 0, pid, comm, pid, 120, 0)
+    return struct.pack("<I", (1 << 5) | (len(data) // 4)) + data
 
 
 def _rename_record(pid: int, old: bytes, new: bytes, delta: int = 10) -> bytes:
@@ -91,6 +116,42 @@ def test_a_well_formed_page_gives_typed_events() -> None:
         "new",
         -5,
     )
+
+
+def test_the_writer_gives_each_pid_seen_since_it_last_gave_them() -> None:
+    writer = _writer()
+    pids = (1, 257, 1, 0, 513, -1)  # 1, 257 and 513 share their low 8 bits; -1 is read unsigned
+    writer.parse_page(_page(b"".join(_rename_record(p, b"a", b"b") for p in pids)))
+    assert writer.take_seen_pids() == {0, 1, 257, 513, 0xFFFFFFFF}
+    assert writer.take_seen_pids() == set()
+    writer.parse_page(_page(_rename_record(257, b"a", b"b")))
+    assert writer.take_seen_pids() == {257}
+
+
+def test_compact_sched_gives_each_event_its_comm_across_bundles() -> None:
+    writer = _waking_writer()
+    # 150 comms (more than the compiled build remembers), 16 bytes long or shorter.
+    comms = [(b"%d-" % (i % 150)) * (1 + i % 7) for i in range(70 * 50)]
+    comms = [c[:16] for c in comms]
+    for first in range(0, len(comms), 50):  # 70 pages: more than one bundle's
+        records = b"".join(_waking_record(i, comms[i]) for i in range(first, first + 50))
+        assert writer.parse_page(_page(records, ts=1000 + first)) == STATUS_OK
+    packets = [read_packet(p).ftrace_events.compact_sched for p in writer.take_packets()]
+    assert len(packets) == 2
+    written = []
+    for sched in packets:
+        assert len(set(sched.intern_table)) == len(sched.intern_table)
+        written += [sched.intern_table[i].encode() for i in sched.waking_comm_index]
+    assert written == comms
+
+
+def test_compact_sched_keeps_a_timestamp_earlier_than_the_one_before() -> None:
+    writer = _waking_writer()
+    for ts in (5000, 1000):
+        assert writer.parse_page(_page(_waking_record(1, b"a"), ts=ts)) == STATUS_OK
+    [packet] = writer.take_packets()
+    deltas = read_packet(packet).ftrace_events.compact_sched.waking_timestamp
+    assert list(accumulate(deltas, lambda a, b: (a + b) % 2**64)) == [5001, 1001]
 
 
 def test_a_page_with_a_bad_commit_size_is_a_counted_error() -> None:

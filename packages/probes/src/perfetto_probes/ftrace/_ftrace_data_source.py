@@ -176,8 +176,7 @@ class FtraceDataSource:
                 writer.parse_page(data)
             for packet in writer.take_packets():
                 self.sink(packet)
-            self.seen_pids |= writer.seen_pids
-            writer.seen_pids.clear()
+            self.seen_pids |= writer.take_seen_pids()
         self.events_read = sum(cpu.writer.events_written for cpu in self.cpus)
 
     def poll(self, now_ns: int) -> int | None:

@@ -13,6 +13,8 @@ try:
 except ImportError:  # installed without Cython: runs as pure Python
     from protozero import _cython_shim as cython
 
+from array import array
+
 from protozero import encode_varint
 
 if not cython.compiled:  # mypy checks the pure build's names
@@ -20,6 +22,7 @@ if not cython.compiled:  # mypy checks the pure build's names
     from protozero._proto_utils import store_redundant_varint, store_varint
 else:
     from cython.cimports.cpython.bytes import PyBytes_FromStringAndSize
+    from cython.cimports.libc.string import memcpy
     from cython.cimports.perfetto_protos.tags import fields_c as tags  # type: ignore[no-redef]
     from cython.cimports.protozero._proto_utils import (  # type: ignore[no-redef]
         store_redundant_varint,
@@ -41,8 +44,17 @@ _MISSED_EVENTS = 0x80000000  # commit flag: the kernel overwrote events before t
 _DATA_SIZE_MASK = 0x7FFFFFF  # commit's low 27 bits: the bytes of records on the page
 _TIME_DELTA_SHIFT = 27
 _UINT64_MASK = 0xFFFFFFFFFFFFFFFF
+# Typed constants (not literals: a literal above a C long is a Python int in the compiled build).
+_LOW32_MASK = 0xFFFFFFFF
+_HIGH32_MASK = _UINT64_MASK ^ _LOW32_MASK
 _LENGTH_SIZE = 4  # nested messages get a 4-byte (redundant) length, back-filled
 _PAGES_PER_BUNDLE = 64  # a drain of more pages is split into several bundles
+# The compiled build finds a recent comm's intern index by a hash of its bytes, in slots of
+# _COMM_KEY bytes (its length + 1, 0 for an empty slot, then the comm), without a bytes object.
+_COMM_SLOTS = 64  # a power of 2
+_COMM_MAX = 16  # TASK_COMM_LEN: longer comms skip the slots
+_COMM_KEY = 1 + _COMM_MAX
+_PID_SLOTS = 256  # seen pids remembered by their low bits, so that most skip the set (a power of 2)
 
 
 # The same values under public names, for the modules that build layouts.
@@ -172,9 +184,9 @@ def _int(buf: bytes, p: int, size: int, signed: bool) -> int:
 
 def _signed32(value: int) -> int:
     """`value`'s low 32 bits as a signed 64-bit two's complement pattern."""
-    value &= 0xFFFFFFFF
+    value &= _LOW32_MASK
     if value >> 31:
-        value |= _UINT64_MASK ^ 0xFFFFFFFF
+        value |= _HIGH32_MASK
     return value
 
 
@@ -192,11 +204,14 @@ class PackedColumn:
     def put(self, value: int) -> None:
         """Appends one value."""
         if self.pos + 10 > len(self.out):
-            grown = bytearray(2 * len(self.out))
-            grown[: self.pos] = self.out[: self.pos]
-            self.out = grown
-            self.view = grown
+            self._grow()  # out of line: the per-value path stays short
         self.pos = store_varint(self.view, self.pos, value)
+
+    def _grow(self) -> None:
+        grown = bytearray(2 * len(self.out))
+        grown[: self.pos] = self.out[: self.pos]
+        self.out = grown
+        self.view = grown
 
 
 class BundleWriter:
@@ -221,6 +236,8 @@ class BundleWriter:
         self.pos = 0
         self.packets: list[bytes] = []
         self.seen_pids: set[int] = set()
+        # pid + 1 in slot pid % _PID_SLOTS: the pids already in seen_pids (0: none).
+        self.recent_pids = array("Q", bytes(8 * _PID_SLOTS))
         self.parse_errors: set[int] = set()
         self.events_written = 0
         self.last_timestamp = 0  # of the last event written, in any bundle
@@ -230,6 +247,9 @@ class BundleWriter:
         self.lost_events = False
         self.errors: list[tuple[int, int]] = []
         self.intern: dict[bytes, int] = {}
+        if cython.compiled:
+            self.comm_keys = bytearray(_COMM_SLOTS * _COMM_KEY)
+            self.comm_indexes = array("q", bytes(8 * _COMM_SLOTS))
         # compact_sched's columns, in the order of their fields in _compact.
         self.switch_columns = [
             PackedColumn(tags.FtraceEventBundle_CompactSched_switch_timestamp_TAG),
@@ -275,8 +295,10 @@ class BundleWriter:
         layout = self.page
         if len(buf) < layout.data_offset:
             return self._page_error(0, tags.FTRACE_STATUS_ABI_INVALID_PAGE_HEADER)
-        page_ts = _uint(buf, 0, 8)
-        commit = _uint(buf, layout.commit_offset, layout.commit_size)
+        # The compiled build walks the page through a pointer: a memoryview is copied per call.
+        data = cython.address(buf[0]) if cython.compiled else buf
+        page_ts = _uint(data, 0, 8)
+        commit = _uint(data, layout.commit_offset, layout.commit_size)
         missed = (commit & _MISSED_EVENTS) != 0
         if missed or self.pages_in_bundle >= _PAGES_PER_BUNDLE:
             self.finish()
@@ -285,7 +307,7 @@ class BundleWriter:
         size = commit & _DATA_SIZE_MASK
         if size > len(buf) - layout.data_offset:
             return self._page_error(page_ts, tags.FTRACE_STATUS_ABI_INVALID_PAGE_HEADER)
-        status = self._parse_records(buf, layout.data_offset, layout.data_offset + size, page_ts)
+        status = self._parse_records(data, layout.data_offset, layout.data_offset + size, page_ts)
         if status != tags.FTRACE_STATUS_OK:
             return self._page_error(page_ts, status)
         return tags.FTRACE_STATUS_OK
@@ -358,9 +380,9 @@ class BundleWriter:
                 return tags.FTRACE_STATUS_SHORT_COMPACT_EVENT
             return tags.FTRACE_STATUS_INVALID_EVENT
         pid = _uint(buf, start + self.page.common_pid_offset, 4)
-        self.seen_pids.add(pid)
+        self._saw_pid(pid)
         for field in event.pid_fields:
-            self.seen_pids.add(_uint(buf, start + field.offset, 4))
+            self._saw_pid(_uint(buf, start + field.offset, 4))
         self.events_written += 1
         self.last_timestamp = ts
         if self.compact_sched and event.compact != _COMPACT_NONE:
@@ -394,13 +416,30 @@ class BundleWriter:
         self.pos = p
         return tags.FTRACE_STATUS_OK
 
+    def _saw_pid(self, pid: int) -> None:
+        """Adds `pid` to seen_pids."""
+        slot = pid & (_PID_SLOTS - 1)
+        if self.recent_pids[slot] != pid + 1:
+            self.recent_pids[slot] = pid + 1
+            self.seen_pids.add(pid)
+
+    def take_seen_pids(self) -> set[int]:
+        """The thread ids seen in events since the last call."""
+        pids = self.seen_pids
+        self.seen_pids = set()
+        slot = 0
+        while slot < _PID_SLOTS:
+            self.recent_pids[slot] = 0
+            slot += 1
+        return pids
+
     def _copy(self, view: bytearray, p: int, data: bytes) -> int:
         """Stores `data` at `view[p]`; returns the position after it."""
         n = len(data)
-        i = 0
-        while i < n:
-            view[p + i] = data[i]
-            i += 1
+        if cython.compiled:  # one memcpy from the bytes' buffer, not an item lookup per byte
+            memcpy(cython.address(view[p]), cython.cast(cython.p_char, data), n)
+        else:
+            view[p : p + n] = data
         return p + n
 
     def _string_span(
@@ -461,16 +500,40 @@ class BundleWriter:
 
     def _comm_index(self, buf: bytes, start: int, size: int, field: FieldLayout) -> int:
         first, end = self._string_span(buf, start, size, field)
-        if cython.compiled:
-            comm = PyBytes_FromStringAndSize(
-                cython.cast(cython.p_char, cython.address(buf[first])), end - first
-            )
-        else:
+        n = end - first
+        if not cython.compiled:
             comm = bytes(buf[first:end])
+        else:
+            slot = 0
+            if n <= _COMM_MAX:
+                h = 2166136261  # FNV-1a, 32 bits (C unsigned int arithmetic)
+                i = first
+                while i < end:
+                    h = (h ^ buf[i]) * 16777619
+                    i += 1
+                slot = h & (_COMM_SLOTS - 1)
+                key = slot * _COMM_KEY
+                if self.comm_keys[key] == n + 1:
+                    i = 0
+                    while i < n and self.comm_keys[key + 1 + i] == buf[first + i]:
+                        i += 1
+                    if i == n:
+                        return self.comm_indexes[slot]
+            comm = PyBytes_FromStringAndSize(
+                cython.cast(cython.p_char, cython.address(buf[first])), n
+            )
         index = self.intern.get(comm)
         if index is None:
             index = len(self.intern)
             self.intern[comm] = index
+        if cython.compiled and n <= _COMM_MAX:
+            key = slot * _COMM_KEY
+            self.comm_keys[key] = n + 1
+            i = 0
+            while i < n:
+                self.comm_keys[key + 1 + i] = buf[first + i]
+                i += 1
+            self.comm_indexes[slot] = index
         return index
 
     def _compact(self, buf: bytes, start: int, size: int, ts: int, event: EventLayout) -> None:
@@ -478,12 +541,12 @@ class BundleWriter:
         if event.compact == _COMPACT_SWITCH:
             columns = self.switch_columns
             column = columns[0]
-            column.put(ts - self.last_switch_ts)
+            column.put((ts - self.last_switch_ts) & _UINT64_MASK)  # wraps as a uint64
             self.last_switch_ts = ts
         else:
             columns = self.waking_columns
             column = columns[0]
-            column.put(ts - self.last_waking_ts)
+            column.put((ts - self.last_waking_ts) & _UINT64_MASK)
             self.last_waking_ts = ts
         last = len(fields) - 1
         for i, field in enumerate(fields):
@@ -533,6 +596,11 @@ class BundleWriter:
             self._packed(column)
         store_redundant_varint(self.view, begin - _LENGTH_SIZE, self.pos - begin, 4)
         self.intern = {}
+        if cython.compiled:
+            slot = 0
+            while slot < _COMM_SLOTS:
+                self.comm_keys[slot * _COMM_KEY] = 0
+                slot += 1
         self.last_switch_ts = 0
         self.last_waking_ts = 0
 
