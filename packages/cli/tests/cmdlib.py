@@ -4,51 +4,38 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from perfetto_testing import TIMEOUT
+from perfetto_testing import TIMEOUT, NotifyingDaemon
 
 BIN = Path(sys.executable).parent
 PRODUCER_MAIN = str(Path(__file__).with_name("producer_main.py"))
 
 
-class Traced:
+class Traced(NotifyingDaemon):
     """Our traced (given `args`) on socket paths under `directory`; `env` points clients at it."""
 
     def __init__(self, directory: Path, *args: str) -> None:
         self.producer_socket = str(directory / "producer.sock")
         self.consumer_socket = str(directory / "consumer.sock")
-        self.log: str | None = None
         self.env = dict(os.environ)
         self.env["PERFETTO_PRODUCER_SOCK_NAME"] = self.producer_socket
         self.env["PERFETTO_CONSUMER_SOCK_NAME"] = self.consumer_socket
         self.commands: list[subprocess.Popen[bytes]] = []
-        read_end, write_end = os.pipe()
-        env = dict(self.env, TRACED_NOTIFY_FD=str(write_end))
-        self.process = subprocess.Popen(
+        super().__init__(
+            "traced",
             [str(BIN / "traced"), *args],
-            env=env,
-            pass_fds=(write_end,),
+            self.env,
+            "TRACED_NOTIFY_FD",
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
         )
-        os.close(write_end)
-        try:
-            ready, _, _ = select.select([read_end], [], [], TIMEOUT)
-            if not ready or os.read(read_end, 1) != b"1":
-                self.process.kill()
-                self.process.wait()
-                raise AssertionError("traced did not start")
-        finally:
-            os.close(read_end)
 
-    def stop(self) -> str:
-        """Ends the commands started on it that still run, then traced (once); what it logged."""
+    def stop(self) -> int:
+        """Ends the commands started on it that still run, then traced; its exit status."""
         for command in self.commands:
             if command.poll() is None:
                 command.kill()
@@ -56,16 +43,12 @@ class Traced:
             for stream in (command.stdout, command.stderr):
                 if stream is not None:
                     stream.close()
-        if self.log is None:
-            if self.process.poll() is None:
-                self.process.send_signal(signal.SIGTERM)
-            try:
-                _, log = self.process.communicate(timeout=TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                _, log = self.process.communicate()
-            self.log = log.decode(errors="replace")
-        return self.log
+        return super().stop()
+
+    def stopped_log(self) -> str:
+        """Stops traced (and its commands) and returns its whole log."""
+        self.close()
+        return "\n".join(self.log)
 
 
 class Producer:

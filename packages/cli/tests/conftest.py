@@ -11,9 +11,8 @@ from cmdlib import Producer, Traced
 
 @pytest.fixture
 def traced(tmp_path: Path) -> Iterator[Traced]:
-    daemon = Traced(tmp_path)
-    yield daemon
-    daemon.stop()
+    with Traced(tmp_path) as daemon:
+        yield daemon
 
 
 @pytest.fixture

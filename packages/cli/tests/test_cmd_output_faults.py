@@ -24,11 +24,8 @@ PAYLOAD = 1000  # ~1.5 MB of packets: more than the 1 MB file system and a pipe'
 
 @pytest.fixture
 def fault_traced(tmp_path: Path) -> Iterator[Traced]:
-    daemon = Traced(tmp_path, "--consumer-timeout", str(TIMEOUT_FLAG_S))
-    try:
+    with Traced(tmp_path, "--consumer-timeout", str(TIMEOUT_FLAG_S)) as daemon:
         yield daemon
-    finally:
-        daemon.stop()
 
 
 @pytest.fixture
@@ -101,7 +98,7 @@ def test_write_into_file_onto_a_full_disk_fails_naming_the_cause(
         stderr
     )
     assert "Trace written into the output file" not in stderr
-    log = fault_traced.stop()
+    log = fault_traced.stopped_log()
     assert log.count("No space left on device") == 1, log
     data = out.read_bytes()
     assert _whole_packets_only(data) > 0
@@ -128,11 +125,8 @@ def test_perfetto_out_onto_a_full_disk_fails_with_one_line(
 
 @pytest.fixture
 def fifo_traced(tmp_path: Path) -> Iterator[Traced]:
-    daemon = Traced(tmp_path, "--consumer-timeout", str(FIFO_TIMEOUT_S))
-    try:
+    with Traced(tmp_path, "--consumer-timeout", str(FIFO_TIMEOUT_S)) as daemon:
         yield daemon
-    finally:
-        daemon.stop()
 
 
 def test_write_into_file_into_a_fifo_nobody_reads_never_blocks_traced(
@@ -170,7 +164,7 @@ def test_write_into_file_into_a_fifo_nobody_reads_never_blocks_traced(
             command.kill()
             command.communicate()
         producer.stop()
-    log = traced.stop()
+    log = traced.stopped_log()
     text = stderr.decode()
     assert command.returncode == 1, text
     error = f"Failed to write the trace file {fifo}: its reader took nothing for 8 s"

@@ -23,11 +23,8 @@ READER_RATE = 2 * 1024 * 1024
 
 @pytest.fixture
 def slow_traced(tmp_path: Path) -> Iterator[Traced]:
-    daemon = Traced(tmp_path, "--consumer-timeout", str(CONSUMER_TIMEOUT_S))
-    try:
+    with Traced(tmp_path, "--consumer-timeout", str(CONSUMER_TIMEOUT_S)) as daemon:
         yield daemon
-    finally:
-        daemon.stop()
 
 
 def _pipeline(traced: Traced, directory: Path, *reader_args: str) -> tuple[int, str, Path]:

@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import pytest
 from perfetto_client import Backend, Tracing
-from perfetto_testing import TIMEOUT
+from perfetto_testing import TIMEOUT, NotifyingDaemon, end_process
 from trace_model import TraceModel
 
 APP = str(Path(__file__).with_name("system_app_main.py"))
@@ -21,35 +21,22 @@ TRACED = str(Path(sys.executable).with_name("traced"))
 
 
 class Traced:
-    """A traced process on sockets in a temporary directory."""
+    """traced on sockets in a temporary directory, started (and restarted) by `start`."""
 
     def __init__(self, directory: Path) -> None:
         self.env = dict(os.environ)
         self.env["PERFETTO_PRODUCER_SOCK_NAME"] = str(directory / "producer")
         self.env["PERFETTO_CONSUMER_SOCK_NAME"] = str(directory / "consumer")
-        self.process: subprocess.Popen[bytes] | None = None
+        self.daemon: NotifyingDaemon | None = None
 
     def start(self) -> None:
-        read_end, write_end = os.pipe()
-        env = dict(self.env, TRACED_NOTIFY_FD=str(write_end))
-        self.process = subprocess.Popen(
-            [TRACED], env=env, pass_fds=(write_end,), stderr=subprocess.DEVNULL
-        )
-        os.close(write_end)
-        try:
-            ready, _, _ = select.select([read_end], [], [], TIMEOUT)
-            assert ready, "traced did not start"
-            assert os.read(read_end, 1) == b"1", "traced did not start"
-        except BaseException:
-            self.kill()
-            raise
-        finally:
-            os.close(read_end)
+        self.daemon = NotifyingDaemon("traced", [TRACED], self.env, "TRACED_NOTIFY_FD")
 
     def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(TIMEOUT)
+        if self.daemon is not None:
+            end_process(self.daemon.process, signal.SIGKILL)
+            self.daemon.close()
+            self.daemon = None
 
 
 class App:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from perfetto_testing import TIMEOUT
+from perfetto_testing import TIMEOUT, NotifyingDaemon
 
 APP = str(Path(__file__).with_name("read_cut_main.py"))
 TRACED = str(Path(sys.executable).with_name("traced"))
@@ -27,23 +27,9 @@ def env(tmp_path: Path) -> Iterator[dict[str, str]]:
     env = dict(os.environ)
     env["PERFETTO_PRODUCER_SOCK_NAME"] = str(tmp_path / "producer")
     env["PERFETTO_CONSUMER_SOCK_NAME"] = str(tmp_path / "consumer")
-    read_end, write_end = os.pipe()
-    traced = subprocess.Popen(
-        [TRACED, "--consumer-timeout", str(CONSUMER_TIMEOUT_S)],
-        env=dict(env, TRACED_NOTIFY_FD=str(write_end)),
-        pass_fds=(write_end,),
-        stderr=subprocess.DEVNULL,
-    )
-    os.close(write_end)
-    try:
-        ready, _, _ = select.select([read_end], [], [], TIMEOUT)
-        assert ready, "traced did not start"
-        assert os.read(read_end, 1) == b"1", "traced did not start"
-        os.close(read_end)
+    command = [TRACED, "--consumer-timeout", str(CONSUMER_TIMEOUT_S)]
+    with NotifyingDaemon("traced", command, env, "TRACED_NOTIFY_FD"):
         yield env
-    finally:
-        traced.kill()
-        traced.wait(TIMEOUT)
 
 
 def _read_line(app: subprocess.Popen[bytes]) -> str:

@@ -189,23 +189,23 @@ def _run_waiting(
     proc = subprocess.Popen(
         cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    assert traced.process is not None
+    assert traced.daemon is not None
     try:
         assert proc.stdout is not None
         assert proc.stdin is not None
         assert proc.stdout.readline() == "recording\n"
         if hold:
-            traced.process.send_signal(signal.SIGSTOP)
+            traced.daemon.process.send_signal(signal.SIGSTOP)
         proc.stdin.write("go\n")
         proc.stdin.flush()
         assert proc.stdout.readline() == "done\n"
-        traced.process.send_signal(signal.SIGCONT)
+        traced.daemon.process.send_signal(signal.SIGCONT)
         time.sleep(1)  # traced drains the SMB: the last batch gets a chunk, marked after a loss
         proc.stdin.write("end\n")
         proc.stdin.flush()
         _, err = proc.communicate(timeout=120)
     finally:
-        traced.process.send_signal(signal.SIGCONT)
+        traced.daemon.process.send_signal(signal.SIGCONT)
         proc.kill()
         proc.wait()
     session.stop()

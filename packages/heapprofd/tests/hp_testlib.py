@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import select
 import subprocess
 import sys
 import threading
@@ -13,11 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from heapprofd._errors import HeapprofdError
 from heapprofd._heap_profile import trace_config, traced_command
 from heapprofd._recorder import Recorder
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
 from perfetto_protos.upstream import parse_upstream_trace
-from perfetto_testing import TIMEOUT, end_process, wait_for
+from perfetto_testing import TIMEOUT, NotifyingDaemon, wait_for
 
 HERE = Path(__file__).resolve().parent
 TARGET = str(HERE / "target_main.py")
@@ -25,58 +25,45 @@ KEPT_BYTES = 10240 * (1000 + 1 + 56)
 """What target_main.py's `keep` keeps: 10240 bytearrays, the object and its 1001-byte buffer."""
 
 
-def _start(argv: list[str], env: dict[str, str], notify_env: str) -> subprocess.Popen[bytes]:
-    read_end, write_end = os.pipe()
-    env = {**env, notify_env: str(write_end)}
-    process = subprocess.Popen(argv, env=env, pass_fds=(write_end,), stderr=subprocess.PIPE)
-    os.close(write_end)
-    try:
-        ready, _, _ = select.select([read_end], [], [], TIMEOUT)
-        if not ready or os.read(read_end, 1) != b"1":
-            process.kill()
-            _, err = process.communicate(timeout=TIMEOUT)
-            raise AssertionError(f"{argv} did not start: {err.decode()}")
-    finally:
-        os.close(read_end)
-    return process
-
-
 class Stack:
-    """traced and heapprofd running on sockets under `directory`."""
+    """traced and heapprofd running on sockets under `directory`; both logs are collected
+    (a pipe nobody reads would block the daemon once full)."""
 
     def __init__(self, directory: str) -> None:
         self.env = dict(os.environ)
         self.env["PERFETTO_PRODUCER_SOCK_NAME"] = f"{directory}/producer"
         self.env["PERFETTO_CONSUMER_SOCK_NAME"] = self.consumer = f"{directory}/consumer"
         self.env["PERFETTO_HEAPPROFD_SOCK_NAME"] = self.heapprofd_socket = f"{directory}/hp"
-        self.traced = _start(traced_command(), self.env, "TRACED_NOTIFY_FD")
+        self._traced = NotifyingDaemon(
+            "traced", traced_command(), self.env, "TRACED_NOTIFY_FD", stdout=None
+        )
         try:
-            self.daemon = _start(
-                [sys.executable, "-m", "heapprofd"], self.env, "HEAPPROFD_NOTIFY_FD"
+            self._heapprofd = NotifyingDaemon(
+                "heapprofd",
+                [sys.executable, "-m", "heapprofd"],
+                self.env,
+                "HEAPPROFD_NOTIFY_FD",
+                stdout=None,
             )
         except BaseException:
-            self.traced.kill()
-            self.traced.communicate()
+            self._traced.close()
             raise
-        self._daemon_log: list[str] = []
-        self._log_thread = threading.Thread(target=self._read_log, daemon=True)
-        self._log_thread.start()
-
-    def _read_log(self) -> None:
-        assert self.daemon.stderr is not None
-        for line in self.daemon.stderr:
-            self._daemon_log.append(line.decode(errors="replace"))
+        self.daemon = self._heapprofd.process
 
     @property
     def daemon_log(self) -> str:
-        return "".join(self._daemon_log)
+        return "".join(f"{line}\n" for line in self._heapprofd.log)
+
+    def logs(self) -> str:
+        """The last lines of both daemons' logs, for a failure's message."""
+        return "\n".join(
+            f"--- {daemon.name}'s log:\n" + "\n".join(daemon.log[-40:])
+            for daemon in (self._traced, self._heapprofd)
+        )
 
     def close(self) -> None:
-        for process in (self.daemon, self.traced):
-            end_process(process)
-        self._log_thread.join(TIMEOUT)
-        if self.traced.stderr is not None:
-            self.traced.stderr.close()
+        for daemon in (self._heapprofd, self._traced):
+            daemon.close()
 
 
 class Target:
@@ -227,7 +214,10 @@ def record(stack: Stack, config: TraceConfig, during: Callable[[], None]) -> byt
     """Runs a session with `config` around `during()` and returns the trace."""
     recorder = Recorder(stack.consumer)
     try:
-        recorder.start(config)
+        try:
+            recorder.start(config)
+        except HeapprofdError as exc:
+            raise AssertionError(f"{exc}\n{stack.logs()}") from exc
         during()
         return recorder.stop()
     finally:

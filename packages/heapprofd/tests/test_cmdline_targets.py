@@ -68,7 +68,7 @@ def _profile(stack: Stack, argv: list[str], cwd: Path, pattern: str, running: bo
             if program.poll() is None:
                 program.kill()
             program.communicate()
-    assert outputs == ["PROFILED\n"], (argv, stack.daemon_log[-2000:])
+    assert outputs == ["PROFILED\n"], (argv, stack.logs())
     assert started[0].returncode == 0
     (dump,) = iter_processes(heap_dumps(trace), started[0].pid)
     assert dump.flags["from_startup"] is not running

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -37,36 +38,59 @@ def tracefs_or_skip() -> Path:
 
 class PingPong:
     """Two threads, each pinned to a CPU of its own where there are two, that wake each other
-    `rounds` times through pipes: each round switches both out and in."""
+    `rounds` times through pipes: each round switches both out and in, under load too (each
+    writes only once the other is blocked reading its pipe)."""
 
     def __init__(self, rounds: int) -> None:
         self.rounds = rounds
         self.tids: dict[str, int] = {}
         cpus = sorted(os.sched_getaffinity(0))
         self.cpus = [cpus[0], cpus[-1]]
+        self._both = threading.Barrier(2)
+        self._errors: list[BaseException] = []
 
-    def _thread(self, comm: str, cpu: int, read_fd: int, write_fd: int, first: bool) -> None:
+    def _wait_until_blocked_reading(self, tid: int, fd: int) -> None:
+        """Returns once thread `tid` sleeps in read(fd); a thread that is only preempted, or
+        waits for the GIL, would not switch at the next write."""
+        wanted = hex(fd)
+        deadline = time.monotonic() + 30
+        while True:
+            fields = Path(f"/proc/self/task/{tid}/syscall").read_text().split()
+            if fields[0] != "running" and len(fields) > 1 and fields[1] == wanted:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"thread {tid} never blocked reading fd {fd}")
+            os.sched_yield()
+
+    def _thread(self, comm: str, cpu: int, fds: tuple[int, int, int], first: bool) -> None:
+        read_fd, write_fd, peer_read_fd = fds
         tid = threading.get_native_id()
         self.tids[comm] = tid
         Path(f"/proc/self/task/{tid}/comm").write_text(comm)
         os.sched_setaffinity(0, {cpu})
-        for _ in range(self.rounds):
-            if first:
+        self._both.wait()
+        peer = self.tids["ppB" if comm == "ppA" else "ppA"]
+        try:
+            for _ in range(self.rounds):
+                if not first:
+                    os.read(read_fd, 1)
+                self._wait_until_blocked_reading(peer, peer_read_fd)
                 os.write(write_fd, b"x")
-                os.read(read_fd, 1)
-            else:
-                os.read(read_fd, 1)
-                os.write(write_fd, b"x")
+                if first:
+                    os.read(read_fd, 1)
+        except BaseException as exc:
+            self._errors.append(exc)
+            os.write(write_fd, b"x" * self.rounds)  # the other thread ends too
 
     def run(self) -> None:
         a_read, b_write = os.pipe()
         b_read, a_write = os.pipe()
         threads = [
             threading.Thread(
-                target=self._thread, args=("ppA", self.cpus[0], a_read, a_write, True)
+                target=self._thread, args=("ppA", self.cpus[0], (a_read, a_write, b_read), True)
             ),
             threading.Thread(
-                target=self._thread, args=("ppB", self.cpus[1], b_read, b_write, False)
+                target=self._thread, args=("ppB", self.cpus[1], (b_read, b_write, a_read), False)
             ),
         ]
         try:
@@ -77,6 +101,8 @@ class PingPong:
         finally:
             for fd in (a_read, b_write, b_read, a_write):
                 os.close(fd)
+        if self._errors:
+            raise self._errors[0]
 
 
 def ftrace_config(**fields: Any) -> DataSourceConfig:

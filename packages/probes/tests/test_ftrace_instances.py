@@ -73,9 +73,18 @@ def test_two_sessions_at_once_each_record_all_their_switches() -> None:
     finally:
         a.stop()
     tid = workload.tids["ppA"]
+    seen = []
     for packets in (first, second):
         ins = [s for s in switches([read_packet(p) for p in packets]) if s[4] == tid]
         assert len(ins) >= 100
+        # Each instance stamps its own copy of an event: the times differ by a few hundred ns.
+        seen.append(
+            [(cpu, prev, next_) for cpu, _, prev, _, next_, _ in sorted(ins, key=lambda s: s[1])]
+        )
+    # The second session ran inside the first: the first holds all its switches, in order (the
+    # thread's exit after the join may switch it in once more, seen only by the first).
+    inner = seen[1]
+    assert any(seen[0][i : i + len(inner)] == inner for i in range(len(seen[0]) - len(inner) + 1))
 
 
 _CRASHING = textwrap.dedent(

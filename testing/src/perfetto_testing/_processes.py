@@ -36,8 +36,8 @@ class NotifyingDaemon:
     environment variable `notify_env` names (traced's TRACED_NOTIFY_FD); the constructor
     returns once it has, and fails the test (naming the daemon, with its log) if it has not
     within TIMEOUT. Its stderr, its log, is collected line by line into `log` so that the pipe
-    never fills up. `with` ends it (SIGTERM, then SIGKILL after the limit) and closes its
-    pipes."""
+    never fills up. `with` (or `close`) ends it (SIGTERM, then SIGKILL after the limit) and
+    closes its pipes."""
 
     def __init__(
         self,
@@ -107,6 +107,10 @@ class NotifyingDaemon:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Ends the daemon (as `stop`), reads the rest of its log and closes its pipes."""
         self.stop()
         self._log_reader.join(TIMEOUT)
         for pipe in (self.process.stdout, self.process.stderr):
