@@ -71,6 +71,7 @@ cdef class PackedColumn:
     cdef unsigned char[::1] view
     cdef public Py_ssize_t pos
 
+    @cython.locals(start="unsigned char *")
     cdef void put(self, unsigned long long value) except *
     @cython.locals(grown=bytearray)
     cdef void _grow(self) except *

@@ -28,6 +28,7 @@ else:
         store_redundant_varint,
         store_varint,
     )
+    from cython.cimports.protozero._varint import put_varint
 
 # How a field's bytes are read (FieldLayout.kind).
 _KIND_INT = 0
@@ -205,7 +206,11 @@ class PackedColumn:
         """Appends one value."""
         if self.pos + 10 > len(self.out):
             self._grow()  # out of line: the per-value path stays short
-        self.pos = store_varint(self.view, self.pos, value)
+        if cython.compiled:  # through a pointer: no memoryview passed by value per value
+            start = cython.address(self.view[0])
+            self.pos = put_varint(start + self.pos, value) - start
+        else:
+            self.pos = store_varint(self.view, self.pos, value)
 
     def _grow(self) -> None:
         grown = bytearray(2 * len(self.out))
