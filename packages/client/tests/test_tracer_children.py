@@ -86,6 +86,44 @@ def test_a_forked_child_is_not_traced_without_follow_children(tmp_path: Path) ->
     assert "in_child" not in trace.all_names()
 
 
+FORK_ENDING = """
+import os
+def in_child():
+    return 7
+def in_parent():
+    return 8
+pid = os.fork()
+if pid == 0:
+    in_child()
+    {end}
+in_parent()
+_, status = os.waitpid(pid, 0)
+print("child exit", os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.parametrize(
+    ("end", "status"), [("raise SystemExit(3)", 3), ("raise ValueError('in the child')", 1)]
+)
+@pytest.mark.parametrize("follow", [False, True])
+def test_a_forked_child_ending_through_the_program_leaves_one_summary_and_its_status(
+    tmp_path: Path, end: str, status: int, follow: bool
+) -> None:
+    options = ("--follow-children",) if follow else ()
+    proc, out = run_traced(tmp_path, FORK_ENDING.format(end=end), options=options)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"child exit {status}\n"
+    # The summary is the parent's alone: the child neither finishes its trace nor prints one.
+    assert proc.stderr.count("perfetto-trace: wrote") == 1, proc.stderr
+    assert proc.stderr.count("Traceback") == (status == 1), proc.stderr
+    assert ("from 2 processes" in proc.stderr) is follow
+    trace = decode(out)
+    assert trace.problems == []
+    assert trace.all_names().count("in_parent") == 1
+    assert ("in_child" in trace.all_names()) is follow
+    assert not list(tmp_path.glob(".perfetto-trace-children-*"))
+
+
 def test_subprocess_python_children_are_traced(tmp_path: Path) -> None:
     (tmp_path / "child.py").write_text("def child_work():\n    return 1\nchild_work()\n")
     program = """

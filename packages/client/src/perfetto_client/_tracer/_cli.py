@@ -503,47 +503,65 @@ def _run(  # noqa: PLR0917 (the command's settings in order)
         on_sigusr1(signal.SIGUSR1, None)
     if duration:  # counted from the start of the recording, not of perfetto-trace
         signal.setitimer(signal.ITIMER_REAL, duration)
-    exit_code = 0
-    reraise_signal = 0
-    try:
-        program.run()
-    except SystemExit as exc:
-        exit_code = _exit_code(exc.code)
-    except _Terminated as exc:
-        reraise_signal = exc.signum
-        if exc.signum == signal.SIGALRM:
-            reraise_signal = 0
-            print(f"perfetto-trace: stopped the program after {duration:g} s", file=sys.stderr)
-    except KeyboardInterrupt as exc:
-        recording.record_uncaught(exc)
-        _print_exception(exc)
-        reraise_signal = signal.SIGINT
-    except BaseException as exc:
-        recording.record_uncaught(exc)
-        _print_exception(exc)
-        exit_code = 1
-    finally:
-        if duration:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        if not reraise_signal:
-            recording.wait_for_threads()
-        if progress is not None:
-            progress.stop()
-        summary = recording.stop()
-        if not quiet:
-            for line in summary.lines():
-                print(line, file=sys.stderr)
+    exit_code, reraise_signal = _run_program(program, recording, duration)
+    if not recording.active:
+        # A forked child of the program that ended through here (sys.exit, the module's end):
+        # the recording, its file and its summary are the parent's. A followed child
+        # (--follow-children) finishes its own part at exit.
+        return _end(_flush_stdout(exit_code), reraise_signal)
+    if duration:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    if not reraise_signal:
+        recording.wait_for_threads()
+    if progress is not None:
+        progress.stop()
+    summary = recording.stop()
+    if not quiet:
+        for line in summary.lines():
+            print(line, file=sys.stderr)
     exit_code = _flush_stdout(exit_code)
     if html is not None:
         # The recording's own losses (a size cap, a write error) go on the page too.
         lost = summary.lines()[0].removeprefix("perfetto-trace: ")
         lacks = [lost] if summary.events_lost or summary.partial else []
         exit_code = _html(summary.path, 20, html, False, lacks) or exit_code
+    if open_port and not summary.system and not summary.incomplete and not reraise_signal:
+        return _serve(summary.path, open_port) or exit_code
+    return _end(exit_code, reraise_signal)
+
+
+def _run_program(program: Program, recording: Recording, duration: float) -> tuple[int, int]:
+    """Runs the program; its exit status, and the signal that ended it (0 if none)."""
+    try:
+        program.run()
+    except SystemExit as exc:
+        return _exit_code(exc.code), 0
+    except _Terminated as exc:
+        if exc.signum == signal.SIGALRM:
+            print(f"perfetto-trace: stopped the program after {duration:g} s", file=sys.stderr)
+            return 0, 0
+        return 0, exc.signum
+    except KeyboardInterrupt as exc:
+        recording.record_uncaught(exc)
+        _print_exception(exc)
+        return 0, signal.SIGINT
+    except BaseException as exc:
+        recording.record_uncaught(exc)
+        _print_exception(exc)
+        return 1, 0
+    return 0, 0
+
+
+# _run starts the recording and _run_program runs the program: their frames are not recorded,
+# the program is.
+TRANSPARENT.update((_run.__code__, _run_program.__code__))
+
+
+def _end(exit_code: int, reraise_signal: int) -> int:
+    """Dies by `reraise_signal` as the program would have, if any; else `exit_code`."""
     if reraise_signal:
         signal.signal(reraise_signal, signal.SIG_DFL)
         os.kill(os.getpid(), reraise_signal)
-    if open_port and not summary.system and not summary.incomplete:
-        return _serve(summary.path, open_port) or exit_code
     return exit_code
 
 
@@ -577,9 +595,6 @@ def _restore_handlers_in_child() -> None:
 
 
 on_fork_in_child(_restore_handlers_in_child)
-
-# _run starts the recording and runs the program: its frame is not recorded, the program is.
-TRANSPARENT.add(_run.__code__)
 
 
 def _exit_code(code: Any) -> int:

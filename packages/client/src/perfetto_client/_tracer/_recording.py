@@ -49,11 +49,13 @@ class Recording:
         self._sched: SchedRecorder | None = None
         self._sched_summary = ""
         self._snapshots = 0
+        self._owner = 0
 
     @property
     def active(self) -> bool:
-        """True between `start()` and `stop()`."""
-        return self.engine is not None
+        """True between `start()` and `stop()`, in the process that started it (in a forked
+        child the recording is its parent's)."""
+        return self.engine is not None and os.getpid() == self._owner
 
     def start(self) -> None:
         """Starts recording every thread of this process."""
@@ -71,7 +73,8 @@ class Recording:
             from perfetto_client._tracer._bridges import Bridges  # logging, maybe the SDK: 9+ ms
 
             bridges = Bridges(self.options.otel, self.options.log_level)
-        header = _packets.process_descriptor(os.getpid(), process_name(sys.argv), list(sys.argv), 0)
+        self._owner = os.getpid()
+        header = _packets.process_descriptor(self._owner, process_name(sys.argv), list(sys.argv), 0)
         ring = int(self.options.ring_mb * (1 << 20))
         sink: Sink
         if self.options.sched and (self.options.system or ring):
@@ -190,7 +193,7 @@ class Recording:
 
     def record_uncaught(self, exc: BaseException) -> None:
         """Marks the exception that ends the program with an instant naming its type."""
-        if self.engine is not None:
+        if self.active and self.engine is not None:
             self.engine.record_uncaught(exc)
 
     def wait_for_threads(self) -> None:
