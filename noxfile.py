@@ -96,6 +96,26 @@ def tests(session: nox.Session, package: str) -> None:
         session.run(*pytest)
 
 
+EXCLUSIVE = "PERFETTO_PY_EXCLUSIVE_TESTS"
+
+
+@nox.session(python=False)
+def exclusive_tests(session: nox.Session) -> None:
+    """The tests marked `exclusive` (they change the machine for every process: a CPU taken
+    offline), compiled, one at a time; run while nothing else runs (`dev.py test` gives them a
+    phase of their own). Elsewhere they skip, saying so."""
+    _build_native(session, "python")
+    session.run(
+        "pytest",
+        "-m",
+        "exclusive",
+        "-p",
+        "no:randomly",
+        *session.posargs,
+        env={EXCLUSIVE: "1", EXPECT_COMPILED: "1"},
+    )
+
+
 def _build_native(session: nox.Session, python: str) -> None:
     """tools/build_native.py run by `python`, one build at a time (`_one_build_at_a_time`)."""
     with _one_build_at_a_time():

@@ -46,6 +46,8 @@ POETRY_SPEC = "poetry>=2.1,<3"
 # one after the other. `NAME@X.Y` selects the sessions NAME of Python X.Y.
 TEST_PHASES: list[tuple[str, dict[str, list[str]]]] = [
     ("checks", {"checks": ["lint", "typecheck", "protos_check", "layers"]}),
+    # Tests that change the machine for every process (a CPU taken offline): nothing beside.
+    ("tests that run alone", {"alone": ["exclusive_tests"]}),
     ("tests on 3.11, compiled and pure", {"3.11": ["tests"]}),
     ("compiled tests on 3.12 and 3.13", {"3.12": ["tests_on@3.12"], "3.13": ["tests_on@3.13"]}),
     # Built wheels installed alone (on 3.11 with the installed test suites, on 3.12 and 3.13

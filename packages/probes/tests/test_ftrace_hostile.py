@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 import struct
 from itertools import accumulate
@@ -18,6 +17,7 @@ from perfetto_probes.ftrace._formats import (
     page_layout,
     parse_format,
 )
+from perfetto_probes.ftrace._tracefs import configured_cpus
 from perfetto_protos.trace.ftrace.ftrace_event_bundle_pb2 import FtraceParseStatus
 
 STATUS_OK = FtraceParseStatus.FTRACE_STATUS_OK
@@ -229,8 +229,8 @@ def test_an_event_whose_format_is_refused_is_reported_failed(
 def test_a_cpu_without_a_per_cpu_directory_is_a_counted_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    cpus = os.cpu_count() or 1
-    monkeypatch.setattr(os, "cpu_count", lambda: cpus + 1)
+    cpus = configured_cpus()
+    monkeypatch.setattr(_ftrace_data_source, "configured_cpus", lambda: cpus + 1)
     packets = record(ftrace_config(ftrace_events=SCHED_EVENTS), PingPong(10).run)
     end = [p.ftrace_stats for p in packets if p.HasField("ftrace_stats")][-1]
     assert FtraceParseStatus.FTRACE_STATUS_UNEXPECTED_READ_ERROR in end.ftrace_parse_errors

@@ -26,6 +26,7 @@ from perfetto_probes.ftrace._page_parser import BundleWriter, EventLayout, PageL
 from perfetto_probes.ftrace._tracefs import (
     CpuStats,
     Instance,
+    configured_cpus,
     find_tracefs,
     read_cpu_stats,
     stale_instances,
@@ -112,7 +113,7 @@ class FtraceDataSource:
             raise ProbesError(f"{root / 'events'}: {exc.strerror or exc}") from None
         kb = instance.buffer_size_kb() or self.config.buffer_size_kb or DEFAULT_BUFFER_SIZE_KB
         self.drain_pages = kb * 1024 // self.page.page_size + 1
-        for cpu in range(os.cpu_count() or 1):
+        for cpu in range(configured_cpus()):
             path = instance.path / "per_cpu" / f"cpu{cpu}" / "trace_pipe_raw"
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)

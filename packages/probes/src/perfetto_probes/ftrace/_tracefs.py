@@ -62,6 +62,15 @@ def find_tracefs() -> Path:
     return target
 
 
+def configured_cpus() -> int:
+    """How many CPUs the machine has, online or not (each has a ring buffer in tracefs: one
+    offline at the start may come back during the session)."""
+    try:
+        return max(1, os.sysconf("SC_NPROCESSORS_CONF"))
+    except (OSError, ValueError):
+        return os.cpu_count() or 1
+
+
 def read_cpu_stats(path: Path) -> CpuStats:
     """The counters of a `per_cpu/cpuN/stats` file."""
     stats: CpuStats = {}
