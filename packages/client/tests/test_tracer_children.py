@@ -49,7 +49,7 @@ def test_without_follow_children_only_the_parent_is_traced(tmp_path: Path) -> No
     assert "square" not in trace.all_names()
 
 
-FORK = """
+FORK_ENDING = """
 import os
 def in_child():
     return 7
@@ -58,10 +58,13 @@ def in_parent():
 pid = os.fork()
 if pid == 0:
     in_child()
-    os._exit(0)
+    {end}
 in_parent()
-os.waitpid(pid, 0)
+_, status = os.waitpid(pid, 0)
+print("child exit", os.waitstatus_to_exitcode(status))
 """
+
+FORK = FORK_ENDING.format(end="os._exit(0)")
 
 
 def test_a_forked_child_gets_its_own_process_track(tmp_path: Path) -> None:
@@ -84,22 +87,6 @@ def test_a_forked_child_is_not_traced_without_follow_children(tmp_path: Path) ->
     assert trace.problems == []
     assert "in_parent" in trace.all_names()
     assert "in_child" not in trace.all_names()
-
-
-FORK_ENDING = """
-import os
-def in_child():
-    return 7
-def in_parent():
-    return 8
-pid = os.fork()
-if pid == 0:
-    in_child()
-    {end}
-in_parent()
-_, status = os.waitpid(pid, 0)
-print("child exit", os.waitstatus_to_exitcode(status))
-"""
 
 
 @pytest.mark.parametrize(

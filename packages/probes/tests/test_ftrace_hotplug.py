@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ftrace_testlib import SCHED_EVENTS, ftrace_config, read_packet, switches, tracefs_or_skip
@@ -60,13 +61,26 @@ def _cpu_of(online: Path) -> int:
     return int(online.parent.name.removeprefix("cpu"))
 
 
+def _record(session: Callable[[FtraceDataSource], None]) -> tuple[list[Any], list[Any]]:
+    """Runs `session` (which starts it) on a linux.ftrace data source, stopped after whatever
+    happens; the packets, read with upstream's schema, and their FtraceStats."""
+    packets: list[bytes] = []
+    source = FtraceDataSource(ftrace_config(ftrace_events=SCHED_EVENTS), packets.append)
+    try:
+        session(source)
+    finally:
+        source.stop()
+    assert source.instance is None  # removed
+    read = [read_packet(p) for p in packets]
+    return read, [p.ftrace_stats for p in read if p.HasField("ftrace_stats")]
+
+
 def test_a_cpu_offline_during_the_session_loses_nothing_else_and_is_back_after() -> None:
     online = _hotpluggable_cpu()
     cpu = _cpu_of(online)
-    packets: list[bytes] = []
-    source = FtraceDataSource(ftrace_config(ftrace_events=SCHED_EVENTS), packets.append)
-    source.start()
-    try:
+
+    def session(source: FtraceDataSource) -> None:
+        source.start()
         _busy_switching(0.2)
         source.flush()
         with _offline(online):
@@ -74,10 +88,8 @@ def test_a_cpu_offline_during_the_session_loses_nothing_else_and_is_back_after()
             source.flush()
         time.sleep(0.2)  # the CPU back, scheduling again
         _busy_switching(0.2)
-    finally:
-        source.stop()
-    read = [read_packet(p) for p in packets]
-    stats = [p.ftrace_stats for p in read if p.HasField("ftrace_stats")]
+
+    read, stats = _record(session)
     assert [s.phase for s in stats] == [FtraceStats.START_OF_TRACE, FtraceStats.END_OF_TRACE]
     seen = list(switches(read))
     assert cpu in {s[0] for s in seen}  # its switches before and after are kept
@@ -87,24 +99,21 @@ def test_a_cpu_offline_during_the_session_loses_nothing_else_and_is_back_after()
         assert stamps == sorted(stamps), f"cpu{each}: timestamps go back"
     # Every CPU is in the end's stats (the CPU is back), so nothing read is unaccounted for.
     assert {c.cpu for c in stats[-1].cpu_stats} == set(range(os.cpu_count() or 1))
-    assert source.instance is None  # removed
 
 
 def test_a_session_stopped_while_a_cpu_is_offline_ends_and_counts_what_it_could_not_read() -> None:
     online = _hotpluggable_cpu()
     cpu = _cpu_of(online)
-    packets: list[bytes] = []
-    source = FtraceDataSource(ftrace_config(ftrace_events=SCHED_EVENTS), packets.append)
-    source.start()
-    try:
+
+    def session(source: FtraceDataSource) -> None:
+        source.start()
         _busy_switching(0.2)
         with _offline(online):
             _busy_switching(0.2)
             source.stop()
-    finally:
-        source.stop()
-    read = [read_packet(p) for p in packets]
-    end = [p.ftrace_stats for p in read if p.HasField("ftrace_stats")][-1]
+
+    read, stats = _record(session)
+    end = stats[-1]
     assert end.phase == FtraceStats.END_OF_TRACE
     listed = {c.cpu for c in end.cpu_stats}
     # The offline CPU's counters are in the end's stats, or their read failed and is counted.
@@ -112,25 +121,20 @@ def test_a_session_stopped_while_a_cpu_is_offline_ends_and_counts_what_it_could_
         FtraceParseStatus.FTRACE_STATUS_UNEXPECTED_READ_ERROR in end.ftrace_parse_errors
     )
     assert 0 in listed
-    assert {s[0] for s in switches(read)} >= {0}
-    assert source.instance is None
+    assert 0 in {s[0] for s in switches(read)}
 
 
 def test_a_cpu_offline_at_the_start_is_read_once_it_is_back() -> None:
     online = _hotpluggable_cpu()
     cpu = _cpu_of(online)
-    packets: list[bytes] = []
-    source = FtraceDataSource(ftrace_config(ftrace_events=SCHED_EVENTS), packets.append)
-    with _offline(online):
-        source.start()
-    try:
+
+    def session(source: FtraceDataSource) -> None:
+        with _offline(online):
+            source.start()
         time.sleep(0.2)  # the CPU back, scheduling again
         _busy_switching(0.3)
-    finally:
-        source.stop()
-    read = [read_packet(p) for p in packets]
-    stats = [p.ftrace_stats for p in read if p.HasField("ftrace_stats")]
+
+    read, stats = _record(session)
     assert [s.phase for s in stats] == [FtraceStats.START_OF_TRACE, FtraceStats.END_OF_TRACE]
     assert cpu in {s[0] for s in switches(read)}
     assert cpu in {c.cpu for c in stats[-1].cpu_stats}
-    assert source.instance is None
