@@ -58,10 +58,10 @@ cdef class PageLayout:
 
 
 @cython.locals(value="unsigned long long", i=Py_ssize_t)
-cdef unsigned long long _uint(const unsigned char *buf, Py_ssize_t p, Py_ssize_t size) noexcept
+cdef inline unsigned long long _uint(const unsigned char *buf, Py_ssize_t p, Py_ssize_t size) noexcept
 @cython.locals(value="unsigned long long", bits=Py_ssize_t)
-cdef unsigned long long _int(const unsigned char *buf, Py_ssize_t p, Py_ssize_t size, bint signed) noexcept
-cdef unsigned long long _signed32(unsigned long long value) noexcept
+cdef inline unsigned long long _int(const unsigned char *buf, Py_ssize_t p, Py_ssize_t size, bint signed) noexcept
+cdef inline unsigned long long _signed32(unsigned long long value) noexcept
 
 
 @cython.final
@@ -72,7 +72,7 @@ cdef class PackedColumn:
     cdef public Py_ssize_t pos
 
     @cython.locals(start="unsigned char *")
-    cdef void put(self, unsigned long long value) except *
+    cdef inline int put(self, unsigned long long value) except -1
     @cython.locals(grown=bytearray)
     cdef void _grow(self) except *
 
@@ -125,7 +125,7 @@ cdef class BundleWriter:
     )
     cdef int _record(self, const unsigned char *buf, Py_ssize_t start, Py_ssize_t size, unsigned long long ts) except -1
     @cython.locals(slot="unsigned long long")
-    cdef void _saw_pid(self, unsigned long long pid) except *
+    cdef int _saw_pid(self, unsigned long long pid) except -1
     @cython.locals(slot="unsigned long long")
     cpdef set take_seen_pids(self)
     @cython.locals(n=Py_ssize_t)
@@ -140,7 +140,7 @@ cdef class BundleWriter:
     )
     cdef Py_ssize_t _comm_index(self, const unsigned char *buf, Py_ssize_t start, Py_ssize_t size, FieldLayout field) except -1
     @cython.locals(field=FieldLayout, columns=list, column=PackedColumn, last=Py_ssize_t, i=Py_ssize_t, value="unsigned long long", keep_64=bint)
-    cdef void _compact(self, const unsigned char *buf, Py_ssize_t start, Py_ssize_t size, unsigned long long ts, EventLayout event) except *
+    cdef int _compact(self, const unsigned char *buf, Py_ssize_t start, Py_ssize_t size, unsigned long long ts, EventLayout event) except -1
     @cython.locals(p=Py_ssize_t, i=Py_ssize_t, view="unsigned char[::1]", values="unsigned char[::1]")
     cdef void _packed(self, PackedColumn column) except *
     @cython.locals(begin=Py_ssize_t, p=Py_ssize_t, comm=bytes, column=PackedColumn, slot=Py_ssize_t)
