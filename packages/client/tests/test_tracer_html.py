@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -54,7 +53,6 @@ main()
 
 RENDER_BUDGET_MS = 2000
 # Set by `nox -s screenshots`: the directory where the docs' screenshots go.
-DOCS_SCREENSHOTS = os.environ.get("PERFETTO_PY_DOCS_SCREENSHOTS")
 
 
 def _perfetto_trace(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -183,8 +181,6 @@ def test_the_screenshot_is_not_blank(page: OpenedPage, tmp_path: Path) -> None:
     page.page.locator("#flame .frame", has_text=re.compile("^hot$")).first.hover()
     png = tmp_path / "perfetto-trace-html.png"
     assert screenshot(page, png) > 20
-    if DOCS_SCREENSHOTS:
-        shutil.copy(png, Path(DOCS_SCREENSHOTS) / png.name)
 
 
 def test_a_truncated_trace_gives_a_picture_marked_incomplete(

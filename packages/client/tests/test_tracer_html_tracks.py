@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 from perfetto_testing import OpenedPage, open_page, screenshot
 from test_tracer_html import (
-    DOCS_SCREENSHOTS,
     RENDER_BUDGET_MS,
     _frames,
     _perfetto_trace,
@@ -267,5 +265,3 @@ def test_the_timeline_screenshot_is_not_blank(tmp_path: Path) -> None:
         png = tmp_path / "perfetto-trace-html-timeline.png"
         assert screenshot(opened, png) > 20
         assert opened.errors == []
-    if DOCS_SCREENSHOTS:
-        shutil.copy(png, Path(DOCS_SCREENSHOTS) / png.name)

@@ -75,10 +75,18 @@ def _left_instances(root: Path, pid: int) -> list[str]:
     return [p.name for p in (root / "instances").glob(f"perfetto_py_{pid}_*")]
 
 
-def _bundles(trace: Any) -> Iterator[Any]:
+def _compact(trace: Any, times: str, pids: str) -> Iterator[tuple[int, int, int]]:
+    """(cpu, timestamp, pid) of each event of compact_sched's columns `times` (deltas) and
+    `pids`, bundle by bundle."""
     for packet in trace.packet:
-        if packet.HasField("ftrace_events"):
-            yield packet.ftrace_events
+        if not packet.HasField("ftrace_events"):
+            continue
+        bundle = packet.ftrace_events
+        compact = bundle.compact_sched
+        ts = 0
+        for delta, pid in zip(getattr(compact, times), getattr(compact, pids), strict=True):
+            ts += delta
+            yield bundle.cpu, ts, pid
 
 
 def _runs(trace: Any, tid: int) -> list[tuple[int, int]]:
@@ -88,15 +96,11 @@ def _runs(trace: Any, tid: int) -> list[tuple[int, int]]:
     previous switch on that CPU switched in."""
     running: dict[int, tuple[int, int]] = {}  # cpu -> (pid, since)
     runs = []
-    for bundle in _bundles(trace):
-        compact = bundle.compact_sched
-        ts = 0
-        for delta, pid in zip(compact.switch_timestamp, compact.switch_next_pid, strict=True):
-            ts += delta
-            previous = running.get(bundle.cpu)
-            if previous is not None and previous[0] == tid:
-                runs.append((previous[1], ts))
-            running[bundle.cpu] = (pid, ts)
+    for cpu, ts, pid in _compact(trace, "switch_timestamp", "switch_next_pid"):
+        previous = running.get(cpu)
+        if previous is not None and previous[0] == tid:
+            runs.append((previous[1], ts))
+        running[cpu] = (pid, ts)
     return sorted(runs)
 
 
@@ -116,15 +120,7 @@ def _assert_blocked(trace: Any, tid: int, nap: Slice, duration_ns: int) -> None:
 
 
 def _wakings(trace: Any, tid: int) -> list[int]:
-    times = []
-    for bundle in _bundles(trace):
-        compact = bundle.compact_sched
-        ts = 0
-        for delta, pid in zip(compact.waking_timestamp, compact.waking_pid, strict=True):
-            ts += delta
-            if pid == tid:
-                times.append(ts)
-    return times
+    return [ts for _, ts, pid in _compact(trace, "waking_timestamp", "waking_pid") if pid == tid]
 
 
 def _thread_names(trace: Any, pid: int) -> dict[int, str]:

@@ -3,9 +3,7 @@ in headless Chromium from file:// and checked against an independent decoding of
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -38,7 +36,6 @@ churn()
 little()
 """
 # Set by `nox -s screenshots`: the directory where the docs' screenshots go.
-DOCS_SCREENSHOTS = os.environ.get("PERFETTO_PY_DOCS_SCREENSHOTS")
 PERFETTO_TRACE = str(Path(sys.executable).with_name("perfetto-trace"))
 
 
@@ -174,8 +171,6 @@ def test_the_heap_screenshot_is_not_blank(page: OpenedPage, tmp_path: Path) -> N
     page.page.locator("#flame .frame", has_text=re.compile("^keep$")).first.hover()
     png = tmp_path / "heap-profile-html.png"
     assert screenshot(page, png) > 20
-    if DOCS_SCREENSHOTS:
-        shutil.copy(png, Path(DOCS_SCREENSHOTS) / png.name)
 
 
 def test_a_truncated_heap_trace_gives_a_page_marked_incomplete(

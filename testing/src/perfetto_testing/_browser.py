@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -80,10 +81,18 @@ def open_page(path: Path, width: int = 1400, height: int = 900) -> Iterator[Open
             browser.close()
 
 
+DOCS_SCREENSHOTS = "PERFETTO_PY_DOCS_SCREENSHOTS"
+"""A directory (set by `nox -s screenshots`) where each screenshot is also copied, for docs/."""
+
+
 def screenshot(opened: OpenedPage, png: Path) -> int:
-    """Saves a screenshot of the whole page to `png`; returns how many distinct colours it
-    has (a blank page has one or two), counted by the browser itself from the PNG."""
+    """Saves a screenshot of the whole page to `png` (and a copy in $DOCS_SCREENSHOTS, when
+    set); returns how many distinct colours it has (a blank page has one or two), counted by
+    the browser itself from the PNG."""
     data = opened.page.screenshot(path=str(png), full_page=True)
+    docs = os.environ.get(DOCS_SCREENSHOTS)
+    if docs:
+        shutil.copy(png, Path(docs) / png.name)
     count: int = opened.page.evaluate(
         """async (b64) => {
             const img = new Image();

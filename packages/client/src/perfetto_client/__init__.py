@@ -6,7 +6,6 @@ Importing it is cheap: the tracing service, shared memory and protobuf modules l
 
 from __future__ import annotations
 
-import importlib as _importlib
 import os as _os
 import sys as _sys
 from typing import TYPE_CHECKING, Any
@@ -16,6 +15,7 @@ if _os.environ.get("PERFETTO_PY_PURE") == "1":  # importing protozero costs: onl
 
     _native.select_build(__name__)
 
+from perfetto_client import _lazy
 from perfetto_client._categories import Category
 from perfetto_client._debug_annotations import Traceable
 from perfetto_client._errors import TracingError
@@ -69,12 +69,7 @@ def __getattr__(name: str) -> Any:
         from importlib.metadata import version
 
         return version("perfetto-client")
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'perfetto_client' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return _lazy.load(__name__, _LAZY, name)
 
 
 if _sys.flags.dev_mode or _os.environ.get("PERFETTO_PY_NATIVE_NOTICE") == "1":

@@ -5,8 +5,9 @@ The names load on first use: the SDK's modules do not import the tracer's.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from perfetto_client._lazy import load
 
 if TYPE_CHECKING:
     from perfetto_client._tracer._html_report import write_html_report
@@ -20,12 +21,7 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     """Loads `ReportError` and `write_html_report` on first use."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'perfetto_client.report' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return load(__name__, _LAZY, name)
 
 
 __all__ = ["ReportError", "write_html_report"]

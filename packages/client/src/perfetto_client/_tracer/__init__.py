@@ -8,8 +8,9 @@ plugin writes into `_sink` without them).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from perfetto_client._lazy import load
 
 if TYPE_CHECKING:
     from perfetto_client._tracer._options import TraceOptions
@@ -25,12 +26,7 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     """Loads `record`, `Summary` and `TraceOptions` on first use."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'perfetto_client._tracer' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return load(__name__, _LAZY, name)
 
 
 __all__ = ["Summary", "TraceOptions", "record"]
