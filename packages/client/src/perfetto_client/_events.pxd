@@ -1,5 +1,6 @@
 import cython
 
+from perfetto_client._categories cimport Category
 from perfetto_client._track_event cimport describe_track, now, thread_writers, write_event
 from perfetto_client._track_event_writer cimport TrackEventWriter
 from perfetto_client._tracks cimport Track
@@ -10,7 +11,7 @@ cdef dict _counter_tracks
 
 cdef class Slice:
     cdef object _args
-    cdef object _cat
+    cdef Category _cat
     cdef Py_ssize_t _key
     cdef object _track
     cdef bytes _extra
@@ -19,9 +20,9 @@ cdef class Slice:
 
 
 @cython.locals(key=object, out=Slice, keys=dict)
-cpdef Slice thread_slice(object cat, object name, dict args)
+cpdef Slice thread_slice(Category cat, object name, dict args)
 @cython.locals(key=object, extra=bytes, iids=list, encoded=bytes, keys=dict)
-cpdef Slice track_slice(object cat, object name, Track track, dict args)
+cpdef Slice track_slice(Category cat, object name, Track track, dict args)
 cdef object _NO_SLICE
 cdef dict _modules
 cdef object _running_loop_getter

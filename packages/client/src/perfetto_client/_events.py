@@ -224,6 +224,7 @@ class NoSlice:
 _NO_SLICE = NoSlice()
 
 
+@cython.locals(cat=Category)  # type: ignore[untyped-decorator]
 def trace_event(
     category: str | Category,
     name: str,
@@ -278,7 +279,9 @@ def _in_running_loop() -> bool:
     return _running_loop_getter() is not None
 
 
-@cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long", on=Track, keys=dict)  # type: ignore[untyped-decorator]
+@cython.locals(  # type: ignore[untyped-decorator]
+    cat=Category, writers=tuple, writer=TrackEventWriter, ts="long long", on=Track, keys=dict
+)
 def instant(
     category: str | Category,
     name: str,
@@ -342,7 +345,7 @@ def instant(
 _counter_tracks: dict[str, CounterTrack] = {}
 
 
-@cython.locals(writers=tuple, ts="long long", field=bytes, writer=TrackEventWriter)  # type: ignore[untyped-decorator]
+@cython.locals(cat=Category, writers=tuple, ts="long long", field=bytes, writer=TrackEventWriter)  # type: ignore[untyped-decorator]
 def counter(
     category: str | Category,
     track: CounterTrack | str,
@@ -466,6 +469,7 @@ def _event(  # noqa: PLR0917 - positional: a call with ten keywords costs more t
     write_event(writers, key, event_type, ts, track, extra, iids)
 
 
+@cython.locals(cat=Category)  # type: ignore[untyped-decorator]
 def _record(  # noqa: PLR0917 - positional: a call with ten keywords costs more than the event
     event_type: int,
     category: str | Category,

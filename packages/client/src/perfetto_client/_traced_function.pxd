@@ -2,6 +2,7 @@ import cython
 
 from cpython.ref cimport PyObject
 
+from perfetto_client._categories cimport Category
 from perfetto_client._track_event cimport slice_enter, slice_exit
 
 cdef class TracedFunction:
@@ -9,7 +10,7 @@ cdef class TracedFunction:
     cdef dict __dict__
     cdef object __weakref__
     cdef object _fn
-    cdef object _cat
+    cdef Category _cat
     cdef Py_ssize_t _key
 
 

@@ -1,9 +1,11 @@
 import cython
 
+from perfetto_client._categories cimport Category, CategoryRegistry
 from perfetto_client._track_event_writer cimport TrackEventWriter
 from perfetto_client._tracks cimport Track
 
 cdef object _clock
+cdef CategoryRegistry registry
 cdef int _posix_clock
 
 @cython.locals(ns="long long")
@@ -23,7 +25,7 @@ cpdef ThreadState thread_state()
 @cython.locals(state=ThreadState, writers=tuple)
 cpdef tuple thread_writers(object mask)
 @cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long")
-cpdef tuple slice_enter(object cat, Py_ssize_t key)
+cpdef tuple slice_enter(Category cat, Py_ssize_t key)
 @cython.locals(writer=TrackEventWriter, ts="long long")
 cpdef slice_exit(tuple writers)
 @cython.locals(writer=TrackEventWriter, interned=bytes)
