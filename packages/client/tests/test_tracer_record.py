@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 from perfetto_client import TracingError
 from perfetto_client._tracer import record
-from tracer_support import decode
+from tracer_support import decode, require_compiled_hook
 
 
 def fib(n: int) -> int:
@@ -89,3 +90,113 @@ def test_the_service_logger_is_given_back_after_the_block(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines() == ["perfetto_service: after the block"]
     assert decode(tmp_path / "t.pftrace").problems == []
+
+
+FORK_IN_BLOCK = """
+import os, sys
+import perfetto_client
+
+def in_child():
+    return 7
+
+def in_parent():
+    return 8
+
+rec = perfetto_client.record("out.pftrace", follow_children={follow})
+with rec:
+    pid = os.fork()
+    if pid == 0:
+        in_child()
+    else:
+        _, status = os.waitpid(pid, 0)  # the child has left the block and ended
+        in_parent()
+if pid == 0:
+    print("child summary", rec.summary, flush=True)
+    {end}
+print("child exit", os.waitstatus_to_exitcode(status))
+print("parent summary", rec.summary.events_written, rec.summary.events_lost,
+      rec.summary.processes, rec.summary.build)
+"""
+
+
+@pytest.mark.parametrize(("end", "status"), [("os._exit(0)", 0), ("sys.exit(3)", 3)])
+@pytest.mark.parametrize("follow", [False, True])
+def test_a_forked_child_leaving_the_block_leaves_the_parents_recording_alone(
+    tmp_path: Path, end: str, status: int, follow: bool
+) -> None:
+    build = "pure" if os.environ.get("PERFETTO_PY_PURE") else "compiled"
+    if build == "compiled":
+        require_compiled_hook()
+    (tmp_path / "prog.py").write_text(FORK_IN_BLOCK.format(follow=follow, end=end))
+    proc = subprocess.run(
+        [sys.executable, "prog.py"],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    # The child's copy of the recording is its parent's: no summary of its own.
+    child, exit_line, parent = proc.stdout.splitlines()
+    assert child == "child summary None"
+    assert exit_line == f"child exit {status}"
+    events, lost, processes, used = parent.split()[2:]
+    assert (int(lost), int(processes), used) == (0, 1 + follow, build)
+    trace = decode(tmp_path / "out.pftrace")
+    assert trace.problems == []
+    decoded = sum(2 * len(t.slices) + len(t.instants) for t in trace.threads.values())
+    assert decoded == int(events)
+    [main] = [t for t in trace.threads.values() if "in_parent" in t.names()]
+    children = [t for t in trace.threads.values() if "in_child" in t.names()]
+    assert len(children) == follow
+    assert all(t.pid != main.pid for t in children)
+    assert "in_child" not in main.names()
+    assert len(trace.processes) == 1 + follow
+    assert not list(tmp_path.glob(".perfetto-trace-children-*"))
+
+
+STOP_IN_CHILD = """
+import os
+from perfetto_client import TracingError
+from perfetto_client._tracer._options import TraceOptions
+from perfetto_client._tracer._recording import Recording
+
+recording = Recording(TraceOptions(output="out.pftrace"))
+recording.start()
+pid = os.fork()
+if pid == 0:
+    try:
+        recording.stop()
+    except TracingError as exc:
+        print(exc, recording.summary, flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+summary = recording.stop()
+print(os.getpid(), summary.events_written)
+"""
+
+
+def test_stopping_the_recording_in_a_forked_child_is_a_tracing_error(tmp_path: Path) -> None:
+    (tmp_path / "prog.py").write_text(STOP_IN_CHILD)
+    proc = subprocess.run(
+        [sys.executable, "prog.py"],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    child, parent = proc.stdout.splitlines()
+    pid, events = parent.split()
+    assert child == (
+        f"this recording belongs to process {pid}, which started it: "
+        "a forked child cannot stop it None"
+    )
+    trace = decode(tmp_path / "out.pftrace")
+    assert trace.problems == []
+    assert int(events) > 0
+    assert sum(2 * len(t.slices) + len(t.instants) for t in trace.threads.values()) == int(events)

@@ -144,10 +144,19 @@ class Recording:
         self._sched = sched
 
     def stop(self) -> Summary:
-        """Stops recording and finishes the trace file."""
+        """Stops recording and finishes the trace file.
+
+        Only in the process that started it: a forked child gets `TracingError` and the
+        parent's engine, file and children's parts are left alone.
+        """
         engine = self.engine
         if engine is None:
             raise TracingError("this recording is not running")
+        if not self.active:
+            raise TracingError(
+                f"this recording belongs to process {self._owner}, which started it: "
+                "a forked child cannot stop it"
+            )
         self.engine = None
         sched, self._sched = self._sched, None
         if sched is not None:
@@ -236,7 +245,8 @@ class record(contextlib.ContextDecorator):  # noqa: N801 (used like a function)
     the keyword arguments are `TraceOptions` fields (`include`, `exclude`, `max_depth`,
     `min_duration_ns`, `c_calls`, `gc`, `exceptions`, `exception_types`, `ring_mb`,
     `snapshot_triggers`, `follow_children`, `otel`, `log_level`, `max_size_mb`, `sched`).
-    After the block, `.summary` says what was written.
+    After the block, `.summary` says what was written (in the process that entered the block;
+    a child forked inside it leaves the recording alone and its `.summary` stays None).
     """
 
     def __init__(self, output: str | os.PathLike[str] = DEFAULT_OUTPUT, **options: Any) -> None:
@@ -259,5 +269,6 @@ class record(contextlib.ContextDecorator):  # noqa: N801 (used like a function)
         tb: types.TracebackType | None,
     ) -> None:
         recording, self._recording = self._recording, None
-        if recording is not None:
+        # In a child forked inside the block the recording is its parent's: left alone.
+        if recording is not None and recording.active:
             self.summary = recording.stop()
