@@ -13,6 +13,11 @@ every package for what spells one instead:
 - in a module that takes constants from perfetto_protos.tags already, a constant that names an
   enum value by its number (`_SLICE_BEGIN = 1`, TrackEvent.Type.TYPE_SLICE_BEGIN). (Elsewhere
   such tables stay: the SDK's modules, for instance, do not import perfetto_protos.)
+- a hand-written encoder (a function whose first parameter is a field number or tag, as
+  `varint_field(field_number, value)`) called with an integer literal (`varint_field(2, x)`);
+- in a module that calls such an encoder or takes constants from perfetto_protos.tags, a
+  constant (module level, or in a class with no base) whose name is a field's and whose value
+  is that field's number (`_TRUSTED_UID = 3`, TracePacket.trusted_uid).
 
 And no module writes its list of tags twice (once cimported from `fields_c` for the compiled
 build, once imported from `fields` for the pure one): it names the module under one alias.
@@ -120,6 +125,102 @@ def hand_written_sources() -> list[Path]:
     return out
 
 
+_ENCODER_PARAMETERS = {"field_number", "field_id", "tag"}
+_CYTHON_DEF = re.compile(
+    r"\b(?:def|cdef|cpdef)\s+(?:[\w\[\]*]+\s+)*?(\w+)\(\s*(?:self\s*,\s*)?(?:[\w*]+\s+)*(\w+)\b"
+)
+
+
+def hand_encoders() -> set[str]:
+    """The names of the hand-written functions and methods whose first parameter (after `self`)
+    is a field number or tag (`varint_field`, `encode_tag`, `Message.append_varint`)."""
+    out: set[str] = set()
+    for path in hand_written_sources():
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".py":
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    names = [a.arg for a in node.args.args if a.arg not in {"self", "cls"}]
+                    if names and names[0] in _ENCODER_PARAMETERS:
+                        out.add(node.name)
+        else:
+            out.update(
+                m.group(1) for m in _CYTHON_DEF.finditer(text) if m.group(2) in _ENCODER_PARAMETERS
+            )
+    return {name for name in out if not name.startswith("__")}
+
+
+HAND_ENCODERS = hand_encoders()
+_ENCODER_CALL = re.compile(rf"\b(?:{'|'.join(sorted(HAND_ENCODERS))})\(")
+_ENCODED_LITERAL = re.compile(
+    rf"\b(?:{'|'.join(sorted(HAND_ENCODERS))})\(\s*(?:0x[0-9a-fA-F]+|\d+)\s*[,)]"
+)
+
+
+def _field_numbers() -> dict[str, set[int]]:
+    """The generated field numbers by field name in upper case (`TRUSTED_UID`: 3 among others,
+    from `TracePacket_trusted_uid_ID`); a field's name is the lower-case end of its constant."""
+    out: dict[str, set[int]] = {}
+    for name, value in vars(fields).items():
+        if not name.endswith("_ID"):
+            continue
+        words = name.removesuffix("_ID").split("_")
+        start = len(words)
+        while start > 0 and not words[start - 1][:1].isupper():
+            start -= 1
+        if start < len(words):
+            out.setdefault("_".join(words[start:]).upper(), set()).add(value)
+    return out
+
+
+FIELD_NUMBERS = _field_numbers()
+_INT_CONSTANT = re.compile(r"^(_?[A-Z][A-Z0-9_]*)\s*=\s*(0x[0-9a-fA-F]+|\d+)\b")
+
+
+def _int_constants(path: Path, text: str) -> Iterator[tuple[int, str, int]]:
+    """(line, name, value) of each integer constant at module level or in a class with no base
+    (an enum's members are values, not field numbers)."""
+    if path.suffix != ".py":
+        for number, line in enumerate(text.splitlines(), 1):
+            match = _INT_CONSTANT.match(line)
+            if match is not None:
+                yield number, match.group(1), int(match.group(2), 0)
+        return
+    tree = ast.parse(text)
+    bodies = [tree.body] + [
+        node.body for node in ast.walk(tree) if isinstance(node, ast.ClassDef) and not node.bases
+    ]
+    for body in bodies:
+        for node in body:
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Constant)
+                and type(node.value.value) is int
+            ):
+                yield node.lineno, node.targets[0].id, node.value.value
+
+
+def field_number_constants(path: Path) -> list[str]:
+    """In a module that encodes (calls a hand encoder) or takes perfetto_protos.tags: the
+    constants whose name is a field's (perhaps ending `_FIELD` or `_ID`) and whose value is
+    that field's number, as `path:line: NAME = value`."""
+    text = path.read_text(encoding="utf-8")
+    if "perfetto_protos.tags" not in text and _ENCODER_CALL.search(text) is None:
+        return []
+    rel = path.relative_to(ROOT) if ROOT in path.parents else path
+    found = []
+    for number, name, value in _int_constants(path, text):
+        base = name.lstrip("_")
+        names = {base} | {
+            base.removesuffix(end) for end in ("_FIELD_NUMBER", "_FIELD", "_ID") if base != end
+        }
+        if any(value in FIELD_NUMBERS.get(candidate, ()) for candidate in names):
+            found.append(f"{rel}:{number}: {name} = {value}")
+    return found
+
+
 def _code_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text without its comment) of each line; docstrings are kept (rarely
     matched) but comments go: `# Trace.packet (1)` is how a constant says what it is."""
@@ -144,12 +245,13 @@ def _bytes_tags(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def spelled_tags(path: Path) -> list[str]:
-    """Where `path` spells a field tag or number, as `path:line: text`."""
+    """Where `path` spells a field tag or number, as `path:line: text` (the first rule that
+    matches a line)."""
     rel = path.relative_to(ROOT) if ROOT in path.parents else path
     found = [f"{rel}:{n}: {text}" for n, text in _bytes_tags(path)]
     compared = set(re.findall(r"\btag\s*==\s*(\w+)", path.read_text(encoding="utf-8")))
     for number, line in _code_lines(path):
-        for rule in (_POINTER_STORE, _COMPARED, _MADE):
+        for rule in (_POINTER_STORE, _COMPARED, _MADE, _ENCODED_LITERAL):
             found += [f"{rel}:{number}: {m.group(0)}" for m in rule.finditer(line.rstrip())]
         named = _NAMED_BYTE.match(line.rstrip())
         if named is not None and named.group(1) in compared:
@@ -165,7 +267,9 @@ def spelled_tags(path: Path) -> list[str]:
             name, value = constant.group(1).lstrip("_"), int(constant.group(2))
             if value in ENUM_VALUES.get(name, ()):
                 found.append(f"{rel}:{number}: {constant.group(0)}")
-    return found
+    found += field_number_constants(path)
+    lines = [finding.split(": ", 1)[0] for finding in found]
+    return [finding for i, finding in enumerate(found) if lines[i] not in lines[:i]]
 
 
 def test_the_scan_covers_the_encoders_and_finds_a_spelled_tag(tmp_path: Path) -> None:
@@ -196,6 +300,33 @@ def test_the_scan_covers_the_encoders_and_finds_a_spelled_tag(tmp_path: Path) ->
         "_PROCESS_TREE = 2  # TracePacket.process_tree",
         "_SLICE_BEGIN = 1",
     ]
+
+
+def test_the_scan_finds_a_field_number_given_to_a_hand_encoder(tmp_path: Path) -> None:
+    assert {"varint_field", "nested_field", "bytes_field", "encode_tag"} <= HAND_ENCODERS
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import enum\n"
+        "from perfetto_service.core._field_encoding import (\n"
+        "    bytes_field, nested_field, varint_field\n)\n"
+        "_TRUSTED_UID = 3\n_TRACE_CONFIG_FIELD = 33\nSYNCED_CLOCKS_KEPT = 5\n"
+        "class Kind:\n    TRACING_STARTED = 2\n    SEIZED_FOR_BUGREPORT = 7\n"
+        "class Unit(enum.IntEnum):\n    COUNT = 2\n"
+        "body = varint_field(2, lsb) + varint_field(Msb_ID, msb)\n"
+        "nested_field(1, b'') + nested_field(n, b'')\nbytes_field(0x04, b'')\n"
+    )
+    got = [line.split(": ", 1)[1] for line in spelled_tags(sample)]
+    assert got == [
+        "varint_field(2,",
+        "nested_field(1,",
+        "bytes_field(0x04,",
+        "_TRUSTED_UID = 3",
+        "_TRACE_CONFIG_FIELD = 33",
+        "TRACING_STARTED = 2",
+    ]
+    plain = tmp_path / "plain.py"
+    plain.write_text("_TRUSTED_UID = 3\n")
+    assert spelled_tags(plain) == []
 
 
 def _encoded(tag: int) -> bytes:

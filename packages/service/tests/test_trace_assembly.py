@@ -7,6 +7,11 @@ from typing import Any
 from perfetto_protos.common import trace_stats_pb2
 from perfetto_protos.config import trace_config_pb2
 from perfetto_protos.ipc import consumer_port_pb2
+from perfetto_protos.tags.fields import (
+    TracingServiceEvent_all_data_sources_started_ID,
+    TracingServiceEvent_read_tracing_buffers_completed_ID,
+    TracingServiceEvent_tracing_started_ID,
+)
 from perfetto_protos.trace import trace_packet_pb2
 from perfetto_protos.upstream import parse_upstream_trace
 from perfetto_service import trace_file_bytes
@@ -14,7 +19,6 @@ from perfetto_service.core._buffer_reader import read_producer_packets
 from perfetto_service.core._read_slicer import read_buffers_replies
 from perfetto_service.core._service_packets import (
     ServicePacketWriter,
-    TracingServiceEventKind,
     boot_time_ns,
     capture_clock_snapshot,
     collect_system_info,
@@ -49,15 +53,15 @@ def test_service_and_producer_packets_make_a_trace_upstream_reads() -> None:
         service.trace_config(config.SerializeToString()),
         service.trace_uuid(0x1122334455667788, -5),
         service.system_info(collect_system_info("Perfetto v0.1 (perfetto-py)")),
-        service.service_event(started, TracingServiceEventKind.TRACING_STARTED),
-        service.service_event(started + 1, TracingServiceEventKind.ALL_DATA_SOURCES_STARTED),
+        service.service_event(started, TracingServiceEvent_tracing_started_ID),
+        service.service_event(started + 1, TracingServiceEvent_all_data_sources_started_ID),
     ]
     drained = read_producer_packets(buffer, TrustedFieldsWriter(), threshold=1 << 20)
     stats = trace_stats_pb2.TraceStats(invalid_packets=drained.invalid_packets)
     stats.buffer_stats.append(buffer.stats.to_proto())
     tail = [
         service.service_event(
-            boot_time_ns(), TracingServiceEventKind.READ_TRACING_BUFFERS_COMPLETED
+            boot_time_ns(), TracingServiceEvent_read_tracing_buffers_completed_ID
         ),
         service.trace_stats(stats.SerializeToString()),
     ]

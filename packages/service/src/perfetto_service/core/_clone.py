@@ -14,9 +14,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from perfetto_protos.common.trace_stats_pb2 import TraceStats
+from perfetto_protos.tags.fields import (
+    TracingServiceEvent_clone_started_ID,
+    TracingServiceEvent_tracing_disabled_ID,
+)
 
 from perfetto_service._interfaces import SessionCloned
-from perfetto_service.core._service_packets import TracingServiceEventKind, boot_time_ns
+from perfetto_service.core._service_packets import boot_time_ns
 from perfetto_service.core._session import SessionState, TracingSession
 from perfetto_service.core._trace_buffer import TraceBuffer
 
@@ -127,8 +131,8 @@ def _finish(
     clone.final_flush_outcome = (
         TraceStats.FINAL_FLUSH_SUCCEEDED if flush_ok else TraceStats.FINAL_FLUSH_FAILED
     )
-    clone.record_lifecycle_event(TracingServiceEventKind.CLONE_STARTED, started_ns)
-    clone.record_lifecycle_event(TracingServiceEventKind.TRACING_DISABLED, boot_time_ns())
+    clone.record_lifecycle_event(TracingServiceEvent_clone_started_ID, started_ns)
+    clone.record_lifecycle_event(TracingServiceEvent_tracing_disabled_ID, boot_time_ns())
     sessions[new_id] = clone
     consumer.tracing_session_id = new_id
     return SessionCloned(True, "", clone.trace_uuid[0], clone.trace_uuid[1])

@@ -14,8 +14,19 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+from perfetto_protos.tags.fields import (
+    RemoteClockSync_synced_clocks_ID,
+    RemoteClockSync_SyncedClocks_client_clocks_ID,
+    RemoteClockSync_SyncedClocks_host_clocks_ID,
+    TracePacket_machine_id_ID,
+    TracePacket_remote_clock_sync_ID,
+    TracePacket_system_info_ID,
+    TracePacket_trusted_packet_sequence_id_ID,
+    TracePacket_trusted_uid_ID,
+)
+
 from perfetto_service.core._field_encoding import bytes_field, nested_field, varint_field
-from perfetto_service.core._service_packets import ClockReading
+from perfetto_service.core._service_packets import ClockReading, clock_snapshot_clocks
 from perfetto_service.core._session import TracingSession
 from perfetto_service.core._trusted_fields import SERVICE_PACKET_SEQUENCE_ID
 
@@ -23,12 +34,6 @@ __all__ = ["SYNCED_CLOCKS_KEPT", "ClockExchange", "RelayClients", "RelayEndpoint
 
 SYNCED_CLOCKS_KEPT = 5
 """Clock exchanges kept per relay (the most recent ones), as upstream's service keeps."""
-
-_TRUSTED_UID = 3
-_TRUSTED_PACKET_SEQUENCE_ID = 10
-_SYSTEM_INFO = 45
-_MACHINE_ID = 98
-_REMOTE_CLOCK_SYNC = 107
 
 
 class SyncMode(enum.IntEnum):
@@ -102,9 +107,11 @@ class RelayClients:
         out: list[bytes] = []
         for endpoint in self._first_per_machine(lambda e: bool(e.serialized_system_info)):
             out.append(
-                bytes_field(_SYSTEM_INFO, endpoint.serialized_system_info)
+                bytes_field(TracePacket_system_info_ID, endpoint.serialized_system_info)
                 + self._header(endpoint.machine_id)
-                + varint_field(_TRUSTED_PACKET_SEQUENCE_ID, SERVICE_PACKET_SEQUENCE_ID)
+                + varint_field(
+                    TracePacket_trusted_packet_sequence_id_ID, SERVICE_PACKET_SEQUENCE_ID
+                )
             )
         return out
 
@@ -117,13 +124,22 @@ class RelayClients:
         for endpoint in self._first_per_machine(lambda e: bool(e.synced_clocks)):
             body = b"".join(
                 nested_field(
-                    1,
-                    nested_field(2, _snapshot(exchange.client_clocks))
-                    + nested_field(3, _snapshot(exchange.host_clocks)),
+                    RemoteClockSync_synced_clocks_ID,
+                    nested_field(
+                        RemoteClockSync_SyncedClocks_client_clocks_ID,
+                        clock_snapshot_clocks(exchange.client_clocks),
+                    )
+                    + nested_field(
+                        RemoteClockSync_SyncedClocks_host_clocks_ID,
+                        clock_snapshot_clocks(exchange.host_clocks),
+                    ),
                 )
                 for exchange in endpoint.synced_clocks
             )
-            out.append(nested_field(_REMOTE_CLOCK_SYNC, body) + self._header(endpoint.machine_id))
+            out.append(
+                nested_field(TracePacket_remote_clock_sync_ID, body)
+                + self._header(endpoint.machine_id)
+            )
         return out
 
     def _first_per_machine(self, usable: Callable[[RelayEndpoint], bool]) -> list[RelayEndpoint]:
@@ -137,12 +153,6 @@ class RelayClients:
 
     def _header(self, machine_id: int) -> bytes:
         uid = self._uid - 2**32 if self._uid >= 2**31 else self._uid  # an int32 on the wire
-        return varint_field(_MACHINE_ID, machine_id) + varint_field(_TRUSTED_UID, uid % 2**64)
-
-
-def _snapshot(readings: Sequence[ClockReading]) -> bytes:
-    """A ClockSnapshot message body of `readings`."""
-    return b"".join(
-        nested_field(1, varint_field(1, clock_id) + varint_field(2, timestamp))
-        for clock_id, timestamp in readings
-    )
+        return varint_field(TracePacket_machine_id_ID, machine_id) + varint_field(
+            TracePacket_trusted_uid_ID, uid % 2**64
+        )

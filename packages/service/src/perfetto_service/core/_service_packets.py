@@ -23,6 +23,41 @@ from perfetto_protos.common.builtin_clock_pb2 import (
     BUILTIN_CLOCK_REALTIME,
     BUILTIN_CLOCK_REALTIME_COARSE,
 )
+from perfetto_protos.tags.fields import (
+    ClockSnapshot_Clock_clock_id_ID,
+    ClockSnapshot_Clock_timestamp_ID,
+    ClockSnapshot_clocks_ID,
+    ClockSnapshot_primary_trace_clock_ID,
+    SystemInfo_num_cpus_ID,
+    SystemInfo_page_size_ID,
+    SystemInfo_system_ram_bytes_ID,
+    SystemInfo_timezone_off_mins_ID,
+    SystemInfo_tracing_service_version_ID,
+    SystemInfo_utsname_ID,
+    TracePacket_clock_snapshot_ID,
+    TracePacket_machine_id_ID,
+    TracePacket_service_event_ID,
+    TracePacket_synchronization_marker_ID,
+    TracePacket_system_info_ID,
+    TracePacket_timestamp_clock_id_ID,
+    TracePacket_timestamp_ID,
+    TracePacket_trace_config_ID,
+    TracePacket_trace_provenance_ID,
+    TracePacket_trace_stats_ID,
+    TracePacket_trace_uuid_ID,
+    TracePacket_trusted_packet_sequence_id_ID,
+    TracePacket_trusted_uid_ID,
+    TraceProvenance_Buffer_sequences_ID,
+    TraceProvenance_buffers_ID,
+    TraceProvenance_Sequence_id_ID,
+    TraceProvenance_Sequence_producer_id_ID,
+    TraceUuid_lsb_ID,
+    TraceUuid_msb_ID,
+    Utsname_machine_ID,
+    Utsname_release_ID,
+    Utsname_sysname_ID,
+    Utsname_version_ID,
+)
 
 from perfetto_service.core._field_encoding import bytes_field, nested_field, varint_field
 from perfetto_service.core._trusted_fields import SERVICE_PACKET_SEQUENCE_ID
@@ -30,35 +65,6 @@ from perfetto_service.core._trusted_fields import SERVICE_PACKET_SEQUENCE_ID
 SYNC_MARKER = bytes.fromhex("82477a76b28d42ba81dc33326d57a079")
 """Payload of TracePacket.synchronization_marker (UUID 82477a76-b28d-42ba-81dc-33326d57a079)."""
 
-
-class TracingServiceEventKind:
-    """Field numbers of the TracingServiceEvent oneof members."""
-
-    ALL_DATA_SOURCES_STARTED = 1
-    TRACING_STARTED = 2
-    ALL_DATA_SOURCES_FLUSHED = 3
-    READ_TRACING_BUFFERS_COMPLETED = 4
-    TRACING_DISABLED = 5
-    SEIZED_FOR_BUGREPORT = 6
-    FLUSH_STARTED = 9
-    CLONE_STARTED = 10
-    BUFFER_CLONED = 11
-
-
-# TracePacket fields.
-_TIMESTAMP = 8
-_TRUSTED_UID = 3
-_TRUSTED_PACKET_SEQUENCE_ID = 10
-_TIMESTAMP_CLOCK_ID = 58
-_MACHINE_ID = 98
-_CLOCK_SNAPSHOT = 6
-_TRACE_CONFIG = 33
-_TRACE_STATS = 35
-_SYNCHRONIZATION_MARKER = 36
-_SYSTEM_INFO = 45
-_SERVICE_EVENT = 69
-_TRACE_UUID = 89
-_TRACE_PROVENANCE = 124
 
 # (Python clock id, BuiltinClock) in the order upstream snapshots Linux clocks.
 _LINUX_CLOCKS: tuple[tuple[int, int], ...] = (
@@ -97,6 +103,18 @@ def capture_clock_snapshot() -> list[ClockReading]:
     ]
 
 
+def clock_snapshot_clocks(readings: Sequence[ClockReading]) -> bytes:
+    """The `clocks` fields of a ClockSnapshot message holding `readings`."""
+    return b"".join(
+        nested_field(
+            ClockSnapshot_clocks_ID,
+            varint_field(ClockSnapshot_Clock_clock_id_ID, clock_id)
+            + varint_field(ClockSnapshot_Clock_timestamp_ID, timestamp),
+        )
+        for clock_id, timestamp in readings
+    )
+
+
 def boot_time_ns() -> int:
     """CLOCK_BOOTTIME now, the clock of every timestamp the service writes."""
     return time.clock_gettime_ns(time.CLOCK_BOOTTIME)
@@ -111,13 +129,13 @@ class ServicePacketWriter:
 
     def __init__(self, uid: int, machine_id: int = 0) -> None:
         self._uid = uid
-        header = varint_field(_TRUSTED_UID, _int32(uid)) + varint_field(
-            _TRUSTED_PACKET_SEQUENCE_ID, SERVICE_PACKET_SEQUENCE_ID
+        header = varint_field(TracePacket_trusted_uid_ID, _int32(uid)) + varint_field(
+            TracePacket_trusted_packet_sequence_id_ID, SERVICE_PACKET_SEQUENCE_ID
         )
-        self._sync_marker = header + bytes_field(_SYNCHRONIZATION_MARKER, SYNC_MARKER)
-        header += varint_field(_TIMESTAMP_CLOCK_ID, BUILTIN_CLOCK_BOOTTIME)
+        self._sync_marker = header + bytes_field(TracePacket_synchronization_marker_ID, SYNC_MARKER)
+        header += varint_field(TracePacket_timestamp_clock_id_ID, BUILTIN_CLOCK_BOOTTIME)
         if machine_id:
-            header += varint_field(_MACHINE_ID, machine_id & 0xFFFFFFFF)
+            header += varint_field(TracePacket_machine_id_ID, machine_id & 0xFFFFFFFF)
         self._header = header
 
     @property
@@ -135,50 +153,53 @@ class ServicePacketWriter:
         primary_trace_clock: int = BUILTIN_CLOCK_BOOTTIME,
     ) -> bytes:
         """A ClockSnapshot packet for `readings` (see `capture_clock_snapshot`)."""
-        body = varint_field(2, primary_trace_clock or BUILTIN_CLOCK_BOOTTIME)
-        body += b"".join(
-            nested_field(1, varint_field(1, clock_id) + varint_field(2, timestamp))
-            for clock_id, timestamp in readings
+        body = varint_field(
+            ClockSnapshot_primary_trace_clock_ID, primary_trace_clock or BUILTIN_CLOCK_BOOTTIME
         )
-        return nested_field(_CLOCK_SNAPSHOT, body) + self._header
+        body += clock_snapshot_clocks(readings)
+        return nested_field(TracePacket_clock_snapshot_ID, body) + self._header
 
     def trace_config(self, serialized_config: bytes) -> bytes:
         """The packet echoing the session's TraceConfig."""
-        return self._header + nested_field(_TRACE_CONFIG, serialized_config)
+        return self._header + nested_field(TracePacket_trace_config_ID, serialized_config)
 
     def trace_uuid(self, msb: int, lsb: int) -> bytes:
         """The TraceUuid packet (lsb is written before msb, like upstream)."""
-        body = varint_field(2, _int64(lsb)) + varint_field(1, _int64(msb))
-        return self._header + nested_field(_TRACE_UUID, body)
+        body = varint_field(TraceUuid_lsb_ID, _int64(lsb)) + varint_field(
+            TraceUuid_msb_ID, _int64(msb)
+        )
+        return self._header + nested_field(TracePacket_trace_uuid_ID, body)
 
     def system_info(self, info: SystemInfo) -> bytes:
         """The SystemInfo packet."""
-        body = bytes_field(4, info.tracing_service_version.encode())
+        body = bytes_field(
+            SystemInfo_tracing_service_version_ID, info.tracing_service_version.encode()
+        )
         if info.timezone_off_mins is not None:
-            body += varint_field(7, _int32(info.timezone_off_mins))
+            body += varint_field(SystemInfo_timezone_off_mins_ID, _int32(info.timezone_off_mins))
         if info.utsname is not None:
             sysname, version, machine, release = info.utsname
             body += nested_field(
-                1,
-                bytes_field(1, sysname.encode())
-                + bytes_field(2, version.encode())
-                + bytes_field(4, machine.encode())
-                + bytes_field(3, release.encode()),
+                SystemInfo_utsname_ID,
+                bytes_field(Utsname_sysname_ID, sysname.encode())
+                + bytes_field(Utsname_version_ID, version.encode())
+                + bytes_field(Utsname_machine_ID, machine.encode())
+                + bytes_field(Utsname_release_ID, release.encode()),
             )
         if info.page_size is not None:
-            body += varint_field(6, info.page_size)
+            body += varint_field(SystemInfo_page_size_ID, info.page_size)
         if info.system_ram_bytes is not None:
-            body += varint_field(16, info.system_ram_bytes)
+            body += varint_field(SystemInfo_system_ram_bytes_ID, info.system_ram_bytes)
         if info.num_cpus is not None:
-            body += varint_field(8, info.num_cpus)
-        return nested_field(_SYSTEM_INFO, body) + self._header
+            body += varint_field(SystemInfo_num_cpus_ID, info.num_cpus)
+        return nested_field(TracePacket_system_info_ID, body) + self._header
 
     def service_event(self, timestamp: int, event: int, value: int = 1) -> bytes:
         """A TracingServiceEvent packet setting oneof member `event` (a field number) to `value`."""
         return (
-            varint_field(_TIMESTAMP, timestamp)
+            varint_field(TracePacket_timestamp_ID, timestamp)
             + self._header
-            + nested_field(_SERVICE_EVENT, varint_field(event, value))
+            + nested_field(TracePacket_service_event_ID, varint_field(event, value))
         )
 
     def trace_provenance(
@@ -187,23 +208,27 @@ class ServicePacketWriter:
         """The TraceProvenance packet: per buffer, its (sequence id, producer id) pairs."""
         body = b"".join(
             nested_field(
-                2,
+                TraceProvenance_buffers_ID,
                 b"".join(
-                    nested_field(1, varint_field(1, sequence_id) + varint_field(2, producer))
+                    nested_field(
+                        TraceProvenance_Buffer_sequences_ID,
+                        varint_field(TraceProvenance_Sequence_id_ID, sequence_id)
+                        + varint_field(TraceProvenance_Sequence_producer_id_ID, producer),
+                    )
                     for sequence_id, producer in sequences
                 ),
             )
             for sequences in buffers
         )
         return (
-            varint_field(_TIMESTAMP, timestamp)
-            + nested_field(_TRACE_PROVENANCE, body)
+            varint_field(TracePacket_timestamp_ID, timestamp)
+            + nested_field(TracePacket_trace_provenance_ID, body)
             + self._header
         )
 
     def trace_stats(self, serialized_trace_stats: bytes) -> bytes:
         """The TraceStats packet."""
-        return self._header + nested_field(_TRACE_STATS, serialized_trace_stats)
+        return self._header + nested_field(TracePacket_trace_stats_ID, serialized_trace_stats)
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,12 @@ from typing import TYPE_CHECKING
 from perfetto_protos.common.trace_stats_pb2 import TraceStats
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
+from perfetto_protos.tags.fields import (
+    TracingServiceEvent_all_data_sources_flushed_ID,
+    TracingServiceEvent_flush_started_ID,
+)
 
-from perfetto_service.core._service_packets import ClockReading, TracingServiceEventKind
+from perfetto_service.core._service_packets import ClockReading
 from perfetto_service.core._trusted_fields import TrustedFieldsWriter
 from perfetto_service.core._write_into_file import TraceFileWriter
 
@@ -125,8 +129,8 @@ class TracingSession:
         )
         # Lifecycle events by TracingServiceEvent field, oldest first; most keep one timestamp.
         self.lifecycle_events: dict[int, collections.deque[int]] = {
-            TracingServiceEventKind.ALL_DATA_SOURCES_FLUSHED: collections.deque(maxlen=64),
-            TracingServiceEventKind.FLUSH_STARTED: collections.deque(maxlen=64),
+            TracingServiceEvent_all_data_sources_flushed_ID: collections.deque(maxlen=64),
+            TracingServiceEvent_flush_started_ID: collections.deque(maxlen=64),
         }
         self.slow_start_event: tuple[int, bytes] | None = None
         """The slow_starting_data_sources packet (with its timestamp), until the next read."""

@@ -11,6 +11,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from perfetto_protos.common.builtin_clock_pb2 import BUILTIN_CLOCK_BOOTTIME
 from perfetto_protos.common.trace_stats_pb2 import TraceStats
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
+from perfetto_protos.tags.fields import (
+    TracingServiceEvent_read_tracing_buffers_completed_ID,
+)
 
 from perfetto_service.core._buffer_reader import (
     read_producer_packets,
@@ -21,7 +24,6 @@ from perfetto_service.core._relay_clients import RelayClients
 from perfetto_service.core._service_packets import (
     ServicePacketWriter,
     SystemInfo,
-    TracingServiceEventKind,
     boot_time_ns,
 )
 from perfetto_service.core._session import TracingSession
@@ -115,7 +117,7 @@ class SessionReader:
         out: list[bytes] = []
         if not session.config.builtin_data_sources.disable_service_events:
             session.record_lifecycle_event(
-                TracingServiceEventKind.READ_TRACING_BUFFERS_COMPLETED, boot_time_ns()
+                TracingServiceEvent_read_tracing_buffers_completed_ID, boot_time_ns()
             )
             out.extend(self._lifecycle_packets(session))
         if session.should_emit_stats:

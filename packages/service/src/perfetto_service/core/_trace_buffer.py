@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from perfetto_protos.common import trace_stats_pb2
+from perfetto_protos.tags import fields as tags
 from perfetto_smb import PACKET_SIZE_DROP_PACKET, PATCH_SIZE, ChunkFlags
 
 from perfetto_service._errors import ServiceError
@@ -131,26 +132,26 @@ class Patch(NamedTuple):
 
 
 _STATS_FIELDS: tuple[tuple[str, int], ...] = (
-    ("bytes_written", 1),
-    ("chunks_written", 2),
-    ("chunks_overwritten", 3),
-    ("write_wrap_count", 4),
-    ("patches_succeeded", 5),
-    ("patches_failed", 6),
-    ("readaheads_succeeded", 7),
-    ("readaheads_failed", 8),
-    ("abi_violations", 9),
-    ("chunks_rewritten", 10),
-    ("chunks_committed_out_of_order", 11),
-    ("buffer_size", 12),
-    ("bytes_overwritten", 13),
-    ("bytes_read", 14),
-    ("padding_bytes_written", 15),
-    ("padding_bytes_cleared", 16),
-    ("chunks_read", 17),
-    ("chunks_discarded", 18),
-    ("trace_writer_packet_loss", 19),
-    ("chunks_relocated", 20),
+    ("bytes_written", tags.TraceStats_BufferStats_bytes_written_ID),
+    ("chunks_written", tags.TraceStats_BufferStats_chunks_written_ID),
+    ("chunks_overwritten", tags.TraceStats_BufferStats_chunks_overwritten_ID),
+    ("write_wrap_count", tags.TraceStats_BufferStats_write_wrap_count_ID),
+    ("patches_succeeded", tags.TraceStats_BufferStats_patches_succeeded_ID),
+    ("patches_failed", tags.TraceStats_BufferStats_patches_failed_ID),
+    ("readaheads_succeeded", tags.TraceStats_BufferStats_readaheads_succeeded_ID),
+    ("readaheads_failed", tags.TraceStats_BufferStats_readaheads_failed_ID),
+    ("abi_violations", tags.TraceStats_BufferStats_abi_violations_ID),
+    ("chunks_rewritten", tags.TraceStats_BufferStats_chunks_rewritten_ID),
+    ("chunks_committed_out_of_order", tags.TraceStats_BufferStats_chunks_committed_out_of_order_ID),
+    ("buffer_size", tags.TraceStats_BufferStats_buffer_size_ID),
+    ("bytes_overwritten", tags.TraceStats_BufferStats_bytes_overwritten_ID),
+    ("bytes_read", tags.TraceStats_BufferStats_bytes_read_ID),
+    ("padding_bytes_written", tags.TraceStats_BufferStats_padding_bytes_written_ID),
+    ("padding_bytes_cleared", tags.TraceStats_BufferStats_padding_bytes_cleared_ID),
+    ("chunks_read", tags.TraceStats_BufferStats_chunks_read_ID),
+    ("chunks_discarded", tags.TraceStats_BufferStats_chunks_discarded_ID),
+    ("trace_writer_packet_loss", tags.TraceStats_BufferStats_trace_writer_packet_loss_ID),
+    ("chunks_relocated", tags.TraceStats_BufferStats_chunks_relocated_ID),
 )
 
 

@@ -23,6 +23,15 @@ from perfetto_protos.common.tracing_service_capabilities_pb2 import TracingServi
 from perfetto_protos.common.tracing_service_state_pb2 import TracingServiceState
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_protos.config.trace_config_pb2 import TraceConfig
+from perfetto_protos.tags.fields import (
+    TracingServiceEvent_all_data_sources_flushed_ID,
+    TracingServiceEvent_all_data_sources_started_ID,
+    TracingServiceEvent_flush_started_ID,
+    TracingServiceEvent_last_flush_slow_data_sources_ID,
+    TracingServiceEvent_slow_starting_data_sources_ID,
+    TracingServiceEvent_tracing_disabled_ID,
+    TracingServiceEvent_tracing_started_ID,
+)
 from perfetto_smb import (
     MAX_WRITER_ID,
     CopiedChunk,
@@ -49,7 +58,6 @@ from perfetto_service.core._relay_clients import RelayClients, RelayEndpoint
 from perfetto_service.core._service_packets import (
     ServicePacketWriter,
     SystemInfo,
-    TracingServiceEventKind,
     boot_time_ns,
     capture_clock_snapshot,
     collect_system_info,
@@ -125,10 +133,6 @@ FLUSH_INITIATOR_TRACED = 1
 def flush_flags(initiator: int, reason: int) -> int:
     """The FlushFlags word for an initiator and a reason."""
     return (initiator << 4) | reason
-
-
-_SLOW_STARTING_DATA_SOURCES = 7
-_LAST_FLUSH_SLOW_DATA_SOURCES = 8
 
 
 @dataclass(eq=False)
@@ -835,7 +839,7 @@ class TracingService:
         builtin = session.config.builtin_data_sources
         if not builtin.disable_clock_snapshotting:
             session.initial_clock_snapshot = capture_clock_snapshot()
-        session.record_lifecycle_event(TracingServiceEventKind.TRACING_STARTED, boot_time_ns())
+        session.record_lifecycle_event(TracingServiceEvent_tracing_started_ID, boot_time_ns())
 
         generation = session.snapshot_generation
         interval = builtin.snapshot_interval_ms or DEFAULT_SNAPSHOT_INTERVAL_MS
@@ -896,7 +900,7 @@ class TracingService:
             return
         self._maybe_snapshot_clocks(session)
         session.record_lifecycle_event(
-            TracingServiceEventKind.ALL_DATA_SOURCES_STARTED, boot_time_ns()
+            TracingServiceEvent_all_data_sources_started_ID, boot_time_ns()
         )
         session.did_notify_all_data_sources_started = True
         session.consumer.on_all_data_sources_started()
@@ -919,7 +923,10 @@ class TracingService:
         session.slow_start_event = (
             timestamp,
             data_sources_event_packet(
-                self._packet_writer, timestamp, _SLOW_STARTING_DATA_SOURCES, slow
+                self._packet_writer,
+                timestamp,
+                TracingServiceEvent_slow_starting_data_sources_ID,
+                slow,
             ),
         )
 
@@ -1054,7 +1061,7 @@ class TracingService:
         session.state = SessionState.DISABLED
         self._scrape_all(session)
         self._maybe_snapshot_clocks(session)
-        session.record_lifecycle_event(TracingServiceEventKind.TRACING_DISABLED, boot_time_ns())
+        session.record_lifecycle_event(TracingServiceEvent_tracing_disabled_ID, boot_time_ns())
         session.end_error = session.end_error or error
         if session.file_writer is not None:
             session.write_period_ms = 0
@@ -1107,7 +1114,7 @@ class TracingService:
         if session is None:
             callback(False)
             return
-        session.record_lifecycle_event(TracingServiceEventKind.FLUSH_STARTED, boot_time_ns())
+        session.record_lifecycle_event(TracingServiceEvent_flush_started_ID, boot_time_ns())
         by_producer: dict[int, list[int]] = {}
         for instance in session.data_source_instances:
             if not instance.no_flush:
@@ -1189,7 +1196,7 @@ class TracingService:
                     data_sources_event_packet(
                         self._packet_writer,
                         timestamp,
-                        _LAST_FLUSH_SLOW_DATA_SOURCES,
+                        TracingServiceEvent_last_flush_slow_data_sources_ID,
                         slow[:MAX_LISTED_DATA_SOURCES],
                     ),
                 )
@@ -1206,7 +1213,7 @@ class TracingService:
         self._scrape_all(session)
         self._maybe_snapshot_clocks(session)
         session.record_lifecycle_event(
-            TracingServiceEventKind.ALL_DATA_SOURCES_FLUSHED, boot_time_ns()
+            TracingServiceEvent_all_data_sources_flushed_ID, boot_time_ns()
         )
         if success:
             session.flushes_succeeded += 1
