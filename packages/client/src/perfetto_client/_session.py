@@ -27,7 +27,6 @@ ConfigLike = TraceConfig | Mapping[str, Any] | str | bytes
 """A TraceConfig, its dict form (as json_format), or its text-proto form."""
 
 _TIMEOUT = 10.0
-_ALL_DATA_SOURCES_STARTED = 2
 
 
 def make_trace_config(config: ConfigLike | None) -> TraceConfig:
@@ -134,7 +133,8 @@ class TracingSession:
         config = self.config
         fd = self._output_fd
         endpoint = transport.endpoint
-        transport.call(lambda: endpoint.observe_events(_ALL_DATA_SOURCES_STARTED))
+        started = ObservableEvents.TYPE_ALL_DATA_SOURCES_STARTED
+        transport.call(lambda: endpoint.observe_events(started))
         transport.enable_tracing(config, fd)
         with self._lock:
             self._lock.wait_for(lambda: self._all_started or self._stopped, timeout)
