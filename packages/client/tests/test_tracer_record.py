@@ -18,6 +18,19 @@ def fib(n: int) -> int:
     return n if n < 2 else fib(n - 1) + fib(n - 2)
 
 
+def _run(tmp_path: Path, program: str) -> subprocess.CompletedProcess[str]:
+    """Runs `program` as `python prog.py` in `tmp_path`, its output captured."""
+    (tmp_path / "prog.py").write_text(program)
+    return subprocess.run(
+        [sys.executable, "prog.py"],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 @pytest.mark.parametrize("pure", [False, True])
 def test_with_record_writes_the_block(tmp_path: Path, pure: bool) -> None:
     out = tmp_path / "block.pftrace"
@@ -78,15 +91,7 @@ def test_the_service_logger_is_given_back_after_the_block(tmp_path: Path) -> Non
         "    perfetto_client.instant('app', 'inside')\n"
         "logging.getLogger('perfetto_service').info('after the block')\n"
     )
-    (tmp_path / "p.py").write_text(program)
-    proc = subprocess.run(
-        [sys.executable, "p.py"],
-        check=False,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = _run(tmp_path, program)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines() == ["perfetto_service: after the block"]
     assert decode(tmp_path / "t.pftrace").problems == []
@@ -127,15 +132,7 @@ def test_a_forked_child_leaving_the_block_leaves_the_parents_recording_alone(
     build = "pure" if os.environ.get("PERFETTO_PY_PURE") else "compiled"
     if build == "compiled":
         require_compiled_hook()
-    (tmp_path / "prog.py").write_text(FORK_IN_BLOCK.format(follow=follow, end=end))
-    proc = subprocess.run(
-        [sys.executable, "prog.py"],
-        check=False,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = _run(tmp_path, FORK_IN_BLOCK.format(follow=follow, end=end))
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     # The child's copy of the recording is its parent's: no summary of its own.
@@ -179,15 +176,7 @@ print(os.getpid(), summary.events_written)
 
 
 def test_stopping_the_recording_in_a_forked_child_is_a_tracing_error(tmp_path: Path) -> None:
-    (tmp_path / "prog.py").write_text(STOP_IN_CHILD)
-    proc = subprocess.run(
-        [sys.executable, "prog.py"],
-        check=False,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = _run(tmp_path, STOP_IN_CHILD)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     child, parent = proc.stdout.splitlines()
