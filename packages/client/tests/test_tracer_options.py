@@ -251,6 +251,32 @@ Tracing.activate_triggers(["dump"])
     assert "between" in names[2]
 
 
+def test_a_forked_childs_trigger_writes_no_snapshot(tmp_path: Path) -> None:
+    # The child's copy of the ring is not the trace: its trigger must neither claim a snapshot
+    # nor overwrite the parent's next one.
+    program = """
+import os
+from perfetto_client import Tracing
+def before():
+    pass
+before()
+pid = os.fork()
+if pid == 0:
+    Tracing.activate_triggers(["dump"])
+    os._exit(0)
+os.waitpid(pid, 0)
+Tracing.activate_triggers(["dump"])
+"""
+    options = ("--ring", "4", "--snapshot-trigger", "dump")
+    proc, _ = run_traced(tmp_path, program, options=options)
+    assert proc.returncode == 0, proc.stderr
+    first = tmp_path / "out.snapshot-1.pftrace"
+    assert proc.stderr.count("snapshot written") == 1
+    assert f"trigger 'dump': snapshot written to {first}" in proc.stderr
+    assert "before" in decode(first).all_names()
+    assert not (tmp_path / "out.snapshot-2.pftrace").exists()
+
+
 def test_a_snapshot_trigger_needs_a_ring(tmp_path: Path) -> None:
     proc, _ = run_traced(tmp_path, "pass\n", options=("--snapshot-trigger", "dump"))
     assert proc.returncode == 1

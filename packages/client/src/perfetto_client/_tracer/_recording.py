@@ -152,11 +152,7 @@ class Recording:
         engine = self.engine
         if engine is None:
             raise TracingError("this recording is not running")
-        if not self.active:
-            raise TracingError(
-                f"this recording belongs to process {self._owner}, which started it: "
-                "a forked child cannot stop it"
-            )
+        self._check_owner("stop")
         self.engine = None
         sched, self._sched = self._sched, None
         if sched is not None:
@@ -221,16 +217,27 @@ class Recording:
     def snapshot(self) -> tuple[str, int]:
         """Writes what the flight recorder holds now to the next `NAME.snapshot-N.pftrace`.
 
-        Returns the snapshot's path and size; the recording goes on.
+        Returns the snapshot's path and size; the recording goes on. Only in the process that
+        started it: a forked child gets `TracingError` (its copy of the ring is not the trace).
         """
         if self.engine is None:
             raise TracingError("this recording is not running")
+        self._check_owner("snapshot")
         self._snapshots += 1
         root, ext = os.path.splitext(self.options.output)
         path = f"{root}.snapshot-{self._snapshots}{ext or '.pftrace'}"
         return path, self.engine.snapshot(path)
 
+    def _check_owner(self, action: str) -> None:
+        if not self.active:
+            raise TracingError(
+                f"this recording belongs to process {self._owner}, which started it: "
+                f"a forked child cannot {action} it"
+            )
+
     def _on_trigger(self, name: str) -> None:
+        if not self.active:  # a forked child's trigger: the snapshots are its parent's
+            return
         path, size = self.snapshot()
         print(
             f"perfetto-trace: trigger {name!r}: snapshot written to {path} ({size} bytes)",
