@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
+from collections.abc import Callable
+from contextvars import Context
+from typing import Any
 
 from perfetto_service import AsyncioTaskRunner
 
@@ -15,9 +19,11 @@ class CountingLoop(asyncio.SelectorEventLoop):
         super().__init__()
         self.threadsafe_calls = 0
 
-    def call_soon_threadsafe(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def call_soon_threadsafe(  # type: ignore[override]
+        self, callback: Callable[..., object], *args: Any, context: Context | None = None
+    ) -> asyncio.Handle:
         self.threadsafe_calls += 1
-        return super().call_soon_threadsafe(*args, **kwargs)
+        return super().call_soon_threadsafe(callback, *args, context=context)
 
 
 def test_tasks_posted_on_the_loop_run_in_order_without_waking_it() -> None:
@@ -27,7 +33,7 @@ def test_tasks_posted_on_the_loop_run_in_order_without_waking_it() -> None:
 
     async def post_from_the_loop() -> None:
         for index in range(3):
-            runner.post_task(lambda index=index: ran.append(index))
+            runner.post_task(functools.partial(ran.append, index))
         runner.post_task(lambda: runner.post_task(lambda: ran.append(3)))
         while len(ran) < 4:
             await asyncio.sleep(0)
@@ -47,9 +53,12 @@ def test_a_task_posted_from_another_thread_wakes_the_loop() -> None:
 
     async def wait_for_the_other_thread() -> None:
         done = asyncio.Event()
-        poster = threading.Thread(
-            target=runner.post_task, args=(lambda: (ran.append("other"), done.set()),)
-        )
+
+        def task() -> None:
+            ran.append("other")
+            done.set()
+
+        poster = threading.Thread(target=runner.post_task, args=(task,))
         poster.start()
         await done.wait()  # nothing else wakes the loop
         poster.join()

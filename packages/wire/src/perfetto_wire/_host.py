@@ -253,7 +253,7 @@ class Host:
             descriptor,
             _resolve_handlers(descriptor, handlers),
             tuple(decoders.get(method.name) for method in descriptor.methods),
-            bind_reply_member(service_id, [(method.id, method.name) for method in descriptor.methods]),
+            bind_reply_member(service_id, [(m.id, m.name) for m in descriptor.methods]),
         )
         self._services.append(service)
         self._by_name[descriptor.name] = service
