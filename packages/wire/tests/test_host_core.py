@@ -22,6 +22,8 @@ from perfetto_wire import (
     WireError,
     encode_frame,
 )
+from perfetto_wire._call_frames import bind_reply_member
+from perfetto_wire._descriptors import MethodDescriptor
 from perfetto_wire._framing import MAX_PAYLOAD_SIZE
 from perfetto_wire._host import HostConnection, machine_id_for
 
@@ -160,6 +162,46 @@ def test_bind_answers_service_id_and_method_table_in_declaration_order(host: Hos
     ]
     assert names[-2:] == ["Sync", "UpdateDataSource"]
     assert [method.id for method in reply.methods] == list(range(1, 13))
+
+
+def _bind_reply_as_protobuf_gives_it(request_id: int, service_id: int, methods: Any) -> bytes:
+    frame = IPCFrame(request_id=request_id)
+    reply = frame.msg_bind_service_reply
+    reply.success = True
+    reply.service_id = service_id
+    for method in methods:
+        reply.methods.add(id=method.id, name=method.name)
+    return encode_frame(frame)
+
+
+@pytest.mark.parametrize("request_id", [0, 1, 127, 128, 2**32, 2**64 - 1])
+def test_bind_replies_are_byte_for_byte_the_reply_frame_serialized_whole(
+    request_id: int,
+) -> None:
+    host = Host()
+    services = [ServiceDescriptor.for_service(n) for n in ("ProducerPort", "ConsumerPort")]
+    for descriptor in services:
+        host.expose_service(descriptor, {})
+    connection, transport = connect(host)
+    for service_id, descriptor in enumerate(services, start=1):
+        connection.receive_data(bind(descriptor.name, request_id=request_id))
+        assert transport.raw.pop() == _bind_reply_as_protobuf_gives_it(
+            request_id, service_id, descriptor.methods
+        )
+
+
+def test_bind_reply_too_long_for_one_serializer_slice_is_built_per_request() -> None:
+    methods = tuple(
+        MethodDescriptor(index, f"Method{index:03d}" + "x" * 40, Message, Message)
+        for index in range(1, 81)
+    )
+    descriptor = ServiceDescriptor("LongPort", methods)
+    assert bind_reply_member(1, [(m.id, m.name) for m in methods]) is None
+    host = Host()
+    host.expose_service(descriptor, {})
+    connection, transport = connect(host)
+    connection.receive_data(bind("LongPort", request_id=300))
+    assert transport.raw.pop() == _bind_reply_as_protobuf_gives_it(300, 1, methods)
 
 
 def test_bind_unknown_service_fails_without_methods(host: Host) -> None:

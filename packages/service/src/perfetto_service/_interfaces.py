@@ -12,13 +12,12 @@ thread (the asyncio loop that owns all service state).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    import asyncio
-
     from perfetto_protos.common.commit_data_request_pb2 import CommitDataRequest
     from perfetto_protos.common.data_source_descriptor_pb2 import DataSourceDescriptor
     from perfetto_protos.common.observable_events_pb2 import ObservableEvents
@@ -50,8 +49,19 @@ class AsyncioTaskRunner:
         self.loop = loop
 
     def post_task(self, task: Callable[[], None]) -> None:
-        """Runs `task` on the loop soon; safe to call from any thread."""
-        self.loop.call_soon_threadsafe(task)
+        """Runs `task` on the loop soon; safe to call from any thread.
+
+        Posted from a task running on the loop it is queued without waking the loop (which
+        runs what is queued before it waits again); from elsewhere the loop is woken.
+        """
+        try:
+            on_loop = asyncio.get_running_loop() is self.loop
+        except RuntimeError:  # no loop runs in this thread
+            on_loop = False
+        if on_loop:
+            self.loop.call_soon(task)
+        else:
+            self.loop.call_soon_threadsafe(task)
 
     def post_delayed_task(self, task: Callable[[], None], delay_ms: int) -> None:
         """Runs `task` on the loop after `delay_ms`; call it from the loop's thread."""

@@ -1,4 +1,4 @@
-"""The two frames on every call's path, encoded and decoded by hand.
+"""The two frames on every call's path, encoded and decoded by hand, and the BindService reply.
 
 An InvokeMethod goes one way and an InvokeMethodReply comes back for every call. Writing and
 reading their few fields directly costs a fraction of building and parsing an `IPCFrame`, and
@@ -6,11 +6,16 @@ a reply's payload is handed on as a slice of the received buffer instead of bein
 of a parsed frame. The encoders produce exactly the bytes of upstream's clients and hosts. The
 decoders accept the layout every known peer writes (request_id, then the one member, fields in
 any order, the member's size in any varint form) and answer None for anything else, so the
-caller falls back to protobuf and its semantics.
+caller falls back to protobuf and its semantics. A service's BindService reply differs only by
+its request id: its member is serialized once (`bind_reply_member`) and each reply is that
+member behind the request id (`encode_bind_reply`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
 from perfetto_protos.tags import fields
 from protozero import encode_varint, read_varint, write_redundant_varint
 
@@ -18,13 +23,17 @@ from perfetto_wire._framing import (
     HEADER_SIZE,
     MAX_ONE_BYTE_NESTED_SIZE,
     MAX_PAYLOAD_SIZE,
+    SERIALIZER_SLICE_SIZE,
     Buffer,
     FrameTooLargeError,
+    serialize,
 )
 
 __all__ = [
+    "bind_reply_member",
     "decode_invoke",
     "decode_invoke_reply",
+    "encode_bind_reply",
     "encode_invoke",
     "invoke_reply_header",
 ]
@@ -41,6 +50,8 @@ _DROP_REPLY = fields.IPCFrame_InvokeMethod_drop_reply_TAG
 _SUCCESS = fields.IPCFrame_InvokeMethodReply_success_TAG
 _HAS_MORE = fields.IPCFrame_InvokeMethodReply_has_more_TAG
 _REPLY_PROTO = fields.IPCFrame_InvokeMethodReply_reply_proto_TAG
+_MAX_REQUEST_ID_FIELD = 1 + 10
+"""The request id's tag and its longest varint."""
 # Every tag above is one byte (fields 1 to 6).
 _DROP_REPLY_TRUE = bytes((_DROP_REPLY, 1))
 _DROP_REPLY_FALSE = bytes((_DROP_REPLY, 0))
@@ -145,6 +156,29 @@ def invoke_reply_header(request_id: int, has_more: bool, reply_size: int) -> byt
             reply_varint,
         )
     )
+
+
+def bind_reply_member(service_id: int, methods: Sequence[tuple[int, str]]) -> bytes | None:
+    """The msg_bind_service_reply of a successful BindService listing `methods` (id, name),
+    serialized as `serialize` serializes the whole reply frame; None if
+    a reply frame could reach past one serializer slice, where that depends on the request id.
+    """
+    frame = IPCFrame()
+    reply = frame.msg_bind_service_reply
+    reply.success = True
+    reply.service_id = service_id
+    for method_id, name in methods:
+        reply.methods.add(id=method_id, name=name)
+    member = serialize(frame)
+    if len(member) + _MAX_REQUEST_ID_FIELD > SERIALIZER_SLICE_SIZE:
+        return None
+    return member
+
+
+def encode_bind_reply(request_id: int, member: bytes) -> bytes:
+    """The BindService reply frame of `request_id`, whose member `bind_reply_member` gave."""
+    payload = bytes((_REQUEST_ID,)) + encode_varint(request_id) + member
+    return _frame_header(len(payload)) + payload
 
 
 def _member_start(data: Buffer, start: int, end: int, tag: int) -> tuple[int, int]:

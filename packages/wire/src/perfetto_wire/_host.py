@@ -11,7 +11,12 @@ from typing import Any, cast
 from google.protobuf.message import DecodeError, Message
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
 
-from perfetto_wire._call_frames import decode_invoke, invoke_reply_header
+from perfetto_wire._call_frames import (
+    bind_reply_member,
+    decode_invoke,
+    encode_bind_reply,
+    invoke_reply_header,
+)
 from perfetto_wire._descriptors import MethodDescriptor, ServiceDescriptor
 from perfetto_wire._endpoint import FrameEndpoint, Transport, close_fd
 from perfetto_wire._errors import WireError
@@ -162,6 +167,8 @@ class _ExposedService:
     descriptor: ServiceDescriptor
     handlers: tuple[Handler | None, ...]
     decoders: tuple[RequestDecoder | None, ...]
+    bind_reply: bytes | None
+    """The member of its BindService reply, serialized once (None: built per reply)."""
 
 
 def _snake_case(name: str) -> str:
@@ -240,11 +247,13 @@ class Host:
         unknown = set(decoders) - {method.name for method in descriptor.methods}
         if unknown:
             raise WireError(f"{descriptor.name} has no method {sorted(unknown)}")
+        service_id = len(self._services) + 1
         service = _ExposedService(
-            len(self._services) + 1,
+            service_id,
             descriptor,
             _resolve_handlers(descriptor, handlers),
             tuple(decoders.get(method.name) for method in descriptor.methods),
+            bind_reply_member(service_id, [(m.id, m.name) for m in descriptor.methods]),
         )
         self._services.append(service)
         self._by_name[descriptor.name] = service
@@ -410,10 +419,13 @@ class HostConnection(FrameEndpoint):
             self._send(encode_frame(error))
 
     def _bind(self, request_id: int, service_name: str) -> None:
+        service = self._host._by_name.get(service_name)
+        if service is not None and service.bind_reply is not None:
+            self._send(encode_bind_reply(request_id, service.bind_reply))
+            return
         frame = IPCFrame(request_id=request_id)
         reply = frame.msg_bind_service_reply
         reply.SetInParent()
-        service = self._host._by_name.get(service_name)
         if service is not None:
             reply.success = True
             reply.service_id = service.service_id
