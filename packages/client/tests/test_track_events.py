@@ -584,3 +584,76 @@ def test_thread_time_sampling_adds_the_thread_cpu_time_to_thread_track_events(
     times = [t for _, _, t in samples]
     assert marks[0] <= times[0] <= times[1] <= times[2] <= times[3] <= marks[1]
     assert times[1] - times[0] > times[3] - times[2]  # busy used more CPU than sleeping
+
+
+def test_events_go_on_a_task_track_exactly_while_a_task_is_current(record: Recorder) -> None:
+    """Without `track=`, instants and slices go on the current asyncio task's track: not in a
+    loop's callback (no task current), nor on a thread while a task is current on another."""
+    import asyncio
+
+    inside = threading.Event()
+    release = threading.Event()
+
+    def other_thread() -> None:
+        async def waiting() -> None:
+            pc.instant(CAT, "other thread's task")
+            inside.set()
+            assert release.wait(30)  # blocks with the task current on this thread
+
+        asyncio.run(waiting())
+
+    async def main() -> None:
+        pc.instant(CAT, "in a task")
+        with pc.trace_event(CAT, "slice in a task"):
+            pass
+        loop = asyncio.get_running_loop()
+        called = loop.create_future()
+
+        def callback() -> None:
+            pc.instant(CAT, "in a callback")
+            with pc.trace_event(CAT, "slice in a callback"):
+                pass
+            called.set_result(None)
+
+        loop.call_soon(callback)
+        await called
+        if sys.version_info >= (3, 12):
+            loop.set_task_factory(asyncio.eager_task_factory)  # type: ignore[arg-type]
+
+            async def eager() -> None:
+                pc.instant(CAT, "in an eager task")
+
+            await loop.create_task(eager())
+
+    def body() -> None:
+        pc.instant(CAT, "before asyncio runs")
+        asyncio.run(main())
+        thread = threading.Thread(target=other_thread, name="other")
+        thread.start()
+        assert inside.wait(30)
+        pc.instant(CAT, "while another thread's task runs")
+        with pc.trace_event(CAT, "slice while another thread's task runs"):
+            pass
+        release.set()
+        thread.join()
+        pc.instant(CAT, "after asyncio ran")
+
+    trace = record(body)
+    tracks = {s.name: trace.track_name(s.track) for s in trace.slices()}
+    main_thread = threading.current_thread().name
+    on_tasks = ["in a task", "slice in a task", "other thread's task"]
+    if sys.version_info >= (3, 12):
+        on_tasks.append("in an eager task")
+    for name in on_tasks:
+        assert tracks[name].startswith("task "), (name, tracks[name])
+    assert tracks["in a task"] == tracks["slice in a task"]
+    assert tracks["other thread's task"] != tracks["in a task"]
+    on_threads = [
+        "before asyncio runs",
+        "in a callback",
+        "slice in a callback",
+        "while another thread's task runs",
+        "slice while another thread's task runs",
+        "after asyncio ran",
+    ]
+    assert {tracks[name] for name in on_threads} == {main_thread}

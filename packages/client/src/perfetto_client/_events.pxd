@@ -26,4 +26,7 @@ cpdef Slice track_slice(Category cat, object name, Track track, dict args)
 cdef object _NO_SLICE
 cdef dict _modules
 cdef object _running_loop_getter
-cdef bint _in_running_loop() except -1
+cdef dict _current_tasks
+cdef bint _TASKS_MAPPED
+cdef bint _find_asyncio() except -1
+cdef bint _task_may_be_current() except -1

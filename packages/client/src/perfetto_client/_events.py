@@ -250,7 +250,7 @@ def trace_event(
         and terminating_flow is None
         and correlation_id is None
         and proto is None
-        and not _in_running_loop()
+        and not _task_may_be_current()
     ):
         return thread_slice(cat, name, args)
     if (
@@ -266,17 +266,35 @@ def trace_event(
 
 _modules: dict[str, types.ModuleType] = sys.modules
 _running_loop_getter: Callable[[], object] | None = None
+_current_tasks: dict[object, object] | None = None
+"""asyncio's mapping of each event loop to its current task, the one `asyncio.current_task`
+reads (3.11-3.13; 3.14 keeps a thread's current task in its thread state): empty while no
+task runs on any thread."""
+_TASKS_MAPPED = sys.version_info < (3, 14)
 
 
-def _in_running_loop() -> bool:
-    """Whether an asyncio event loop runs on this thread (never, if asyncio is not imported)."""
-    global _running_loop_getter  # noqa: PLW0603 - found once, then called from C
-    if _running_loop_getter is None:
-        asyncio = _modules.get("asyncio")
-        _running_loop_getter = getattr(asyncio, "_get_running_loop", None)
-        if _running_loop_getter is None:  # not imported, or being imported
-            return False
-    return _running_loop_getter() is not None
+def _find_asyncio() -> bool:
+    """Finds asyncio's running-loop getter and current-tasks mapping once asyncio is imported
+    (whether it is)."""
+    global _running_loop_getter, _current_tasks  # noqa: PLW0603 - found once, then read from C
+    tasks = getattr(_modules.get("asyncio"), "tasks", None)  # set once asyncio.tasks has run
+    if tasks is None:  # not imported, or being imported: no task can be current
+        return False
+    _running_loop_getter = tasks.events._get_running_loop  # asyncio.events ran before it
+    if _TASKS_MAPPED:
+        _current_tasks = tasks._current_tasks
+    return True
+
+
+def _task_may_be_current() -> bool:
+    """Whether an asyncio task may be current on this thread (events without `track=` then go
+    on its track): not while no task is current on any thread, else whether an event loop
+    runs on this thread."""
+    if _running_loop_getter is None and not _find_asyncio():
+        return False
+    if _current_tasks is not None and not _current_tasks:
+        return False
+    return _running_loop_getter() is not None  # type: ignore[misc]
 
 
 @cython.locals(  # type: ignore[untyped-decorator]
@@ -305,7 +323,7 @@ def instant(
         and correlation_id is None
         and proto is None
         and not args
-        and (track is not None or not _in_running_loop())
+        and (track is not None or not _task_may_be_current())
     ):
         keys = cat.keys
         key = keys.get(name)
