@@ -657,3 +657,64 @@ def test_events_go_on_a_task_track_exactly_while_a_task_is_current(record: Recor
         "after asyncio ran",
     ]
     assert {tracks[name] for name in on_threads} == {main_thread}
+
+
+def test_instant_keeps_the_functions_signature_doc_pickling_and_errors() -> None:
+    import inspect
+    import pydoc
+
+    instant = pc.instant
+    function = getattr(instant, "__wrapped__", instant)  # compiled: the function it calls
+
+    def signature(f: Any) -> str | None:
+        try:
+            return str(inspect.signature(f))
+        except ValueError:  # compiled: a built-in function's, which Cython does not give
+            return None
+
+    assert signature(instant) == signature(function)
+    if function is instant and not (_track_event.__file__ or "").endswith(".so"):
+        assert signature(instant) == (
+            "(category: 'str | Category', name: 'str', /, *, track: 'Track | None' = None,"
+            " timestamp: 'int | None' = None, flow: 'FlowArg' = None,"
+            " terminating_flow: 'FlowArg' = None, correlation_id: 'int | str | None' = None,"
+            " proto: 'Callable[[TrackEvent], None] | None' = None, **args: 'object') -> 'None'"
+        )
+    assert instant.__name__ == instant.__qualname__ == "instant"
+    assert instant.__module__ == "perfetto_client._events"
+    assert instant.__doc__ == "Records an instant event `name` on the thread's track (or `track`)."
+    assert pickle.loads(pickle.dumps(instant)) is instant
+    assert repr(instant) == repr(function)
+
+    class Owner:
+        method = instant
+
+    if inspect.isfunction(function):  # pure: binds as a method
+        assert getattr(Owner().method, "__func__", None) is instant
+    else:  # compiled: as a built-in function, does not bind
+        assert Owner().method is instant
+    assert "instant event `name`" in pydoc.render_doc(instant)
+    assert pydoc.render_doc(instant).splitlines()[2:] == pydoc.render_doc(function).splitlines()[2:]
+
+    def outcome(call: Any) -> tuple[type[BaseException], str] | None:
+        try:
+            call()
+        except Exception as error:
+            return type(error), str(error)
+        return None
+
+    bad_calls = [
+        lambda f: f(),
+        lambda f: f(CAT),
+        lambda f: f(CAT, "n", "extra"),
+        lambda f: f(CAT, ""),
+        lambda f: f(CAT, "", track=None),
+        lambda f: f(CAT, None),
+        lambda f: f(42, "n"),
+        lambda f: f(category=CAT, name="n"),
+    ]
+    for call in bad_calls:
+        error = outcome(lambda call=call: call(instant))
+        assert error is not None
+        assert error == outcome(lambda call=call: call(function))
+    assert outcome(lambda: instant(CAT, "")) == (pc.TracingError, "an instant event needs a name")

@@ -8,6 +8,7 @@ Compiled (`_events.pxd`), the hot paths (`@trace`, `trace_event`, `instant`, `co
 
 from __future__ import annotations
 
+import functools
 import sys
 import types
 from collections.abc import Callable, Iterable
@@ -35,7 +36,13 @@ from perfetto_client._track_event_writer import (
 )
 from perfetto_client._tracks import CounterTrack, Track, process_uuid
 
-if not cython.compiled:  # compiled, _events.pxd cimports them from _track_event
+if cython.compiled:
+    from cython.cimports.perfetto_client._vectorcall import (
+        PyVectorcall_NARGS,
+        pc_use_vectorcall,
+        pc_vectorcall,
+    )
+else:  # compiled, _events.pxd cimports them from _track_event
     from perfetto_client._track_event import describe_track, now, thread_writers, write_event
 
 if TYPE_CHECKING:
@@ -297,9 +304,86 @@ def _task_may_be_current() -> bool:
     return _running_loop_getter() is not None  # type: ignore[misc]
 
 
-@cython.locals(  # type: ignore[untyped-decorator]
-    cat=Category, writers=tuple, writer=TrackEventWriter, ts="long long", on=Track, keys=dict
-)
+@cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long", on=Track, keys=dict)  # type: ignore[untyped-decorator]
+def _put_instant(cat: Category, name: str, track: Track | None, timestamp: int | None) -> None:
+    """Writes the instant `name` of enabled category `cat`, with no field but its track, on the
+    thread's track (or `track`)."""
+    keys = cat.keys
+    key = keys.get(name)
+    if key is None:
+        key = cat.event_key(name)
+    writers = thread_writers(cat.mask)
+    ts = (now() if cython.compiled else _track_event._clock()) if timestamp is None else timestamp
+    if track is None:
+        for writer in writers:
+            writer.instant(key, ts)
+    elif writers:
+        on = track
+        write_event(writers, key, TYPE_INSTANT, ts, on, on.event_fields(TYPE_INSTANT), [])
+
+
+class InstantFunction:
+    """What `instant` is in the compiled build: the function, called as a vectorcall that
+    records a call with a category and a name alone (most calls) without the dict the
+    function's `**args` makes on every call.
+
+    It carries the function's name, qualified name, doc and repr, and pickles by name; as the
+    built-in function it wraps, it does not bind as a method.
+    """
+
+    def __init__(self, fn: Callable[..., None]) -> None:
+        self._fn = fn
+        functools.update_wrapper(self, fn)
+        if cython.compiled:
+            self._vectorcall = cython.cast(cython.p_void, _instant_vectorcall)
+            pc_use_vectorcall(
+                InstantFunction,
+                cython.cast(cython.p_char, cython.address(self._vectorcall))
+                - cython.cast(cython.p_char, cython.cast(cython.p_void, self)),
+            )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        self._fn(*args, **kwargs)
+
+    def __get__(self, instance: object, owner: object) -> InstantFunction:
+        """Itself (a method descriptor that does not bind: `help` documents it as a routine)."""
+        return self
+
+    def __reduce__(self) -> str:
+        name: str = self.__qualname__  # type: ignore[attr-defined]
+        return name
+
+    def __repr__(self) -> str:
+        return repr(self._fn)
+
+
+@cython.locals(cat=Category)  # type: ignore[untyped-decorator]
+def _instant_vectorcall(self: InstantFunction, args: Any, nargsf: int, kwnames: Any) -> Any:
+    """`instant` as the compiled build's vectorcall: a call with a category and a non-empty
+    name alone, outside asyncio tasks, goes straight to the writers; any other to the
+    function."""
+    if kwnames or PyVectorcall_NARGS(nargsf) != 2 or type(cython.cast(object, args[1])) is not str:
+        return pc_vectorcall(self._fn, args, nargsf, kwnames)
+    category = cython.cast(object, args[0])
+    name = cython.cast(object, args[1])
+    cat = category if type(category) is Category else category_of(category)
+    if not name:  # the function's error
+        return pc_vectorcall(self._fn, args, nargsf, kwnames)
+    if not cat.enabled:
+        return None
+    if _task_may_be_current():  # maybe on the task's track
+        return pc_vectorcall(self._fn, args, nargsf, kwnames)
+    _put_instant(cat, name, None, None)
+    return None
+
+
+def _instant_entry(fn: Callable[P, None]) -> Callable[P, None]:
+    """`instant` as an `InstantFunction` where compiled, as itself in the pure build."""
+    return InstantFunction(fn) if cython.compiled else fn
+
+
+@_instant_entry
+@cython.locals(cat=Category)  # type: ignore[untyped-decorator]
 def instant(
     category: str | Category,
     name: str,
@@ -325,22 +409,7 @@ def instant(
         and not args
         and (track is not None or not _task_may_be_current())
     ):
-        keys = cat.keys
-        key = keys.get(name)
-        if key is None:
-            key = cat.event_key(name)
-        writers = thread_writers(cat.mask)
-        ts = (
-            (now() if cython.compiled else _track_event._clock())
-            if timestamp is None
-            else timestamp
-        )
-        if track is None:
-            for writer in writers:
-                writer.instant(key, ts)
-        elif writers:
-            on = track
-            write_event(writers, key, TYPE_INSTANT, ts, on, on.event_fields(TYPE_INSTANT), [])
+        _put_instant(cat, name, track, timestamp)
         return
     if not name:
         raise TracingError("an instant event needs a name")
