@@ -584,3 +584,137 @@ def test_thread_time_sampling_adds_the_thread_cpu_time_to_thread_track_events(
     times = [t for _, _, t in samples]
     assert marks[0] <= times[0] <= times[1] <= times[2] <= times[3] <= marks[1]
     assert times[1] - times[0] > times[3] - times[2]  # busy used more CPU than sleeping
+
+
+def test_events_go_on_a_task_track_exactly_while_a_task_is_current(record: Recorder) -> None:
+    """Without `track=`, instants and slices go on the current asyncio task's track: not in a
+    loop's callback (no task current), nor on a thread while a task is current on another."""
+    import asyncio
+
+    inside = threading.Event()
+    release = threading.Event()
+
+    def other_thread() -> None:
+        async def waiting() -> None:
+            pc.instant(CAT, "other thread's task")
+            inside.set()
+            assert release.wait(30)  # blocks with the task current on this thread
+
+        asyncio.run(waiting())
+
+    async def main() -> None:
+        pc.instant(CAT, "in a task")
+        with pc.trace_event(CAT, "slice in a task"):
+            pass
+        loop = asyncio.get_running_loop()
+        called = loop.create_future()
+
+        def callback() -> None:
+            pc.instant(CAT, "in a callback")
+            with pc.trace_event(CAT, "slice in a callback"):
+                pass
+            called.set_result(None)
+
+        loop.call_soon(callback)
+        await called
+        if sys.version_info >= (3, 12):
+            loop.set_task_factory(asyncio.eager_task_factory)  # type: ignore[arg-type]
+
+            async def eager() -> None:
+                pc.instant(CAT, "in an eager task")
+
+            await loop.create_task(eager())
+
+    def body() -> None:
+        pc.instant(CAT, "before asyncio runs")
+        asyncio.run(main())
+        thread = threading.Thread(target=other_thread, name="other")
+        thread.start()
+        assert inside.wait(30)
+        pc.instant(CAT, "while another thread's task runs")
+        with pc.trace_event(CAT, "slice while another thread's task runs"):
+            pass
+        release.set()
+        thread.join()
+        pc.instant(CAT, "after asyncio ran")
+
+    trace = record(body)
+    tracks = {s.name: trace.track_name(s.track) for s in trace.slices()}
+    main_thread = threading.current_thread().name
+    on_tasks = ["in a task", "slice in a task", "other thread's task"]
+    if sys.version_info >= (3, 12):
+        on_tasks.append("in an eager task")
+    for name in on_tasks:
+        assert tracks[name].startswith("task "), (name, tracks[name])
+    assert tracks["in a task"] == tracks["slice in a task"]
+    assert tracks["other thread's task"] != tracks["in a task"]
+    on_threads = [
+        "before asyncio runs",
+        "in a callback",
+        "slice in a callback",
+        "while another thread's task runs",
+        "slice while another thread's task runs",
+        "after asyncio ran",
+    ]
+    assert {tracks[name] for name in on_threads} == {main_thread}
+
+
+def test_instant_keeps_the_functions_signature_doc_pickling_and_errors() -> None:
+    import inspect
+    import pydoc
+
+    instant = pc.instant
+    function = getattr(instant, "__wrapped__", instant)  # compiled: the function it calls
+
+    def signature(f: Any) -> str | None:
+        try:
+            return str(inspect.signature(f))
+        except ValueError:  # compiled: a built-in function's, which Cython does not give
+            return None
+
+    assert signature(instant) == signature(function)
+    if function is instant and not (_track_event.__file__ or "").endswith(".so"):
+        assert signature(instant) == (
+            "(category: 'str | Category', name: 'str', /, *, track: 'Track | None' = None,"
+            " timestamp: 'int | None' = None, flow: 'FlowArg' = None,"
+            " terminating_flow: 'FlowArg' = None, correlation_id: 'int | str | None' = None,"
+            " proto: 'Callable[[TrackEvent], None] | None' = None, **args: 'object') -> 'None'"
+        )
+    assert instant.__name__ == instant.__qualname__ == "instant"
+    assert instant.__module__ == "perfetto_client._events"
+    assert instant.__doc__ == "Records an instant event `name` on the thread's track (or `track`)."
+    assert pickle.loads(pickle.dumps(instant)) is instant
+    assert repr(instant) == repr(function)
+
+    class Owner:
+        method = instant
+
+    if inspect.isfunction(function):  # pure: binds as a method
+        assert getattr(Owner().method, "__func__", None) is instant
+    else:  # compiled: as a built-in function, does not bind
+        assert Owner().method is instant
+    assert "instant event `name`" in pydoc.render_doc(instant)
+    assert pydoc.render_doc(instant).splitlines()[2:] == pydoc.render_doc(function).splitlines()[2:]
+
+    def outcome(call: Any) -> tuple[type[BaseException], str] | None:
+        try:
+            call()
+        except Exception as error:
+            return type(error), str(error)
+        return None
+
+    bad_calls = [
+        lambda f: f(),
+        lambda f: f(CAT),
+        lambda f: f(CAT, "n", "extra"),
+        lambda f: f(CAT, ""),
+        lambda f: f(CAT, "", track=None),
+        lambda f: f(CAT, None),
+        lambda f: f(42, "n"),
+        lambda f: f(category=CAT, name="n"),
+    ]
+    for call in bad_calls:
+        error = outcome(lambda call=call: call(instant))
+        assert error is not None
+        assert error == outcome(lambda call=call: call(function))
+    assert outcome(lambda: instant(CAT, "")) == (pc.TracingError, "an instant event needs a name")

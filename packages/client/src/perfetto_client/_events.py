@@ -8,6 +8,7 @@ Compiled (`_events.pxd`), the hot paths (`@trace`, `trace_event`, `instant`, `co
 
 from __future__ import annotations
 
+import functools
 import sys
 import types
 from collections.abc import Callable, Iterable
@@ -35,7 +36,13 @@ from perfetto_client._track_event_writer import (
 )
 from perfetto_client._tracks import CounterTrack, Track, process_uuid
 
-if not cython.compiled:  # compiled, _events.pxd cimports them from _track_event
+if cython.compiled:
+    from cython.cimports.perfetto_client._vectorcall import (
+        PyVectorcall_NARGS,
+        pc_use_vectorcall,
+        pc_vectorcall,
+    )
+else:  # compiled, _events.pxd cimports them from _track_event
     from perfetto_client._track_event import describe_track, now, thread_writers, write_event
 
 if TYPE_CHECKING:
@@ -250,7 +257,7 @@ def trace_event(
         and terminating_flow is None
         and correlation_id is None
         and proto is None
-        and not _in_running_loop()
+        and not _task_may_be_current()
     ):
         return thread_slice(cat, name, args)
     if (
@@ -266,22 +273,117 @@ def trace_event(
 
 _modules: dict[str, types.ModuleType] = sys.modules
 _running_loop_getter: Callable[[], object] | None = None
+_current_tasks: dict[object, object] | None = None
+"""asyncio's mapping of each event loop to its current task, the one `asyncio.current_task`
+reads (3.11-3.13; 3.14 keeps a thread's current task in its thread state): empty while no
+task runs on any thread."""
+_TASKS_MAPPED = sys.version_info < (3, 14)
 
 
-def _in_running_loop() -> bool:
-    """Whether an asyncio event loop runs on this thread (never, if asyncio is not imported)."""
-    global _running_loop_getter  # noqa: PLW0603 - found once, then called from C
-    if _running_loop_getter is None:
-        asyncio = _modules.get("asyncio")
-        _running_loop_getter = getattr(asyncio, "_get_running_loop", None)
-        if _running_loop_getter is None:  # not imported, or being imported
-            return False
-    return _running_loop_getter() is not None
+def _find_asyncio() -> bool:
+    """Finds asyncio's running-loop getter and current-tasks mapping once asyncio is imported
+    (whether it is)."""
+    global _running_loop_getter, _current_tasks  # noqa: PLW0603 - found once, then read from C
+    tasks = getattr(_modules.get("asyncio"), "tasks", None)  # set once asyncio.tasks has run
+    if tasks is None:  # not imported, or being imported: no task can be current
+        return False
+    _running_loop_getter = tasks.events._get_running_loop  # asyncio.events ran before it
+    if _TASKS_MAPPED:
+        _current_tasks = tasks._current_tasks
+    return True
 
 
-@cython.locals(  # type: ignore[untyped-decorator]
-    cat=Category, writers=tuple, writer=TrackEventWriter, ts="long long", on=Track, keys=dict
-)
+def _task_may_be_current() -> bool:
+    """Whether an asyncio task may be current on this thread (events without `track=` then go
+    on its track): not while no task is current on any thread, else whether an event loop
+    runs on this thread."""
+    if _running_loop_getter is None and not _find_asyncio():
+        return False
+    if _current_tasks is not None and not _current_tasks:
+        return False
+    return _running_loop_getter() is not None  # type: ignore[misc]
+
+
+@cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long", on=Track, keys=dict)  # type: ignore[untyped-decorator]
+def _put_instant(cat: Category, name: str, track: Track | None, timestamp: int | None) -> None:
+    """Writes the instant `name` of enabled category `cat`, with no field but its track, on the
+    thread's track (or `track`)."""
+    keys = cat.keys
+    key = keys.get(name)
+    if key is None:
+        key = cat.event_key(name)
+    writers = thread_writers(cat.mask)
+    ts = (now() if cython.compiled else _track_event._clock()) if timestamp is None else timestamp
+    if track is None:
+        for writer in writers:
+            writer.instant(key, ts)
+    elif writers:
+        on = track
+        write_event(writers, key, TYPE_INSTANT, ts, on, on.event_fields(TYPE_INSTANT), [])
+
+
+class InstantFunction:
+    """What `instant` is in the compiled build: the function, called as a vectorcall that
+    records a call with a category and a name alone (most calls) without the dict the
+    function's `**args` makes on every call.
+
+    It carries the function's name, qualified name, doc and repr, and pickles by name; as the
+    built-in function it wraps, it does not bind as a method.
+    """
+
+    def __init__(self, fn: Callable[..., None]) -> None:
+        self._fn = fn
+        functools.update_wrapper(self, fn)
+        if cython.compiled:
+            self._vectorcall = cython.cast(cython.p_void, _instant_vectorcall)
+            pc_use_vectorcall(
+                InstantFunction,
+                cython.cast(cython.p_char, cython.address(self._vectorcall))
+                - cython.cast(cython.p_char, cython.cast(cython.p_void, self)),
+            )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        self._fn(*args, **kwargs)
+
+    def __get__(self, instance: object, owner: object) -> InstantFunction:
+        """Itself (a method descriptor that does not bind: `help` documents it as a routine)."""
+        return self
+
+    def __reduce__(self) -> str:
+        name: str = self.__qualname__  # type: ignore[attr-defined]
+        return name
+
+    def __repr__(self) -> str:
+        return repr(self._fn)
+
+
+@cython.locals(cat=Category)  # type: ignore[untyped-decorator]
+def _instant_vectorcall(self: InstantFunction, args: Any, nargsf: int, kwnames: Any) -> Any:
+    """`instant` as the compiled build's vectorcall: a call with a category and a non-empty
+    name alone, outside asyncio tasks, goes straight to the writers; any other to the
+    function."""
+    if kwnames or PyVectorcall_NARGS(nargsf) != 2 or type(cython.cast(object, args[1])) is not str:
+        return pc_vectorcall(self._fn, args, nargsf, kwnames)
+    category = cython.cast(object, args[0])
+    name = cython.cast(object, args[1])
+    cat = category if type(category) is Category else category_of(category)
+    if not name:  # the function's error
+        return pc_vectorcall(self._fn, args, nargsf, kwnames)
+    if not cat.enabled:
+        return None
+    if _task_may_be_current():  # maybe on the task's track
+        return pc_vectorcall(self._fn, args, nargsf, kwnames)
+    _put_instant(cat, name, None, None)
+    return None
+
+
+def _instant_entry(fn: Callable[P, None]) -> Callable[P, None]:
+    """`instant` as an `InstantFunction` where compiled, as itself in the pure build."""
+    return InstantFunction(fn) if cython.compiled else fn
+
+
+@_instant_entry
+@cython.locals(cat=Category)  # type: ignore[untyped-decorator]
 def instant(
     category: str | Category,
     name: str,
@@ -305,24 +407,9 @@ def instant(
         and correlation_id is None
         and proto is None
         and not args
-        and (track is not None or not _in_running_loop())
+        and (track is not None or not _task_may_be_current())
     ):
-        keys = cat.keys
-        key = keys.get(name)
-        if key is None:
-            key = cat.event_key(name)
-        writers = thread_writers(cat.mask)
-        ts = (
-            (now() if cython.compiled else _track_event._clock())
-            if timestamp is None
-            else timestamp
-        )
-        if track is None:
-            for writer in writers:
-                writer.instant(key, ts)
-        elif writers:
-            on = track
-            write_event(writers, key, TYPE_INSTANT, ts, on, on.event_fields(TYPE_INSTANT), [])
+        _put_instant(cat, name, track, timestamp)
         return
     if not name:
         raise TracingError("an instant event needs a name")

@@ -25,7 +25,8 @@ cdef class TrackEventWriter:
     cdef public long long last_ts
     cdef public bint cleared
     cdef public bint closed
-    cdef dict _tails
+    cdef list _begin_tails
+    cdef list _instant_tails
     cdef dict _heads
     cdef set _emitted_names
     cdef set _emitted_categories
@@ -44,9 +45,9 @@ cdef class TrackEventWriter:
     cdef tuple _event_head(self, Py_ssize_t key, int event_type)
     cpdef slice_begin(self, Py_ssize_t key, long long ts)
     cpdef instant(self, Py_ssize_t key, long long ts)
-    @cython.locals(head_key=Py_ssize_t, tail=bytes, delta="long long", chunk=ChunkPackets)
-    cdef _thread_event(self, Py_ssize_t key, int event_type, long long ts)
-    cdef bytes _new_tail(self, Py_ssize_t key, int event_type, long long ts)
+    @cython.locals(tail=bytes, delta="long long", chunk=ChunkPackets)
+    cdef _thread_event(self, list tails, Py_ssize_t key, int event_type, long long ts)
+    cdef bytes _new_tail(self, list tails, Py_ssize_t key, int event_type, long long ts)
     @cython.locals(delta="long long", chunk=ChunkPackets)
     cpdef slice_end(self, long long ts)
     @cython.locals(head_key=Py_ssize_t, fields=bytes)

@@ -121,6 +121,7 @@ _LOG_PRIO = b"\x18"  # LogMessage.prio (3)
 _MAX_LOG_BODIES = 1024
 """Log message bodies a sequence remembers (and reuses the iids of) at most."""
 _MAX_CACHED_TAILS = 50_000
+"""Event keys (those below it) whose events on the thread's track a sequence keeps encoded."""
 
 _U64 = 0xFFFF_FFFF_FFFF_FFFF
 _I64_MIN = -(1 << 63)
@@ -372,7 +373,10 @@ class TrackEventWriter:
         self.cleared = True
         """True when the incremental state must be re-emitted before the next event."""
         self.closed = False
-        self._tails: dict[int, bytes] = {}
+        self._begin_tails: list[bytes | None] = []
+        self._instant_tails: list[bytes | None] = []
+        """The encoded slice begin (instant) of each event key on the thread's track, by key:
+        the packet after its timestamp (None: not encoded since the last clear)."""
         self._heads: dict[int, bytes] = {}
         self._emitted_names: set[int] = set()
         self._emitted_categories: set[int] = set()
@@ -394,7 +398,8 @@ class TrackEventWriter:
 
     def _reset(self, ts: int) -> None:
         self.cleared = False
-        self._tails.clear()
+        self._begin_tails.clear()
+        self._instant_tails.clear()
         self._heads.clear()
         self._emitted_names.clear()
         self._emitted_categories.clear()
@@ -463,20 +468,20 @@ class TrackEventWriter:
 
     def slice_begin(self, key: int, ts: int) -> None:
         """Begins a slice named by event key `key` on the thread's track at `ts` (trace ns)."""
-        self._thread_event(key, TYPE_SLICE_BEGIN, ts)
+        self._thread_event(self._begin_tails, key, TYPE_SLICE_BEGIN, ts)
 
     def instant(self, key: int, ts: int) -> None:
         """Writes an instant event named by event key `key` on the thread's track at `ts`."""
-        self._thread_event(key, TYPE_INSTANT, ts)
+        self._thread_event(self._instant_tails, key, TYPE_INSTANT, ts)
 
-    def _thread_event(self, key: int, event_type: int, ts: int) -> None:
-        """Writes an event of `key` and `event_type` with no other field on the thread's track."""
+    def _thread_event(self, tails: list[bytes | None], key: int, event_type: int, ts: int) -> None:
+        """Writes an event of `key` and `event_type` with no other field on the thread's track
+        (`tails`: the cached encodings of that type's events)."""
         if self.cleared:
             self._reset(ts)
-        head_key = key << 3 | event_type
-        tail = self._tails.get(head_key)
+        tail = tails[key] if key < len(tails) else None
         if tail is None:
-            tail = self._new_tail(key, event_type, ts)
+            tail = self._new_tail(tails, key, event_type, ts)
             if not tail:
                 return
         chunk = self._chunk
@@ -493,13 +498,15 @@ class TrackEventWriter:
         else:
             self._write(self._timestamp(ts) + tail)
 
-    def _new_tail(self, key: int, event_type: int, ts: int) -> bytes:
-        """Caches the encoding of `key`'s event of `event_type` on the thread's track; writes
-        it (and returns b"") if it needs interned data first."""
+    def _new_tail(self, tails: list[bytes | None], key: int, event_type: int, ts: int) -> bytes:
+        """Caches the encoding of `key`'s event of `event_type` on the thread's track in
+        `tails`; writes it (and returns b"") if it needs interned data first."""
         interned, fields = self._event_head(key, event_type)
         tail = _field_bytes(_TRACK_EVENT, fields) + _NEEDS_STATE
-        if len(self._tails) < _MAX_CACHED_TAILS:
-            self._tails[key << 3 | event_type] = tail
+        if key < _MAX_CACHED_TAILS:
+            if key >= len(tails):
+                tails.extend([None] * (key + 1 - len(tails)))
+            tails[key] = tail
         if interned:
             self._write(self._timestamp(ts) + _field_bytes(_INTERNED_DATA, interned) + tail)
             return b""

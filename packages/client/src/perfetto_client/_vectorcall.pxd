@@ -18,4 +18,5 @@ cdef extern from *:
     }
     """
     object pc_vectorcall(object callable, PyObject **args, size_t nargsf, PyObject *kwnames)
+    Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
     void pc_use_vectorcall(object type, Py_ssize_t offset)
