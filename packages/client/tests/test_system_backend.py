@@ -173,7 +173,8 @@ def test_app_started_before_traced_says_so_once_and_connects_when_it_starts(
     traced = Traced(tmp_path)
     monkeypatch.setenv("PERFETTO_PRODUCER_SOCK_NAME", traced.env["PERFETTO_PRODUCER_SOCK_NAME"])
     monkeypatch.setenv("PERFETTO_CONSUMER_SOCK_NAME", traced.env["PERFETTO_CONSUMER_SOCK_NAME"])
-    app = App(traced.env)
+    app = App(traced.env, "--startup")
+    app.expect("startup events written")  # initialized: its first connection attempt is over
     try:
         traced.start()
         app.expect("connected 1")
