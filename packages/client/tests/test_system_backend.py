@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -160,8 +161,55 @@ def test_missing_traced_is_one_log_line(tmp_path: Path) -> None:
     app = App(env)
     err = app.close()
     lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1
-    assert "no tracing service" in lines[0]
+    assert lines == [
+        f"perfetto: no tracing service at {tmp_path / 'nobody'} yet; "
+        "events go nowhere until it starts"
+    ]
+
+
+def test_app_started_before_traced_says_so_once_and_connects_when_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    traced = Traced(tmp_path)
+    monkeypatch.setenv("PERFETTO_PRODUCER_SOCK_NAME", traced.env["PERFETTO_PRODUCER_SOCK_NAME"])
+    monkeypatch.setenv("PERFETTO_CONSUMER_SOCK_NAME", traced.env["PERFETTO_CONSUMER_SOCK_NAME"])
+    app = App(traced.env, "--startup")
+    app.expect("startup events written")  # initialized: its first connection attempt is over
+    try:
+        traced.start()
+        app.expect("connected 1")
+        trace = _record(app, "late")
+        _check_app_events(trace, app.process.pid, "late")
+        err = app.close()
+    finally:
+        traced.kill()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines == [
+        f"perfetto: no tracing service at {tmp_path / 'producer'} yet; "
+        "events go nowhere until it starts"
+    ]
+
+
+def test_an_app_connects_to_the_service_once(tmp_path: Path) -> None:
+    """A producer starting while the service listens makes one connection (traced's cost)."""
+    path = tmp_path / "producer"
+    env = dict(os.environ)
+    env["PERFETTO_PRODUCER_SOCK_NAME"] = str(path)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(path))
+        listener.listen(8)
+        listener.settimeout(TIMEOUT)
+        app = App(env)
+        connections = 0
+        while True:
+            conn, _ = listener.accept()
+            connections += 1
+            with conn:
+                conn.settimeout(TIMEOUT)
+                if conn.recv(1):  # the producer's connection: it binds ProducerPort
+                    break
+    assert connections == 1
+    assert app.process.poll() is None
 
 
 def test_startup_tracing_is_adopted_by_the_first_session(traced: Traced) -> None:

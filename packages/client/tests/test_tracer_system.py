@@ -98,6 +98,24 @@ def test_without_traced_the_program_runs_and_one_line_says_so(tmp_path: Path) ->
     assert not out.exists()
 
 
+LOOKS_AROUND = """
+import threading
+from perfetto_client import Tracing
+print(Tracing.is_initialized(), [t.name for t in threading.enumerate() if "perfetto" in t.name])
+"""
+
+
+def test_without_traced_nothing_of_the_system_backend_is_left_running(tmp_path: Path) -> None:
+    env = {"PERFETTO_PRODUCER_SOCK_NAME": str(tmp_path / "nobody")}
+    proc, _ = run_traced(tmp_path, LOOKS_AROUND, options=("--system", "-q"), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "False []\n"
+    assert proc.stderr == (
+        f"perfetto-trace: no tracing service at {tmp_path / 'nobody'}: "
+        "the program runs, nothing is recorded\n"
+    )
+
+
 RECURSIVE = """
 import threading
 def fib(n):

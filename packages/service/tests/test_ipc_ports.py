@@ -245,6 +245,26 @@ def test_missing_service_reports_disconnect(sockets: tuple[str, str]) -> None:
     client.close()
 
 
+def test_the_first_attempt_tells_whether_a_service_listens(
+    host: HostThread, sockets: tuple[str, str]
+) -> None:
+    missing = ProducerIPCClient(sockets[0] + ".none", RecordingProducer(), "p", retry=True)
+    missing.connect()
+    try:
+        assert missing.unix_socket
+        assert missing.first_attempt_failed(10)
+        assert not missing.connected  # still trying
+    finally:
+        missing.close()
+    client, _ = _connect_producer(host, sockets[0], retry=True)
+    try:
+        assert not client.first_attempt_failed(10)
+        assert len(host.service.producers) == 1
+    finally:
+        client.close()
+    assert not ProducerIPCClient("127.0.0.1:1", RecordingProducer(), "p").unix_socket
+
+
 def test_calls_before_initialize_and_repeat_initialize_are_rejected(
     host: HostThread, sockets: tuple[str, str]
 ) -> None:

@@ -73,13 +73,20 @@ def test_unknown_service_on_the_host(host: HostProcess) -> None:
 def test_retry_with_injected_backoff(processes: Processes, sock_dir: Path) -> None:
     address = str(sock_dir / "late.sock")
     delays: list[int] = []
+    events: list[str] = []
 
     def backoff(attempt: int) -> float:
         delays.append(attempt)
         return 0.02
 
     async def session() -> None:
-        client = AsyncClient(address, retry=True, backoff=backoff)
+        client = AsyncClient(
+            address,
+            retry=True,
+            backoff=backoff,
+            on_connect=lambda: events.append("connected"),
+            on_connect_failed=lambda: events.append(f"failed {client.connect_attempts}"),
+        )
         bound = asyncio.ensure_future(client.bind_service("ProducerPort"))
         await asyncio.sleep(0.2)
         assert not bound.done()
@@ -90,3 +97,22 @@ def test_retry_with_injected_backoff(processes: Processes, sock_dir: Path) -> No
 
     asyncio.run(asyncio.wait_for(session(), TIMEOUT * 2))
     assert delays[:3] == [1, 2, 3]
+    assert events == [f"failed {attempt}" for attempt in delays] + ["connected"]
+
+
+def test_without_retry_a_failed_attempt_is_reported_then_the_client_closes(
+    sock_dir: Path,
+) -> None:
+    events: list[str] = []
+
+    async def session() -> None:
+        client = AsyncClient(
+            str(sock_dir / "nobody.sock"),
+            on_connect_failed=lambda: events.append("failed"),
+            on_disconnect=lambda: events.append("closed"),
+        )
+        client.connect()
+        assert client.closed
+
+    asyncio.run(asyncio.wait_for(session(), TIMEOUT))
+    assert events == ["failed", "closed"]

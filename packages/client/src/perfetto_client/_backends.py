@@ -6,7 +6,6 @@ import asyncio
 import concurrent.futures
 import logging
 import os
-import socket
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -177,8 +176,9 @@ class InProcessBackend:
 class SystemBackend:
     """A producer connected to the system's `traced` (ours or upstream's) over its socket.
 
-    A missing service is one log line; the producer keeps trying, and reconnects whenever the
-    service restarts. Its callbacks run on the IPC thread.
+    A missing service is one log line, when the producer's first connection attempt on a UNIX
+    socket finds nothing listening (unless `warn_missing` is False); the producer keeps
+    trying, and reconnects whenever the service restarts. Its callbacks run on the IPC thread.
     """
 
     def __init__(
@@ -187,6 +187,7 @@ class SystemBackend:
         *,
         shmem_size_hint_kb: int = 0,
         socket_name: str | None = None,
+        warn_missing: bool = True,
     ) -> None:
         self._kinds = kinds
         self.socket_name = socket_name or producer_socket_names()[0]
@@ -197,12 +198,22 @@ class SystemBackend:
         """How many times a producer connection was established (reconnects included)."""
         self.producer = TracingProducer(self, _producer_name(), adopts_startup=True)
         self.client: ProducerIPCClient | None = None
-        if not _accepts(self.socket_name):
+        self._connect()
+        self.service_missing = self._first_attempt_failed()
+        """Whether nothing listened on the UNIX socket at the first connection attempt."""
+        if self.service_missing and warn_missing:
             _log.warning(
                 "perfetto: no tracing service at %s yet; events go nowhere until it starts",
                 self.socket_name,
             )
-        self._connect()
+
+    def _first_attempt_failed(self) -> bool:
+        # A UNIX socket's connect() has its answer at once; elsewhere it may take long, and the
+        # producer does not wait for it (nor says anything).
+        client = self.client
+        if client is None or not client.unix_socket:
+            return False
+        return client.first_attempt_failed(_TIMEOUT)
 
     def _connect(self) -> None:
         # The IPC client loads with the first connection: 34 ms of CPU after _backends.
@@ -289,17 +300,3 @@ class SystemBackend:
             client = self.client
         if client is not None:
             client.close()
-
-
-def _accepts(name: str) -> bool:
-    """Whether a UNIX socket named `name` accepts connections now (a one-off probe)."""
-    if name.startswith("@"):
-        name = "\0" + name[1:]
-    elif ":" in name and not name.startswith("/"):
-        return True  # TCP or vsock: do not probe
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        try:
-            sock.connect(name)
-        except OSError:
-            return False
-    return True

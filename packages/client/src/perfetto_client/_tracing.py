@@ -96,13 +96,7 @@ class Tracing:
                 registry.on_new_category.append(_categories_changed)
                 watch_thread_names()
             if Backend.SYSTEM in backends and _state.system is None:
-                # The service's IPC and shared memory: 289 ms of CPU, for Backend.SYSTEM only.
-                from perfetto_client._backends import SystemBackend
-
-                _track_event_kind()
-                _state.system = SystemBackend(
-                    _state.all_kinds, shmem_size_hint_kb=_state.shmem_size_hint_kb
-                )
+                _start_system(warn_missing=True)
             _state.backends |= backends
 
     @staticmethod
@@ -178,6 +172,37 @@ class Tracing:
         """Waits until the SYSTEM backend's producer is connected; True if it is."""
         system = _state.system
         return system is not None and system.wait_connected(timeout)
+
+
+def _start_system(*, warn_missing: bool) -> SystemBackend:
+    """Starts the SYSTEM backend (under the state's lock)."""
+    # The service's IPC and shared memory: 289 ms of CPU, for Backend.SYSTEM only.
+    from perfetto_client._backends import SystemBackend
+
+    _track_event_kind()
+    system = _state.system = SystemBackend(
+        _state.all_kinds, shmem_size_hint_kb=_state.shmem_size_hint_kb, warn_missing=warn_missing
+    )
+    return system
+
+
+def initialize_system_unless_missing() -> bool:
+    """Initializes the SYSTEM backend, unless nothing listens on its UNIX socket.
+
+    That is decided by the producer's first connection attempt; then nothing is logged, the
+    backend is closed and forgotten (nothing of it runs), and the result is False.
+    """
+    with _state.lock:
+        if _state.system is not None:
+            return True
+        Tracing.initialize(Backend(0))
+        system = _start_system(warn_missing=False)
+        if system.service_missing:
+            system.close()
+            _state.system = None
+            return False
+        _state.backends |= Backend.SYSTEM
+        return True
 
 
 def in_process_backend() -> InProcessBackend:

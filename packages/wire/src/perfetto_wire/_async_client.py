@@ -58,7 +58,9 @@ class AsyncClient:
     Binds requested before the connection is up are sent once it is. With `retry`, a host
     that is not there yet is tried again after `backoff(attempt)` seconds; without it, or once
     an established connection is lost, the client is closed for good (make a new one).
-    `on_disconnect` runs once when that happens, after pending callbacks were rejected.
+    `on_connect` runs when the connection comes up, `on_connect_failed` after each failed
+    attempt (`connect_attempts` counts them), `on_disconnect` once when the client closes for
+    good, after pending callbacks were rejected.
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class AsyncClient:
         retry: bool = False,
         backoff: Callable[[int], float] = reconnect_delay,
         on_connect: Callable[[], None] | None = None,
+        on_connect_failed: Callable[[], None] | None = None,
         on_disconnect: Callable[[], None] | None = None,
     ) -> None:
         self._address: SocketAddress = parse_address(name)
@@ -76,6 +79,7 @@ class AsyncClient:
         self._retry = retry
         self._backoff = backoff
         self._on_connect = on_connect
+        self._on_connect_failed = on_connect_failed
         self._on_disconnect = on_disconnect
         self._state = _State.IDLE
         self._attempts = 0
@@ -218,6 +222,7 @@ class AsyncClient:
 
     def _connect_failed(self, reason: str) -> None:
         self._attempts += 1
+        _call_hook(self._on_connect_failed)
         if not self._retry:
             _log.debug("cannot connect to %s: %s", self.address, reason)
             self._finish()

@@ -37,7 +37,7 @@ class Client:
 
     Every method may be called from any thread; results come back as
     `concurrent.futures.Future`s, and stream callbacks run on the IPC thread (where
-    `async_client` may be used directly). See `AsyncClient` for `retry` and `backoff`.
+    `async_client` may be used directly). See `AsyncClient` for `retry`, `backoff` and the hooks.
     """
 
     def __init__(
@@ -47,6 +47,7 @@ class Client:
         retry: bool = False,
         backoff: Callable[[int], float] = reconnect_delay,
         on_connect: Callable[[], None] | None = None,
+        on_connect_failed: Callable[[], None] | None = None,
         on_disconnect: Callable[[], None] | None = None,
         thread_name: str = "perfetto-ipc",
     ) -> None:
@@ -58,6 +59,7 @@ class Client:
                 retry=retry,
                 backoff=backoff,
                 on_connect=on_connect,
+                on_connect_failed=on_connect_failed,
                 on_disconnect=on_disconnect,
             )
         except BaseException:

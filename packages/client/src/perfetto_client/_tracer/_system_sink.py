@@ -22,7 +22,6 @@ from perfetto_smb import TraceWriter
 from protozero import ProtoDecoder, encode_varint
 
 from perfetto_client import _tracing
-from perfetto_client._backends import _accepts
 from perfetto_client._categories import category_enabled_by, registry
 from perfetto_client._errors import TracingError
 from perfetto_client._tracer._sink import SinkStats
@@ -69,10 +68,8 @@ class SystemSink:
         self.connected = self._connect()
 
     def _connect(self) -> bool:
-        if _tracing._state.system is None:
-            if not _accepts(self.socket):
-                return False
-            _tracing.Tracing.initialize(_tracing.Backend.SYSTEM)
+        if not _tracing.initialize_system_unless_missing():
+            return False
         return _tracing.Tracing.wait_connected(_CONNECT_TIMEOUT)
 
     def _sessions(self) -> list[TraceWriter]:

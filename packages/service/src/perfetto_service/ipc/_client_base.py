@@ -42,7 +42,7 @@ class PortClient:
         retry: bool,
         thread_name: str,
     ) -> None:
-        parse_address(socket_name)  # a malformed name fails here, not in connect()
+        self._address = parse_address(socket_name)  # a malformed name fails here
         self._socket_name = socket_name
         self._service_name = service_name
         self._retry = retry
@@ -52,6 +52,8 @@ class PortClient:
         self._queue: list[tuple[PortTask, Callable[[], None] | None]] = []
         self._lost = False
         self._done_event = threading.Event()
+        self._attempted = threading.Event()
+        self._first_attempt_failed = False
         self._lock = threading.Lock()
         self._client: Client | None = None
         self._closed = False
@@ -69,6 +71,8 @@ class PortClient:
             client = Client(
                 self._socket_name,
                 retry=self._retry,
+                on_connect=self._attempted.set,
+                on_connect_failed=self._attempt_failed,
                 on_disconnect=self._lose,
                 thread_name=self._thread_name,
             )
@@ -85,6 +89,11 @@ class PortClient:
         if client is None:
             raise WireError("the port client is not connected yet")
         return client
+
+    @property
+    def unix_socket(self) -> bool:
+        """Whether the service's socket is AF_UNIX (a connection attempt is answered at once)."""
+        return self._address.is_unix
 
     @property
     def connected(self) -> bool:
@@ -110,6 +119,15 @@ class PortClient:
         """Waits until the port is ready or the connection failed; True if it is ready."""
         self._done_event.wait(timeout)
         return self.connected
+
+    def first_attempt_failed(self, timeout: float | None = None) -> bool:
+        """Waits until the first connection attempt has an outcome; True if nothing accepted it.
+
+        False once it connected, and when it has no outcome within `timeout` (or the client
+        closed first). With `retry`, the client goes on trying after a failed attempt.
+        """
+        self._attempted.wait(timeout)
+        return self._first_attempt_failed
 
     def post(self, task: Callable[[], object]) -> bool:
         """Runs `task` on the IPC thread (once connected); False (and dropped) once closed."""
@@ -176,8 +194,14 @@ class PortClient:
         if client is not None:
             client.close()
         self._done_event.set()
+        self._attempted.set()
 
     # On the IPC thread.
+
+    def _attempt_failed(self) -> None:
+        if not self._attempted.is_set():
+            self._first_attempt_failed = True
+            self._attempted.set()
 
     def _bind(self) -> None:
         try:
