@@ -5,15 +5,12 @@ Run them through `python3 tools/dev.py nox -s NAME` (or `nox -s NAME` inside `.v
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import importlib.util
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -117,20 +114,9 @@ def exclusive_tests(session: nox.Session) -> None:
 
 
 def _build_native(session: nox.Session, python: str) -> None:
-    """tools/build_native.py run by `python`, one build at a time (`_one_build_at_a_time`)."""
-    with _one_build_at_a_time():
-        session.run(python, "tools/build_native.py", external=True)
-
-
-@contextlib.contextmanager
-def _one_build_at_a_time() -> Iterator[None]:
-    """Holds the lock of the in-place builds: those of every Python version share intermediate
-    files (`build/native`), and `dev.py test` runs the versions' sessions side by side."""
-    lock_path = ROOT / ".nox" / "build_native.lock"
-    lock_path.parent.mkdir(exist_ok=True)
-    with lock_path.open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+    """tools/build_native.py run by `python`. The Python versions' in-place builds share no file
+    (each has its modules' names and its own `build/native/TAG`): they may run side by side."""
+    session.run(python, "tools/build_native.py", external=True)
 
 
 def _has_compiled_modules(package: str, pattern: str) -> bool:
@@ -148,8 +134,7 @@ def tests_on(session: nox.Session, python: str, package: str) -> None:
     in develop mode (compiled modules built in place for that interpreter, beside 3.11's) and
     the test requirements at poetry.lock's versions.
     """
-    with _one_build_at_a_time():  # the develop installs compile too
-        bin_dir = _develop_venv(session, python) / "bin"
+    bin_dir = _develop_venv(session, python) / "bin"
     _build_native(session, str(bin_dir / "python"))
     path = ROOT / "tests" if package == "repo" else PACKAGE_DIRS[package] / "tests"
     pytest = [str(bin_dir / "python"), "-m", "pytest", str(path), *PARALLEL, *session.posargs]
