@@ -49,8 +49,9 @@ TEST_PHASES: list[tuple[str, dict[str, list[str]]]] = [
     ("checks", {"checks": ["lint", "typecheck", "protos_check", "layers"]}),
     # Tests that change the machine for every process (a CPU taken offline): nothing beside.
     ("tests that run alone", {"alone": ["exclusive_tests"]}),
-    # Every other session in two lanes of about equal CPU time, so that both cores stay busy to
-    # the end (no lane waits for another at a phase's end): the tests on 3.11 compiled in one and
+    # Every other session in two lanes side by side, with no phase's end between them: one
+    # lane's worker start-ups, downloads and last long tests overlap the other lane's work. The
+    # split is by version and build, not measured CPU time: the tests on 3.11 compiled in one and
     # pure in the other; then the compiled tests of 3.12 in one and 3.13 in the other (each
     # version's first session makes its venv and compiles every module for it); then each
     # version's built wheels installed alone (install_check: on 3.11 with the installed test
