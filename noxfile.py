@@ -5,15 +5,12 @@ Run them through `python3 tools/dev.py nox -s NAME` (or `nox -s NAME` inside `.v
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import importlib.util
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -26,6 +23,14 @@ from package_graph import build_backend, packages, support_package  # noqa: E402
 # Session name (the package's directory) -> directory, in the package graph's order.
 PACKAGE_DIRS: dict[str, Path] = {p.name: p.directory for p in packages(ROOT)}
 TESTED = [name for name, path in PACKAGE_DIRS.items() if any(path.glob("tests/test_*.py"))]
+
+
+def _has_compiled_modules(package: str, pattern: str) -> bool:
+    return any((PACKAGE_DIRS[package] / "src").rglob(pattern))
+
+
+# The packages whose tests also run pure (they have pure-mode compiled modules: `.pxd` files).
+PURE_TESTED = [name for name in TESTED if _has_compiled_modules(name, "*.pxd")]
 # The project's .venv runs 3.11; the others run in venvs nox makes (`tests_on`).
 OTHER_PYTHONS = ["3.12", "3.13"]
 ALL_PYTHONS = ["3.11", *OTHER_PYTHONS]
@@ -84,13 +89,35 @@ def tests(session: nox.Session, package: str) -> None:
     first; the run fails if they did not load), then pure Python (PERFETTO_PY_PURE=1). See
     docs/native.md.
     """
+    _run_tests(session, package, compiled=True, pure=True)
+
+
+@nox.session(python=False)
+@nox.parametrize("package", ["repo", *TESTED])
+def tests_compiled(session: nox.Session, package: str) -> None:
+    """`tests`' first run of a package: compiled (every package and `repo`)."""
+    _run_tests(session, package, compiled=True, pure=False)
+
+
+@nox.session(python=False)
+@nox.parametrize("package", PURE_TESTED)
+def tests_pure(session: nox.Session, package: str) -> None:
+    """`tests`' second run of a package with pure-mode compiled modules: pure Python.
+    `dev.py test` runs it beside `tests_compiled` (the two share no file)."""
+    _run_tests(session, package, compiled=False, pure=True)
+
+
+def _run_tests(session: nox.Session, package: str, compiled: bool, pure: bool) -> None:
     path = ROOT / "tests" if package == "repo" else PACKAGE_DIRS[package] / "tests"
     pytest = ["pytest", str(path), *PARALLEL, *session.posargs]
-    if package != "repo" and _has_compiled_modules(package, "*.pxd"):
-        _build_native(session, "python")
-        session.run(*pytest, env={EXPECT_COMPILED: "1"})
-        session.run(*pytest, env={PURE: "1"})
-    else:  # `.pyx` modules have no pure form: their package's tests run once, built in place
+    if package in PURE_TESTED:
+        _build_native(session, "python")  # a no-op when current (`dev.py test` built first)
+        if compiled:
+            session.run(*pytest, env={EXPECT_COMPILED: "1"})
+        if pure:
+            session.run(*pytest, env={PURE: "1"})
+    elif compiled:
+        # `.pyx` modules have no pure form: their package's tests run once, built in place.
         if package != "repo" and _has_compiled_modules(package, "*.pyx"):
             _build_native(session, "python")
         session.run(*pytest)
@@ -117,24 +144,9 @@ def exclusive_tests(session: nox.Session) -> None:
 
 
 def _build_native(session: nox.Session, python: str) -> None:
-    """tools/build_native.py run by `python`, one build at a time (`_one_build_at_a_time`)."""
-    with _one_build_at_a_time():
-        session.run(python, "tools/build_native.py", external=True)
-
-
-@contextlib.contextmanager
-def _one_build_at_a_time() -> Iterator[None]:
-    """Holds the lock of the in-place builds: those of every Python version share intermediate
-    files (`build/native`), and `dev.py test` runs the versions' sessions side by side."""
-    lock_path = ROOT / ".nox" / "build_native.lock"
-    lock_path.parent.mkdir(exist_ok=True)
-    with lock_path.open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
-def _has_compiled_modules(package: str, pattern: str) -> bool:
-    return any((PACKAGE_DIRS[package] / "src").rglob(pattern))
+    """tools/build_native.py run by `python`. The Python versions' in-place builds share no file
+    (each has its modules' names and its own `build/native/TAG`): they may run side by side."""
+    session.run(python, "tools/build_native.py", external=True)
 
 
 @nox.session(python=False)
@@ -148,8 +160,7 @@ def tests_on(session: nox.Session, python: str, package: str) -> None:
     in develop mode (compiled modules built in place for that interpreter, beside 3.11's) and
     the test requirements at poetry.lock's versions.
     """
-    with _one_build_at_a_time():  # the develop installs compile too
-        bin_dir = _develop_venv(session, python) / "bin"
+    bin_dir = _develop_venv(session, python) / "bin"
     _build_native(session, str(bin_dir / "python"))
     path = ROOT / "tests" if package == "repo" else PACKAGE_DIRS[package] / "tests"
     pytest = [str(bin_dir / "python"), "-m", "pytest", str(path), *PARALLEL, *session.posargs]

@@ -2,10 +2,11 @@
 """Sets up the development environment from nothing but python3, then runs a command in it.
 
     python3 tools/dev.py test          build the compiled modules in place, then lint, typecheck,
-                                       protos_check and layers; all tests on 3.11 (compiled and
-                                       pure); the compiled suites on 3.12 and 3.13 side by side
-                                       (tests_on); install_check on all three and compat, in two
-                                       lanes side by side (TEST_PHASES); each phase's time printed
+                                       protos_check and layers; the exclusive tests; then in two
+                                       lanes side by side (TEST_PHASES): all tests on 3.11
+                                       (compiled in one, pure in the other), the compiled suites
+                                       on 3.12 and 3.13 (tests_on), install_check on all three
+                                       and compat; each phase's time printed
     python3 tools/dev.py nox [ARGS]    any nox session, e.g. `nox -s bench`
     python3 tools/dev.py run CMD...    any command inside the project environment
     python3 tools/dev.py develop       install every package in develop mode into the running
@@ -48,16 +49,20 @@ TEST_PHASES: list[tuple[str, dict[str, list[str]]]] = [
     ("checks", {"checks": ["lint", "typecheck", "protos_check", "layers"]}),
     # Tests that change the machine for every process (a CPU taken offline): nothing beside.
     ("tests that run alone", {"alone": ["exclusive_tests"]}),
-    ("tests on 3.11, compiled and pure", {"3.11": ["tests"]}),
-    ("compiled tests on 3.12 and 3.13", {"3.12": ["tests_on@3.12"], "3.13": ["tests_on@3.13"]}),
-    # Built wheels installed alone (on 3.11 with the installed test suites, on 3.12 and 3.13
-    # without), and the conformance kit against earlier versions (its builds in a builder venv
-    # of its own). The compiled modules come from the build cache (PERFETTO_BUILD_CACHE).
+    # Every other session in two lanes side by side, with no phase's end between them: one
+    # lane's worker start-ups, downloads and last long tests overlap the other lane's work. The
+    # split is by version and build, not measured CPU time: the tests on 3.11 compiled in one and
+    # pure in the other; then the compiled tests of 3.12 in one and 3.13 in the other (each
+    # version's first session makes its venv and compiles every module for it); then each
+    # version's built wheels installed alone (install_check: on 3.11 with the installed test
+    # suites) and the conformance kit against earlier versions (compat, its builds in a builder
+    # venv of its own). A wheel's compiled modules come from the build cache
+    # (PERFETTO_BUILD_CACHE), which the lane's in-place build of that version filled.
     (
-        "packaging and compatibility",
+        "tests, packaging and compatibility",
         {
-            "3.11": ["install_check@3.11"],
-            "3.12+": ["install_check@3.12", "install_check@3.13", "compat"],
+            "A": ["tests_compiled", "tests_on@3.12", "install_check@3.12", "install_check@3.11"],
+            "B": ["tests_pure", "tests_on@3.13", "install_check@3.13", "compat"],
         },
     ),
 ]

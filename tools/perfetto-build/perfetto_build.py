@@ -310,10 +310,18 @@ def is_optional(path: Path) -> bool:
 
 
 def _build_shared_library(c_source: Path) -> None:
-    """Compiles one `lib*.c` into its `lib*.so` (raises CalledProcessError on failure)."""
+    """Compiles one `lib*.c` into its `lib*.so` (raises CalledProcessError on failure), which
+    appears whole: every Python version's build makes this same file, and they may run side by
+    side."""
+    built = built_file(c_source)
+    partial = built.with_name(f".{built.name}.{os.getpid()}")
     command = [*_compiler(), *CFLAGS, "-shared", "-fPIC", "-fvisibility=hidden", "-pthread"]
-    command += [f"-I{c_source.parent}", "-o", str(built_file(c_source)), str(c_source), "-lm"]
-    subprocess.run(command, check=True)
+    command += [f"-I{c_source.parent}", "-o", str(partial), str(c_source), "-lm"]
+    try:
+        subprocess.run(command, check=True)
+        os.replace(partial, built)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _skip(project: Path, reason: str) -> int:
@@ -379,7 +387,8 @@ def build(project: Path) -> int:
             )
         if not missing:
             return
-        build_dir = project / "build" / "native"
+        # Each interpreter's intermediate files apart: the versions' builds may run side by side.
+        build_dir = project / "build" / "native" / EXT_SUFFIX.removesuffix(".so").strip(".")
         jobs = min(len(missing), len(os.sched_getaffinity(0)))  # a module per CPU at a time
         extensions = cythonize(
             [extension(p) for p in missing],
