@@ -430,8 +430,10 @@ def _put_counter(
     for writer in writers:
         if writer.cleared:
             writer.ensure_state(ts)
-        if uuid not in writer.seen_tracks:  # else its ancestors were described before it
-            describe_track(writer, track, ts)
+        if track is not writer.counter_track:  # else described on this sequence
+            if uuid not in writer.seen_tracks:  # else its ancestors were described before it
+                describe_track(writer, track, ts)
+            writer.counter_track = track
         writer.counter(field, value, ts)
 
 
