@@ -659,12 +659,56 @@ def test_events_go_on_a_task_track_exactly_while_a_task_is_current(record: Recor
     assert {tracks[name] for name in on_threads} == {main_thread}
 
 
-def test_instant_keeps_the_functions_signature_doc_pickling_and_errors() -> None:
+ENTRIES = {
+    "instant": (
+        "(category: 'str | Category', name: 'str', /, *, track: 'Track | None' = None,"
+        " timestamp: 'int | None' = None, flow: 'FlowArg' = None,"
+        " terminating_flow: 'FlowArg' = None, correlation_id: 'int | str | None' = None,"
+        " proto: 'Callable[[TrackEvent], None] | None' = None, **args: 'object') -> 'None'",
+        "Records an instant event `name` on the thread's track (or `track`).",
+        [
+            lambda f: f(),
+            lambda f: f(CAT),
+            lambda f: f(CAT, "n", "extra"),
+            lambda f: f(CAT, ""),
+            lambda f: f(CAT, "", track=None),
+            lambda f: f(CAT, None),
+            lambda f: f(42, "n"),
+            lambda f: f(category=CAT, name="n"),
+        ],
+    ),
+    "counter": (
+        "(category: 'str | Category', track: 'CounterTrack | str', value: 'float', *,"
+        " timestamp: 'int | None' = None) -> 'None'",
+        "Adds a point to a counter track (a CounterTrack, or a name under the process track).\n"
+        "\n    An int value is recorded as an int64 counter value, a float as a double.\n    ",
+        [
+            lambda f: f(),
+            lambda f: f(CAT),
+            lambda f: f(CAT, "c"),
+            lambda f: f(CAT, "c", 1, 2),
+            lambda f: f(CAT, "c", 1, stamp=5),
+            lambda f: f(CAT, 5, 1),
+            lambda f: f(CAT, None, 1),
+            lambda f: f(CAT, "c", "one"),
+            lambda f: f(CAT, "c", 1 << 70, timestamp="late"),
+            lambda f: f(42, "c", 1),
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENTRIES))
+def test_entries_keep_the_functions_signature_doc_pickling_and_errors(
+    name: str, record: Recorder
+) -> None:
+    """instant and counter: compiled, an entry calling the function (a VectorcallFunction)."""
     import inspect
     import pydoc
 
-    instant = pc.instant
-    function = getattr(instant, "__wrapped__", instant)  # compiled: the function it calls
+    pure_signature, doc, bad_calls = ENTRIES[name]
+    entry = getattr(pc, name)
+    function = getattr(entry, "__wrapped__", entry)  # compiled: the function it calls
 
     def signature(f: Any) -> str | None:
         try:
@@ -672,29 +716,24 @@ def test_instant_keeps_the_functions_signature_doc_pickling_and_errors() -> None
         except ValueError:  # compiled: a built-in function's, which Cython does not give
             return None
 
-    assert signature(instant) == signature(function)
-    if function is instant and not (_track_event.__file__ or "").endswith(".so"):
-        assert signature(instant) == (
-            "(category: 'str | Category', name: 'str', /, *, track: 'Track | None' = None,"
-            " timestamp: 'int | None' = None, flow: 'FlowArg' = None,"
-            " terminating_flow: 'FlowArg' = None, correlation_id: 'int | str | None' = None,"
-            " proto: 'Callable[[TrackEvent], None] | None' = None, **args: 'object') -> 'None'"
-        )
-    assert instant.__name__ == instant.__qualname__ == "instant"
-    assert instant.__module__ == "perfetto_client._events"
-    assert instant.__doc__ == "Records an instant event `name` on the thread's track (or `track`)."
-    assert pickle.loads(pickle.dumps(instant)) is instant
-    assert repr(instant) == repr(function)
+    assert signature(entry) == signature(function)
+    if function is entry and not (_track_event.__file__ or "").endswith(".so"):
+        assert signature(entry) == pure_signature
+    assert entry.__name__ == entry.__qualname__ == name
+    assert entry.__module__ == "perfetto_client._events"
+    assert entry.__doc__ == doc
+    assert pickle.loads(pickle.dumps(entry)) is entry
+    assert repr(entry) == repr(function)
 
     class Owner:
-        method = instant
+        method = entry
 
     if inspect.isfunction(function):  # pure: binds as a method
-        assert getattr(Owner().method, "__func__", None) is instant
+        assert getattr(Owner().method, "__func__", None) is entry
     else:  # compiled: as a built-in function, does not bind
-        assert Owner().method is instant
-    assert "instant event `name`" in pydoc.render_doc(instant)
-    assert pydoc.render_doc(instant).splitlines()[2:] == pydoc.render_doc(function).splitlines()[2:]
+        assert Owner().method is entry
+    assert doc.splitlines()[0] in pydoc.render_doc(entry)
+    assert pydoc.render_doc(entry).splitlines()[2:] == pydoc.render_doc(function).splitlines()[2:]
 
     def outcome(call: Any) -> tuple[type[BaseException], str] | None:
         try:
@@ -703,18 +742,38 @@ def test_instant_keeps_the_functions_signature_doc_pickling_and_errors() -> None
             return type(error), str(error)
         return None
 
-    bad_calls = [
-        lambda f: f(),
-        lambda f: f(CAT),
-        lambda f: f(CAT, "n", "extra"),
-        lambda f: f(CAT, ""),
-        lambda f: f(CAT, "", track=None),
-        lambda f: f(CAT, None),
-        lambda f: f(42, "n"),
-        lambda f: f(category=CAT, name="n"),
-    ]
-    for call in bad_calls:
-        error = outcome(lambda call=call: call(instant))
-        assert error is not None
-        assert error == outcome(lambda call=call: call(function))
-    assert outcome(lambda: instant(CAT, "")) == (pc.TracingError, "an instant event needs a name")
+    def calls(recording: bool) -> None:  # recording: the enabled category's paths
+        for call in bad_calls:
+            error = outcome(lambda call=call: call(entry))
+            assert error == outcome(lambda call=call: call(function))
+            assert error is not None or not recording
+
+    calls(recording=False)
+    record(lambda: calls(recording=True))
+    if name == "instant":
+        assert outcome(lambda: entry(CAT, "")) == (pc.TracingError, "an instant event needs a name")
+
+
+def test_a_counter_track_is_described_again_after_each_clear(record: Recorder) -> None:
+    track = pc.CounterTrack("cleared")
+
+    def body() -> None:
+        pc.counter(CAT, track, 1)
+        pc.counter(CAT, track, 2)
+        for writer in thread_state().writers.values():
+            assert writer is not None
+            writer.clear_incremental_state()
+        pc.counter(CAT, track, 3)
+        pc.counter(CAT, "cleared too", 4)
+        pc.counter(CAT, track, 5)
+
+    trace = record(body)
+    seen: list[object] = []  # the track's story on its sequence
+    for packet in trace.trace.packet:
+        if packet.sequence_flags & 1:  # SEQ_INCREMENTAL_STATE_CLEARED
+            seen.append("cleared")
+        elif packet.HasField("track_descriptor") and packet.track_descriptor.uuid == track.uuid:
+            seen.append("described")
+        elif packet.HasField("track_event") and packet.track_event.track_uuid == track.uuid:
+            seen.append(packet.track_event.counter_value)
+    assert seen == ["cleared", "described", 1, 2, "cleared", "described", 3, 5]

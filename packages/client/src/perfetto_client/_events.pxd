@@ -6,6 +6,7 @@ from perfetto_client._categories cimport Category
 from perfetto_client._track_event cimport describe_track, now, thread_writers, write_event
 from perfetto_client._track_event_writer cimport TrackEventWriter
 from perfetto_client._tracks cimport Track
+from perfetto_client._vectorcall_function cimport VectorcallFunction
 
 cdef dict _counter_tracks
 
@@ -34,13 +35,21 @@ cdef bint _find_asyncio() except -1
 cdef bint _task_may_be_current() except -1
 
 
-cdef class InstantFunction:
-    cdef void *_vectorcall
-    cdef dict __dict__
-    cdef object _fn
+cdef class InstantFunction(VectorcallFunction):
+    pass
 
 
 @cython.locals(keys=dict, writers=tuple, writer=TrackEventWriter, ts="long long", on=Track)
 cdef _put_instant(Category cat, object name, object track, object timestamp)
 @cython.locals(cat=Category)
 cdef object _instant_vectorcall(InstantFunction self, PyObject **args, size_t nargsf, PyObject *kwnames)
+
+
+cdef class CounterFunction(VectorcallFunction):
+    pass
+
+
+@cython.locals(writers=tuple, ts="long long", field=bytes, writer=TrackEventWriter, on=Track)
+cdef _put_counter(Category cat, object track, object value, object timestamp)
+@cython.locals(cat=Category)
+cdef object _counter_vectorcall(CounterFunction self, PyObject **args, size_t nargsf, PyObject *kwnames)

@@ -8,7 +8,6 @@ Compiled (`_events.pxd`), the hot paths (`@trace`, `trace_event`, `instant`, `co
 
 from __future__ import annotations
 
-import functools
 import sys
 import types
 from collections.abc import Callable, Iterable
@@ -35,13 +34,10 @@ from perfetto_client._track_event_writer import (
     varint,
 )
 from perfetto_client._tracks import CounterTrack, Track, process_uuid
+from perfetto_client._vectorcall_function import VectorcallFunction
 
 if cython.compiled:
-    from cython.cimports.perfetto_client._vectorcall import (
-        PyVectorcall_NARGS,
-        pc_use_vectorcall,
-        pc_vectorcall,
-    )
+    from cython.cimports.perfetto_client._vectorcall import PyVectorcall_NARGS, pc_vectorcall
 else:  # compiled, _events.pxd cimports them from _track_event
     from perfetto_client._track_event import describe_track, now, thread_writers, write_event
 
@@ -322,39 +318,16 @@ def _put_instant(cat: Category, name: str, track: Track | None, timestamp: int |
         write_event(writers, key, TYPE_INSTANT, ts, on, on.event_fields(TYPE_INSTANT), [])
 
 
-class InstantFunction:
+class InstantFunction(VectorcallFunction):
     """What `instant` is in the compiled build: the function, called as a vectorcall that
     records a call with a category and a name alone (most calls) without the dict the
-    function's `**args` makes on every call.
-
-    It carries the function's name, qualified name, doc and repr, and pickles by name; as the
-    built-in function it wraps, it does not bind as a method.
-    """
+    function's `**args` makes on every call (a `VectorcallFunction`: the function's name, doc,
+    repr and pickling)."""
 
     def __init__(self, fn: Callable[..., None]) -> None:
-        self._fn = fn
-        functools.update_wrapper(self, fn)
+        super().__init__(fn)
         if cython.compiled:
-            self._vectorcall = cython.cast(cython.p_void, _instant_vectorcall)
-            pc_use_vectorcall(
-                InstantFunction,
-                cython.cast(cython.p_char, cython.address(self._vectorcall))
-                - cython.cast(cython.p_char, cython.cast(cython.p_void, self)),
-            )
-
-    def __call__(self, *args: Any, **kwargs: Any) -> None:
-        self._fn(*args, **kwargs)
-
-    def __get__(self, instance: object, owner: object) -> InstantFunction:
-        """Itself (a method descriptor that does not bind: `help` documents it as a routine)."""
-        return self
-
-    def __reduce__(self) -> str:
-        name: str = self.__qualname__  # type: ignore[attr-defined]
-        return name
-
-    def __repr__(self) -> str:
-        return repr(self._fn)
+            self._use_vectorcall(cython.cast(cython.p_void, _instant_vectorcall))
 
 
 @cython.locals(cat=Category)  # type: ignore[untyped-decorator]
@@ -432,7 +405,69 @@ def instant(
 _counter_tracks: dict[str, CounterTrack] = {}
 
 
-@cython.locals(cat=Category, writers=tuple, ts="long long", field=bytes, writer=TrackEventWriter)  # type: ignore[untyped-decorator]
+@cython.locals(writers=tuple, ts="long long", field=bytes, writer=TrackEventWriter, on=Track)  # type: ignore[untyped-decorator]
+def _put_counter(
+    cat: Category, track: CounterTrack | str, value: float, timestamp: int | None
+) -> None:
+    """Adds the point `value` of enabled category `cat` to counter track `track` (a name: the
+    CounterTrack of that name under the process track)."""
+    if isinstance(track, str):
+        found = _counter_tracks.get(track)
+        if found is None:
+            found = _counter_tracks[track] = CounterTrack(track)
+        track = found
+    if cython.compiled and isinstance(track, Track):
+        on = track
+        field = on._uuid_field  # the cached `uuid_field`, read in C
+        if field is None:
+            field = on.uuid_field
+        uuid = on.uuid
+    else:
+        field = track.uuid_field
+        uuid = track.uuid
+    writers = thread_writers(cat.mask)
+    ts = (now() if cython.compiled else _track_event._clock()) if timestamp is None else timestamp
+    for writer in writers:
+        if writer.cleared:
+            writer.ensure_state(ts)
+        if track is not writer.counter_track:  # else described on this sequence
+            if uuid not in writer.seen_tracks:  # else its ancestors were described before it
+                describe_track(writer, track, ts)
+            writer.counter_track = track
+        writer.counter(field, value, ts)
+
+
+class CounterFunction(VectorcallFunction):
+    """What `counter` is in the compiled build: the function, called as a vectorcall that
+    records a call of three positional arguments (most calls) without parsing keywords (a
+    `VectorcallFunction`: the function's name, doc, repr and pickling)."""
+
+    def __init__(self, fn: Callable[..., None]) -> None:
+        super().__init__(fn)
+        if cython.compiled:
+            self._use_vectorcall(cython.cast(cython.p_void, _counter_vectorcall))
+
+
+@cython.locals(cat=Category)  # type: ignore[untyped-decorator]
+def _counter_vectorcall(self: CounterFunction, args: Any, nargsf: int, kwnames: Any) -> Any:
+    """`counter` as the compiled build's vectorcall: a call of a category, a track and a value
+    goes straight to the writers; any other to the function."""
+    if kwnames or PyVectorcall_NARGS(nargsf) != 3:
+        return pc_vectorcall(self._fn, args, nargsf, kwnames)
+    category = cython.cast(object, args[0])
+    cat = category if isinstance(category, Category) else category_of(category)
+    if cat.enabled:
+        _put_counter(cat, cython.cast(object, args[1]), cython.cast(object, args[2]), None)
+    return None
+
+
+def _counter_entry(fn: Callable[P, None]) -> Callable[P, None]:
+    """`counter` as a `CounterFunction` where compiled, as itself in the pure build."""
+    return CounterFunction(fn) if cython.compiled else fn
+
+
+@_counter_entry
+@cython.locals(cat=Category)  # type: ignore[untyped-decorator]
 def counter(
     category: str | Category,
     track: CounterTrack | str,
@@ -445,23 +480,8 @@ def counter(
     An int value is recorded as an int64 counter value, a float as a double.
     """
     cat = category if isinstance(category, Category) else category_of(category)
-    if not cat.enabled:
-        return
-    if isinstance(track, str):
-        found = _counter_tracks.get(track)
-        if found is None:
-            found = _counter_tracks[track] = CounterTrack(track)
-        track = found
-    writers = thread_writers(cat.mask)
-    ts = (now() if cython.compiled else _track_event._clock()) if timestamp is None else timestamp
-    field = track.uuid_field
-    uuid = track.uuid
-    for writer in writers:
-        if writer.cleared:
-            writer.ensure_state(ts)
-        if uuid not in writer.seen_tracks:  # else its ancestors were described before it
-            describe_track(writer, track, ts)
-        writer.counter(field, value, ts)
+    if cat.enabled:
+        _put_counter(cat, track, value, timestamp)
 
 
 def _extra_fields(

@@ -4,12 +4,9 @@ from cpython.ref cimport PyObject
 
 from perfetto_client._categories cimport Category
 from perfetto_client._track_event cimport slice_enter, slice_exit
+from perfetto_client._vectorcall_function cimport VectorcallFunction
 
-cdef class TracedFunction:
-    cdef void *_vectorcall
-    cdef dict __dict__
-    cdef object __weakref__
-    cdef object _fn
+cdef class TracedFunction(VectorcallFunction):
     cdef Category _cat
     cdef Py_ssize_t _key
 

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import functools
 import types
 from collections.abc import Callable
 from typing import Any
@@ -17,9 +16,10 @@ except ImportError:  # installed without Cython: runs as pure Python
     from protozero import _cython_shim as cython
 
 from perfetto_client._categories import Category
+from perfetto_client._vectorcall_function import VectorcallFunction
 
 if cython.compiled:
-    from cython.cimports.perfetto_client._vectorcall import pc_use_vectorcall, pc_vectorcall
+    from cython.cimports.perfetto_client._vectorcall import pc_vectorcall
 else:  # compiled, _traced_function.pxd cimports them from _track_event
     from perfetto_client._track_event import slice_enter, slice_exit
 
@@ -29,26 +29,20 @@ COMPILED: bool = cython.compiled
 """Whether this module runs compiled (`@trace` then makes functions `TracedFunction`s)."""
 
 
-class TracedFunction:
+class TracedFunction(VectorcallFunction):
     """What `@trace` makes of a function (not a coroutine function) in the compiled build:
     each call is a slice of event key `key` in `cat` while a session records `cat`.
 
-    It carries the function's name, qualified name, doc and `__wrapped__`
-    (`functools.update_wrapper`), binds as a method and pickles by name, as the function.
+    It carries the function's name, qualified name, doc and `__wrapped__`, binds as a method
+    and pickles by name, as the function (a `VectorcallFunction` that binds).
     """
 
     def __init__(self, fn: Callable[..., Any], cat: Category, key: int) -> None:
-        self._fn = fn
+        super().__init__(fn)
         self._cat = cat
         self._key = key
-        functools.update_wrapper(self, fn)
         if cython.compiled:
-            self._vectorcall = cython.cast(cython.p_void, _traced_vectorcall)
-            pc_use_vectorcall(
-                TracedFunction,
-                cython.cast(cython.p_char, cython.address(self._vectorcall))
-                - cython.cast(cython.p_char, cython.cast(cython.p_void, self)),
-            )
+            self._use_vectorcall(cython.cast(cython.p_void, _traced_vectorcall))
 
     @cython.locals(writers=tuple)  # type: ignore[untyped-decorator]
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -64,10 +58,6 @@ class TracedFunction:
         if instance is None:
             return self
         return types.MethodType(self, instance)
-
-    def __reduce__(self) -> str:
-        name: str = self.__qualname__  # type: ignore[attr-defined]
-        return name
 
     def __repr__(self) -> str:
         return f"<traced {self._fn!r}>"

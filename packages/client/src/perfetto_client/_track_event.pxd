@@ -15,6 +15,8 @@ cdef class ThreadState:
     cdef public long long generation
     cdef public dict writers
     cdef public dict by_mask
+    cdef public object last_mask
+    cdef public tuple last_writers
     cdef public object track
 
 

@@ -278,12 +278,16 @@ class ThreadState:
         self.generation = -1
         self.writers: dict[TrackEventInstance, TrackEventWriter | None] = {}
         self.by_mask: dict[int, tuple[TrackEventWriter, ...]] = {}
+        self.last_mask: int | None = None
+        self.last_writers: tuple[TrackEventWriter, ...] = ()
+        """The mask object `thread_writers` was last asked for and its `by_mask` entry."""
         self.track = ThreadTrack.current()
 
     def refresh(self) -> None:
         """Drops writers of instances that stopped (closing them) and the mask cache."""
         self.generation = registry.generation
         self.by_mask = {}
+        self.last_mask = None
         running = set(registry.instances)
         for instance in [i for i in self.writers if i not in running]:
             writer = self.writers.pop(instance)
@@ -378,9 +382,13 @@ def thread_writers(mask: int) -> tuple[TrackEventWriter, ...]:
             state = _tls.state = ThreadState()
     if state.generation != registry.generation:
         state.refresh()
+    if mask is state.last_mask:  # the same category as the last event's, mostly
+        return state.last_writers
     writers = state.by_mask.get(mask)
     if writers is None:
         writers = state.writers_for_mask(mask)
+    state.last_mask = mask
+    state.last_writers = writers
     return writers
 
 
@@ -460,6 +468,7 @@ def forget_threads_after_fork() -> None:
     else:
         state.writers.clear()
         state.by_mask.clear()
+        state.last_mask = None
     _tls = threading.local()
     if cython.compiled:
         pc_forget_thread_states()

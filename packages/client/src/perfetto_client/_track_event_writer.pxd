@@ -35,6 +35,7 @@ cdef class TrackEventWriter:
     cdef dict _log_bodies
     cdef long long _last_log_body_iid
     cdef public set seen_tracks
+    cdef public object counter_track
     cdef public object thread_name
 
     cpdef clear_incremental_state(self)
@@ -52,6 +53,7 @@ cdef class TrackEventWriter:
     cpdef slice_end(self, long long ts)
     @cython.locals(head_key=Py_ssize_t, fields=bytes)
     cpdef event(self, Py_ssize_t key, int event_type, long long ts, bytes extra_fields, bytes interned)
+    @cython.locals(overflow=int, number="long long")
     cpdef counter(self, bytes track_field, object value, long long ts)
     @cython.locals(size=Py_ssize_t, delta="long long", stamp=bytes, stamp_value=bytes, pieces=tuple, chunk=ChunkPackets)
     cdef _write_event(self, long long ts, bytes interned, bytes fields, bytes extra, bytes extra2, bytes extra3)

@@ -27,6 +27,7 @@ except ImportError:  # installed without Cython: runs as pure Python
 
 if cython.compiled:
     from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
+    from cython.cimports.cpython.long import PyLong_AsLongLongAndOverflow
     from cython.cimports.libc.string import memcpy
 else:  # compiled, _track_event_writer.pxd cimports the compiled build's from _chunk_packets
     from perfetto_client._chunk_packets_pure import ChunkPackets
@@ -385,6 +386,9 @@ class TrackEventWriter:
         self._log_bodies: dict[str, int] = {}
         self._last_log_body_iid = 0
         self.seen_tracks: set[int] = set()
+        self.counter_track: object = None
+        """The track of the last counter point, its uuid in `seen_tracks` (None: none since
+        the last clear)."""
         self.thread_name = ""
 
     # Incremental state --------------------------------------------------------------------
@@ -408,6 +412,7 @@ class TrackEventWriter:
         self._log_bodies.clear()
         self._last_log_body_iid = 0
         self.seen_tracks.clear()
+        self.counter_track = None
         self.last_ts = ts
         for packet in self._reset_packets(self, ts):
             self._write(packet)
@@ -561,21 +566,25 @@ class TrackEventWriter:
         field is `track_field` (described already): an int as counter_value, else a double."""
         if self.cleared:
             self._reset(ts)
-        if type(value) is int and 0 <= value < 16384:
-            self._write_event(
-                ts, b"", _COUNTER_TYPE, track_field, _COUNTER_VALUE, SHORT_VARINTS[value]
-            )
-        elif (
-            self._chunk.bound
-            and type(value) is int
-            and _I64_MIN <= value <= _I64_MAX
-            and self._chunk.put_counter(
-                ts - self.last_ts, _COUNTER_TYPE, track_field, _COUNTER_VALUE, value
-            )
-        ):
-            self.last_ts = ts
-        else:
-            self._write_event(ts, b"", _COUNTER_TYPE, track_field, counter_value_field(value), b"")
+        if type(value) is int:
+            overflow = 0
+            if cython.compiled:
+                number = PyLong_AsLongLongAndOverflow(value, cython.address(overflow))
+            elif _I64_MIN <= value <= _I64_MAX:
+                number = value
+            else:
+                overflow = 1
+            if not overflow and self._chunk.put_counter(
+                ts - self.last_ts, _COUNTER_TYPE, track_field, _COUNTER_VALUE, number
+            ):
+                self.last_ts = ts
+                return
+            if 0 <= value < 16384:
+                self._write_event(
+                    ts, b"", _COUNTER_TYPE, track_field, _COUNTER_VALUE, SHORT_VARINTS[value]
+                )
+                return
+        self._write_event(ts, b"", _COUNTER_TYPE, track_field, counter_value_field(value), b"")
 
     def _write_event(  # noqa: PLR0917 - positional: the hot paths call it
         self, ts: int, interned: bytes, fields: bytes, extra: bytes, extra2: bytes, extra3: bytes

@@ -4,5 +4,6 @@ cdef class Track:
     cdef public object uuid
     cdef public object parent_uuid
     cdef public object parent
+    cdef public bytes _uuid_field
 
     cpdef bytes event_fields(self, int event_type)

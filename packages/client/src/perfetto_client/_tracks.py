@@ -89,6 +89,8 @@ class Track:
     uuid: int
     parent_uuid: int
     parent: Track | None
+    _uuid_field: bytes | None
+    """`uuid_field` once computed (compiled: a C field the counter path reads)."""
 
     def __init__(self, track_id: int, parent: Track | _Default | None = None) -> None:
         parent_uuid = _parent_uuid(parent)

@@ -1,5 +1,6 @@
 # Vectorcall for a compiled class's instances (compiled build only; a declaration file with no
-# module: `_track_event` cimports it). Cython gives a cdef class's `__call__` only tp_call,
+# module: `_vectorcall_function` sets a class up with it, its subclasses' vectorcalls call on
+# with `pc_vectorcall`). Cython gives a cdef class's `__call__` only tp_call,
 # which makes Python pack every call's arguments into a tuple and a dict.
 
 from cpython.ref cimport PyObject
