@@ -18,7 +18,6 @@ try:
 except ImportError:  # installed without Cython: runs as pure Python
     from protozero import _cython_shim as cython
 
-from perfetto_client import _track_event
 from perfetto_client._categories import Category, category_of, registry
 from perfetto_client._debug_annotations import encode_annotations, put_annotated_event
 from perfetto_client._errors import TracingError
@@ -145,7 +144,7 @@ class Slice:
     @cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long")  # type: ignore[untyped-decorator]
     def __enter__(self) -> Slice:
         writers = self._writers = thread_writers(self._cat.mask)
-        ts = now() if cython.compiled else _track_event._clock()
+        ts = now()
         args = self._args
         if args is not None:
             for writer in writers:
@@ -163,7 +162,7 @@ class Slice:
 
     @cython.locals(writer=TrackEventWriter, ts="long long", track=Track)  # type: ignore[untyped-decorator]
     def __exit__(self, exc_type: object, exc: object, traceback: object) -> None:
-        ts = now() if cython.compiled else _track_event._clock()
+        ts = now()
         track = self._track
         if track is None:
             for writer in self._writers:
@@ -309,7 +308,7 @@ def _put_instant(cat: Category, name: str, track: Track | None, timestamp: int |
     if key is None:
         key = cat.event_key(name)
     writers = thread_writers(cat.mask)
-    ts = (now() if cython.compiled else _track_event._clock()) if timestamp is None else timestamp
+    ts = now() if timestamp is None else timestamp
     if track is None:
         for writer in writers:
             writer.instant(key, ts)
@@ -426,7 +425,7 @@ def _put_counter(
         field = track.uuid_field
         uuid = track.uuid
     writers = thread_writers(cat.mask)
-    ts = (now() if cython.compiled else _track_event._clock()) if timestamp is None else timestamp
+    ts = now() if timestamp is None else timestamp
     for writer in writers:
         if writer.cleared:
             writer.ensure_state(ts)

@@ -85,10 +85,7 @@ def set_trace_clock(clock: Callable[[], int]) -> None:
 
 
 def now() -> int:
-    """The trace clock's time (ns).
-
-    The hot paths of the pure build call `_clock` itself (one call less).
-    """
+    """The trace clock's time (ns)."""
     if cython.compiled and _posix_clock >= 0:
         spec = cython.declare(timespec)
         clock_gettime(_posix_clock, cython.address(spec))
@@ -396,7 +393,7 @@ def slice_enter(cat: Category, key: int) -> tuple[TrackEventWriter, ...]:
     """Begins a slice of event key `key` on the thread's track, in every session recording
     `cat` (an enabled category); returns the writers `slice_exit` ends it in."""
     writers = thread_writers(cat.mask)
-    ts = now() if cython.compiled else _clock()
+    ts = now()
     for writer in writers:
         writer.slice_begin(key, ts)
     return writers
@@ -404,7 +401,7 @@ def slice_enter(cat: Category, key: int) -> tuple[TrackEventWriter, ...]:
 
 def slice_exit(writers: tuple[TrackEventWriter, ...]) -> None:
     """Ends the innermost slice on the thread's track in `writers` (from `slice_enter`)."""
-    ts = now() if cython.compiled else _clock()
+    ts = now()
     for writer in writers:
         writer.slice_end(ts)
 
