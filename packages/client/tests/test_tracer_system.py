@@ -89,13 +89,16 @@ def test_calls_land_in_a_system_session(tmp_path: Path, traced: Traced, hook: st
 def test_without_traced_the_program_runs_and_one_line_says_so(tmp_path: Path) -> None:
     env = {"PERFETTO_PRODUCER_SOCK_NAME": str(tmp_path / "nobody")}
     proc, out = run_traced(tmp_path, PROGRAM, options=("--system", "-q"), env=env)
-    assert proc.returncode == 0, proc.stderr
+    _ran_saying_no_service(proc, tmp_path / "nobody")
     assert proc.stdout == "200\n"
-    assert proc.stderr == (
-        f"perfetto-trace: no tracing service at {tmp_path / 'nobody'}: "
-        "the program runs, nothing is recorded\n"
-    )
     assert not out.exists()
+
+
+def _ran_saying_no_service(proc: subprocess.CompletedProcess[str], socket: Path) -> None:
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == (
+        f"perfetto-trace: no tracing service at {socket}: the program runs, nothing is recorded\n"
+    )
 
 
 LOOKS_AROUND = """
@@ -108,12 +111,8 @@ print(Tracing.is_initialized(), [t.name for t in threading.enumerate() if "perfe
 def test_without_traced_nothing_of_the_system_backend_is_left_running(tmp_path: Path) -> None:
     env = {"PERFETTO_PRODUCER_SOCK_NAME": str(tmp_path / "nobody")}
     proc, _ = run_traced(tmp_path, LOOKS_AROUND, options=("--system", "-q"), env=env)
-    assert proc.returncode == 0, proc.stderr
+    _ran_saying_no_service(proc, tmp_path / "nobody")
     assert proc.stdout == "False []\n"
-    assert proc.stderr == (
-        f"perfetto-trace: no tracing service at {tmp_path / 'nobody'}: "
-        "the program runs, nothing is recorded\n"
-    )
 
 
 RECURSIVE = """
