@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 
 import perfetto_client as pc
 from perfetto_client import Backend, Tracing, _tracing
@@ -58,7 +59,9 @@ def emit(tag: str) -> None:
 
     asyncio.run(task_body())
     parents = CAT.instances
-    pid = os.fork()
+    with warnings.catch_warnings():  # 3.12+: fork() of a multi-threaded process (stderr is checked)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:
         # The child starts clean: its own producer, none of the parent's session instances
         # (traced may meanwhile start the session on the child's producer: a new instance).
