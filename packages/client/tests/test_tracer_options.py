@@ -193,6 +193,7 @@ def test_sigusr1_while_perfetto_trace_starts_writes_a_snapshot(tmp_path: Path) -
         "import os, time\n"
         "def tick():\n"
         "    time.sleep(0.001)\n"
+        "tick()\n"  # once at least, however soon `stop` appears
         "while not os.path.exists('stop'):\n"
         "    tick()\n"
     )
