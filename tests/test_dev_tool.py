@@ -92,3 +92,32 @@ def test_every_session_dev_test_runs_exists() -> None:
                 assert sessions, selector
                 assert all(s == name or s.startswith(f"{name}(") for s in sessions), sessions
                 assert not python or all(f"python='{python}'" in s for s in sessions), sessions
+
+
+def test_each_lane_says_when_it_ended_and_the_cpu_it_and_its_children_used() -> None:
+    # `dev.py test` prints these lines, and the README's CI times are read from them: the lane
+    # that burns a second of CPU in a grandchild says so, the one that sleeps says ~0, and
+    # each says its end when it ends, not when the other does
+    burn = "import time\nend = time.process_time() + 1.5\nwhile time.process_time() < end: pass\n"
+    child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}], check=True)"
+    sleep = "import time; time.sleep(0.3); print('slept')"
+    script = (
+        "import sys; sys.path.insert(0, 'tools'); import dev\n"
+        f"sys.exit(dev.run_lanes({{'burn': [sys.executable, '-c', {child!r}],"
+        f" 'sleep': [sys.executable, '-c', {sleep!r}, 'x']}}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("dev: lane")]
+    assert [line.split()[2] for line in lines] == ["sleep", "burn"], proc.stdout
+    assert "[sleep] slept" in proc.stdout
+    sleep_cpu, burn_cpu = (float(line.split(", ")[1].split()[0]) for line in lines)
+    assert burn_cpu >= 0.02, lines  # 1.5 s of the grandchild's CPU, in minutes (0.025)
+    assert sleep_cpu < 0.01, lines

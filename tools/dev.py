@@ -6,7 +6,8 @@
                                        lanes side by side (TEST_PHASES): all tests on 3.11
                                        (compiled in one, pure in the other), the compiled suites
                                        on 3.12 and 3.13 (tests_on), install_check on all three
-                                       and compat; each phase's time printed
+                                       and compat; each phase's and lane's wall and
+                                       CPU time printed
     python3 tools/dev.py nox [ARGS]    any nox session, e.g. `nox -s bench`
     python3 tools/dev.py run CMD...    any command inside the project environment
     python3 tools/dev.py develop       install every package in develop mode into the running
@@ -26,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -307,14 +309,22 @@ def _nox_sessions(selectors: list[str]) -> list[str]:
 
 def run_side_by_side(lanes: dict[str, list[str]], rest: list[str]) -> int:
     """Runs each lane's nox sessions (`_nox_sessions`) in a nox process of its own, the lanes
-    side by side, each line of their output prefixed with `[LANE]`; the first failing lane's
-    status, else 0."""
+    side by side (`run_lanes`); the first failing lane's status, else 0."""
     if len(lanes) == 1:
         [selectors] = lanes.values()
         return run(["nox", "-s", *_nox_sessions(selectors), *rest])
-    started = []
-    for lane, selectors in lanes.items():
-        command = ["nox", "-s", *_nox_sessions(selectors), *rest]
+    return run_lanes(
+        {lane: ["nox", "-s", *_nox_sessions(selectors), *rest] for lane, selectors in lanes.items()}
+    )
+
+
+def run_lanes(commands: dict[str, list[str]]) -> int:
+    """Runs the commands side by side, each line of their output prefixed with `[LANE]`; prints
+    each lane's wall time and CPU time (its own and that of every process it waited for) as it
+    ends; the first failing lane's status, else 0."""
+    start = time.monotonic()
+    running = {}
+    for lane, command in commands.items():
         process = subprocess.Popen(
             command,
             cwd=ROOT,
@@ -326,11 +336,23 @@ def run_side_by_side(lanes: dict[str, list[str]], rest: list[str]) -> int:
         )
         relay = threading.Thread(target=_relay, args=(lane, process), daemon=True)
         relay.start()
-        started.append((process, relay))
+        running[process.pid] = (lane, process, relay)
     statuses = []
-    for process, relay in started:
-        statuses.append(process.wait())
+    while running:
+        # Any child as it ends (the lanes are this process's only children here): wait4 gives
+        # the CPU that Popen.wait does not.
+        pid, wait_status, usage = os.wait4(-1, 0)
+        if pid not in running:
+            continue
+        lane, process, relay = running.pop(pid)
+        process.returncode = os.waitstatus_to_exitcode(wait_status)
+        statuses.append(process.returncode)
         relay.join()
+        cpu = usage.ru_utime + usage.ru_stime
+        wall = time.monotonic() - start
+        print(
+            f"dev: lane {lane} ended after {wall / 60:.2f} min, {cpu / 60:.2f} CPU-min", flush=True
+        )
     return next((status for status in statuses if status != 0), 0)
 
 
@@ -340,24 +362,40 @@ def _relay(lane: str, process: subprocess.Popen[str]) -> None:
         print(f"[{lane}] {line}", end="", flush=True)
 
 
+def _children_cpu() -> float:
+    """CPU seconds (user and system) of every process this one has waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def test(rest: list[str]) -> int:
     """`dev.py test`: the compiled modules built in place, then TEST_PHASES; prints each phase's
-    time and, at the end, all of them."""
-    took: list[tuple[str, float]] = []
-    start = time.monotonic()
+    wall and CPU time and, at the end, all of them with the shortest wall time the machine's
+    cores allow for that much CPU."""
+    took: list[tuple[str, float, float]] = []
+    start, cpu = time.monotonic(), _children_cpu()
     status = run(["python", "tools/build_native.py"])
-    took.append(("build the compiled modules in place", time.monotonic() - start))
+    took.append(
+        ("build the compiled modules in place", time.monotonic() - start, _children_cpu() - cpu)
+    )
     for phase, lanes in TEST_PHASES:
         if status != 0:
             break
-        start = time.monotonic()
+        start, cpu = time.monotonic(), _children_cpu()
         status = run_side_by_side(lanes, rest)
-        took.append((phase, time.monotonic() - start))
+        took.append((phase, time.monotonic() - start, _children_cpu() - cpu))
         print(f"dev: {phase} took {took[-1][1]:.0f} s", flush=True)
-    for phase, seconds in took:
-        print(f"dev: {seconds / 60:5.1f} min  {phase}", flush=True)
-    total = sum(seconds for _, seconds in took)
-    print(f"dev: {total / 60:5.1f} min  in all{'' if status == 0 else ' (failed)'}", flush=True)
+    for phase, seconds, cpu_seconds in took:
+        print(f"dev: {seconds / 60:5.1f} min  {cpu_seconds / 60:5.1f} CPU-min  {phase}", flush=True)
+    total = sum(seconds for _, seconds, _ in took)
+    total_cpu = sum(cpu_seconds for _, _, cpu_seconds in took)
+    cores = len(os.sched_getaffinity(0))
+    print(
+        f"dev: {total / 60:5.1f} min  {total_cpu / 60:5.1f} CPU-min  in all"
+        f"{'' if status == 0 else ' (failed)'}; {cores} cores cannot take that CPU below"
+        f" {total_cpu / cores / 60:.1f} min",
+        flush=True,
+    )
     return status
 
 
