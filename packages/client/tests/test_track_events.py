@@ -277,6 +277,27 @@ def test_explicit_timestamps_are_kept(record: Recorder) -> None:
     assert slices["earlier"].begin == base + 10
 
 
+def test_a_counter_on_something_else_than_a_track_is_a_type_error_naming_it(
+    record: Recorder,
+) -> None:
+    failures: list[str] = []
+
+    def body() -> None:
+        for track in (7, None, pc.ThreadTrack.current().uuid_field):
+            try:
+                pc.counter(CAT, track, 1)  # type: ignore[arg-type]
+            except TypeError as error:
+                failures.append(str(error))
+        pc.counter(CAT, "after", 2)
+
+    trace = record(body)
+    assert failures == [
+        f"counter's track is a CounterTrack or a name, not {kind}"
+        for kind in ("int", "NoneType", "bytes")
+    ]
+    assert trace.counters("after") == [2]
+
+
 def test_counters_with_units_and_types(record: Recorder) -> None:
     memory = pc.CounterTrack("memory", unit=pc.CounterUnit.SIZE_BYTES)
     rate = pc.CounterTrack("rate", unit="req/s", unit_multiplier=1000)

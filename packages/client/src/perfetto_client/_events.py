@@ -415,15 +415,13 @@ def _put_counter(
         if found is None:
             found = _counter_tracks[track] = CounterTrack(track)
         track = found
-    if cython.compiled and isinstance(track, Track):
-        on = track
-        field = on._uuid_field  # the cached `uuid_field`, read in C
-        if field is None:
-            field = on.uuid_field
-        uuid = on.uuid
-    else:
-        field = track.uuid_field
-        uuid = track.uuid
+    elif not isinstance(track, Track):
+        raise TypeError(f"counter's track is a CounterTrack or a name, not {type(track).__name__}")
+    on = track  # a Track: compiled, its fields are read in C
+    field = on._uuid_field  # `uuid_field` once computed
+    if field is None:
+        field = on.uuid_field
+    uuid = on.uuid
     writers = thread_writers(cat.mask)
     ts = now() if timestamp is None else timestamp
     for writer in writers:

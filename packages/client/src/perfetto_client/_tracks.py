@@ -90,13 +90,14 @@ class Track:
     parent_uuid: int
     parent: Track | None
     _uuid_field: bytes | None
-    """`uuid_field` once computed (compiled: a C field the counter path reads)."""
+    """`uuid_field` once computed, else None (compiled: a C field the counter path reads)."""
 
     def __init__(self, track_id: int, parent: Track | _Default | None = None) -> None:
         parent_uuid = _parent_uuid(parent)
         self.uuid = (track_id ^ parent_uuid) & _U64 if parent_uuid else track_id & _U64
         self.parent_uuid = parent_uuid
         self.parent = parent if isinstance(parent, Track) else None
+        self._uuid_field = None
 
     def descriptor_bytes(self) -> bytes:
         """The encoded descriptor packet (computed once per track object)."""
