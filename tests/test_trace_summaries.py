@@ -4,7 +4,9 @@ a million distinct names (output, memory and time bounded) and a corrupt packet 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -56,26 +58,64 @@ def _many_names_trace(path: Path) -> None:
             out.write(b"".join(parts))
 
 
+# Runs the command in a child of its own and writes "status maxrss_kb cpu_seconds" to argv[1].
+# A process's peak RSS starts at its parent's at fork (Linux carries it over exec), and a
+# pytest worker that ran other tests may be far larger than the command: this small launcher,
+# not the worker, is the command's parent.
+_MEASURE = """
+import os, sys
+report, argv = sys.argv[1], sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(argv[0], argv)
+    finally:
+        os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+cpu = usage.ru_utime + usage.ru_stime
+with open(report, "w") as out:
+    out.write(f"{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss} {cpu}")
+"""
+
+
 def _run(argv: list[str], cwd: Path) -> tuple[int, bytes, bytes, int, float]:
     """(exit status, stdout, stderr, peak RSS in bytes, CPU seconds) of the command `argv`."""
     out_path = cwd / "stdout"
     err_path = cwd / "stderr"
+    report = cwd / "usage"
     with out_path.open("wb") as out, err_path.open("wb") as err:
-        process = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err)
+        process = subprocess.Popen(
+            [sys.executable, "-c", _MEASURE, str(report), *argv],
+            cwd=cwd,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
         try:
-            _, status, usage = os.wait4(process.pid, 0)
-        except BaseException:
-            process.kill()
             process.wait(SLOW_TIMEOUT)
-            raise
-        process.returncode = os.waitstatus_to_exitcode(status)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)  # none left, unless the wait failed
+    assert process.returncode == 0, err_path.read_text()
+    status, maxrss_kb, cpu = report.read_text().split()
     return (
-        process.returncode,
+        int(status),
         out_path.read_bytes(),
         err_path.read_bytes(),
-        usage.ru_maxrss * 1024,
-        usage.ru_utime + usage.ru_stime,
+        int(maxrss_kb) * 1024,
+        float(cpu),
     )
+
+
+def test_the_peak_rss_is_the_commands_own_not_the_test_processs(tmp_path: Path) -> None:
+    # a child's peak RSS starts at its parent's: this process holding 300 MiB must not make a
+    # command of a few MiB measure as large
+    held = bytearray(300 << 20)
+    held[::4096] = b"\x01" * len(held[::4096])
+    status, _, _, peak, _ = _run(["true"], tmp_path)
+    assert status == 0
+    assert peak < 100 << 20, peak >> 20
+    del held
 
 
 @pytest.fixture(scope="module")
