@@ -89,38 +89,36 @@ def tests(session: nox.Session, package: str) -> None:
     first; the run fails if they did not load), then pure Python (PERFETTO_PY_PURE=1). See
     docs/native.md.
     """
-    _run_tests(session, package, compiled=True, pure=True)
-
-
-@nox.session(python=False)
-@nox.parametrize("package", ["repo", *TESTED])
-def tests_compiled(session: nox.Session, package: str) -> None:
-    """`tests`' first run of a package: compiled (every package and `repo`)."""
-    _run_tests(session, package, compiled=True, pure=False)
-
-
-@nox.session(python=False)
-@nox.parametrize("package", PURE_TESTED)
-def tests_pure(session: nox.Session, package: str) -> None:
-    """`tests`' second run of a package with pure-mode compiled modules: pure Python.
-    `dev.py test` runs it beside `tests_compiled` (the two share no file)."""
-    _run_tests(session, package, compiled=False, pure=True)
-
-
-def _run_tests(session: nox.Session, package: str, compiled: bool, pure: bool) -> None:
     path = ROOT / "tests" if package == "repo" else PACKAGE_DIRS[package] / "tests"
     pytest = ["pytest", str(path), *PARALLEL, *session.posargs]
     if package in PURE_TESTED:
-        _build_native(session, "python")  # a no-op when current (`dev.py test` built first)
-        if compiled:
-            session.run(*pytest, env={EXPECT_COMPILED: "1"})
-        if pure:
-            session.run(*pytest, env={PURE: "1"})
-    elif compiled:
+        _build_native(session, "python")
+        session.run(*pytest, env={EXPECT_COMPILED: "1"})
+        session.run(*pytest, env={PURE: "1"})
+    else:
         # `.pyx` modules have no pure form: their package's tests run once, built in place.
         if package != "repo" and _has_compiled_modules(package, "*.pyx"):
             _build_native(session, "python")
         session.run(*pytest)
+
+
+@nox.session(python=False)
+@nox.parametrize("build", ["compiled", "pure"])
+def suite(session: nox.Session, build: str) -> None:
+    """Every package's tests and the repository's in one pytest session (PARALLEL), compiled;
+    or, with `build='pure'`, those of the packages with pure-mode compiled modules, pure.
+    `dev.py test` runs the two side by side (they share no file)."""
+    _build_native(session, "python")  # a no-op when current (`dev.py test` built first)
+    if build == "compiled":
+        env, paths = {EXPECT_COMPILED: "1"}, _every_suite()
+    else:
+        env, paths = {PURE: "1"}, [str(PACKAGE_DIRS[package] / "tests") for package in PURE_TESTED]
+    session.run("pytest", *paths, *PARALLEL, *session.posargs, env=env)
+
+
+def _every_suite() -> list[str]:
+    """The test directories of every tested package, and tests/."""
+    return [*(str(PACKAGE_DIRS[package] / "tests") for package in TESTED), str(ROOT / "tests")]
 
 
 EXCLUSIVE = "PERFETTO_PY_EXCLUSIVE_TESTS"
@@ -160,10 +158,23 @@ def tests_on(session: nox.Session, python: str, package: str) -> None:
     in develop mode (compiled modules built in place for that interpreter, beside 3.11's) and
     the test requirements at poetry.lock's versions.
     """
+    path = ROOT / "tests" if package == "repo" else PACKAGE_DIRS[package] / "tests"
+    _pytest_on(session, python, [str(path)])
+
+
+@nox.session(python=False)
+@nox.parametrize("python", OTHER_PYTHONS)
+def suite_on(session: nox.Session, python: str) -> None:
+    """`suite`'s compiled run on another Python version, in `tests_on`'s venv:
+    `nox -s "suite_on(python='3.13')"`."""
+    _pytest_on(session, python, _every_suite())
+
+
+def _pytest_on(session: nox.Session, python: str, paths: list[str]) -> None:
+    """pytest over `paths`, compiled, in Python `python`'s develop venv (`_develop_venv`)."""
     bin_dir = _develop_venv(session, python) / "bin"
     _build_native(session, str(bin_dir / "python"))
-    path = ROOT / "tests" if package == "repo" else PACKAGE_DIRS[package] / "tests"
-    pytest = [str(bin_dir / "python"), "-m", "pytest", str(path), *PARALLEL, *session.posargs]
+    pytest = [str(bin_dir / "python"), "-m", "pytest", *paths, *PARALLEL, *session.posargs]
     # The venv's scripts (traced, perfetto-trace, ...) first on PATH, as for an installed user.
     path_env = os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])
     session.run(*pytest, env={EXPECT_COMPILED: "1", "PATH": path_env}, external=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -78,12 +79,13 @@ def test_dev_trace_on_a_fresh_clone_installs_no_dev_tools(tmp_path: Path) -> Non
 
 def test_every_session_dev_test_runs_exists() -> None:
     # each phase's lanes name nox sessions, some by version (`install_check@3.11`), also those
-    # that nox does not run by default
+    # that nox does not run by default; each names one that nox lists
     sys.path.insert(0, str(ROOT / "tools"))
     try:
         import dev
     finally:
         sys.path.remove(str(ROOT / "tools"))
+    selected = []
     for _, lanes in dev.TEST_PHASES:
         for selectors in lanes.values():
             for selector in selectors:
@@ -92,6 +94,17 @@ def test_every_session_dev_test_runs_exists() -> None:
                 assert sessions, selector
                 assert all(s == name or s.startswith(f"{name}(") for s in sessions), sessions
                 assert not python or all(f"python='{python}'" in s for s in sessions), sessions
+                selected += sessions
+    listed = subprocess.run(
+        ["nox", "-l", "--json", "-s", *selected],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stderr
+    known = {key for s in json.loads(listed.stdout) for key in (s["session"], s["name"])}
+    assert set(selected) <= known, sorted(set(selected) - known)
 
 
 def test_each_lane_says_when_it_ended_and_the_cpu_it_and_its_children_used() -> None:

@@ -52,20 +52,26 @@ TEST_PHASES: list[tuple[str, dict[str, list[str]]]] = [
     # Tests that change the machine for every process (a CPU taken offline): nothing beside.
     ("tests that run alone", {"alone": ["exclusive_tests"]}),
     # Every other session in two lanes side by side, with no phase's end between them: one
-    # lane's worker start-ups, downloads and last long tests overlap the other lane's work. The
-    # tests on 3.11 compiled in one and pure in the other; then the compiled tests of 3.12 in one
-    # and 3.13 in the other (each version's first session makes its venv and compiles every
-    # module for it); then each version's built wheels installed alone (install_check: on 3.11
-    # with the installed test suites) and the conformance kit against earlier versions (compat,
-    # its builds in a builder venv of its own). 3.11's install_check (about 5 min) and compat
-    # (about 3) sit where they balance the lanes: a clean-clone run took A 38.7 and B 32.8 min
-    # with them the other way round. A wheel's compiled modules come from the build cache
-    # (PERFETTO_BUILD_CACHE), which that version's in-place build filled before.
+    # lane's worker start-ups, downloads and last long tests overlap the other lane's work. All
+    # tests on 3.11, in one pytest session each, compiled in one lane and pure in the other; then
+    # all compiled tests of 3.12 in one and of 3.13 in the other (each version's session makes
+    # its venv and compiles every module for it first); then each version's built wheels
+    # installed alone (install_check: on 3.11 with the installed test suites) and the
+    # conformance kit against earlier versions (compat, its builds in a builder venv of its
+    # own). 3.11's install_check (about 5 min) and compat (about 3) sit where they balance the
+    # lanes: a clean-clone run took A 38.7 and B 32.8 min with them the other way round. A
+    # wheel's compiled modules come from the build cache (PERFETTO_BUILD_CACHE), which that
+    # version's in-place build filled before.
     (
         "tests, packaging and compatibility",
         {
-            "A": ["tests_compiled", "tests_on@3.12", "install_check@3.12", "compat"],
-            "B": ["tests_pure", "tests_on@3.13", "install_check@3.13", "install_check@3.11"],
+            "A": ["suite(build='compiled')", "suite_on@3.12", "install_check@3.12", "compat"],
+            "B": [
+                "suite(build='pure')",
+                "suite_on@3.13",
+                "install_check@3.13",
+                "install_check@3.11",
+            ],
         },
     ),
 ]
