@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from perfetto_service import ServiceError
 from perfetto_service.core._trace_buffer import BufferStats, OverwritePolicy, Patch, TraceBuffer
@@ -404,3 +406,22 @@ def test_payload_may_be_any_bytes_like_object_sized_in_bytes() -> None:
     assert _packets(buffer) == [b"\x08\x07"] * 3
     assert buffer.stats.bytes_written == 3 * 32
     assert buffer.size == 4096
+
+
+def _rss_anon() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no RssAnon in /proc/self/status")
+
+
+def test_a_short_session_commits_few_pages_of_its_buffer() -> None:
+    buffer = TraceBuffer(32 << 20)
+    s = seq()
+    chunk = Chunk(0, 1, 0, fragment(b"\x08\x01" * 100))
+    before = _rss_anon()
+    copy(buffer, s, chunk)
+    grown = _rss_anon() - before
+    # The first commit takes 64 KiB of the buffer (it used to take 1 MiB).
+    assert grown < 512 << 10, f"{grown >> 10} KiB resident after one chunk"
+    assert _packets(buffer) == [b"\x08\x01" * 100]

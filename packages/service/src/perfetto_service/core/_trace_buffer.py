@@ -54,7 +54,11 @@ _ZEROS = bytes(RECORD_HEADER_SIZE)
 _U32 = struct.Struct("<I")
 _POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # Linux 5.14
 _POPULATE_STEP = 1 << 20
-"""Pages are committed this many bytes at a time ahead of the writes (one call, no faults)."""
+"""Pages are committed up to this many bytes at a time ahead of the writes (one call, no
+faults)."""
+_FIRST_POPULATE_STEP = 64 << 10
+"""The first commit's step; each next one commits as much as is committed, up to
+`_POPULATE_STEP`, so that a short session does not pay for pages it never writes."""
 
 BytesLike = bytes | bytearray | memoryview
 """What chunk payloads may be given as (a memoryview of a shared memory mapping included)."""
@@ -858,13 +862,14 @@ class TraceBuffer:
         )
 
     def _commit(self, end: int) -> None:
-        """Commits the pages up to `end`, and `_POPULATE_STEP` bytes past the last committed.
+        """Commits the pages up to `end`, and a step past the last committed: what is
+        committed already, from `_FIRST_POPULATE_STEP` up to `_POPULATE_STEP`.
 
         Writes are sequential until the ring wraps; committing ahead in one call is half
         the CPU of a fault per page. Where the kernel cannot, pages fault in as written.
         """
         start = self._committed
-        stop = max(end, start + _POPULATE_STEP)
+        stop = max(end, start + min(max(start, _FIRST_POPULATE_STEP), _POPULATE_STEP))
         stop = min(self._size, (stop + mmap.PAGESIZE - 1) & -mmap.PAGESIZE)
         try:
             self._storage.madvise(_POPULATE_WRITE, start, stop - start)

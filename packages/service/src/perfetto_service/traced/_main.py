@@ -41,6 +41,7 @@ from perfetto_service.ipc._default_socket import (
     producer_socket_names,
 )
 from perfetto_service.ipc.service._host import ServiceIPCHost
+from perfetto_service.traced._log_format import configure_daemon_logging
 
 __all__ = ["main"]
 
@@ -387,11 +388,7 @@ def _report_status(message: str) -> bool:
 
 def _configure_logging(*, verbose: bool) -> None:
     """Sessions and producers at info level on stderr (as upstream's traced); -v adds debug."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname).1s %(message)s"))
-    root = logging.getLogger()
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    configure_daemon_logging(sys.stderr, verbose=verbose)
 
 
 def version_line(command: str) -> str:

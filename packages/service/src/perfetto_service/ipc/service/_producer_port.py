@@ -23,8 +23,19 @@ from perfetto_wire import ClientInfo, Deferred, Host, ServiceDescriptor, WireErr
 from perfetto_service._errors import ServiceError
 from perfetto_service._interfaces import ClientIdentity, Producer, ProducerEndpoint
 from perfetto_service.core._chunk_mover import Buffer, commit_data_request
+from perfetto_service.ipc.service._producer_commands import (
+    clear_incremental_state_command,
+    flush_command,
+    initialize_connection_response,
+    setup_data_source_command,
+    setup_tracing_command,
+    start_data_source_command,
+    stop_data_source_command,
+)
 
 __all__ = ["PortEndpoint", "ProducerConnector", "ProducerPort", "RemoteProducer"]
+
+_SETUP_TRACING = "setup_tracing"
 
 _log = logging.getLogger("perfetto_service")
 
@@ -66,7 +77,7 @@ class RemoteProducer:
         self.endpoint: PortEndpoint | None = None
         self.provided_shm: SharedMemory | None = None
         self._commands: Deferred | None = None
-        self._queued: list[tuple[pb.GetAsyncCommandResponse, bool]] = []
+        self._queued: list[tuple[str, bytes | None]] = []
         self.disconnected = False
         self.drop_connection: Callable[[], None] | None = None
         """Closes the producer's socket (set by the port)."""
@@ -84,44 +95,27 @@ class RemoteProducer:
 
     def on_tracing_setup(self) -> None:
         """Sends SetupTracing, with the SMB's fd unless the producer provided the SMB."""
-        command = pb.GetAsyncCommandResponse()
-        command.setup_tracing.SetInParent()
-        self._send(command, setup=True)
+        self._send(_SETUP_TRACING, None)
 
     def setup_data_source(self, instance_id: int, config: DataSourceConfig) -> None:
         """Sends SetupDataSource."""
-        command = pb.GetAsyncCommandResponse()
-        command.setup_data_source.new_instance_id = instance_id
-        command.setup_data_source.config.CopyFrom(config)
-        self._send(command)
+        self._send("setup_data_source", setup_data_source_command(instance_id, config))
 
     def start_data_source(self, instance_id: int, config: DataSourceConfig) -> None:
         """Sends StartDataSource."""
-        command = pb.GetAsyncCommandResponse()
-        command.start_data_source.new_instance_id = instance_id
-        command.start_data_source.config.CopyFrom(config)
-        self._send(command)
+        self._send("start_data_source", start_data_source_command(instance_id, config))
 
     def stop_data_source(self, instance_id: int) -> None:
         """Sends StopDataSource."""
-        command = pb.GetAsyncCommandResponse()
-        command.stop_data_source.instance_id = instance_id
-        self._send(command)
+        self._send("stop_data_source", stop_data_source_command(instance_id))
 
     def flush(self, request_id: int, instance_ids: Sequence[int], flags: int) -> None:
         """Sends Flush."""
-        command = pb.GetAsyncCommandResponse()
-        command.flush.request_id = request_id
-        command.flush.data_source_ids.extend(instance_ids)
-        command.flush.flags = flags
-        self._send(command)
+        self._send("flush", flush_command(request_id, instance_ids, flags))
 
     def clear_incremental_state(self, instance_ids: Sequence[int]) -> None:
         """Sends ClearIncrementalState."""
-        command = pb.GetAsyncCommandResponse()
-        command.clear_incremental_state.data_source_ids.extend(instance_ids)
-        command.clear_incremental_state.SetInParent()
-        self._send(command)
+        self._send("clear_incremental_state", clear_incremental_state_command(instance_ids))
 
     # The command stream.
 
@@ -131,37 +125,38 @@ class RemoteProducer:
             self._commands.reject()
         self._commands = deferred
         queued, self._queued = self._queued, []
-        for command, setup in queued:
-            self._send(command, setup)
+        for name, command in queued:
+            self._send(name, command)
 
-    def _send(self, command: pb.GetAsyncCommandResponse, setup: bool = False) -> None:
+    def _send(self, name: str, command: bytes | None) -> None:
+        """Sends the serialized command `name` (None: SetupTracing, made when it is sent)."""
         deferred = self._commands
         if deferred is None or self.disconnected:
             if not self.disconnected:
-                self._queued.append((command, setup))
+                self._queued.append((name, command))
             return
         if deferred.done:
             return
         fd: int | None = None
-        if setup:
-            fd = self._setup_tracing_fd(command)
+        if command is None:
+            command, fd = self._setup_tracing()
         try:
-            deferred.resolve(command, has_more=True, fd=fd)
+            deferred.resolve_serialized(command, has_more=True, fd=fd)
         except WireError as exc:
             # The command stream is dead (e.g. a config too big for one frame).
-            _log.warning("cannot send %s to the producer: %s", command.WhichOneof("cmd"), exc)
+            _log.warning("cannot send %s to the producer: %s", name, exc)
             if self.drop_connection is not None:
                 self.drop_connection()
 
-    def _setup_tracing_fd(self, command: pb.GetAsyncCommandResponse) -> int | None:
+    def _setup_tracing(self) -> tuple[bytes, int | None]:
+        """SetupTracing and the fd to send with it: the SMB's page size and fd, unless the
+        producer provided the SMB."""
         endpoint = self.endpoint
-        if endpoint is None:
-            return None
-        shm = endpoint.shared_memory()
-        if shm is None or shm is self.provided_shm:
-            return None
-        command.setup_tracing.shared_buffer_page_size_kb = endpoint.shared_buffer_page_size_kb()
-        return None if self.shmem_emulation else shm.fd
+        shm = None if endpoint is None else endpoint.shared_memory()
+        if endpoint is None or shm is None or shm is self.provided_shm:
+            return setup_tracing_command(None), None
+        command = setup_tracing_command(endpoint.shared_buffer_page_size_kb())
+        return command, None if self.shmem_emulation else shm.fd
 
     def close(self) -> None:
         """The socket is gone: leaves the service."""
@@ -173,8 +168,9 @@ class RemoteProducer:
 
 
 def _resolve_empty(deferred: Deferred) -> None:
+    """Answers with the method's reply message, which has no fields: no bytes."""
     if deferred.wants_reply and not deferred.done:
-        deferred.resolve(deferred.method.reply_type())
+        deferred.resolve_serialized(b"")
 
 
 class ProducerPort:
@@ -294,10 +290,9 @@ class ProducerPort:
         using_provided = shm is not None and endpoint.shared_memory() is shm
         if shm is not None and not using_provided:
             producer.provided_shm = None
-        deferred.resolve(
-            pb.InitializeConnectionResponse(
+        deferred.resolve_serialized(
+            initialize_connection_response(
                 using_shmem_provided_by_producer=using_provided,
-                direct_smb_patching_supported=True,
                 use_shmem_emulation=self.shmem_emulation,
             )
         )
