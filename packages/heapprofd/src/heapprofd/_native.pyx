@@ -35,6 +35,14 @@ cdef extern from *:
     #undef Py_BUILD_CORE
 
     #include "heapprofd/_ring.h"
+    #include "heapprofd/_native_sampler.h"
+
+    static uint64_t hp_sampler_call(hp_sampler_t *s, const uint8_t *regs, const uint8_t *stack,
+                                    uint64_t stack_len, uint64_t sp, const uint8_t *ids,
+                                    uint64_t ids_len, const uint64_t **pcs, int *n,
+                                    int *error) {
+        return s->run(s->self, regs, stack, stack_len, sp, ids, ids_len, pcs, n, error);
+    }
 
     /* ---- Python stacks (CPython's interpreter frames; 3.13 moved the current one into the
        thread state and named its code f_executable) ---- */
@@ -1209,13 +1217,41 @@ def set_heap_interval(int heap, uint64_t interval) -> None:
         hp_set_python_interval(interval)
 
 
-def read_events(SharedRingBuffer ring, int max_records, dict callstacks) -> tuple:
+cdef extern from *:
+    ctypedef struct hp_sampler_t:
+        pass
+    const char *HP_SAMPLER_CAPSULE
+    uint64_t hp_sampler_call(hp_sampler_t *s, const uint8_t *regs, const uint8_t *stack,
+                             uint64_t stack_len, uint64_t sp, const uint8_t *ids,
+                             uint64_t ids_len, const uint64_t **pcs, int *n, int *error) nogil
+
+from cpython.pycapsule cimport PyCapsule_GetPointer
+
+# a Malloc record: the type word, then AllocMetadata (its register data at 8 + 48, the
+# native stack's length and Python frame count in register words 17 and 18, the heap id
+# at 8 + 320, arch at 8 + 324), then the payload
+cdef enum:
+    _REGISTERS = 8 + 48
+    _NATIVE_LENGTHS = 8 + 48 + 17 * 8
+    _PAYLOAD = 8 + 328
+    _ARCH_X86_64 = 4
+
+
+def read_events(
+    SharedRingBuffer ring, int max_records, dict callstacks, object native=None
+) -> tuple:
     """Reads up to `max_records` records as bookkeeping events, in order.
 
     A Malloc with a Python stack (arch 0) whose payload bytes are in `callstacks` becomes
-    `(heap_id, address, sample_size, callstack_id)`, a Free `(heap_id, address)`; any other
-    record is left as its bytes and its index is listed in `slow`. Returns
-    (events, slow, corrupt).
+    `(heap_id, address, sample_size, callstack_id)`, a Free `(heap_id, address)`. A native
+    Malloc (arch not 0) is unwound here by `native` (a NativeUnwinder, or None) and becomes
+    the same event when the unwinder remembers its callstack; otherwise it becomes
+    `(heap_id, address, sample_size, record, python_ids_length, pcs, error)` (pcs None when
+    it was not unwound). Any other record is left as its bytes. The indexes of the events
+    that are not final are listed in `slow`. A native Malloc after such a record ends the
+    read (it is read next time, once the slow ones are parsed: they may change what the
+    unwinder remembers). Returns (events, slow, corrupt, unwinding_errors, more), `more`
+    when records may be left.
     """
     ring._check()
     cdef uint8_t *data
@@ -1223,14 +1259,27 @@ def read_events(SharedRingBuffer ring, int max_records, dict callstacks) -> tupl
     cdef uint64_t kind
     cdef uint64_t *words
     cdef int rc
-    cdef hp_cursor_t cursor
+    cdef hp_cursor_t cursor, before
     cdef list events = []
     cdef list slow = []
     cdef bint corrupt = False
+    cdef bint more = False
+    cdef int errors = 0
     cdef bytes key
+    cdef hp_sampler_t *sampler = NULL
+    cdef uint32_t arch
+    cdef uint64_t stack_len, count, avail, ids_len, cs
+    cdef const uint64_t *pcs
+    cdef int i, n, error
+    if native is not None:
+        sampler = <hp_sampler_t *>PyCapsule_GetPointer(native.sampler(), HP_SAMPLER_CAPSULE)
     if hp_cursor_open(&ring.ring, &cursor) != 0:
-        return events, slow, True
-    while <int>cursor.count < max_records:
+        return events, slow, True, errors, False
+    while True:
+        if <int>cursor.count >= max_records:
+            more = True
+            break
+        before = cursor
         rc = hp_cursor_next(&ring.ring, &cursor, &data, &size)
         if rc == 0:
             break
@@ -1239,22 +1288,54 @@ def read_events(SharedRingBuffer ring, int max_records, dict callstacks) -> tupl
             break
         words = <uint64_t *>data
         kind = words[0] if size >= 8 else 0xffffffffffffffffULL
-        if (kind == RECORD_MALLOC and size >= 8 + ALLOC_METADATA_SIZE and size % 8 == 0
-                and (<uint32_t *>(data + 8 + 324))[0] == 0):  # arch 0: a Python stack
-            key = (<char *>data)[8 + ALLOC_METADATA_SIZE:size]
-            cs = callstacks.get(key)
-            if cs is not None:
+        arch = (<uint32_t *>(data + 8 + 324))[0] if size >= _PAYLOAD else 0
+        if (kind == RECORD_MALLOC and size >= _PAYLOAD and size % 8 == 0
+                and arch == 0):  # a Python stack
+            key = (<char *>data)[_PAYLOAD:size]
+            cs = callstacks.get(key, 0)
+            if cs:
                 events.append(((<uint32_t *>(data + 8 + 320))[0], words[4], words[3], cs))
             else:
                 slow.append(len(events))
                 events.append((<char *>data)[:size])
+        elif kind == RECORD_MALLOC and size >= _PAYLOAD and arch != 0:  # a native stack
+            if slow:
+                cursor = before
+                more = True
+                break
+            # the payload: the stack, then the Python frame ids (else all of it is the stack)
+            avail = size - _PAYLOAD
+            stack_len = words[_NATIVE_LENGTHS // 8]
+            count = words[_NATIVE_LENGTHS // 8 + 1]
+            ids_len = avail - stack_len if stack_len <= avail else 0
+            if stack_len > avail or ids_len % 8 or count != ids_len // 8:
+                stack_len = avail
+                ids_len = 0
+            if sampler != NULL and arch == _ARCH_X86_64:
+                with nogil:
+                    cs = hp_sampler_call(
+                        sampler, data + _REGISTERS, data + _PAYLOAD, stack_len, words[5],
+                        data + _PAYLOAD + stack_len, ids_len, &pcs, &n, &error)
+                if cs:
+                    if error or n == 0:
+                        errors += 1
+                    events.append(((<uint32_t *>(data + 8 + 320))[0], words[4], words[3], cs))
+                    continue
+                pcs_tuple = tuple([pcs[i] for i in range(n)])
+            else:
+                pcs_tuple, error = None, True
+            slow.append(len(events))
+            events.append((
+                (<uint32_t *>(data + 8 + 320))[0], words[4], words[3], (<char *>data)[:size],
+                ids_len, pcs_tuple, bool(error),
+            ))
         elif kind == RECORD_FREE and size == 8 + FREE_ENTRY_SIZE:
             events.append(((<uint32_t *>(data + 24))[0], words[2]))
         else:
             slow.append(len(events))
             events.append((<char *>data)[:size])
     hp_cursor_close(&ring.ring, &cursor)
-    return events, slow, corrupt
+    return events, slow, corrupt, errors, more
 
 
 register_heap()  # heap 0: Python's own allocators
