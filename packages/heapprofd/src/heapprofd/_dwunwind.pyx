@@ -89,20 +89,6 @@ cdef extern from *:
         hp_sample_t *s = (hp_sample_t *)arg;
         Dwarf_Addr pc;
         bool activation;
-        /* A caller's frame (its pc a return address) in a function to stop in ends the unwind
-           before libdw is asked whether it is an activation: to know, libdw unwinds it, which
-           reads its own caller's registers from the stack, past what a sample with Python
-           frames copies. */
-        if (s->stop && s->n > 0) {
-            if (!dwfl_frame_pc(state, &pc, NULL)) return DWARF_CB_ABORT;
-            for (int i = 0; pc != 0 && i < s->n_stops; i++) {
-                if (pc - 1 >= s->stop_lo[i] && pc - 1 < s->stop_hi[i]) {
-                    s->pcs[s->n++] = pc - 1;
-                    s->stopped = 1;
-                    return DWARF_CB_ABORT;
-                }
-            }
-        }
         if (!dwfl_frame_pc(state, &pc, &activation)) return DWARF_CB_ABORT;
         if (pc == 0) return DWARF_CB_ABORT;
         if (!activation) pc -= 1;  /* a return address: look up the call */
