@@ -143,7 +143,6 @@ class HeapDump:
     flags: dict[str, Any]
     heap_samples: int
     samples: list[tuple[list[tuple[str, str, int]], dict[str, int]]] = field(default_factory=list)
-    unwinding_errors: int = 0
 
     def totals(self, function: str) -> dict[str, int]:
         """Summed totals of the callstacks that contain `function`."""
@@ -193,13 +192,7 @@ def heap_dumps(trace: bytes) -> list[HeapDump]:
                     "hit_guardrail",
                 )
             }
-            dump = HeapDump(
-                d.pid,
-                d.heap_name,
-                flags,
-                d.stats.heap_samples,
-                unwinding_errors=d.stats.unwinding_errors,
-            )
+            dump = HeapDump(d.pid, d.heap_name, flags, d.stats.heap_samples)
             for s in d.samples:
                 dump.samples.append(
                     (
