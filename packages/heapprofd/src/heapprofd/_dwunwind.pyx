@@ -89,6 +89,20 @@ cdef extern from *:
         hp_sample_t *s = (hp_sample_t *)arg;
         Dwarf_Addr pc;
         bool activation;
+        /* A caller's frame (its pc a return address) in a function to stop in ends the unwind
+           before libdw is asked whether it is an activation: to know, libdw unwinds it, which
+           reads its own caller's registers from the stack, past what a sample with Python
+           frames copies. */
+        if (s->stop && s->n > 0) {
+            if (!dwfl_frame_pc(state, &pc, NULL)) return DWARF_CB_ABORT;
+            for (int i = 0; pc != 0 && i < s->n_stops; i++) {
+                if (pc - 1 >= s->stop_lo[i] && pc - 1 < s->stop_hi[i]) {
+                    s->pcs[s->n++] = pc - 1;
+                    s->stopped = 1;
+                    return DWARF_CB_ABORT;
+                }
+            }
+        }
         if (!dwfl_frame_pc(state, &pc, &activation)) return DWARF_CB_ABORT;
         if (pc == 0) return DWARF_CB_ABORT;
         if (!activation) pc -= 1;  /* a return address: look up the call */
@@ -366,6 +380,52 @@ cdef extern from *:
         t->count++;
     }
 
+    /* ---- the functions unwinds stop in, found by name ---- */
+    typedef struct {
+        hp_sample_t *s;
+        const char **names;
+        int n_names;
+    } hp_stop_names_t;
+
+    static void hp_add_stop(hp_sample_t *s, uint64_t lo, uint64_t hi) {
+        for (int i = 0; i < s->n_stops; i++)
+            if (s->stop_lo[i] <= lo && lo < s->stop_hi[i]) return;
+        if (s->n_stops == HP_MAX_STOPS) return;
+        s->stop_lo[s->n_stops] = lo;
+        s->stop_hi[s->n_stops] = hi;
+        s->n_stops++;
+    }
+
+    /* In a module named like the interpreter (python3.12, libpython3.12.so.1.0: not the
+       extension modules, name.cpython-312-x86_64-linux-gnu.so), the sized
+       functions with one of the names (a versioned symbol's name@VERSION counts). */
+    static int hp_stop_module(Dwfl_Module *mod, void **userdata, const char *name,
+                              Dwarf_Addr start, void *arg) {
+        hp_stop_names_t *a = (hp_stop_names_t *)arg;
+        const char *base = name == NULL ? NULL : strrchr(name, '/');
+        base = base != NULL ? base + 1 : name;
+        if (base == NULL || (strncmp(base, "python", 6) != 0 && strncmp(base, "libpython", 9) != 0))
+            return DWARF_CB_OK;
+        int nsyms = dwfl_module_getsymtab(mod);
+        for (int i = 1; i < nsyms; i++) {
+            GElf_Sym sym;
+            GElf_Addr value;
+            const char *sname = dwfl_module_getsym_info(mod, i, &sym, &value, NULL, NULL, NULL);
+            if (sname == NULL || sym.st_size == 0 || GELF_ST_TYPE(sym.st_info) != STT_FUNC)
+                continue;
+            size_t len = strcspn(sname, "@");
+            for (int k = 0; k < a->n_names; k++)
+                if (strlen(a->names[k]) == len && strncmp(sname, a->names[k], len) == 0)
+                    hp_add_stop(a->s, value, value + sym.st_size);
+        }
+        return DWARF_CB_OK;
+    }
+
+    static void hp_stop_in(Dwfl *dwfl, hp_sample_t *s, const char **names, int n) {
+        hp_stop_names_t a = {s, names, n};
+        dwfl_getmodules(dwfl, hp_stop_module, &a, 0);
+    }
+
     /* ---- one client's unwinder, and the ring reader's entry to it ---- */
     typedef struct {
         Dwfl *dwfl;
@@ -445,6 +505,7 @@ cdef extern from *:
     const void *hp_dwfl_callbacks_ptr "(&hp_dwfl_callbacks)"
     const char *HP_SAMPLER_CAPSULE
     void hp_unwinder_init(hp_unwinder_t *u)
+    void hp_stop_in(Dwfl *dwfl, hp_sample_t *s, const char **names, int n)
     Dwfl *dwfl_begin(const void *callbacks)
     void dwfl_end(Dwfl *dwfl)
     bint hp_attach(Dwfl *dwfl, int pid, hp_sample_t *s)
@@ -485,6 +546,7 @@ cdef class NativeUnwinder:
     cdef hp_unwinder_t u
     cdef int maps_fd
     cdef dict symbols
+    cdef list stop_names
 
     def __cinit__(self, int pid, int maps_fd, int mem_fd):
         hp_unwinder_init(&self.u)
@@ -495,6 +557,7 @@ cdef class NativeUnwinder:
         self.u.sample.mem_fd = mem_fd
         self.maps_fd = maps_fd
         self.symbols = {}
+        self.stop_names = []
         self.report(self.maps())
         if not hp_attach(self.u.dwfl, pid, &self.u.sample):
             raise UnwindError(dwfl_errmsg(-1).decode())
@@ -525,6 +588,22 @@ cdef class NativeUnwinder:
         self.u.sample.n_stops = 0
         if hp_report(self.u.dwfl, text, len(text)) != 0:
             raise UnwindError(dwfl_errmsg(-1).decode())
+        self._stop_in_names()
+
+    def stop_in(self, names: list[str]) -> None:
+        """Makes unwinds asked to stop end at the first frame in a function of one of these
+        names in the interpreter's module (python3.X or libpython3.X.so), found in its symbol
+        table now and whenever the modules change (`stop_at` adds others)."""
+        self.stop_names = [name.encode() for name in names[:MAX_STOPS]]
+        self._stop_in_names()
+
+    def _stop_in_names(self) -> None:
+        cdef const char *names[16]
+        cdef int i, n = len(self.stop_names)
+        for i in range(n):
+            names[i] = self.stop_names[i]
+        if n:
+            hp_stop_in(self.u.dwfl, &self.u.sample, names, n)
 
     def sampler(self) -> object:
         """The capsule through which the ring reader unwinds native samples (valid while this

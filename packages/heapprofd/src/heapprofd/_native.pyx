@@ -14,7 +14,7 @@ frame is sent once per connection) and write Malloc/Free records into the ring b
 """
 
 from cpython.object cimport PyObject
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
 
 cdef extern from *:
     """
@@ -90,6 +90,21 @@ cdef extern from *:
        its frames (and the code objects they hold) stay as they are. */
     static int hp_walk_this_thread(PyObject **codes, int *lastis, int max) {
         return hp_walk_thread(PyGILState_GetThisThreadState(), codes, lastis, max);
+    }
+
+    /* The address of a local variable of this thread's innermost evaluation loop (on its C
+       stack), 0 when none runs: 3.11's and 3.12's thread state points at the loop's cframe,
+       3.13's frame chain holds the loop's entry frame (owned by the C stack). */
+    static uintptr_t hp_eval_loop_local(void) {
+        PyThreadState *ts = PyGILState_GetThisThreadState();
+        if (ts == NULL) return 0;
+    #if PY_VERSION_HEX >= 0x030D0000
+        for (_PyInterpreterFrame *f = ts->current_frame; f != NULL; f = f->previous)
+            if (f->owner == FRAME_OWNED_BY_CSTACK) return (uintptr_t)f;
+        return 0;
+    #else
+        return ts->cframe == NULL || ts->cframe == &ts->root_cframe ? 0 : (uintptr_t)ts->cframe;
+    #endif
     }
 
     /* A str's UTF-8 without the GIL: compact ASCII strings only, else NULL. */
@@ -373,6 +388,7 @@ cdef extern from *:
     PyObject *hp_runner_codes[32]
     int hp_runner_count
     int hp_walk_this_thread(PyObject **codes, int *lastis, int maxn) nogil
+    uintptr_t hp_eval_loop_local() nogil
     const char *hp_ascii(PyObject *s, Py_ssize_t *length) nogil
     PyObject *hp_code_qualname(PyObject *code) nogil
     PyObject *hp_code_filename(PyObject *code) nogil
@@ -887,14 +903,15 @@ cdef bint _send_frame(uint64_t frame_id, object code, int lasti) noexcept:
         name[:name_len] + filename[:file_len]
     return _send(<const char *>blob, len(blob), NULL, 0, NULL, 0) >= 0
 
-ctypedef int (*python_frames_fn)(uint64_t *ids, int max_ids) noexcept nogil
+ctypedef int (*python_frames_fn)(uint64_t *ids, int max_ids, uintptr_t *eval_local) noexcept nogil
 ctypedef void (*set_python_frames_fn)(python_frames_fn fn) noexcept nogil
 
-cdef int _native_python_frames(uint64_t *ids, int max_ids) noexcept nogil:
+cdef int _native_python_frames(uint64_t *ids, int max_ids, uintptr_t *eval_local) noexcept nogil:
     """This thread's Python frame ids, innermost first, for a sample of the native client
-    (which shares this connection), with or without the GIL. A frame not yet in the table is
-    described with a new id and added when the table has room (it grows only with the GIL).
-    0 when none can be had."""
+    (which shares this connection), with or without the GIL, and in `eval_local` the address
+    of a local of its innermost evaluation loop (0 if unknown). A frame not yet in the table
+    is described with a new id and added when the table has room (it grows only with the
+    GIL). 0 when none can be had."""
     global _next_frame_id, _frames_count, _pending_count
     cdef PyObject *codes[MAX_FRAMES]
     cdef int lastis[MAX_FRAMES]
@@ -904,6 +921,7 @@ cdef int _native_python_frames(uint64_t *ids, int max_ids) noexcept nogil:
     if not _active or hp_get_in_hook():
         return 0
     n = hp_walk_this_thread(codes, lastis, max_ids if max_ids < MAX_FRAMES else MAX_FRAMES)
+    eval_local[0] = hp_eval_loop_local() if n else 0
     has_gil = PyGILState_Check()
     for i in range(n):
         if not hp_frames_trylock():

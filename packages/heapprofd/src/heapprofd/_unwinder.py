@@ -369,6 +369,7 @@ class Unwinder:
                 from heapprofd._dwunwind import NativeUnwinder
 
                 self._native = NativeUnwinder(self.pid, *self._proc_fds)
+                self._native.stop_in(sorted(EVAL_LOOP_FUNCTIONS))
                 self._read_maps(module_maps(self._native.maps()))
             except (ImportError, OSError, UnwindError) as exc:  # ImportError: no libdw
                 _log.warning("pid %d: cannot unwind native stacks: %s", self.pid, exc)
