@@ -6,10 +6,13 @@
 One `NativeUnwinder` per client, owned by its unwinder thread: the process's modules come
 from the client's /proc/PID/maps (re-read when a pc falls outside every known module), its
 memory from the copied stack of the sample first, then /proc/PID/mem; the initial registers
-are the sample's. libdw caches each module's ELF, symbol table and CFI; each pc's symbol is
-cached until the modules change. An unwind can stop at the first frame inside one of the
-functions named by `stop_at` (the interpreter's evaluation loop, where the sample's Python
-frames take over).
+are the sample's. libdw caches each module's ELF, symbol table and CFI; a pc's symbol is found
+through a table of the module's symbol and section bounds (libdw asked once per interval
+between two) and cached until the modules change. An unwind can stop at the first frame
+inside one of the functions given to `stop_at` or named to `stop_in` (the interpreter's
+evaluation loop, where the sample's Python frames take over). The ring reader unwinds native
+samples through `sampler()` (`_native_sampler.h`), and the callstack of each distinct sample
+is remembered here (`remember_sample`).
 """
 
 from libc.stdint cimport uint8_t, uint64_t
