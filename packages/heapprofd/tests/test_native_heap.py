@@ -162,6 +162,40 @@ def test_a_python_program_shows_alloc_native_over_ctypes(tmp_path: Path) -> None
     assert roots == {"<module>"}, roots
 
 
+SQLITE_PY = """
+import sqlite3
+
+
+def build(rows):
+    db = sqlite3.connect(":memory:")
+    db.execute("create table t(a, b)")
+    db.executemany("insert into t values (?, ?)", ((i, str(i) * 20) for i in range(rows)))
+    db.execute("create index i on t(b)")
+    return db.execute("select count(*) from t where b > '5'").fetchone()
+
+
+print("counted", [build(5000) for _ in range(3)])
+"""
+
+
+def test_every_sqlite_sample_reaches_its_python_frames(tmp_path: Path) -> None:
+    """The daemon unwinds a sample with Python frames (in its ring reader, or in Python for a
+    new one) down to the innermost evaluation loop: the program's Python frames root every
+    stack through libsqlite3."""
+    (tmp_path / "db.py").write_text(SQLITE_PY)
+    result = _heap_profile(
+        "--native", "-i", "1024", "-o", "db.pftrace", "db.py",
+        cwd=tmp_path, env=_private_env(tmp_path),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("counted ")
+    dump = _native_dump((tmp_path / "db.pftrace").read_bytes())
+    stacks = [s for s, _ in dump.samples if any("libsqlite3" in frame[1] for frame in s)]
+    assert len(stacks) > 20
+    assert {stack[0][0] for stack in stacks} == {"<module>"}
+    assert sum(any(frame[0] == "build" for frame in stack) for stack in stacks) > 20
+
+
 def test_children_of_the_program_do_not_wait_for_a_session(tmp_path: Path) -> None:
     # each child inherits the preload library; none is targeted by the session
     start = time.monotonic()

@@ -1,13 +1,16 @@
 """The daemon's native unwinder caches: a pc is symbolized once while the process's modules
 stay the same, with the frames symbolizing it afresh gives, and the caches outlive changes
-of the process's other mappings (its heap growing)."""
+of the process's other mappings (its heap growing). The per-module symbol table names every
+pc as libdw's scan of the module's symbols does."""
 
 from __future__ import annotations
 
 import ctypes
 import mmap
 import os
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -124,3 +127,72 @@ def test_the_caches_outlive_a_change_of_anonymous_mappings(target: Target, pcs: 
     assert unwinder._reload_maps() is False  # the modules did not change
     assert set(unwinder._pc_frames) == set(pcs)
     assert [unwinder._native_frame(pc) for pc in pcs] == first
+
+
+def _module_of(address: int) -> tuple[str, int, int]:
+    """(path, start, end) of the file mapped at `address` in this process (and its fork)."""
+    maps = []  # (start, end, path)
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        parts = line.split()
+        if len(parts) > 5:
+            low, _, high = parts[0].partition("-")
+            maps.append((int(low, 16), int(high, 16), parts[5]))
+    path = next(p for low, high, p in maps if low <= address < high)
+    ranges = [(low, high) for low, high, p in maps if p == path]
+    return path, min(r[0] for r in ranges), max(r[1] for r in ranges)
+
+
+def _candidate_pcs(function: Any, name: str) -> tuple[list[int], int]:
+    """pcs around the symbols of the module holding `function` (called `name`): for an even
+    sample of its symbols, the first and last ones and every sizeless one, each one's start
+    and end, their neighbours and its middle; the module's bounds. With the number of
+    symbols chosen."""
+    address = ctypes.cast(function, ctypes.c_void_p).value or 0
+    path, start, end = _module_of(address)
+    symbols: dict[int, int] = {}
+    bias = None
+    for option in ("--dynamic", "--extern-only"):
+        out = subprocess.run(
+            ["nm", option, "--defined-only", "-S", path], check=True, capture_output=True, text=True
+        ).stdout
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 4:
+                symbols.setdefault(int(parts[0], 16), int(parts[1], 16))
+                if parts[3].partition("@")[0] == name:
+                    bias = address - int(parts[0], 16)
+            elif len(parts) == 3 and parts[1] in "TtWw":
+                symbols.setdefault(int(parts[0], 16), 0)
+    assert bias is not None, (name, path)
+    ordered = sorted(symbols)
+    step = max(1, len(ordered) // 400)
+    chosen = set(ordered[::step]) | {ordered[0], ordered[-1]}
+    chosen |= {value for value in ordered if not symbols[value]}
+    pcs = set()
+    for value in chosen:
+        size = symbols[value]
+        pcs |= {value - 1, value, value + 1, value + size // 2, value + size - 1, value + size}
+        pcs.add(value + size + 1)
+    found = {pc + bias for pc in pcs} | {start - 1, start, end - 1, end}
+    return sorted(found), len(chosen)
+
+
+def test_the_symbol_table_names_each_pc_as_libdw_does(target: Target) -> None:
+    libc = ctypes.CDLL(None)
+    pcs: list[int] = []
+    for function, name in ((libc.malloc, "malloc"), (ctypes.pythonapi.PyList_New, "PyList_New")):
+        found, chosen = _candidate_pcs(function, name)
+        assert chosen > 100
+        pcs += found
+    ascending, descending = target.unwinder()._native, target.unwinder()._native
+    expected = [ascending.addrname(pc) for pc in pcs]
+    first = {pc: ascending.symbolize(pc) for pc in pcs}  # each interval first asked low
+    last = {pc: descending.symbolize(pc) for pc in reversed(pcs)}  # or high
+    for pc, name in zip(pcs, expected, strict=True):
+        if first[pc] is None:  # outside every module
+            assert last[pc] is None, hex(pc)
+            assert name is None, hex(pc)
+            continue
+        assert first[pc][0] == last[pc][0] == (name or ""), hex(pc)
+    assert None in expected  # pcs that no symbol covers (between symbols, past the module)
+    assert len({name for name in expected if name}) > 200

@@ -14,7 +14,7 @@ frame is sent once per connection) and write Malloc/Free records into the ring b
 """
 
 from cpython.object cimport PyObject
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
 
 cdef extern from *:
     """
@@ -35,6 +35,14 @@ cdef extern from *:
     #undef Py_BUILD_CORE
 
     #include "heapprofd/_ring.h"
+    #include "heapprofd/_native_sampler.h"
+
+    static uint64_t hp_sampler_call(hp_sampler_t *s, const uint8_t *regs, const uint8_t *stack,
+                                    uint64_t stack_len, uint64_t sp, const uint8_t *ids,
+                                    uint64_t ids_len, const uint64_t **pcs, int *n,
+                                    int *error) {
+        return s->run(s->self, regs, stack, stack_len, sp, ids, ids_len, pcs, n, error);
+    }
 
     /* ---- Python stacks (CPython's interpreter frames; 3.13 moved the current one into the
        thread state and named its code f_executable) ---- */
@@ -82,6 +90,21 @@ cdef extern from *:
        its frames (and the code objects they hold) stay as they are. */
     static int hp_walk_this_thread(PyObject **codes, int *lastis, int max) {
         return hp_walk_thread(PyGILState_GetThisThreadState(), codes, lastis, max);
+    }
+
+    /* The address of a local variable of this thread's innermost evaluation loop (on its C
+       stack), 0 when none runs: 3.11's and 3.12's thread state points at the loop's cframe,
+       3.13's frame chain holds the loop's entry frame (owned by the C stack). */
+    static uintptr_t hp_eval_loop_local(void) {
+        PyThreadState *ts = PyGILState_GetThisThreadState();
+        if (ts == NULL) return 0;
+    #if PY_VERSION_HEX >= 0x030D0000
+        for (_PyInterpreterFrame *f = ts->current_frame; f != NULL; f = f->previous)
+            if (f->owner == FRAME_OWNED_BY_CSTACK) return (uintptr_t)f;
+        return 0;
+    #else
+        return ts->cframe == NULL || ts->cframe == &ts->root_cframe ? 0 : (uintptr_t)ts->cframe;
+    #endif
     }
 
     /* A str's UTF-8 without the GIL: compact ASCII strings only, else NULL. */
@@ -365,6 +388,7 @@ cdef extern from *:
     PyObject *hp_runner_codes[32]
     int hp_runner_count
     int hp_walk_this_thread(PyObject **codes, int *lastis, int maxn) nogil
+    uintptr_t hp_eval_loop_local() nogil
     const char *hp_ascii(PyObject *s, Py_ssize_t *length) nogil
     PyObject *hp_code_qualname(PyObject *code) nogil
     PyObject *hp_code_filename(PyObject *code) nogil
@@ -879,14 +903,15 @@ cdef bint _send_frame(uint64_t frame_id, object code, int lasti) noexcept:
         name[:name_len] + filename[:file_len]
     return _send(<const char *>blob, len(blob), NULL, 0, NULL, 0) >= 0
 
-ctypedef int (*python_frames_fn)(uint64_t *ids, int max_ids) noexcept nogil
+ctypedef int (*python_frames_fn)(uint64_t *ids, int max_ids, uintptr_t *eval_local) noexcept nogil
 ctypedef void (*set_python_frames_fn)(python_frames_fn fn) noexcept nogil
 
-cdef int _native_python_frames(uint64_t *ids, int max_ids) noexcept nogil:
+cdef int _native_python_frames(uint64_t *ids, int max_ids, uintptr_t *eval_local) noexcept nogil:
     """This thread's Python frame ids, innermost first, for a sample of the native client
-    (which shares this connection), with or without the GIL. A frame not yet in the table is
-    described with a new id and added when the table has room (it grows only with the GIL).
-    0 when none can be had."""
+    (which shares this connection), with or without the GIL, and in `eval_local` the address
+    of a local of its innermost evaluation loop (0 if unknown). A frame not yet in the table
+    is described with a new id and added when the table has room (it grows only with the
+    GIL). 0 when none can be had."""
     global _next_frame_id, _frames_count, _pending_count
     cdef PyObject *codes[MAX_FRAMES]
     cdef int lastis[MAX_FRAMES]
@@ -896,6 +921,7 @@ cdef int _native_python_frames(uint64_t *ids, int max_ids) noexcept nogil:
     if not _active or hp_get_in_hook():
         return 0
     n = hp_walk_this_thread(codes, lastis, max_ids if max_ids < MAX_FRAMES else MAX_FRAMES)
+    eval_local[0] = hp_eval_loop_local() if n else 0
     has_gil = PyGILState_Check()
     for i in range(n):
         if not hp_frames_trylock():
@@ -1209,13 +1235,41 @@ def set_heap_interval(int heap, uint64_t interval) -> None:
         hp_set_python_interval(interval)
 
 
-def read_events(SharedRingBuffer ring, int max_records, dict callstacks) -> tuple:
+cdef extern from *:
+    ctypedef struct hp_sampler_t:
+        pass
+    const char *HP_SAMPLER_CAPSULE
+    uint64_t hp_sampler_call(hp_sampler_t *s, const uint8_t *regs, const uint8_t *stack,
+                             uint64_t stack_len, uint64_t sp, const uint8_t *ids,
+                             uint64_t ids_len, const uint64_t **pcs, int *n, int *error) nogil
+
+from cpython.pycapsule cimport PyCapsule_GetPointer
+
+# a Malloc record: the type word, then AllocMetadata (its register data at 8 + 48, the
+# native stack's length and Python frame count in register words 17 and 18, the heap id
+# at 8 + 320, arch at 8 + 324), then the payload
+cdef enum:
+    _REGISTERS = 8 + 48
+    _NATIVE_LENGTHS = 8 + 48 + 17 * 8
+    _PAYLOAD = 8 + 328
+    _ARCH_X86_64 = 4
+
+
+def read_events(
+    SharedRingBuffer ring, int max_records, dict callstacks, object native=None
+) -> tuple:
     """Reads up to `max_records` records as bookkeeping events, in order.
 
     A Malloc with a Python stack (arch 0) whose payload bytes are in `callstacks` becomes
-    `(heap_id, address, sample_size, callstack_id)`, a Free `(heap_id, address)`; any other
-    record is left as its bytes and its index is listed in `slow`. Returns
-    (events, slow, corrupt).
+    `(heap_id, address, sample_size, callstack_id)`, a Free `(heap_id, address)`. A native
+    Malloc (arch not 0) is unwound here by `native` (a NativeUnwinder, or None) and becomes
+    the same event when the unwinder remembers its callstack; otherwise it becomes
+    `(heap_id, address, sample_size, record, python_ids_length, pcs, error)` (pcs None when
+    it was not unwound). Any other record is left as its bytes. The indexes of the events
+    that are not final are listed in `slow`. A native Malloc after such a record ends the
+    read (it is read next time, once the slow ones are parsed: they may change what the
+    unwinder remembers). Returns (events, slow, corrupt, unwinding_errors, more), `more`
+    when records may be left.
     """
     ring._check()
     cdef uint8_t *data
@@ -1223,14 +1277,27 @@ def read_events(SharedRingBuffer ring, int max_records, dict callstacks) -> tupl
     cdef uint64_t kind
     cdef uint64_t *words
     cdef int rc
-    cdef hp_cursor_t cursor
+    cdef hp_cursor_t cursor, before
     cdef list events = []
     cdef list slow = []
     cdef bint corrupt = False
+    cdef bint more = False
+    cdef int errors = 0
     cdef bytes key
+    cdef hp_sampler_t *sampler = NULL
+    cdef uint32_t arch
+    cdef uint64_t stack_len, count, avail, ids_len, cs
+    cdef const uint64_t *pcs
+    cdef int i, n, error
+    if native is not None:
+        sampler = <hp_sampler_t *>PyCapsule_GetPointer(native.sampler(), HP_SAMPLER_CAPSULE)
     if hp_cursor_open(&ring.ring, &cursor) != 0:
-        return events, slow, True
-    while <int>cursor.count < max_records:
+        return events, slow, True, errors, False
+    while True:
+        if <int>cursor.count >= max_records:
+            more = True
+            break
+        before = cursor
         rc = hp_cursor_next(&ring.ring, &cursor, &data, &size)
         if rc == 0:
             break
@@ -1239,22 +1306,54 @@ def read_events(SharedRingBuffer ring, int max_records, dict callstacks) -> tupl
             break
         words = <uint64_t *>data
         kind = words[0] if size >= 8 else 0xffffffffffffffffULL
-        if (kind == RECORD_MALLOC and size >= 8 + ALLOC_METADATA_SIZE and size % 8 == 0
-                and (<uint32_t *>(data + 8 + 324))[0] == 0):  # arch 0: a Python stack
-            key = (<char *>data)[8 + ALLOC_METADATA_SIZE:size]
-            cs = callstacks.get(key)
-            if cs is not None:
+        arch = (<uint32_t *>(data + 8 + 324))[0] if size >= _PAYLOAD else 0
+        if (kind == RECORD_MALLOC and size >= _PAYLOAD and size % 8 == 0
+                and arch == 0):  # a Python stack
+            key = (<char *>data)[_PAYLOAD:size]
+            cs = callstacks.get(key, 0)
+            if cs:
                 events.append(((<uint32_t *>(data + 8 + 320))[0], words[4], words[3], cs))
             else:
                 slow.append(len(events))
                 events.append((<char *>data)[:size])
+        elif kind == RECORD_MALLOC and size >= _PAYLOAD and arch != 0:  # a native stack
+            if slow:
+                cursor = before
+                more = True
+                break
+            # the payload: the stack, then the Python frame ids (else all of it is the stack)
+            avail = size - _PAYLOAD
+            stack_len = words[_NATIVE_LENGTHS // 8]
+            count = words[_NATIVE_LENGTHS // 8 + 1]
+            ids_len = avail - stack_len if stack_len <= avail else 0
+            if stack_len > avail or ids_len % 8 or count != ids_len // 8:
+                stack_len = avail
+                ids_len = 0
+            if sampler != NULL and arch == _ARCH_X86_64:
+                with nogil:
+                    cs = hp_sampler_call(
+                        sampler, data + _REGISTERS, data + _PAYLOAD, stack_len, words[5],
+                        data + _PAYLOAD + stack_len, ids_len, &pcs, &n, &error)
+                if cs:
+                    if error or n == 0:
+                        errors += 1
+                    events.append(((<uint32_t *>(data + 8 + 320))[0], words[4], words[3], cs))
+                    continue
+                pcs_tuple = tuple([pcs[i] for i in range(n)])
+            else:
+                pcs_tuple, error = None, True
+            slow.append(len(events))
+            events.append((
+                (<uint32_t *>(data + 8 + 320))[0], words[4], words[3], (<char *>data)[:size],
+                ids_len, pcs_tuple, bool(error),
+            ))
         elif kind == RECORD_FREE and size == 8 + FREE_ENTRY_SIZE:
             events.append(((<uint32_t *>(data + 24))[0], words[2]))
         else:
             slow.append(len(events))
             events.append((<char *>data)[:size])
     hp_cursor_close(&ring.ring, &cursor)
-    return events, slow, corrupt
+    return events, slow, corrupt, errors, more
 
 
 register_heap()  # heap 0: Python's own allocators

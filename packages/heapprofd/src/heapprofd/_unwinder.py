@@ -52,8 +52,7 @@ CLIENT_HOOKS = "/heapprofd/_native."
 pass through."""
 EVAL_LOOP_FUNCTIONS = frozenset({"_PyEval_EvalFrameDefault", "_PyEval_EvalFrame"})
 """CPython's evaluation loop, where a mixed stack's Python frames go."""
-_NATIVE_LENGTHS = struct.Struct("<QQ")  # the stack's bytes, the Python frame ids after it
-_NATIVE_LENGTHS_OFFSET = _REGISTERS_OFFSET + _REGISTERS_SIZE
+_MALLOC_SP_OFFSET = 8 + 32
 _MALLOC_PAYLOAD = 8 + 328
 _FREE = struct.Struct("<QQI")
 _HEAP_NAME = struct.Struct("<QI64s")  # then 4 bytes of padding
@@ -133,8 +132,6 @@ class Unwinder:
         self._native_frames: dict[NativeFrame, int] = {}
         self._pc_frames: dict[int, NativeFrame] = {}
         self._native_stacks: dict[tuple[int, ...], tuple[list[int], int]] = {}  # by pcs
-        # (pcs, Python frame ids) of a native sample -> its callstack id
-        self._sample_callstacks: dict[tuple[tuple[int, ...], bytes], int] = {}
         self._corrupt = False
         self._ended = False
         self._thread = threading.Thread(
@@ -198,42 +195,48 @@ class Unwinder:
         ring = self._ring
         if self._native is not None:  # libraries loaded since, while the process surely lives
             self._reload_maps()
-        while not self._corrupt:
-            events, slow, corrupt = read_events(ring, _MAX_RECORDS_PER_DRAIN, self._callstacks)
+        batch, records, more = RecordBatch(), 0, True
+        while more and not self._corrupt:
+            events, slow, corrupt, errors, more = read_events(
+                ring, _MAX_RECORDS_PER_DRAIN - records, self._callstacks, self._native
+            )
             if corrupt:
                 self._drop("its ring buffer is corrupt (positions or record sizes)")
-            if events:
-                batch = RecordBatch(events=events)  # type: ignore[arg-type]
-                if slow:
-                    self._parse_slow(batch, slow)
+            records += len(events)
+            batch.unwinding_errors += errors
+            if slow:
+                self._parse_slow(batch, events, slow)
+            batch.events += events
+            if records and (records >= _MAX_RECORDS_PER_DRAIN or not more or self._corrupt):
                 self._post_batch(batch)
-            if len(events) < _MAX_RECORDS_PER_DRAIN:
-                break
+                batch, records = RecordBatch(), 0
 
-    def _parse_slow(self, batch: RecordBatch, slow: list[int]) -> None:
-        """Parses the records the fast path left as bytes (in place, in order)."""
-        events: list[tuple[int, ...] | bytes] = batch.events  # type: ignore[assignment]
-        for position, index in enumerate(slow):
+    def _parse_slow(self, batch: RecordBatch, events: list[Any], slow: list[int]) -> None:
+        """Parses the records the fast path left (in place, in order): a record's bytes, or a
+        native sample whose callstack the unwinder did not know."""
+        for index in slow:
             record = events[index]
-            assert isinstance(record, bytes)
             try:
-                events[index] = self._parse(batch, record)
+                if isinstance(record, bytes):
+                    events[index] = self._parse(batch, record)
+                else:
+                    heap, address, sample, raw, ids_len, pcs, error = record
+                    cs = self._native_callstack(batch, raw, ids_len, pcs, error)
+                    events[index] = (heap, address, sample, cs)
             except Exception as exc:  # whatever a client writes is untrusted input
                 self._drop(f"bad record ({type(exc).__name__}: {exc})")
                 del events[index:]
-                del slow[position:]
-                return
-        batch.events = [event for event in events if event != ()]  # type: ignore[misc]
+                break
+        events[:] = [event for event in events if event != ()]
 
     def _parse(self, batch: RecordBatch, record: bytes) -> tuple[int, ...]:
         """One record off the fast path: a new callstack's Malloc, a frame, a heap name."""
         (kind,) = _TYPE.unpack_from(record)
-        if kind == RECORD_MALLOC:
+        if kind == RECORD_MALLOC:  # a Python stack (read_events took the native ones)
             _seq, _size, sample, address, _sp, _ts = _MALLOC.unpack_from(record, 8)
             (heap,) = _MALLOC_HEAP.unpack_from(record, _MALLOC_HEAP_OFFSET)
-            (arch,) = _MALLOC_HEAP.unpack_from(record, _MALLOC_ARCH_OFFSET)
-            if arch:
-                return (heap, address, sample, self._native_callstack(batch, record, arch, _sp))
+            if len(record) < _MALLOC_PAYLOAD:
+                raise ValueError(f"malloc record of {len(record)} bytes")
             key = record[_MALLOC_PAYLOAD:]
             if len(key) % 8:
                 raise ValueError("malloc payload is not a list of frame ids")
@@ -256,8 +259,8 @@ class Unwinder:
             path = record[start + name_len : end].decode(errors="replace")
             # a frame described again (by a native sample's thread without the GIL) is one
             canonical = self._frame_ids.setdefault((name, path, line), fid)
-            if fid in self._frames:  # an id described again: the stacks using it may change
-                self._sample_callstacks.clear()
+            if fid in self._frames and self._native is not None:  # an id described again:
+                self._native.forget_samples()  # the stacks using it may change
             self._frames[fid] = canonical
             if canonical == fid:
                 batch.frames.append((fid, name, path, line))
@@ -270,23 +273,31 @@ class Unwinder:
             return ()
         raise ValueError(f"unknown or malformed record (type {kind}, {len(record)} bytes)")
 
-    def _native_callstack(self, batch: RecordBatch, record: bytes, arch: int, sp: int) -> int:
-        """Unwinds a native sample (raw stack and registers); returns its callstack id."""
-        pcs: tuple[int, ...] = ()
-        error = True
-        stack_len, python_count = _NATIVE_LENGTHS.unpack_from(record, _NATIVE_LENGTHS_OFFSET)
-        python_ids = record[_MALLOC_PAYLOAD + stack_len :]
-        if len(python_ids) != 8 * python_count:  # not our layout: the payload is the stack
-            stack_len, python_ids = len(record) - _MALLOC_PAYLOAD, b""
+    def _native_callstack(
+        self,
+        batch: RecordBatch,
+        record: bytes,
+        ids_len: int,
+        pcs: tuple[int, ...] | None,
+        error: bool,
+    ) -> int:
+        """The callstack id of a native sample (its record, whose last `ids_len` bytes are
+        its Python frame ids), from its pcs as read_events unwound them (None: not yet)."""
+        python_ids = record[len(record) - ids_len :]
+        (arch,) = _MALLOC_HEAP.unpack_from(record, _MALLOC_ARCH_OFFSET)
         unwinder = self._native_unwinder() if arch == ARCH_X86_64 else None
-        if unwinder is not None:
+        if unwinder is None:
+            pcs, error = (), True
+        else:
             view = memoryview(record)
             regs = view[_REGISTERS_OFFSET : _REGISTERS_OFFSET + _REGISTERS_SIZE]
-            stack = view[_MALLOC_PAYLOAD : _MALLOC_PAYLOAD + stack_len]
+            stack = view[_MALLOC_PAYLOAD : len(record) - ids_len]
+            (sp,) = _TYPE.unpack_from(record, _MALLOC_SP_OFFSET)
             # with Python frames, the unwind ends in the evaluation loop: they replace the rest
             stop = bool(python_ids)
-            found, error = unwinder.unwind(regs, stack, sp, stop)
-            pcs = tuple(found)
+            if pcs is None:
+                found, error = unwinder.unwind(regs, stack, sp, stop)
+                pcs = tuple(found)
             if (
                 pcs not in self._native_stacks
                 and any(unwinder.symbolize(pc) is None for pc in pcs)
@@ -296,21 +307,20 @@ class Unwinder:
                 pcs = tuple(found)
         if error or not pcs:
             batch.unwinding_errors += 1
-        sample = (pcs, python_ids)
-        cs = self._sample_callstacks.get(sample)
-        if cs is not None:
+        cs: int = unwinder.sample_callstack(pcs, python_ids) if unwinder is not None else 0
+        if cs:
             return cs
         errors = batch.unwinding_errors
         ids, first_loop = self._native_stack(batch, pcs)
         if python_ids and first_loop >= 0:  # the Python frames replace the rest of the stack
             ids = ids[:first_loop] + self._python_stack(batch, python_ids)
         key = b"N" + struct.pack(f"<{len(ids)}Q", *ids)
-        cs = self._callstacks.get(key)
-        if cs is None:
+        cs = self._callstacks.get(key, 0)
+        if not cs:
             cs = self._callstacks[key] = len(self._callstacks) + 1
             batch.callstacks.append((cs, tuple(reversed(ids))))
-        if batch.unwinding_errors == errors:  # every frame known: the same sample, the same stack
-            self._sample_callstacks[sample] = cs
+        if unwinder is not None and batch.unwinding_errors == errors:
+            unwinder.remember_sample(pcs, python_ids, cs)  # every frame known: the same stack
         return cs
 
     def _native_stack(self, batch: RecordBatch, pcs: tuple[int, ...]) -> tuple[list[int], int]:
@@ -359,6 +369,7 @@ class Unwinder:
                 from heapprofd._dwunwind import NativeUnwinder
 
                 self._native = NativeUnwinder(self.pid, *self._proc_fds)
+                self._native.stop_in(sorted(EVAL_LOOP_FUNCTIONS))
                 self._read_maps(module_maps(self._native.maps()))
             except (ImportError, OSError, UnwindError) as exc:  # ImportError: no libdw
                 _log.warning("pid %d: cannot unwind native stacks: %s", self.pid, exc)
@@ -379,8 +390,7 @@ class Unwinder:
             self._maps_gone = True
             return False
         self._read_maps(text)
-        self._native_stacks.clear()
-        self._sample_callstacks.clear()
+        self._native_stacks.clear()  # the unwinder forgot its samples' callstacks too
         self._pc_frames.clear()
         return True
 

@@ -9,7 +9,9 @@
    whose Python client shares this connection, the thread's Python frame ids follow the stack
    (our extension: register_data[17] holds the stack's length and register_data[18] the
    number of frame ids), so the daemon puts them where the stack runs the interpreter's
-   evaluation loop. The free of a sampled
+   evaluation loop; the daemon's unwind then ends in the innermost evaluation loop, so the
+   stack is copied only up to a local variable of that loop (its return address from the
+   callee lies below its locals). The free of a sampled
    address writes a Free record. The real allocators are glibc's __libc_* entry points, so no
    dlsym bootstrapping is needed; a thread-local flag keeps the hooks' own allocations
    (pthread_getattr_np, the handshake) out of the profile. */
@@ -49,7 +51,7 @@
 #define HP_LOCK_RETRIES 64
 #define HP_EXIT_WAIT_US (5u * 1000u * 1000u)
 
-typedef int (*hp_python_frames_fn)(uint64_t *ids, int max_ids);
+typedef int (*hp_python_frames_fn)(uint64_t *ids, int max_ids, uintptr_t *eval_local);
 static hp_python_frames_fn hp_python_frames;
 
 extern void *__libc_malloc(size_t);
@@ -258,13 +260,15 @@ static __attribute__((noinline)) void hp_record_malloc(uint64_t addr, uint64_t s
         "1:\n\t"
         : : "r"(regs) : "rax", "memory");
     uintptr_t sp = (uintptr_t)regs[7];
+    uint64_t python_ids[HP_MAX_PYTHON_FRAMES];
+    uintptr_t eval_local = 0;
+    hp_python_frames_fn python_frames = __atomic_load_n(&hp_python_frames, __ATOMIC_ACQUIRE);
+    int n_python = python_frames ? python_frames(python_ids, HP_MAX_PYTHON_FRAMES, &eval_local) : 0;
     uintptr_t end = hp_thread_stack_end();
+    if (n_python > 0 && eval_local > sp && eval_local < end) end = eval_local;
     uint64_t len = end > sp ? end - sp : 0;
     if (len > HP_MAX_STACK) len = HP_MAX_STACK;
     memset(&regs[HP_REGS], 0, 272 - HP_REGS * 8);
-    uint64_t python_ids[HP_MAX_PYTHON_FRAMES];
-    hp_python_frames_fn python_frames = __atomic_load_n(&hp_python_frames, __ATOMIC_ACQUIRE);
-    int n_python = python_frames ? python_frames(python_ids, HP_MAX_PYTHON_FRAMES) : 0;
     regs[HP_REGS] = len;
     regs[HP_REGS + 1] = n_python > 0 ? (uint64_t)n_python : 0;
     header[0] = 1; /* RECORD_MALLOC */
