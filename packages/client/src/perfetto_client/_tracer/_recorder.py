@@ -1,7 +1,8 @@
 """The compiled recorder for this interpreter: on `sys.monitoring` from 3.12, else the profile hook.
 
-Both modules have one interface (`ThreadRecorder`, `new_generation`, `uninstall_all_threads`,
-`split_packets`, `now_ns`); importing this one fails where they are not built.
+Both feed the one recorder (`_thread_recorder`) and have one interface (`ThreadRecorder`,
+`new_generation`, `uninstall_all_threads`, `split_packets`, `now_ns`); importing this one fails
+where they are not built.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ if sys.version_info >= (3, 12):
 else:
     from perfetto_client._tracer._hook import (  # type: ignore[import-not-found]
         COMPILED,
-        ThreadRecorder,
         new_generation,
         now_ns,
         split_packets,
         uninstall_all_threads,
+    )
+    from perfetto_client._tracer._hook import (
+        ProfileRecorder as ThreadRecorder,
     )
 
 __all__ = [
