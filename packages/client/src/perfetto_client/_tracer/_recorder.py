@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import sys
 
+from perfetto_client._tracer import _thread_recorder
+
+if not _thread_recorder.COMPILED:  # PERFETTO_PY_PURE=1, or a package it cimports runs pure
+    raise ImportError(f"{_thread_recorder.__name__} runs as pure Python")
 if sys.version_info >= (3, 12):
     from perfetto_client._tracer._monitor import (  # type: ignore[import-not-found]
         COMPILED,

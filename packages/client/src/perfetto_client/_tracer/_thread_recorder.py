@@ -40,7 +40,10 @@ if not cython.compiled:  # compiled, _thread_recorder.pxd cimports them (C const
         write_interned_event,
     )
 
-__all__ = ["ThreadRecorder"]
+__all__ = ["COMPILED", "ThreadRecorder"]
+
+COMPILED = cython.compiled
+"""Whether this module is the compiled one (the compiled entry points subclass it)."""
 
 OWN = 0xFFFFFFFF
 """The iid of the tracer's own code (the engine's `intern_code` answers it)."""
