@@ -275,8 +275,8 @@ def spelled_tags(path: Path) -> list[str]:
 def test_the_scan_covers_the_encoders_and_finds_a_spelled_tag(tmp_path: Path) -> None:
     sources = {p.relative_to(ROOT).as_posix() for p in hand_written_sources()}
     for encoder in (
-        "packages/client/src/perfetto_client/_tracer/_hook.pyx",
-        "packages/client/src/perfetto_client/_tracer/_hook_pure.py",
+        "packages/client/src/perfetto_client/_tracer/_packet_batch.pxd",
+        "packages/client/src/perfetto_client/_tracer/_packet_batch_pure.py",
         "packages/client/src/perfetto_client/_track_event_writer.py",
         "packages/service/src/perfetto_service/core/_chunk_mover.py",
         "packages/cli/src/perfetto_cmd/_summary.py",

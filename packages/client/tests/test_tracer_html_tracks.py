@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from perfetto_testing import OpenedPage, open_page, screenshot
 from test_tracer_html import (
     RENDER_BUDGET_MS,
@@ -17,7 +18,7 @@ from test_tracer_html import (
     _perfetto_trace,
     _pytest_perfetto_html,
 )
-from tracer_support import BIN, require_compiled_hook, run_traced
+from tracer_support import BIN, HOOKS, require_compiled_hook, run_traced
 
 EVENTS = """\
 import time
@@ -225,6 +226,7 @@ print(json.dumps([_call_tree.__file__.endswith(".py"), html_data("t", tree, trun
 """
 
 
+@pytest.mark.skipif("compiled" not in HOOKS, reason="PERFETTO_PY_PURE=1: one build only")
 def test_both_builds_make_the_same_page(tmp_path: Path) -> None:
     require_compiled_hook()
     proc, trace = run_traced(tmp_path, EVENTS)

@@ -1,9 +1,9 @@
 """perfetto-trace: records every Python call of a program as Perfetto track events.
 
 `perfetto-trace run` is `_cli.main`; from Python, `record(...)` (a context manager and a
-decorator). The profile hook is `_hook` (compiled) or `_hook_pure`. The names below load on
-first use: the recorder's modules are not loaded by importing one of the others (the pytest
-plugin writes into `_sink` without them).
+decorator). The recorder is `_thread_recorder`, fed by `_hook`/`_monitor` (compiled) or
+`_hook_pure`. The names below load on first use: the recorder's modules are not loaded by
+importing one of the others (the pytest plugin writes into `_sink` without them).
 """
 
 from __future__ import annotations

@@ -44,7 +44,8 @@ _RING_BATCH_BYTES = 64 << 10
 
 
 class Recorder(Protocol):
-    """A thread's recorder: `_recorder.ThreadRecorder` (compiled) or `_hook_pure.ThreadRecorder`."""
+    """A thread's recorder (`_thread_recorder`): `_recorder.ThreadRecorder` (compiled) or
+    `_hook_pure.ThreadRecorder`."""
 
     active: bool
     failed: bool

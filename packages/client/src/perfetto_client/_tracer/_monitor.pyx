@@ -1,10 +1,10 @@
 # cython: language_level=3, binding=False, boundscheck=False, wraparound=False
 # cython: initializedcheck=False, annotation_typing=False
-"""The recorder on `sys.monitoring` (Python 3.12+): the profile hook's recorder, fed by events.
+"""The recorder on `sys.monitoring` (Python 3.12+): the one recorder, fed by its callbacks.
 
-This module is `_hook.pyx` (included: one source for the batches, the stack, names and
-packets) plus `MonitoringRecorder`, whose `install` registers compiled callbacks for one
-`sys.monitoring` tool: PY_START / PY_RESUME / PY_THROW open a slice, PY_RETURN / PY_YIELD /
+This module is `_hook.pyx` (included: the names of code objects and builtins, the module's
+functions) plus `MonitoringRecorder` (`_thread_recorder`'s recorder), whose `install` registers
+compiled callbacks for one `sys.monitoring` tool: PY_START / PY_RESUME / PY_THROW open a slice, PY_RETURN / PY_YIELD /
 PY_UNWIND close it (a generator's slice ends at each yield and begins again at each resume),
 CALL / C_RETURN / C_RAISE time builtin calls, RAISE names each exception's type where it is
 raised. Code that is not recorded (--include/--exclude, the tracer's runner) answers DISABLE
@@ -189,7 +189,7 @@ cdef PyObject* _event(int what, PyObject** args) noexcept:
     # What a signal handler raised reaches the program where a frame begins (the frame is
     # then left by PY_UNWIND, as any frame an exception leaves) or a call is made.
     if r.interrupted is not None and (what == START or (what == C_CALL and not r.active)):
-        r._deliver()
+        _deliver(r)
         return NULL
     return ptr_new_ref(<PyObject*>(_DISABLE if result else None))
 
@@ -203,7 +203,7 @@ cdef inline PyObject* _taken() noexcept:
 
 cdef PyObject* _on_start(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
     cdef PyObject* p = _current()
-    if p != NULL and (<MonitoringRecorder>p)._begin_fast(_cached_iid(args[0]), args[0]):
+    if p != NULL and (<MonitoringRecorder>p)._begin_fast(_cached_iid(args[0]), <uintptr_t>args[0]):
         return _taken()
     return _event(START, args)
 
@@ -212,15 +212,12 @@ cdef PyObject* _on_throw(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
     return _event(THROW, args)
 
 
-cdef inline bint _innermost_of(MonitoringRecorder r, PyObject* code) noexcept:
-    # The innermost entry was opened by a fast path for `code` (its own start, or a builtin it
-    # called): `code` is recorded, and the entry is what its return or builtin's return ends.
-    return r.depth != 0 and r.stack[r.depth - 1].code == <void*>code
-
-
 cdef inline bint _recorded_caller(MonitoringRecorder r, PyObject* code) noexcept:
-    # `code` (calling a builtin) is recorded.
-    return _innermost_of(r, code) or _cached_iid(code) != 0
+    # `code` (calling a builtin) is recorded: the innermost entry was opened by a fast path
+    # for it (its own start, or a builtin it called), or it has a name.
+    return (
+        r.depth != 0 and r.entry_code[r.depth - 1] == <uintptr_t>code
+    ) or _cached_iid(code) != 0
 
 
 cdef PyObject* _on_return(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
@@ -230,7 +227,7 @@ cdef PyObject* _on_return(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
     cdef MonitoringRecorder r
     if p != NULL:
         r = <MonitoringRecorder>p
-        if _innermost_of(r, args[0]) and r._end_fast():
+        if r._end_fast(<uintptr_t>args[0]):
             r.unwinding = False
             return _taken()
     return _event(RETURN, args)
@@ -253,7 +250,7 @@ cdef PyObject* _on_call(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
     p = _current()
     if p != NULL and _recorded_caller(<MonitoringRecorder>p, args[0]):
         _c_key_of(args[2], args[3], &method, &owner)
-        if (<MonitoringRecorder>p)._begin_fast(_cached_c_iid(method, owner), args[0]):
+        if (<MonitoringRecorder>p)._begin_fast(_cached_c_iid(method, owner), <uintptr_t>args[0]):
             return _taken()
     return _event(C_CALL, args)
 
@@ -263,9 +260,8 @@ cdef PyObject* _on_c_end(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
     if not ptr_is_cfunction(args[2]) and not ptr_is_method_descr(args[2]):
         return ptr_new_ref(<PyObject*>None)  # a class, or another callable that is not a builtin
     p = _current()
-    if p != NULL and _innermost_of(<MonitoringRecorder>p, args[0]):
-        if (<MonitoringRecorder>p)._end_fast():
-            return _taken()
+    if p != NULL and (<MonitoringRecorder>p)._end_fast(<uintptr_t>args[0]):
+        return _taken()
     return _event(C_END, args)
 
 
@@ -361,84 +357,50 @@ cdef class MonitoringRecorder(ThreadRecorder):
     def call(self, frame):
         """Nothing: the frame whose call reached the new-thread hook starts with PY_START."""
 
-    cdef uint32_t _iid_of(self, PyObject* code) except? 0xFFFFFFFE:
-        # _code_iid for the code object an event names (its frame is the running one).
-        cdef void* extra = NULL
-        cdef uintptr_t v
-        cdef uint32_t iid
-        ptr_code_get_extra(code, _code_index, &extra)
-        v = <uintptr_t>extra
-        if (v >> 32) == _generation:
-            return <uint32_t>(v & 0xFFFFFFFFu)
-        iid = self.engine.intern_code(<object>code, <object><PyObject*>PyEval_GetFrame())
-        ptr_code_set_extra(code, _code_index, <void*>((_generation << 32) | iid))
-        return iid
+    cdef uint32_t _code_iid(self, object where) except? 0xFFFFFFFE:
+        # `where` is the code object an event names (its frame is the running one).
+        return _name_code(self, <PyObject*>where, <object><PyObject*>PyEval_GetFrame())
+
+    cdef uint32_t _c_function_iid(self, object func, object arg0) except? 0xFFFFFFFE:
+        # A builtin function, or a method descriptor bound to `arg0`.
+        cdef void* method
+        cdef void* owner
+        cdef Py_ssize_t slot
+        _c_key_of(<PyObject*>func, <PyObject*>arg0, &method, &owner)
+        slot = _cslot(method, owner)
+        if _ctable[slot].method != NULL:
+            return _ctable[slot].iid
+        bound = func
+        if not ptr_is_cfunction(<PyObject*>func) and owner != NULL:
+            bound = func.__get__(arg0, type(arg0))
+        return _c_table_put(method, owner, self.engine.intern_c_function(bound))
 
     cdef int _on_event(self, int what, PyObject** args) except -1:
         # 1: DISABLE this code location. Code not recorded (iid 0) never enters the stack.
         cdef uint32_t iid
         cdef PyObject* func
         if what == START or what == THROW:
-            iid = self._iid_of(args[0])
+            iid = self._code_iid(<object>args[0])
             if iid == 0:
                 return 1 if what == START else 0
-            if iid == OWN:
-                self.own_depth += 1
-                self._push_hidden(OWN)
-            elif self.own_depth:
-                self._push_hidden(0)
-            else:
-                self.unwinding = False
-                self._push(iid)
+            self._enter(iid)
         elif what == RETURN or what == UNWIND:
-            iid = self._iid_of(args[0])
-            if iid == 0:
+            if self._code_iid(<object>args[0]) == 0:
                 return 1 if what == RETURN else 0
-            self._leave(NULL, iid, what == UNWIND)
+            self._leave(<object>args[0], what == UNWIND)
         elif what == C_CALL or what == C_END:
             # Builtin functions and methods, as the profile hook sees them; other callables
             # (Python functions, classes) are not C calls.
             func = args[2]
-            if self._iid_of(args[0]) == 0:
+            if self._code_iid(<object>args[0]) == 0:
                 return 1 if what == C_CALL else 0  # called by code that is not recorded
             if not ptr_is_cfunction(func) and not ptr_is_method_descr(func):
                 return 0
             if what == C_END:
-                if self.depth:
-                    if self.stack[self.depth - 1].state == HIDDEN:
-                        self.depth -= 1
-                    else:
-                        self._pop(ptr_now_ns())
-            elif self.own_depth:
-                self._push_hidden(0)
+                self._c_leave()
             else:
-                self.unwinding = False
-                self._push(self._c_iid(func, args[3]))
+                self._c_enter(<object>args[0], <object>func, <object>args[3])
         elif what == RAISED:
             exc = <object>args[2]
-            self._on_exception_raised((type(exc), exc, exc.__traceback__))
+            self._on_exception_raised(type(exc), exc.__traceback__)
         return 0
-
-    cdef uint32_t _c_iid(self, PyObject* func, PyObject* arg0) except? 0xFFFFFFFE:
-        # The iid of a builtin function, or of a method descriptor bound to `arg0`.
-        global _ctable_used
-        cdef void* method
-        cdef void* owner
-        cdef Py_ssize_t slot
-        cdef uint32_t iid
-        _c_key_of(func, arg0, &method, &owner)
-        slot = _cslot(method, owner)
-        if _ctable[slot].method != NULL:
-            return _ctable[slot].iid
-        bound = <object>func
-        if not ptr_is_cfunction(func) and owner != NULL:
-            bound = bound.__get__(<object>arg0, type(<object>arg0))
-        iid = self.engine.intern_c_function(bound)
-        if 2 * (_ctable_used + 1) > _ctable_cap:
-            _cgrow()
-            slot = _cslot(method, owner)
-        _ctable[slot].method = method
-        _ctable[slot].owner = owner
-        _ctable[slot].iid = iid
-        _ctable_used += 1
-        return iid
