@@ -3,7 +3,8 @@
 Recording into a file needs the hook, the engine and the client library's encoders; the
 tracing service, its IPC, shared memory, asyncio and protobuf load only for `--system`
 (start-up cost, issues #23 and #30), the generated writers never; nor dataclasses (it loads
-inspect) or json (#30).
+inspect) or json (#30), nor pathlib: a program that imports it would find it loaded, its
+import missing from its trace.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ NOT_FOR_A_FILE = (
     "dataclasses",
     "inspect",
     "json",
+    "pathlib",
 )
 
 

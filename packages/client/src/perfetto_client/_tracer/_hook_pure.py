@@ -9,9 +9,9 @@ of None), so no exception instants are recorded.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import types
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from protozero import read_varint
@@ -26,7 +26,7 @@ else:
         # `module` run from its source, whether or not it is compiled.
         name = f"{module}.__python__"
         if name not in sys.modules:
-            source = Path(__file__).with_name(module.rpartition(".")[2] + ".py")
+            source = os.path.join(os.path.dirname(__file__), module.rpartition(".")[2] + ".py")
             spec = importlib.util.spec_from_file_location(name, source)
             assert spec is not None
             assert spec.loader is not None
