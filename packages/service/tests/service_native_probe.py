@@ -126,11 +126,11 @@ def run_stream(rng: random.Random) -> list[str]:
             replies = [r.hex() for r in read_buffers_replies(drained.packets)]
             lines.append(f"slices {packets} {replies} {drained[1:]}")
         else:
-            writer = ReplyWriter()
+            reply_writer = ReplyWriter()
             direct = read_producer_packets_as_replies(
-                buffer, trusted, rng.choice((1, 300, 1 << 20, 1 << 20)), writer
+                buffer, trusted, rng.choice((1, 300, 1 << 20, 1 << 20)), reply_writer
             )
-            lines.append(f"replies {[r.hex() for r in writer.replies()]} {direct}")
+            lines.append(f"replies {[r.hex() for r in reply_writer.replies()]} {direct}")
     result = read_producer_packets_as_trace(buffer, trusted, 1 << 30)
     lines.append(f"trace {result.trace.hex()} {result[1:]}")
     lines.append(f"stats {buffer.stats.as_dict()}")

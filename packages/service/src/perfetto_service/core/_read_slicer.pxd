@@ -29,7 +29,7 @@ cdef class ReplyWriter:
     cdef int _add_span(
         self, const unsigned char[::1] source, Py_ssize_t start, Py_ssize_t end, bint last
     ) except -1
-    @cython.locals(size=Py_ssize_t, room=Py_ssize_t, prefix=bytes)
+    @cython.locals(size=Py_ssize_t, room=Py_ssize_t, prefix=bytes, long_prefix=bytes)
     cdef int _add_slice(
         self, const unsigned char[::1] source, Py_ssize_t start, Py_ssize_t end, bint last
     ) except -1

@@ -132,9 +132,10 @@ class ReplyWriter:
             prefix = _SHORT_PREFIXES[size]
         else:
             room = (room - _SIZE_FIELD - _body_size(size)) % _HEAP_SLICE
-            prefix = _LONG_PREFIXES.get(size)
-            if prefix is None:
-                prefix = _LONG_PREFIXES[size] = _long_prefix(size)
+            long_prefix = _LONG_PREFIXES.get(size)
+            if long_prefix is None:
+                long_prefix = _LONG_PREFIXES[size] = _long_prefix(size)
+            prefix = long_prefix
         self._room = room
         self._put_bytes(prefix)
         if size:
