@@ -5,7 +5,8 @@ into a bytearray ring (what the service cannot do less than). Reported per CPU-s
 (process time), median of 7 runs; ratios are our CPU per MB over the reference's. The
 read-back runs validate every packet and append its trusted suffix, then frame it as a
 trace file (1 MiB per read, like write_into_file) or as ReadBuffers replies (32 KiB per
-read, like the IPC path). A last workload reads a full `--ring-mib` ring (64 MiB) of
+read, like the IPC path), from the packets read or written straight from the buffer as
+traced does. A last workload reads a full `--ring-mib` ring (64 MiB) of
 track-event packets back to a file and checks the goals of issue #9 (compiled build): ingest
 at least 1000 MB and that read-back at least 150 MB per CPU-second.
 
@@ -28,9 +29,10 @@ from collections.abc import Callable
 
 from perfetto_service.core._buffer_reader import (
     read_producer_packets,
+    read_producer_packets_as_replies,
     read_producer_packets_as_trace,
 )
-from perfetto_service.core._read_slicer import read_buffers_replies
+from perfetto_service.core._read_slicer import ReplyWriter, read_buffers_replies
 from perfetto_service.core._trace_buffer import (
     OverwritePolicy,
     PacketSequenceProperties,
@@ -141,6 +143,18 @@ def _to_replies(buffer: TraceBuffer) -> int:
             return sent
 
 
+def _to_replies_directly(buffer: TraceBuffer) -> int:
+    """`_to_replies` with the replies written straight from the buffer (traced's path)."""
+    trusted = TrustedFieldsWriter()
+    sent = 0
+    while True:
+        writer = ReplyWriter()
+        result = read_producer_packets_as_replies(buffer, trusted, 32768, writer)
+        sent += sum(len(reply) for reply in writer.replies())
+        if not result.hit_threshold:
+            return sent
+
+
 def _reference_seconds(buffer_size: int, chunks: list[Chunk]) -> float:
     """CPU seconds of a bare loop copying the chunk payloads into a bytearray ring."""
     ring = bytearray(buffer_size)
@@ -164,19 +178,24 @@ def _workload(name: str, buffer_size: int, chunks: list[Chunk], runs: int) -> No
             copy(props, chunk_id, count, 0, payload)
         return buffer
 
-    times: dict[str, list[float]] = {"ref": [], "ingest": [], "file": [], "ipc": []}
-    out_bytes = {"file": 0, "ipc": 0}
+    times: dict[str, list[float]] = {"ref": [], "ingest": [], "file": [], "ipc": [], "direct": []}
+    out_bytes = {"file": 0, "ipc": 0, "direct": 0}
     packets_read = 0
     for _ in range(runs):
         times["ref"].append(_reference_seconds(buffer_size, chunks))
         times["ingest"].append(_cpu_seconds(filled))
-        for form, drain in (("file", _to_file), ("ipc", _to_replies)):
+        for form, drain in (
+            ("file", _to_file),
+            ("ipc", _to_replies),
+            ("direct", _to_replies_directly),
+        ):
             buffer = filled()
             start = time.process_time()
             out_bytes[form] = drain(buffer)
             times[form].append(time.process_time() - start)
             packets_read = buffer.stats.chunks_read
-    ref, ingest_s, file_s, ipc_s = (statistics.median(times[k]) for k in times)
+    seconds_of = {form: statistics.median(form_times) for form, form_times in times.items()}
+    ref, ingest_s = seconds_of["ref"], seconds_of["ingest"]
     packets = sum(count for _, _, count, _ in chunks)
     mib = 1 << 20
     print(
@@ -193,8 +212,9 @@ def _workload(name: str, buffer_size: int, chunks: list[Chunk], runs: int) -> No
     for form, label in (
         ("file", "read back -> trace file   "),
         ("ipc", "read back -> IPC replies  "),
+        ("direct", "read back -> IPC, direct  "),
     ):
-        seconds = file_s if form == "file" else ipc_s
+        seconds = seconds_of[form]
         per_mb = seconds / out_bytes[form]
         print(
             f"  {label}: {out_bytes[form] / seconds / mib:8.1f} MB per CPU-s "

@@ -14,9 +14,10 @@ import sys
 
 from perfetto_service.core._buffer_reader import (
     read_producer_packets,
+    read_producer_packets_as_replies,
     read_producer_packets_as_trace,
 )
-from perfetto_service.core._read_slicer import read_buffers_replies
+from perfetto_service.core._read_slicer import ReplyWriter, read_buffers_replies
 from perfetto_service.core._trace_buffer import OverwritePolicy, Patch, TraceBuffer
 from perfetto_service.core._trusted_fields import TrustedFieldsWriter
 from service_testlib import FIRST, LAST, PATCH, ChunkPacker, redundant4, seq
@@ -119,11 +120,17 @@ def run_stream(rng: random.Random) -> list[str]:
                 buffer, trusted, rng.choice((1, 300, 1 << 20, 1 << 20))
             )
             lines.append(f"trace {result.trace.hex()} {result[1:]}")
-        else:
+        elif rng.randrange(2):
             drained = read_producer_packets(buffer, trusted, rng.choice((1, 300, 1 << 20, 1 << 20)))
             packets = [b"".join(p).hex() for p in drained.packets]
             replies = [r.hex() for r in read_buffers_replies(drained.packets)]
             lines.append(f"slices {packets} {replies} {drained[1:]}")
+        else:
+            reply_writer = ReplyWriter()
+            direct = read_producer_packets_as_replies(
+                buffer, trusted, rng.choice((1, 300, 1 << 20, 1 << 20)), reply_writer
+            )
+            lines.append(f"replies {[r.hex() for r in reply_writer.replies()]} {direct}")
     result = read_producer_packets_as_trace(buffer, trusted, 1 << 30)
     lines.append(f"trace {result.trace.hex()} {result[1:]}")
     lines.append(f"stats {buffer.stats.as_dict()}")

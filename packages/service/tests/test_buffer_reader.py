@@ -9,9 +9,10 @@ from perfetto_protos.upstream import parse_upstream_trace
 from perfetto_service import trace_file_bytes
 from perfetto_service.core._buffer_reader import (
     read_producer_packets,
+    read_producer_packets_as_replies,
     read_producer_packets_as_trace,
 )
-from perfetto_service.core._read_slicer import read_buffers_replies
+from perfetto_service.core._read_slicer import ReplyWriter, read_buffers_replies
 from perfetto_service.core._trace_buffer import PacketSequenceProperties, TraceBuffer
 from perfetto_service.core._trusted_fields import TrustedFieldsWriter
 from service_testlib import Chunk, ChunkPacker, copy, fragment, seq
@@ -140,6 +141,38 @@ def test_reading_straight_into_trace_bytes_gives_the_same_trace() -> None:
     assert direct.trace == trace_file_bytes(slices.packets)
     assert (direct.size, direct.packets, direct.invalid_packets) == (slices.size, 40, 1)
     assert not direct.hit_threshold
+    assert buffers[0].stats.as_dict() == buffers[1].stats.as_dict()
+
+
+def test_reading_straight_into_replies_gives_the_same_replies() -> None:
+    # Packets of 1 to about 100 KiB (fragmented over chunks), one invalid, read in parts of
+    # several thresholds: each part's replies are those of its packets, byte for byte.
+    packer = ChunkPacker(payload_size=4000)
+    for i in range(300):
+        packer.add(_test_event(i, "q" * (i * i if i % 50 == 7 else i % 130)))
+    chunks = packer.flush()
+    spoofed = trace_packet_pb2.TracePacket(trusted_pid=1).SerializeToString()
+    buffers = [TraceBuffer(1 << 21), TraceBuffer(1 << 21)]
+    for buffer in buffers:
+        for chunk in chunks:
+            copy(buffer, seq(), chunk)
+        copy(buffer, seq(writer=2), Chunk(0, 1, 0, fragment(spoofed)))
+    trusted = [TrustedFieldsWriter(), TrustedFieldsWriter()]
+    read = 0
+    for threshold in (1, 300, 32768, 1 << 30):
+        slices = read_producer_packets(buffers[0], trusted[0], threshold)
+        writer = ReplyWriter()
+        writer.add_packet((b"service packet",))
+        direct = read_producer_packets_as_replies(buffers[1], trusted[1], threshold, writer)
+        assert writer.replies() == read_buffers_replies([(b"service packet",), *slices.packets])
+        assert (direct.size, direct.packets, direct.hit_threshold) == (
+            slices.size,
+            len(slices.packets),
+            slices.hit_threshold,
+        )
+        read += direct.packets
+        assert direct.invalid_packets == slices.invalid_packets
+    assert read == 300
     assert buffers[0].stats.as_dict() == buffers[1].stats.as_dict()
 
 

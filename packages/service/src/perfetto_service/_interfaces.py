@@ -210,7 +210,9 @@ class Consumer(Protocol):
         A consumer may also offer `when_ready_for_trace_data(resume: Callable[[], None])`,
         which calls `resume` once it can take the next batch; the service reads the next one
         only then, so that ReadBuffers goes at the pace of a consumer on a socket. Without it
-        the next batch follows at once.
+        the next batch follows at once. One that sends the packets on as ReadBuffers replies
+        may offer `on_trace_replies(replies: list[bytes], has_more: bool)` instead, which gets
+        `read_buffers_replies` of the batch, written without an object per packet.
         """
         return
 

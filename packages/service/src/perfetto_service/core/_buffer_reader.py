@@ -1,8 +1,9 @@
 """Draining producer packets out of a TraceBuffer the way ReadBuffers does.
 
 Each packet read is validated (invalid ones are dropped and counted) and gets the
-trusted suffix of its sequence appended as a last slice. Two outputs: the packets as
-slices (for ReadBuffers replies), or directly the bytes of a trace file.
+trusted suffix of its sequence appended as a last slice. Three outputs: the packets as
+slices, the ReadBuffers replies written straight from the buffer (no object per packet), or
+directly the bytes of a trace file.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from perfetto_service.core._packet_validator import valid_packet_spans
 from perfetto_service.core._read_slicer import PACKET_PREAMBLES, packet_preamble
 from perfetto_service.core._trace_buffer import PacketSpans, TraceBuffer
 from perfetto_service.core._trusted_fields import TrustedFieldsWriter
+
+if not cython.compiled:  # compiled, the .pxd cimports it
+    from perfetto_service.core._read_slicer import ReplyWriter
 
 if cython.compiled:
     from cython.cimports.cpython.bytearray import PyByteArray_Resize
@@ -37,6 +41,18 @@ class DrainResult(NamedTuple):
     packets: list[PacketSlices]
     size: int
     """Sum of the sizes of every slice of `packets`."""
+    invalid_packets: int
+    """Packets dropped by validation."""
+    hit_threshold: bool
+    """Whether reading stopped at the byte threshold (more may be left) rather than at the end."""
+
+
+class ReplyDrainResult(NamedTuple):
+    """What `read_producer_packets_as_replies` read."""
+
+    size: int
+    """Sum of the packets' sizes, suffixes included."""
+    packets: int
     invalid_packets: int
     """Packets dropped by validation."""
     hit_threshold: bool
@@ -132,6 +148,59 @@ def read_producer_packets(
         first, rest = _packet_suffixes(trusted_fields, spans, valid)
         total += _append_copies(packets, data, valid, first, rest)
     return DrainResult(packets, total, invalid, True)
+
+
+def _append_slices(
+    writer: ReplyWriter, data: memoryview | bytes, valid: list[int], first: bytes, rest: bytes
+) -> int:
+    """Appends the packets at `valid` in `data` to `writer`, each followed by its suffix.
+
+    The first packet gets the suffix `first`, the others `rest`. `valid` holds spans inside
+    `data` (as `valid_packet_spans` returns them). Returns the sum of the packets' sizes,
+    suffixes included.
+    """
+    source = data
+    first_suffix = first
+    rest_suffix = rest
+    suffix = first_suffix
+    suffix_size = len(first)
+    total = 0
+    for i in range(0, len(valid), 2):
+        start = valid[i]
+        end = valid[i + 1]
+        total += end - start + suffix_size
+        writer._add_span(source, start, end, False)
+        writer._add_span(suffix, 0, suffix_size, True)
+        suffix = rest_suffix
+        suffix_size = len(rest)
+    return total
+
+
+def read_producer_packets_as_replies(
+    buffer: TraceBuffer, trusted_fields: TrustedFieldsWriter, threshold: int, writer: ReplyWriter
+) -> ReplyDrainResult:
+    """`read_producer_packets` straight into ReadBuffers replies: each packet's bytes and
+    suffix go into `writer` as they are read."""
+    buffer.begin_read()
+    read_spans = buffer.read_next_packet_spans
+    total = 0
+    count = 0
+    invalid = 0
+    hit_threshold = True
+    while total < threshold:
+        spans = read_spans(threshold - total)
+        if spans is None:
+            hit_threshold = False
+            break
+        data, offsets = spans.data, spans.offsets
+        valid = valid_packet_spans(data, offsets)
+        invalid += (len(offsets) - len(valid)) >> 1
+        if not valid:
+            continue
+        first, rest = _packet_suffixes(trusted_fields, spans, valid)
+        count += len(valid) >> 1
+        total += _append_slices(writer, data, valid, first, rest)
+    return ReplyDrainResult(total, count, invalid, hit_threshold)
 
 
 def _append_framed(

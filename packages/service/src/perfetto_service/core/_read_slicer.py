@@ -26,6 +26,15 @@ from perfetto_protos.tags.fields import (
 )
 from protozero import encode_varint, write_redundant_varint
 
+try:
+    import cython
+except ImportError:  # installed without Cython: runs as pure Python
+    from protozero import _cython_shim as cython
+
+if cython.compiled:
+    from cython.cimports.cpython.bytes import PyBytes_AS_STRING, PyBytes_FromStringAndSize
+    from cython.cimports.libc.string import memcpy
+
 IPC_BUFFER_SIZE = 131072
 """Largest IPC frame, length prefix included (kIPCBufferSize)."""
 
@@ -69,67 +78,97 @@ _SHORT_PREFIXES: tuple[bytes, ...] = tuple(
 # Prefixes of slices whose Slice has a 4-byte length, by slice size, built as sizes are
 # first seen (slices are at most 64 KiB).
 _LONG_PREFIXES: dict[int, bytes] = {}
-# The last_slice_for_packet values of the slices of a packet, by its number of slices.
-_LAST_FLAGS: tuple[tuple[bytes, ...], ...] = tuple(
-    (_NOT_LAST_SLICE,) * (n - 1) + (_LAST_SLICE,) if n else () for n in range(65)
-)
 
 
-def _split(packet: Sequence[Slice]) -> Sequence[Slice]:
-    """`packet` with every slice above 64 KiB cut into 64 KiB pieces."""
-    pieces: list[Slice] = []
-    for piece in packet:
-        view = memoryview(piece)
-        pieces.extend(view[i : i + _MAX_SLICE] for i in range(0, len(view), _MAX_SLICE))
-    return pieces
+class ReplyWriter:
+    """ReadBuffersResponse messages written slice by slice as upstream's serializer writes
+    them (see the module's docstring): `add_packet` for a packet's slices, then `replies`.
+    """
 
+    def __init__(self) -> None:
+        # No reply holds more bytes than its estimated size, which stays within the budget
+        # unless one slice (at most 64 KiB) is alone in it.
+        self._out = bytearray(_REPLY_BUDGET)
+        self._used = 0
+        self._estimated = 0  # the estimated size of the reply being written
+        self._room = 0  # bytes left in the current heap slice of upstream's serializer
+        self._replies: list[bytes] = []
 
-def _replies(packets: list[Sequence[Slice]]) -> list[bytes] | None:
-    """The serialized ReadBuffersResponse messages carrying `packets`, or None if a slice
-    is above 64 KiB."""
-    short_prefixes = _SHORT_PREFIXES
-    long_prefixes = _LONG_PREFIXES
-    last_flags = _LAST_FLAGS
-    replies: list[bytes] = []
-    parts: list[Slice] = []
-    estimated = 0  # the estimated size of the reply being built
-    room = 0  # bytes left in the current heap slice of upstream's serializer
-    for packet in packets:
+    def add_packet(self, packet: Sequence[Slice]) -> None:
+        """Appends a packet's slices, each above 64 KiB as several 64 KiB ones."""
         count = len(packet)
-        if count < len(last_flags):
-            flags = last_flags[count]
-        else:
-            flags = (_NOT_LAST_SLICE,) * (count - 1) + (_LAST_SLICE,)
         for index in range(count):
             piece = packet[index]
-            size = len(piece)
-            if size > _MAX_SLICE:
-                return None
-            # A reply is closed before a slice would push its estimated size past the budget.
-            estimated += size + _SLICE_OVERHEAD
-            if estimated > _REPLY_BUDGET and parts:
-                replies.append(b"".join(parts))
-                parts = []
-                estimated = size + _SLICE_OVERHEAD
-                room = 0
-            if room == 0:
-                room = _HEAP_SLICE
-            room -= 1  # the Slice's tag
-            if room < _SIZE_FIELD:
-                room = _HEAP_SLICE  # the reserved length moves to a new heap slice
-            if size <= _MAX_SHORT_DATA and size + _SHORT_FIELDS + _SIZE_FIELD <= room:
-                room -= 1 + _SHORT_FIELDS + size
-                parts.append(short_prefixes[size])
-            else:
-                room = (room - _SIZE_FIELD - _body_size(size)) % _HEAP_SLICE
-                prefix = long_prefixes.get(size)
-                if prefix is None:
-                    prefix = long_prefixes[size] = _long_prefix(size)
-                parts.append(prefix)
-            parts.append(piece)
-            parts.append(flags[index])
-    replies.append(b"".join(parts))
-    return replies
+            self._add_span(piece, 0, len(piece), index == count - 1)
+
+    def replies(self) -> list[bytes]:
+        """Ends the reply being written (possibly empty) and returns every reply written."""
+        self._close()
+        return self._replies
+
+    def _add_span(self, source: Slice, start: int, end: int, last: bool) -> None:
+        """Appends source[start:end] as the packet's next slice or slices; `last`: the
+        packet's last."""
+        while end - start > _MAX_SLICE:
+            self._add_slice(source, start, start + _MAX_SLICE, False)
+            start += _MAX_SLICE
+        self._add_slice(source, start, end, last)
+
+    def _add_slice(self, source: Slice, start: int, end: int, last: bool) -> None:
+        size = end - start
+        # A reply is closed before a slice would push its estimated size past the budget.
+        self._estimated += size + _SLICE_OVERHEAD
+        if self._estimated > _REPLY_BUDGET and self._used:
+            self._close()
+            self._estimated = size + _SLICE_OVERHEAD
+        room = self._room
+        if room == 0:
+            room = _HEAP_SLICE
+        room -= 1  # the Slice's tag
+        if room < _SIZE_FIELD:
+            room = _HEAP_SLICE  # the reserved length moves to a new heap slice
+        if size <= _MAX_SHORT_DATA and size + _SHORT_FIELDS + _SIZE_FIELD <= room:
+            room -= 1 + _SHORT_FIELDS + size
+            prefix = _SHORT_PREFIXES[size]
+        else:
+            room = (room - _SIZE_FIELD - _body_size(size)) % _HEAP_SLICE
+            long_prefix = _LONG_PREFIXES.get(size)
+            if long_prefix is None:
+                long_prefix = _LONG_PREFIXES[size] = _long_prefix(size)
+            prefix = long_prefix
+        self._room = room
+        self._put_bytes(prefix)
+        if size:
+            self._put_span(source, start, size)
+        self._put_bytes(_LAST_SLICE if last else _NOT_LAST_SLICE)
+
+    def _put_bytes(self, data: bytes) -> None:
+        used = self._used
+        size = len(data)
+        if cython.compiled:
+            memcpy(cython.address(self._out[used]), PyBytes_AS_STRING(data), size)
+        else:
+            self._out[used : used + size] = data
+        self._used = used + size
+
+    def _put_span(self, source: Slice, start: int, size: int) -> None:
+        used = self._used
+        if cython.compiled:
+            memcpy(cython.address(self._out[used]), cython.address(source[start]), size)
+        else:
+            self._out[used : used + size] = source[start : start + size]
+        self._used = used + size
+
+    def _close(self) -> None:
+        if cython.compiled:
+            reply = PyBytes_FromStringAndSize(
+                cython.cast(cython.p_char, cython.address(self._out[0])), self._used
+            )
+        else:
+            reply = bytes(self._out[: self._used])
+        self._replies.append(reply)
+        self._used = 0
+        self._room = 0
 
 
 def read_buffers_replies(packets: Iterable[Sequence[Slice]]) -> list[bytes]:
@@ -138,17 +177,10 @@ def read_buffers_replies(packets: Iterable[Sequence[Slice]]) -> list[bytes]:
     Every reply but the last goes out with has_more = true; the last one carries the
     read's own has_more, and exists (possibly empty) even when `packets` is empty.
     """
-    packets = list(packets)
-    replies = _replies(packets)
-    if replies is None:
-        replies = _replies(
-            [
-                _split(packet) if max(map(len, packet), default=0) > _MAX_SLICE else packet
-                for packet in packets
-            ]
-        )
-        assert replies is not None
-    return replies
+    writer = ReplyWriter()
+    for packet in packets:
+        writer.add_packet(packet)
+    return writer.replies()
 
 
 # Built byte by byte (0x0A, then a one- or two-byte varint): a third of the import cost of

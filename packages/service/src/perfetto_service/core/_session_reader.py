@@ -17,9 +17,14 @@ from perfetto_protos.tags.fields import (
 
 from perfetto_service.core._buffer_reader import (
     read_producer_packets,
+    read_producer_packets_as_replies,
     read_producer_packets_as_trace,
 )
-from perfetto_service.core._read_slicer import trace_file_bytes
+from perfetto_service.core._read_slicer import (
+    ReplyWriter,
+    read_buffers_replies,
+    trace_file_bytes,
+)
 from perfetto_service.core._relay_clients import RelayClients
 from perfetto_service.core._service_packets import (
     ServicePacketWriter,
@@ -81,6 +86,31 @@ class SessionReader:
         if packets and _wants_deflate(session.config):
             packets = [(compressed_packets_packet(trace_file_bytes(packets)),)]
         return packets, has_more
+
+    def read_replies(self, session: TracingSession, threshold: int) -> tuple[list[bytes], bool]:
+        """`read_packets`, as the serialized ReadBuffersResponse messages carrying them
+        (`read_buffers_replies` of its packets), written with no object per packet."""
+        if _wants_deflate(session.config):
+            packets, has_more = self.read_packets(session, threshold)
+            return read_buffers_replies(packets), has_more
+        writer = ReplyWriter()
+        head = self._service_packets_before_data(session)
+        for packet in head:
+            writer.add_packet((packet,))
+        total = sum(map(len, head))
+        has_more = False
+        for buffer in self._session_buffers(session):
+            result = read_producer_packets_as_replies(
+                buffer, session.trusted_fields, threshold - total, writer
+            )
+            total += result.size
+            session.invalid_packets += result.invalid_packets
+            if result.hit_threshold:
+                has_more = True
+                break
+        for packet in self._service_packets_after_data(session, has_more):
+            writer.add_packet((packet,))
+        return writer.replies(), has_more
 
     def read_trace(self, session: TracingSession, threshold: int) -> tuple[bytes, bool]:
         """`read_packets`, framed as trace-file bytes (what write_into_file writes)."""

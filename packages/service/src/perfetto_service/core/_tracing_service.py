@@ -1349,8 +1349,15 @@ class TracingService:
             session.is_waiting_for_trigger() or session.trigger_mode == _TRIGGER_CLONE
         ):
             return False
-        packets, has_more = self.read_buffers(session, READ_BUFFERS_BYTES_PER_TASK)
-        consumer.consumer.on_trace_data(packets, has_more)
+        on_trace_replies: Callable[[list[bytes], bool], None] | None = getattr(
+            consumer.consumer, "on_trace_replies", None
+        )
+        if on_trace_replies is None:
+            packets, has_more = self.read_buffers(session, READ_BUFFERS_BYTES_PER_TASK)
+            consumer.consumer.on_trace_data(packets, has_more)
+        else:
+            replies, has_more = self._reader.read_replies(session, READ_BUFFERS_BYTES_PER_TASK)
+            on_trace_replies(replies, has_more)
         if has_more:
 
             def next_part() -> None:

@@ -123,9 +123,13 @@ class RemoteConsumer:
         _send(deferred, reply)
 
     def on_trace_data(self, packets: Sequence[TracePacketSlices], has_more: bool) -> None:
-        """Streams packets to the pending ReadBuffers call, sliced to fit IPC frames.
+        """Streams packets to the pending ReadBuffers call, sliced to fit IPC frames."""
+        self.on_trace_replies(read_buffers_replies(packets), has_more)
 
-        The service reads in small parts; serialized replies are packed together (two
+    def on_trace_replies(self, replies: list[bytes], has_more: bool) -> None:
+        """Streams serialized ReadBuffersResponse messages to the pending ReadBuffers call.
+
+        The service reads in small parts; replies are packed together (two
         ReadBuffersResponse messages concatenated are one holding both slice lists) so that
         frames go out nearly full, and the last part is sent at once.
         """
@@ -133,7 +137,7 @@ class RemoteConsumer:
         if deferred is None or deferred.done:
             return
         pending = self._pending_reply
-        for reply in read_buffers_replies(packets):
+        for reply in replies:
             if pending and len(pending) + len(reply) > _READ_REPLY_BUDGET:
                 if not _send_serialized(deferred, bytes(pending), has_more=True):
                     self._abandon_read()
