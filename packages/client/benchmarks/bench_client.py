@@ -125,6 +125,24 @@ def loop_viztracer_counter() -> int:
     return _viztracer_api("add_counter", "bench counter", {"value": 1})
 
 
+def loop_viztracer_log_event() -> int:
+    """CPU ns of N `with tracer.log_event("step"): pass` while viztracer records (its
+    context manager's Python calls are logged too, as for any program it traces)."""
+    from viztracer import VizTracer
+
+    tracer = VizTracer(verbose=0, tracer_entries=8 * N + 1000, ignore_c_function=True)
+    tracer.start()
+    log_event = tracer.log_event
+    start = clock()
+    for _ in range(N):
+        with log_event("step"):
+            pass
+    elapsed = clock() - start
+    tracer.stop()
+    tracer.clear()
+    return elapsed
+
+
 def loop_viztracer() -> int:
     from viztracer import VizTracer
 

@@ -29,6 +29,7 @@ CASES = {
     "counter(cat, track, i)": ("counter", "empty"),
     "viztracer add_instant": ("viztracer_instant", "empty"),
     "viztracer add_counter": ("viztracer_counter", "empty"),
+    'viztracer with log_event("step")': ("viztracer_log_event", "empty"),
 }
 LOOPS = {
     "plain": bench_client.loop_plain,
@@ -39,6 +40,7 @@ LOOPS = {
     "counter": bench_client.loop_counter,
     "viztracer_instant": bench_client.loop_viztracer_instant,
     "viztracer_counter": bench_client.loop_viztracer_counter,
+    "viztracer_log_event": bench_client.loop_viztracer_log_event,
 }
 
 

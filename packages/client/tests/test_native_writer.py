@@ -205,7 +205,9 @@ def test_slice_args_written_into_the_chunk_are_the_bytes_write_packet_writes(
         for _ in range(2):  # the second time, every name is interned on the sequence
             for args in ARGS:
                 ts += 10
-                if _debug_annotations.put_annotated_event(writer, key, 1, ts, args):
+                if _debug_annotations.put_annotated_event(
+                    writer, key, 1, ts, tuple(args), tuple(args.values())
+                ):
                     into_chunk.append(args)
                 else:
                     extra, iids = _debug_annotations.encode_annotations(args)

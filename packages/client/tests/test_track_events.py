@@ -716,6 +716,28 @@ ENTRIES = {
             lambda f: f(42, "c", 1),
         ],
     ),
+    "trace_event": (
+        "(category: 'str | Category', name: 'str', /, *, track: 'Track | None' = None,"
+        " flow: 'FlowArg' = None, terminating_flow: 'FlowArg' = None,"
+        " correlation_id: 'int | str | None' = None,"
+        " proto: 'Callable[[TrackEvent], None] | None' = None, **args: 'object')"
+        " -> 'Slice | NoSlice'",
+        "A context manager recording a slice `name` around its body; keyword arguments are"
+        " args.\n\n    Inside an asyncio task the slice goes on the task's track, so it"
+        " survives awaits.\n    ",
+        [
+            lambda f: f(),
+            lambda f: f(CAT),
+            lambda f: f(CAT, "n", "extra"),
+            lambda f: f(CAT, "n", "extra", a=1),
+            lambda f: f(42, "n"),
+            lambda f: f(42, "n", a=1),
+            lambda f: f(category=CAT, name="n"),
+            lambda f: f(CAT, name="n", a=1),
+            lambda f: f(CAT, "n", track="not a track"),
+            lambda f: f(CAT, "n", a=1, **{"".join(("fl", "ow")): "not a flow"}),  # not interned
+        ],
+    ),
 }
 
 
@@ -723,7 +745,8 @@ ENTRIES = {
 def test_entries_keep_the_functions_signature_doc_pickling_and_errors(
     name: str, record: Recorder
 ) -> None:
-    """instant and counter: compiled, an entry calling the function (a VectorcallFunction)."""
+    """instant, counter and trace_event: compiled, an entry calling the function (a
+    VectorcallFunction)."""
     import inspect
     import pydoc
 

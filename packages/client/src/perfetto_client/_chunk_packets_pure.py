@@ -50,16 +50,17 @@ class ChunkPackets:
         del delta, head, track_field, tag, value
         return False
 
-    def put_annotated(
+    def put_annotated(  # noqa: PLR0917 - positional: the hot paths call it
         self,
         delta: int,
         fields: bytes,
         size: int,
-        args: dict[str, object],
+        names: tuple[str, ...],
+        values: tuple[object, ...],
         prefixes: dict[str, Any],
     ) -> bool:
         """False: nothing written."""
-        del delta, fields, size, args, prefixes
+        del delta, fields, size, names, values, prefixes
         return False
 
 

@@ -147,12 +147,17 @@ def encode_annotations(args: dict[str, object]) -> tuple[bytes, list[int]]:
     return b"".join(pieces), iids
 
 
-def put_annotated_event(
-    writer: TrackEventWriter, key: int, event_type: int, ts: int, args: dict[str, object]
+def put_annotated_event(  # noqa: PLR0917 - positional: Slice.__enter__ calls it per event
+    writer: TrackEventWriter,
+    key: int,
+    event_type: int,
+    ts: int,
+    names: tuple[str, ...],
+    values: tuple[object, ...],
 ) -> bool:
-    """Writes the event of `key` and `event_type` at `ts` on the thread's track with args
-    `args` straight into `writer`'s chunk (compiled: `_chunk_packets`), each arg encoded there
-    as `encode_annotations` encodes it.
+    """Writes the event of `key` and `event_type` at `ts` on the thread's track with the args
+    of names `names` and values `values` straight into `writer`'s chunk (compiled:
+    `_chunk_packets`), each arg encoded there as `encode_annotations` encodes it.
 
     False, with nothing written, where the event must take the general path: the pure build,
     a sequence that is not a plain TrackEventWriter or whose state was cleared, an event or
@@ -169,15 +174,15 @@ def put_annotated_event(
         return False
     emitted = writer._emitted_annotation_names
     size = 0
-    for name, value in args.items():
-        found = _name_fields.get(name)
+    for i in range(len(names)):
+        found = _name_fields.get(names[i])
         if found is None or found[1] not in emitted:
             return False
-        n = annotation_size(found[0], value)
+        n = annotation_size(found[0], values[i])
         if n < 0:
             return False
         size += n
-    if chunk.put_annotated(ts - writer.last_ts, fields, size, args, _name_fields):
+    if chunk.put_annotated(ts - writer.last_ts, fields, size, names, values, _name_fields):
         writer.last_ts = ts
         return True
     return False

@@ -19,7 +19,6 @@ except ImportError:  # installed without Cython: runs as pure Python
     from protozero import _cython_shim as cython
 
 from perfetto_client._categories import Category, category_of, registry
-from perfetto_client._debug_annotations import encode_annotations, put_annotated_event
 from perfetto_client._errors import TracingError
 from perfetto_client._task_tracks import task_track, traced_coroutine
 from perfetto_client._traced_function import COMPILED, TracedFunction
@@ -36,8 +35,13 @@ from perfetto_client._tracks import CounterTrack, Track, process_uuid
 from perfetto_client._vectorcall_function import VectorcallFunction
 
 if cython.compiled:
-    from cython.cimports.perfetto_client._vectorcall import PyVectorcall_NARGS, pc_vectorcall
-else:  # compiled, _events.pxd cimports them from _track_event
+    from cython.cimports.perfetto_client._vectorcall import (
+        PyVectorcall_NARGS,
+        pc_tuple_of,
+        pc_vectorcall,
+    )
+else:  # compiled, _events.pxd cimports them from _track_event and _debug_annotations
+    from perfetto_client._debug_annotations import encode_annotations, put_annotated_event
     from perfetto_client._track_event import describe_track, now, thread_writers, write_event
 
 if TYPE_CHECKING:
@@ -117,12 +121,14 @@ def _flow_ids(flow: FlowArg) -> tuple[int, ...]:
 
 
 _CO_COROUTINE = 0x80
+_NO_IIDS: list[int] = []
+"""The annotation names of a slice without encoded args (never changed)."""
 
 
 class Slice:
     """What `trace_event` returns for an enabled category: a slice around the `with` body."""
 
-    __slots__ = ("_args", "_cat", "_extra", "_iids", "_key", "_track", "_writers")
+    __slots__ = ("_cat", "_extra", "_iids", "_key", "_names", "_track", "_values", "_writers")
 
     def __init__(
         self,
@@ -137,19 +143,23 @@ class Slice:
         self._track = track
         self._extra = extra
         self._iids = iids
-        self._args: dict[str, object] | None = None
-        """Compiled: args not encoded yet (each writer encodes them into its chunk)."""
+        self._names: tuple[str, ...] | None = None
+        """Compiled: the names of args not encoded yet (each writer encodes them into its
+        chunk), their values in `_values`."""
+        self._values: tuple[object, ...] = ()
         self._writers: tuple[TrackEventWriter, ...] = ()
 
     @cython.locals(writers=tuple, writer=TrackEventWriter, ts="long long")  # type: ignore[untyped-decorator]
     def __enter__(self) -> Slice:
         writers = self._writers = thread_writers(self._cat.mask)
         ts = now()
-        args = self._args
-        if args is not None:
+        names = self._names
+        if names is not None:
             for writer in writers:
-                if not put_annotated_event(writer, self._key, TYPE_SLICE_BEGIN, ts, args):
-                    extra, iids = encode_annotations(args)
+                if not put_annotated_event(
+                    writer, self._key, TYPE_SLICE_BEGIN, ts, names, self._values
+                ):
+                    extra, iids = encode_annotations(dict(zip(names, self._values, strict=True)))
                     write_event((writer,), self._key, TYPE_SLICE_BEGIN, ts, None, extra, iids)
         elif self._track is None and not self._extra:
             for writer in writers:
@@ -175,6 +185,19 @@ class Slice:
 
 def thread_slice(cat: Category, name: str, args: dict[str, object]) -> Slice:
     """The slice `name` of enabled category `cat` on the thread's track, with args `args`."""
+    if args and cython.compiled:
+        return _thread_slice(cat, name, tuple(args), tuple(args.values()))
+    out = _thread_slice(cat, name, None, ())
+    if args:
+        out._extra, out._iids = encode_annotations(args)
+    return out
+
+
+def _thread_slice(
+    cat: Category, name: str, names: tuple[str, ...] | None, values: tuple[object, ...]
+) -> Slice:
+    """The slice `name` of enabled category `cat` on the thread's track, with the args of
+    names `names` (None: none) and values `values`, encoded as each writer begins it."""
     keys = cat.keys
     key = keys.get(name)
     if key is None:
@@ -184,16 +207,10 @@ def thread_slice(cat: Category, name: str, args: dict[str, object]) -> Slice:
     out._key = key
     out._track = None
     out._writers = ()
-    out._args = None
-    if args and cython.compiled:
-        out._args = args
-        out._extra = b""
-        out._iids = []
-    elif args:
-        out._extra, out._iids = encode_annotations(args)
-    else:
-        out._extra = b""
-        out._iids = []
+    out._names = names
+    out._values = values
+    out._extra = b""
+    out._iids = _NO_IIDS
     return out
 
 
@@ -226,6 +243,55 @@ class NoSlice:
 _NO_SLICE = NoSlice()
 
 
+class TraceEventFunction(VectorcallFunction):
+    """What `trace_event` is in the compiled build: the function, called as a vectorcall that
+    makes the slice of a call with a category, a name and args alone (most calls) from the
+    call's own keyword names and values, without the dict the function's `**args` makes (a
+    `VectorcallFunction`: the function's name, doc, repr and pickling)."""
+
+    def __init__(self, fn: Callable[..., Slice | NoSlice]) -> None:
+        super().__init__(fn)
+        if cython.compiled:
+            self._use_vectorcall(cython.cast(cython.p_void, _trace_event_vectorcall))
+
+
+_OPTIONS = frozenset(("track", "flow", "terminating_flow", "correlation_id", "proto"))
+"""trace_event's keyword-only parameters: any other keyword is an arg."""
+
+
+@cython.locals(cat=Category, names=tuple, nargs="Py_ssize_t")  # type: ignore[untyped-decorator]
+def _trace_event_vectorcall(self: TraceEventFunction, args: Any, nargsf: int, kwnames: Any) -> Any:
+    """`trace_event` as the compiled build's vectorcall: a call with a category, a name and
+    args (keywords other than the function's options) alone, outside asyncio tasks, makes its
+    slice here; any other goes to the function."""
+    nargs = PyVectorcall_NARGS(nargsf)
+    if nargs != 2 or type(cython.cast(object, args[1])) is not str:
+        return pc_vectorcall(self._fn, args, nargsf, kwnames)
+    category = cython.cast(object, args[0])
+    cat = category if isinstance(category, Category) else category_of(category)
+    if not cat.enabled:
+        return _NO_SLICE
+    if kwnames == cython.NULL:
+        names = None
+    else:
+        names = cython.cast(tuple, kwnames)
+        for kw in names:
+            if type(kw) is not str or kw in _OPTIONS:
+                return pc_vectorcall(self._fn, args, nargsf, kwnames)
+    if _task_may_be_current():  # maybe on the task's track
+        return pc_vectorcall(self._fn, args, nargsf, kwnames)
+    name = cython.cast(object, args[1])
+    if names is None:
+        return _thread_slice(cat, name, None, ())
+    return _thread_slice(cat, name, names, pc_tuple_of(args + 2, len(names)))
+
+
+def _trace_event_entry(fn: Callable[P, Slice | NoSlice]) -> Callable[P, Slice | NoSlice]:
+    """`trace_event` as a `TraceEventFunction` where compiled, as itself in the pure build."""
+    return TraceEventFunction(fn) if cython.compiled else fn
+
+
+@_trace_event_entry
 @cython.locals(cat=Category)  # type: ignore[untyped-decorator]
 def trace_event(
     category: str | Category,

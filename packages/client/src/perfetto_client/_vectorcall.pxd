@@ -11,6 +11,16 @@ cdef extern from *:
                                           PyObject *kwnames) {
         return PyObject_Vectorcall(callable, (PyObject *const *)args, nargsf, kwnames);
     }
+    /* A new tuple of the `n` objects at `items`. */
+    static inline PyObject *pc_tuple_of(PyObject **items, Py_ssize_t n) {
+        PyObject *out = PyTuple_New(n);
+        if (out == NULL) return NULL;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_INCREF(items[i]);
+            PyTuple_SET_ITEM(out, i, items[i]);
+        }
+        return out;
+    }
     /* Calls of `type`'s instances go to the vectorcallfunc each keeps at `offset`. */
     static inline void pc_use_vectorcall(PyObject *type, Py_ssize_t offset) {
         PyTypeObject *t = (PyTypeObject *)type;
@@ -20,4 +30,5 @@ cdef extern from *:
     """
     object pc_vectorcall(object callable, PyObject **args, size_t nargsf, PyObject *kwnames)
     Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
+    tuple pc_tuple_of(PyObject **items, Py_ssize_t n)
     void pc_use_vectorcall(object type, Py_ssize_t offset)
