@@ -80,7 +80,7 @@ def main() -> int:
         subprocess.run([sys.executable, *sys.argv, "--this-build-only"], env=pure, check=True)
 
     cls = upb_classes()
-    _, nested, last_bytes = protozero_writers()
+    _, nested, _, last_bytes = protozero_writers()
     nested()
     data = last_bytes()
     read, walk = protozero_readers(data)

@@ -13,6 +13,10 @@ except ImportError:  # installed without Cython: runs as pure Python
 from protozero import COMPILED as _COMPILED
 from protozero._message import SUSPENDED_WRITER as _SUSPENDED
 from protozero._message import Message
+from protozero._proto_utils import PACK_DOUBLE as _PACK_DOUBLE
+from protozero._proto_utils import PACK_FIXED32 as _PACK_FIXED32
+from protozero._proto_utils import PACK_FIXED64 as _PACK_FIXED64
+from protozero._proto_utils import PACK_FLOAT as _PACK_FLOAT
 from protozero._proto_utils import SHORT_VARINTS as _VARINTS
 from protozero._proto_utils import VARINT_PAIRS as _PAIRS
 from protozero._proto_utils import encode_varint as _encode_varint
@@ -27,6 +31,15 @@ class EveryField(Message):
     FIELD_FIELD_INT64 = 2
     FIELD_FIELD_UINT32 = 3
     FIELD_FIELD_UINT64 = 4
+    FIELD_FIELD_SINT32 = 5
+    FIELD_FIELD_SINT64 = 6
+    FIELD_FIELD_FIXED32 = 7
+    FIELD_FIELD_FIXED64 = 8
+    FIELD_FIELD_SFIXED32 = 9
+    FIELD_FIELD_SFIXED64 = 10
+    FIELD_FIELD_FLOAT = 11
+    FIELD_FIELD_DOUBLE = 12
+    FIELD_FIELD_BOOL = 13
     FIELD_FIELD_NESTED = 14
     FIELD_FIELD_STRING = 500
 
@@ -150,6 +163,89 @@ class EveryField(Message):
         else:
             self.put_varint(0x20, value)
 
+    def set_field_sint32(self, value: int) -> None:
+        if cython.compiled or _COMPILED:
+            self.put_zigzag(0x28, value)
+            return
+        value = (value << 1) ^ (value >> 63)
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
+            buf = w.buffer
+            buf[p] = 0x28
+            if value < 0x80:
+                buf[p + 1] = value
+                w.write_ptr = p + 2
+                return
+            if value < 0x4000:
+                data = _VARINTS[value]
+            elif value < 0x1000_0000:
+                data = _PAIRS[value & 0x3FFF] + _VARINTS[value >> 14]
+            elif value < 0x400_0000_0000:
+                data = _PAIRS[value & 0x3FFF] + _PAIRS[(value >> 14) & 0x3FFF]
+                data += _VARINTS[value >> 28]
+            else:
+                data = _PAIRS[value & 0x3FFF] + _PAIRS[(value >> 14) & 0x3FFF]
+                data += _PAIRS[(value >> 28) & 0x3FFF] + _VARINTS[value >> 42]
+            p += 1
+            q = p + len(data)
+            buf[p:q] = data
+            w.write_ptr = q
+        else:
+            self.put_varint(0x28, value)
+
+    def set_field_sint64(self, value: int) -> None:
+        if cython.compiled or _COMPILED:
+            self.put_zigzag(0x30, value)
+            return
+        value = (value << 1) ^ (value >> 63)
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
+            buf = w.buffer
+            buf[p] = 0x30
+            if value < 0x80:
+                buf[p + 1] = value
+                w.write_ptr = p + 2
+                return
+            if value < 0x4000:
+                data = _VARINTS[value]
+            elif value < 0x1000_0000:
+                data = _PAIRS[value & 0x3FFF] + _VARINTS[value >> 14]
+            elif value < 0x400_0000_0000:
+                data = _PAIRS[value & 0x3FFF] + _PAIRS[(value >> 14) & 0x3FFF]
+                data += _VARINTS[value >> 28]
+            else:
+                data = _PAIRS[value & 0x3FFF] + _PAIRS[(value >> 14) & 0x3FFF]
+                data += _PAIRS[(value >> 28) & 0x3FFF] + _VARINTS[value >> 42]
+            p += 1
+            q = p + len(data)
+            buf[p:q] = data
+            w.write_ptr = q
+        else:
+            self.put_varint(0x30, value)
+
+    def set_field_fixed32(self, value: int) -> None:
+        self.put_fixed32(0x3D, value)
+
+    def set_field_fixed64(self, value: int) -> None:
+        self.put_fixed64(0x41, value)
+
+    def set_field_sfixed32(self, value: int) -> None:
+        self.put_fixed32(0x4D, value)
+
+    def set_field_sfixed64(self, value: int) -> None:
+        self.put_fixed64(0x51, value)
+
+    def set_field_float(self, value: float) -> None:
+        self.put_float(0x5D, value)
+
+    def set_field_double(self, value: float) -> None:
+        self.put_double(0x61, value)
+
+    def set_field_bool(self, value: bool) -> None:
+        self.put_varint(0x68, value)
+
     def add_field_nested(self) -> EveryField:
         if cython.compiled or _COMPILED:
             return self.begin_nested(0x72, EveryField)
@@ -188,6 +284,15 @@ class EveryField(Message):
         field_int64: int | None = None,
         field_uint32: int | None = None,
         field_uint64: int | None = None,
+        field_sint32: int | None = None,
+        field_sint64: int | None = None,
+        field_fixed32: int | None = None,
+        field_fixed64: int | None = None,
+        field_sfixed32: int | None = None,
+        field_sfixed64: int | None = None,
+        field_float: float | None = None,
+        field_double: float | None = None,
+        field_bool: bool | None = None,
         field_string: str | bytes | None = None,
     ) -> None:
         """Sets each field given (not None), in field-number order: one call."""
@@ -200,6 +305,24 @@ class EveryField(Message):
                 self.put_varint(0x18, field_uint32)
             if field_uint64 is not None:
                 self.put_varint(0x20, field_uint64)
+            if field_sint32 is not None:
+                self.put_zigzag(0x28, field_sint32)
+            if field_sint64 is not None:
+                self.put_zigzag(0x30, field_sint64)
+            if field_fixed32 is not None:
+                self.put_fixed32(0x3D, field_fixed32)
+            if field_fixed64 is not None:
+                self.put_fixed64(0x41, field_fixed64)
+            if field_sfixed32 is not None:
+                self.put_fixed32(0x4D, field_sfixed32)
+            if field_sfixed64 is not None:
+                self.put_fixed64(0x51, field_sfixed64)
+            if field_float is not None:
+                self.put_float(0x5D, field_float)
+            if field_double is not None:
+                self.put_double(0x61, field_double)
+            if field_bool is not None:
+                self.put_varint(0x68, field_bool)
             if field_string is not None:
                 self.put_string(0x1FA2, field_string)
             return
@@ -276,6 +399,72 @@ class EveryField(Message):
                 )
             else:
                 parts += b"\x20", _encode_varint(v)
+        if field_sint32 is not None:
+            v = (field_sint32 << 1) ^ (field_sint32 >> 63)
+            if v < 0x4000:
+                parts += b"\x28", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x28", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x28", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x28",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x28", _encode_varint(v)
+        if field_sint64 is not None:
+            v = (field_sint64 << 1) ^ (field_sint64 >> 63)
+            if v < 0x4000:
+                parts += b"\x30", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x30", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x30", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x30",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x30", _encode_varint(v)
+        if field_fixed32 is not None:
+            parts += b"\x3d", _PACK_FIXED32(field_fixed32 & 0xFFFF_FFFF)
+        if field_fixed64 is not None:
+            parts += b"\x41", _PACK_FIXED64(field_fixed64 & 0xFFFF_FFFF_FFFF_FFFF)
+        if field_sfixed32 is not None:
+            parts += b"\x4d", _PACK_FIXED32(field_sfixed32 & 0xFFFF_FFFF)
+        if field_sfixed64 is not None:
+            parts += b"\x51", _PACK_FIXED64(field_sfixed64 & 0xFFFF_FFFF_FFFF_FFFF)
+        if field_float is not None:
+            parts += b"\x5d", _PACK_FLOAT(field_float)
+        if field_double is not None:
+            parts += b"\x61", _PACK_DOUBLE(field_double)
+        if field_bool is not None:
+            v = int(field_bool)
+            if v < 0x4000:
+                parts += b"\x68", _VARINTS[v] if v >= 0 else _encode_varint(v)
+            elif v < 0x1000_0000:
+                parts += b"\x68", _PAIRS[v & 0x3FFF], _VARINTS[v >> 14]
+            elif v < 0x400_0000_0000:
+                parts += b"\x68", _PAIRS[v & 0x3FFF], _PAIRS[(v >> 14) & 0x3FFF], _VARINTS[v >> 28]
+            elif v < 0x100_0000_0000_0000:
+                parts += (
+                    b"\x68",
+                    _PAIRS[v & 0x3FFF],
+                    _PAIRS[(v >> 14) & 0x3FFF],
+                    _PAIRS[(v >> 28) & 0x3FFF],
+                    _VARINTS[v >> 42],
+                )
+            else:
+                parts += b"\x68", _encode_varint(v)
         if field_string is not None:
             s = field_string
             if isinstance(s, str):

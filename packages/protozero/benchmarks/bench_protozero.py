@@ -1,7 +1,9 @@
-"""ProtoZero's benchmark: Simple and Nested messages, protozero vs protobuf (upb) vs struct.
+"""ProtoZero's benchmark: Simple, Nested, Wide messages, protozero vs protobuf (upb) vs struct.
 
 Simple = int32, uint32, int64, uint64 and a 32-byte string (the values of upstream's
-protozero_benchmark.cc); Nested = Simple plus a child filled the same way, 3 levels deep.
+protozero_benchmark.cc); Nested = Simple plus a child filled the same way, 3 levels deep;
+Wide = ten scalars (int32, uint32, int64, uint64, sint32, sint64, fixed32, fixed64, double,
+bool) and three repeated children filled like Simple.
 protozero writes into one reused buffer through a ScatteredStreamWriter, the way a TraceWriter
 does; protobuf builds a new message, sets the fields and calls SerializeToString(); the
 speed-of-light writer is one `struct.pack_into` per level; the floor row makes one method call
@@ -71,11 +73,25 @@ def compile_messages() -> None:
 if protozero.COMPILED:
     compile_messages()
 
-from bench_fill import INT32, INT64, STRING, UINT32, UINT64, FieldStoreFloor  # noqa: E402
+from bench_fill import (  # noqa: E402
+    BOOL,
+    DOUBLE,
+    FIXED32,
+    FIXED64,
+    INT32,
+    INT64,
+    SINT32,
+    SINT64,
+    STRING,
+    UINT32,
+    UINT64,
+    FieldStoreFloor,
+)
 from bench_messages_pbzero import EveryField  # noqa: E402
 
 # name -> (pure-Python target, compiled target) as a ratio to protobuf upb.
-TARGETS = {"Simple": (2.0, 0.30), "Nested": (2.0, 0.35)}
+TARGETS = {"Simple": (2.0, 0.30), "Nested": (2.0, 0.35), "Wide": (2.0, 0.35)}
+CASES = tuple(TARGETS)
 
 
 class ReusedBuffer:
@@ -115,12 +131,14 @@ def upb_classes() -> Any:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("pzbench.EveryField"))
 
 
-Writers = tuple[Callable[[], object], Callable[[], object], Callable[[], bytes]]
+Writers = tuple[
+    Callable[[], object], Callable[[], object], Callable[[], object], Callable[[], bytes]
+]
 
 
 def protozero_writers(*, one_call: bool = False) -> Writers:
-    """Simple and Nested written by interpreted code, and the bytes of the last message: with
-    one setter call per field, or with `one_call` one `set_fields` call per message."""
+    """Simple, Nested and Wide written by interpreted code, and the bytes of the last message:
+    with one setter call per field, or with `one_call` one `set_fields` call per message."""
     delegate = ReusedBuffer()
     writer = ScatteredStreamWriter(delegate)
     buf = delegate.buffer
@@ -142,7 +160,34 @@ def protozero_writers(*, one_call: bool = False) -> Writers:
             field_string=STRING,
         )
 
+    def fill_wide_each(m: EveryField) -> None:
+        m.set_field_int32(INT32)
+        m.set_field_uint32(UINT32)
+        m.set_field_int64(INT64)
+        m.set_field_uint64(UINT64)
+        m.set_field_sint32(SINT32)
+        m.set_field_sint64(SINT64)
+        m.set_field_fixed32(FIXED32)
+        m.set_field_fixed64(FIXED64)
+        m.set_field_double(DOUBLE)
+        m.set_field_bool(BOOL)
+
+    def fill_wide_once(m: EveryField) -> None:
+        m.set_fields(
+            field_int32=INT32,
+            field_uint32=UINT32,
+            field_int64=INT64,
+            field_uint64=UINT64,
+            field_sint32=SINT32,
+            field_sint64=SINT64,
+            field_fixed32=FIXED32,
+            field_fixed64=FIXED64,
+            field_double=DOUBLE,
+            field_bool=BOOL,
+        )
+
     fill_simple = fill_once if one_call else fill_each
+    fill_scalars = fill_wide_once if one_call else fill_wide_each
 
     def fill_nested(m: EveryField, depth: int) -> None:
         fill_simple(m)
@@ -161,13 +206,22 @@ def protozero_writers(*, one_call: bool = False) -> Writers:
         fill_nested(msg, 0)
         msg.finalize()
 
+    def wide() -> None:
+        writer.reset(buf, 0, BUFFER_SIZE)
+        msg.reset(writer)
+        fill_scalars(msg)
+        fill_simple(msg.add_field_nested())
+        fill_simple(msg.add_field_nested())
+        fill_simple(msg.add_field_nested())
+        msg.finalize()
+
     def last_bytes() -> bytes:
         return bytes(buf[: msg.finalize()])
 
-    return simple, nested, last_bytes
+    return simple, nested, wide, last_bytes
 
 
-def upb_writers(cls: Any) -> tuple[Callable[[], bytes], Callable[[], bytes]]:
+def upb_writers(cls: Any) -> tuple[Callable[[], bytes], Callable[[], bytes], Callable[[], bytes]]:
     def fill_simple(m: Any) -> None:
         m.field_int32 = INT32
         m.field_uint32 = UINT32
@@ -190,10 +244,27 @@ def upb_writers(cls: Any) -> tuple[Callable[[], bytes], Callable[[], bytes]]:
         fill_nested(m, 0)
         return bytes(m.SerializeToString())
 
-    return simple, nested
+    def wide() -> bytes:
+        m = cls()
+        m.field_int32 = INT32
+        m.field_uint32 = UINT32
+        m.field_int64 = INT64
+        m.field_uint64 = UINT64
+        m.field_sint32 = SINT32
+        m.field_sint64 = SINT64
+        m.field_fixed32 = FIXED32
+        m.field_fixed64 = FIXED64
+        m.field_double = DOUBLE
+        m.field_bool = BOOL
+        fill_simple(m.field_nested.add())
+        fill_simple(m.field_nested.add())
+        fill_simple(m.field_nested.add())
+        return bytes(m.SerializeToString())
+
+    return simple, nested, wide
 
 
-def floor_writers(cls: Any) -> tuple[Callable[[], None], Callable[[], None]]:
+def floor_writers(cls: Any) -> tuple[Callable[[], None], Callable[[], None], Callable[[], None]]:
     """One method call and one slice store of the field's final bytes per field (and per child).
 
     The floor of a writer that, like protozero, stores each field as it is set: what remains
@@ -206,6 +277,17 @@ def floor_writers(cls: Any) -> tuple[Callable[[], None], Callable[[], None]]:
     f_int32, f_int64, f_uint32, f_uint64, f_string = (
         bytes(cls(**{name: getattr(m, name)}).SerializeToString())
         for name in ("field_int32", "field_int64", "field_uint32", "field_uint64", "field_string")
+    )
+    wide_values = {
+        "field_sint32": SINT32,
+        "field_sint64": SINT64,
+        "field_fixed32": FIXED32,
+        "field_fixed64": FIXED64,
+        "field_double": DOUBLE,
+        "field_bool": BOOL,
+    }
+    f_sint32, f_sint64, f_fixed32, f_fixed64, f_double, f_bool = (
+        bytes(cls(**{name: value}).SerializeToString()) for name, value in wide_values.items()
     )
     child = b"\x72\x80\x80\x80\x00"
 
@@ -232,12 +314,34 @@ def floor_writers(cls: Any) -> tuple[Callable[[], None], Callable[[], None]]:
         store(p + 18, f_uint64)
         store(p + 24, f_string)
 
-    return simple, nested
+    def wide() -> None:
+        store(0, f_int32)
+        store(6, f_uint32)
+        store(12, f_int64)
+        store(18, f_uint64)
+        store(24, f_sint32)
+        store(28, f_sint64)
+        store(34, f_fixed32)
+        store(39, f_fixed64)
+        store(48, f_double)
+        store(57, f_bool)
+        p = 59
+        for _ in range(3):
+            store(p, child)
+            store(p + 5, f_int32)
+            store(p + 11, f_uint32)
+            store(p + 17, f_int64)
+            store(p + 23, f_uint64)
+            store(p + 29, f_string)
+            p += 64
+
+    return simple, nested, wide
 
 
-def speed_of_light_writers() -> tuple[Callable[[], None], Callable[[], None]]:
+def speed_of_light_writers() -> tuple[Callable[[], None], Callable[[], None], Callable[[], None]]:
     layout = struct.Struct("<iIqQ32s")
     pack = layout.pack_into
+    pack_scalars = struct.Struct("<iIqQiqIQd?").pack_into
     buf = bytearray(BUFFER_SIZE)
     text = STRING.encode()
     size = layout.size
@@ -251,7 +355,15 @@ def speed_of_light_writers() -> tuple[Callable[[], None], Callable[[], None]]:
         pack(buf, 2 * size, INT32, UINT32, INT64, UINT64, text)
         pack(buf, 3 * size, INT32, UINT32, INT64, UINT64, text)
 
-    return simple, nested
+    def wide() -> None:
+        pack_scalars(
+            buf, 0, INT32, UINT32, INT64, UINT64, SINT32, SINT64, FIXED32, FIXED64, DOUBLE, BOOL
+        )
+        pack(buf, 64, INT32, UINT32, INT64, UINT64, text)
+        pack(buf, 64 + size, INT32, UINT32, INT64, UINT64, text)
+        pack(buf, 64 + 2 * size, INT32, UINT32, INT64, UINT64, text)
+
+    return simple, nested, wide
 
 
 def measure(fns: list[Callable[[], object]], iterations: int, repeats: int) -> list[float]:
@@ -279,17 +391,17 @@ def main() -> int:
         subprocess.run(argv, env=pure, check=True)
 
     cls = upb_classes()
-    upb_simple, upb_nested = upb_writers(cls)
-    sol_simple, sol_nested = speed_of_light_writers()
-    floor_simple, floor_nested = floor_writers(cls)
+    upbs = upb_writers(cls)
+    sols = speed_of_light_writers()
+    floors = floor_writers(cls)
     variants = [
         ("protozero", protozero_writers()),
         ("protozero set_fields", protozero_writers(one_call=True)),
     ]
     compiled = protozero.COMPILED
 
-    for label, (simple, nested, last_bytes) in variants:
-        for name, pz, upb in (("Simple", simple, upb_simple), ("Nested", nested, upb_nested)):
+    for label, (*writers, last_bytes) in variants:
+        for name, pz, upb in zip(CASES, writers, upbs, strict=True):
             pz()
             if cls.FromString(last_bytes()) != cls.FromString(upb()):
                 sys.exit(f"{label} and protobuf disagree on the {name} message")
@@ -297,10 +409,8 @@ def main() -> int:
     mode = "compiled (Cython)" if compiled else "pure Python"
     print(f"protozero benchmark: {mode}, {args.iterations} iterations, median of {args.repeats}")
     print(f"{'case':7} {'writer':20} {'ns/op':>8} {'/upb':>7} {'/struct':>8} {'target':>7}")
-    for index, name in enumerate(("Simple", "Nested")):
-        upb = (upb_simple, upb_nested)[index]
-        sol = (sol_simple, sol_nested)[index]
-        floor = (floor_simple, floor_nested)[index]
+    for index, name in enumerate(CASES):
+        upb, sol, floor = upbs[index], sols[index], floors[index]
         writers = [v[1][index] for v in variants]
         *t_pz, t_upb, t_sol, t_floor = measure(
             [*writers, upb, sol, floor], args.iterations, args.repeats

@@ -316,3 +316,18 @@ def test_oversized_nested_message_is_refused() -> None:
 def test_heap_buffer_rejects_bad_slice_sizes() -> None:
     with pytest.raises(ProtozeroError):
         HeapBuffered(Message, initial_slice_size=0)
+
+
+def test_a_child_the_caller_kept_is_not_bound_again() -> None:
+    hb = HeapBuffered(Message)
+    first = hb.msg.begin_nested_message(1, Message)
+    first.append_int(1, 1)
+    second = hb.msg.begin_nested_message(2, Message)  # finalizes `first`, which is still held
+    second.append_int(1, 2)
+    assert second is not first
+    assert first.is_finalized
+    with pytest.raises(ProtozeroError):
+        first.append_int(1, 3)
+    hb.msg.begin_nested_message(3, Message).append_int(1, 4)  # dropped children: may be reused
+    hb.msg.begin_nested_message(4, Message).append_int(1, 5)
+    assert hb.serialize() == bytes.fromhex("0a020801 12020802 1a020804 22020805".replace(" ", ""))

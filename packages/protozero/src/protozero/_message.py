@@ -26,13 +26,17 @@ from protozero._proto_utils import (
 from protozero._scattered_stream_writer import ScatteredStreamWriter
 
 if cython.compiled:
-    from cython.cimports.protozero._proto_utils import store_varint
-else:
-    from protozero._proto_utils import store_varint
+    from cython.cimports.protozero._proto_utils import store_redundant_varint
+    from cython.cimports.protozero._varint import put_varint as store_varint_at
 if cython.compiled:
     from cython.cimports.cpython.bytes import PyBytes_AS_STRING
-    from cython.cimports.cpython.long import PyLong_AsUnsignedLongLongMask
+    from cython.cimports.cpython.long import (
+        PyLong_AsLongLongAndOverflow,
+        PyLong_AsUnsignedLongLongMask,
+    )
+    from cython.cimports.cpython.ref import Py_REFCNT
     from cython.cimports.cpython.unicode import PyUnicode_AsUTF8AndSize
+    from cython.cimports.libc.math import isinf
     from cython.cimports.libc.string import memcpy
 
 M = TypeVar("M", bound="Message")
@@ -108,6 +112,14 @@ def _store_tag(w: ScatteredStreamWriter, p: int, tag: int) -> int:
     return p + 1
 
 
+def _store_le(w: ScatteredStreamWriter, p: int, value: int, size: int) -> int:
+    """Stores the `size` low bytes of `value` little-endian at `p` in `w`'s range; returns the
+    position after them (compiled only)."""
+    for i in range(size):
+        w._view[p + i] = (value >> (8 * i)) & 0xFF
+    return p + size
+
+
 class Message:
     """An append-only protobuf message that serializes each field as it is set.
 
@@ -129,6 +141,7 @@ class Message:
         "_begin",
         "_compacted",
         "_size",
+        "_spare",
         "_writer",
         "nested_message",
         "size_field_buffer",
@@ -149,6 +162,8 @@ class Message:
         self.nested_message: Message | None = None
         self._size = 0
         self._compacted = False
+        self._spare: Message | None = None
+        """The last child begun (compiled: bound again for the next child when unreferenced)."""
         if size_field_offset >= 0:
             self.size_field_buffer: WritableBuffer | None = stream_writer.buffer
             self.size_field_offset = size_field_offset
@@ -222,6 +237,8 @@ class Message:
                 raise ProtozeroError(
                     f"nested message of {size} bytes exceeds {MAX_MESSAGE_LENGTH} bytes"
                 )
+            elif cython.compiled and buf is w.buffer:
+                store_redundant_varint(w._view, o, size, 4)
             elif size < 0x4000:
                 # A 4-byte redundant varint: continuation bits on all but the last byte.
                 buf[o : o + 4] = VARINT_PAIRS[size] + b"\x80\x00"
@@ -252,14 +269,13 @@ class Message:
 
     def put_varint(self, tag: int, value: int) -> None:
         """Writes a varint field; negative values take 10 bytes, like protobuf's int32/int64."""
+        if cython.compiled:
+            self._put_varint64(tag, PyLong_AsUnsignedLongLongMask(value))
+            return
         if self.nested_message is not None:
             self._end_nested_message()
         w = self.stream_writer
         p = w.write_ptr
-        if cython.compiled and p + 15 <= w.end:
-            v = PyLong_AsUnsignedLongLongMask(value)
-            w.write_ptr = store_varint(w._view, _store_tag(w, p, tag), v)
-            return
         if p + 15 <= w.end:
             buf = w.buffer
             while tag > 0xFF:
@@ -279,8 +295,27 @@ class Message:
         else:
             w.write_bytes(tag_bytes(tag) + encode_varint(value))
 
+    def _put_varint64(self, tag: int, value: int) -> None:
+        """Writes a varint field of 0 <= `value` < 2**64 (compiled only: `put_varint`'s and
+        `put_zigzag`'s C path)."""
+        if self.nested_message is not None:
+            self._end_nested_message()
+        w = self.stream_writer
+        p = w.write_ptr
+        if p + 15 <= w.end:
+            base = cython.address(w._view[0])
+            w.write_ptr = store_varint_at(base + _store_tag(w, p, tag), value) - base
+        else:
+            w.write_bytes(tag_bytes(tag) + encode_varint(value))
+
     def put_zigzag(self, tag: int, value: int) -> None:
         """Writes a zigzag-encoded varint field (sint32/sint64)."""
+        if cython.compiled:
+            overflow = 0
+            v = PyLong_AsLongLongAndOverflow(value, cython.address(overflow))
+            if not overflow:
+                self._put_varint64(tag, (cython.cast(cython.ulonglong, v) << 1) ^ (v >> 63))
+                return
         self.put_varint(tag, ((value << 1) ^ (value >> 63)) & 0xFFFF_FFFF_FFFF_FFFF)
 
     def put_fixed32(self, tag: int, value: int) -> None:
@@ -289,6 +324,10 @@ class Message:
             self._end_nested_message()
         w = self.stream_writer
         p = w.write_ptr
+        if cython.compiled and p + 9 <= w.end:
+            v = PyLong_AsUnsignedLongLongMask(value)
+            w.write_ptr = _store_le(w, _store_tag(w, p, tag), v, 4)
+            return
         if p + 9 <= w.end:
             buf = w.buffer
             while tag > 0xFF:
@@ -307,6 +346,10 @@ class Message:
             self._end_nested_message()
         w = self.stream_writer
         p = w.write_ptr
+        if cython.compiled and p + 13 <= w.end:
+            v = PyLong_AsUnsignedLongLongMask(value)
+            w.write_ptr = _store_le(w, _store_tag(w, p, tag), v, 8)
+            return
         if p + 13 <= w.end:
             buf = w.buffer
             while tag > 0xFF:
@@ -325,6 +368,13 @@ class Message:
             self._end_nested_message()
         w = self.stream_writer
         p = w.write_ptr
+        if cython.compiled and p + 9 <= w.end:
+            d = value
+            f = d  # rounded like struct's "<f"; a finite value out of its range raises there
+            if not isinf(f) or isinf(d):
+                bits = cython.cast(cython.p_uint, cython.address(f))[0]  # its IEEE 754 bits
+                w.write_ptr = _store_le(w, _store_tag(w, p, tag), bits, 4)
+                return
         if p + 9 <= w.end:
             buf = w.buffer
             while tag > 0xFF:
@@ -343,6 +393,11 @@ class Message:
             self._end_nested_message()
         w = self.stream_writer
         p = w.write_ptr
+        if cython.compiled and p + 13 <= w.end:
+            d = value
+            bits = cython.cast(cython.p_ulonglong, cython.address(d))[0]  # its IEEE 754 bits
+            w.write_ptr = _store_le(w, _store_tag(w, p, tag), bits, 8)
+            return
         if p + 13 <= w.end:
             buf = w.buffer
             while tag > 0xFF:
@@ -363,7 +418,8 @@ class Message:
         n = len(data)
         p = w.write_ptr
         if cython.compiled and type(data) is bytes and n < 0x4000 and p + 7 + n <= w.end:
-            p = store_varint(w._view, _store_tag(w, p, tag), n)
+            base = cython.address(w._view[0])
+            p = store_varint_at(base + _store_tag(w, p, tag), n) - base
             if n:
                 memcpy(cython.address(w._view[p]), PyBytes_AS_STRING(data), n)
             w.write_ptr = p + n
@@ -393,7 +449,8 @@ class Message:
             n = 0
             data = PyUnicode_AsUTF8AndSize(value, cython.address(n))
             if n < 0x4000 and p + 7 + n <= w.end:
-                p = store_varint(w._view, _store_tag(w, p, tag), n)
+                base = cython.address(w._view[0])
+                p = store_varint_at(base + _store_tag(w, p, tag), n) - base
                 if n:
                     memcpy(cython.address(w._view[p]), data, n)
                 w.write_ptr = p + n
@@ -455,7 +512,15 @@ class Message:
         else:
             w.write_bytes(tag_bytes(tag))
             p = w.reserve_bytes(4)
-        child = cls.__new__(cls)
+        if cython.compiled:
+            # The last child this message started is bound again when it is of `cls` and
+            # nothing but this slot holds it (no caller kept it): no allocation per child.
+            child = self._spare
+            if type(child) is not cls or Py_REFCNT(child) != 2:  # the slot and `child`
+                child = cls.__new__(cls)
+                self._spare = child
+        else:
+            child = cls.__new__(cls)
         child._bind_nested(w, p)
         self.nested_message = child
         self.stream_writer = SUSPENDED_WRITER

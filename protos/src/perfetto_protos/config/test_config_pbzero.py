@@ -172,10 +172,10 @@ class TestConfig_DummyFields(Message):
         self.put_float(0x55, value)
 
     def set_field_sint64(self, value: int) -> None:
-        value = (value << 1) ^ (value >> 63)
         if _COMPILED:
-            self.put_varint(0x58, value)
+            self.put_zigzag(0x58, value)
             return
+        value = (value << 1) ^ (value >> 63)
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:
@@ -203,10 +203,10 @@ class TestConfig_DummyFields(Message):
             self.put_varint(0x58, value)
 
     def set_field_sint32(self, value: int) -> None:
-        value = (value << 1) ^ (value >> 63)
         if _COMPILED:
-            self.put_varint(0x60, value)
+            self.put_zigzag(0x60, value)
             return
+        value = (value << 1) ^ (value >> 63)
         w = self.stream_writer
         p = w.write_ptr
         if p + 9 <= w.end and 0 <= value < 0x100_0000_0000_0000:

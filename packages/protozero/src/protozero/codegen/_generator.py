@@ -191,13 +191,15 @@ def _inline_varint(body: str, tag: bytes, test: str, *, zigzag: bool) -> list[st
     """A varint setter whose fast path writes straight into the stream writer's buffer.
 
     Interpreted, the value's bytes come from protozero's varint tables (at most four lookups
-    and one slice store). When protozero runs compiled, one `put_varint` call does it all.
+    and one slice store). When protozero runs compiled, one `put_varint` (`put_zigzag`) call
+    does it all.
     """
     inner = body + INDENT
     deeper = inner + INDENT
     word = int.from_bytes(tag, "little")
-    lines = [f"{body}value = (value << 1) ^ (value >> 63)"] if zigzag else []
-    lines += _compiled_lines(body, f"self.put_varint(0x{word:02X}, value)", test)
+    put = "put_zigzag" if zigzag else "put_varint"
+    lines = _compiled_lines(body, f"self.{put}(0x{word:02X}, value)", test)
+    lines += [f"{body}value = (value << 1) ^ (value >> 63)"] if zigzag else []
     lines += [f"{body}w = self.stream_writer", f"{body}p = w.write_ptr"]
     lines += _condition_lines(
         body, [f"p + {len(tag) + 8} <= w.end", "0 <= value < 0x100_0000_0000_0000"]
@@ -403,11 +405,9 @@ class _FileRenderer:
             name = _identifier(f.name.lower())
             kind, wire_type, _ = _SCALARS[f.type]
             tag = tag_word(f.number, wire_type)
-            value = f"({name} << 1) ^ ({name} >> 63)" if kind == "zigzag" else name
-            put = "varint" if kind == "zigzag" else kind
             lines += [
                 f"{body}{INDENT}if {name} is not None:",
-                f"{body}{INDENT * 2}self.put_{put}(0x{tag:02X}, {value})",
+                f"{body}{INDENT * 2}self.put_{kind}(0x{tag:02X}, {name})",
             ]
         lines.append(f"{body}{INDENT}return")
         # The pure path's locals, renamed where a field's parameter has their name.
