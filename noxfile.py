@@ -295,6 +295,26 @@ def bench(session: nox.Session) -> None:
             session.run("python", str(script), *session.posargs, env={PURE: "1"})
 
 
+# What the benchmarks compare against, beyond the test requirements (`perf_table`'s venvs).
+BENCH_REQUIREMENTS = ["viztracer", "memray"]
+
+
+@nox.session(python=False)
+def perf_table(session: nox.Session) -> None:
+    """Measures the README's performance table (tools/perf_table.py) with every version's
+    compiled build: `nox -s perf_table -- --only KEY ...` measures those rows only. The rows
+    against upstream need PERFETTO_UPSTREAM_TRACED and PERFETTO_UPSTREAM_PRODUCER."""
+    pythons = []
+    for version in OTHER_PYTHONS:
+        python = str(_develop_venv(session, version) / "bin" / "python")
+        _build_native(session, python)
+        pip = [python, "-m", "pip", "install", "-q", *_dev().locked(BENCH_REQUIREMENTS)]
+        session.run(*pip, external=True)
+        pythons += ["--python", f"{version}={python}"]
+    session.run("python", "tools/build_native.py")
+    session.run("python", "tools/perf_table.py", "measure", *pythons, *session.posargs)
+
+
 # Packaging and cross-version compatibility (docs/compatibility.md).
 
 DIST = ROOT / "dist"

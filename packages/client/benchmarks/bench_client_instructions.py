@@ -21,6 +21,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_client
+from perfetto_testing import report_row
 
 CASES = {
     "@trace call, category enabled": ("traced_on", "plain"),
@@ -30,6 +31,7 @@ CASES = {
     "viztracer add_instant": ("viztracer_instant", "empty"),
     "viztracer add_counter": ("viztracer_counter", "empty"),
     'viztracer with log_event("step")': ("viztracer_log_event", "empty"),
+    "viztracer, the plain call recorded": ("viztracer", "plain"),
 }
 LOOPS = {
     "plain": bench_client.loop_plain,
@@ -41,6 +43,22 @@ LOOPS = {
     "viztracer_instant": bench_client.loop_viztracer_instant,
     "viztracer_counter": bench_client.loop_viztracer_counter,
     "viztracer_log_event": bench_client.loop_viztracer_log_event,
+    "viztracer": bench_client.loop_viztracer,
+}
+# The README performance table's rows: key -> (our case, viztracer's case, its name).
+ROWS = {
+    "instant": ('instant(cat, "n")', "viztracer add_instant", "viztracer `add_instant`"),
+    "counter": ("counter(cat, track, i)", "viztracer add_counter", "viztracer `add_counter`"),
+    "trace_event": (
+        "with trace_event(...), two int args",
+        'viztracer with log_event("step")',
+        "viztracer `with log_event(...)`",
+    ),
+    "trace_decorator": (
+        "@trace call, category enabled",
+        "viztracer, the plain call recorded",
+        "viztracer recording the call",
+    ),
 }
 
 
@@ -82,8 +100,21 @@ def main() -> None:
     print(f"perfetto_client hot paths ({build} build), instructions per call (callgrind)")
     print("| path | instructions per call |")
     print("|---|---|")
-    for label, (loop, baseline) in CASES.items():
-        print(f"| {label} | {(counts[loop] - counts[baseline]) / bench_client.N:,.0f} |")
+    per_call = {
+        label: (counts[loop] - counts[baseline]) / bench_client.N
+        for label, (loop, baseline) in CASES.items()
+    }
+    for label, value in per_call.items():
+        print(f"| {label} | {value:,.0f} |")
+    for key, (ours, theirs, name) in ROWS.items():
+        report_row(
+            key,
+            measured=per_call[ours],
+            reference=per_call[theirs],
+            cost_ratio=per_call[ours] / per_call[theirs],
+            unit="instructions",
+            reference_name=name,
+        )
 
 
 if __name__ == "__main__":

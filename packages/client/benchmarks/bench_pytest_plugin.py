@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from perfetto_testing import report_row
+
 PYTEST = str(Path(sys.executable).parent / "pytest")
 TESTS = """
 import pytest
@@ -83,6 +85,16 @@ def main() -> None:
     for label, values in samples.items():
         median = statistics.median(values)
         print(f"  {label:30} {median:6.3f} s  {median / untraced:5.2f}x untraced")
+    traced = statistics.median(samples["--perfetto"])
+    report_row(
+        "pytest_plugin",
+        measured=traced,
+        reference=untraced,
+        cost_ratio=traced / untraced,
+        unit="s CPU",
+        reference_name=f"plain pytest, {args.tests} tests",
+        floor="plain pytest: 1x",
+    )
 
 
 if __name__ == "__main__":

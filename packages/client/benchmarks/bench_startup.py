@@ -26,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from perfetto_testing import report_row
+
 BIN = Path(sys.executable).parent
 INITIALIZE = (
     "import perfetto_client as p; p.Tracing.initialize(p.Backend.IN_PROCESS)",
@@ -122,6 +124,18 @@ def main() -> None:
         if below_viztracer:
             goals = "below viztracer's"
         print(f"| {label} | " + " | ".join(cells) + f" | {goals} |")
+    if "compiled" in builds and RUN in commands and VIZTRACER in commands:
+        ours = med[("compiled", RUN)] - med[("compiled", REFERENCE)]
+        theirs = med[("compiled", VIZTRACER)] - med[("compiled", REFERENCE)]
+        report_row(
+            "startup_run",
+            measured=ours * 1e3,
+            reference=theirs * 1e3,
+            cost_ratio=ours / theirs,
+            unit="ms CPU over `python empty.py`",
+            reference_name="`viztracer empty.py`",
+            floor=f"`python empty.py` {med[('compiled', REFERENCE)] * 1e3:.0f} ms",
+        )
 
 
 if __name__ == "__main__":

@@ -28,8 +28,11 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_tracer import fib, mix
+from perfetto_testing import report_row
 
 WORKLOADS: dict[str, Callable[[], object]] = {"fib(20)": lambda: fib(20), "mix": mix}
+# Each workload's row in the README's performance table.
+ROW_KEYS = {"fib(20)": "tracer_fib", "mix": "tracer_mixed"}
 CASES = ("untraced", "ours", "viztracer")
 
 
@@ -128,6 +131,14 @@ def main() -> None:
         print(
             f"  ours / viztracer: {per_call['ours'] / per_call['viztracer']:.2f}x instructions"
             f" per call, {ours_bytes / (size / calls):.3f}x bytes per call"
+        )
+        report_row(
+            ROW_KEYS[workload],
+            measured=per_call["ours"],
+            reference=per_call["viztracer"],
+            cost_ratio=per_call["ours"] / per_call["viztracer"],
+            unit="instructions",
+            reference_name="viztracer",
         )
 
 

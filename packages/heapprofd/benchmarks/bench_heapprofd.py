@@ -43,6 +43,7 @@ from typing import Any
 from heapprofd._heap_profile import trace_config, traced_command
 from heapprofd._recorder import Recorder
 from perfetto_protos.upstream import parse_upstream_trace
+from perfetto_testing import report_row
 
 HERE = Path(__file__).resolve().parent
 WORKLOAD = str(HERE / "alloc_workload.py")
@@ -255,6 +256,15 @@ def _native(stack: Stack, directory: str, rounds: int, repeat: int) -> None:
     overhead = statistics.median(profiled) / base - 1
     memray_overhead = statistics.median(memray) / base - 1
     print(f"  heapprofd overhead / memray overhead = {overhead / memray_overhead:.2f}")
+    report_row(
+        "heap_native_process",
+        measured=statistics.median(profiled),
+        reference=base,
+        cost_ratio=statistics.median(profiled) / base,
+        unit="s CPU",
+        reference_name=f"unprofiled (memray --native {100 * memray_overhead:+.0f} %)",
+        floor="unprofiled: 1x",
+    )
     print(f"  daemon CPU per native sample: {statistics.median(per_sample):.0f} us")
     print(f"  unwinding errors: {100 * statistics.median(error_rates):.2f}% of native samples")
 
@@ -319,6 +329,15 @@ def _native_commands(directory: str, rounds: int, repeat: int, seconds: float) -
     overhead = statistics.median(runs["heap_profile --native"]) / base - 1
     memray_overhead = statistics.median(runs["memray run --native"]) / base - 1
     print(f"  heap_profile overhead / memray overhead = {overhead / memray_overhead:.2f}")
+    report_row(
+        "heap_native_command",
+        measured=100 * overhead,
+        reference=100 * memray_overhead,
+        cost_ratio=overhead / memray_overhead,
+        unit="% CPU over unprofiled",
+        reference_name="`memray run --native`",
+        floor=f"unprofiled {base:.2f} s",
+    )
     ops: dict[str, list[int]] = {}
     for _ in range(repeat):
         for name, argv in (
@@ -336,6 +355,15 @@ def _native_commands(directory: str, rounds: int, repeat: int, seconds: float) -
     print(f"8 threads malloc/free in C for {seconds} s, operations, medians of {repeat}:")
     print(f"  unprofiled                 {plain:14,d}")
     print(f"  heap_profile --native      {profiled:14,d}   {plain / max(profiled, 1):.1f}x slower")
+    report_row(
+        "heap_native_threads",
+        measured=profiled,
+        reference=plain,
+        cost_ratio=plain / max(profiled, 1),
+        unit="operations",
+        reference_name="unprofiled",
+        floor="unprofiled: 1x",
+    )
 
 
 def _native_samples(trace: bytes) -> tuple[int, int]:

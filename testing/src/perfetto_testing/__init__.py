@@ -1,6 +1,8 @@
 """What the tests of every perfetto-py package share: limits, waits, daemons that say when they
-are ready, child processes that end, and traces read with upstream's schema."""
+are ready, child processes that end, and traces read with upstream's schema; and the line a
+benchmark prints for the README's performance table."""
 
+from perfetto_testing._bench import report_row
 from perfetto_testing._browser import CHROMIUM, OpenedPage, open_page, screenshot
 from perfetto_testing._processes import NotifyingDaemon, end_process
 from perfetto_testing._traces import read_upstream_trace
@@ -15,6 +17,7 @@ __all__ = [
     "end_process",
     "open_page",
     "read_upstream_trace",
+    "report_row",
     "screenshot",
     "wait_for",
 ]

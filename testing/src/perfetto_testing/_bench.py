@@ -1,0 +1,41 @@
+"""A benchmark's figure for the README's performance table, as one line on stdout."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+ROW_PREFIX = "perf-row "
+"""What starts each line `report_row` prints; `tools/perf_table.py` reads these lines."""
+
+
+def report_row(
+    key: str,
+    *,
+    measured: float,
+    reference: float,
+    cost_ratio: float,
+    unit: str,
+    reference_name: str,
+    floor: str = "",
+) -> None:
+    """Prints one figure of table row `key`, measured by this interpreter and build.
+
+    `measured` and `reference` are in `unit` (the reference named by `reference_name`, measured
+    in the same run); `cost_ratio` is what ours costs over what the reference costs (below 1:
+    ours is cheaper), the quantity each row's goal bounds; `floor` says what the least cost
+    measured in the same run was."""
+    build = "pure" if os.environ.get("PERFETTO_PY_PURE") == "1" else "compiled"
+    row = {
+        "key": key,
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "build": build,
+        "measured": measured,
+        "reference": reference,
+        "cost_ratio": cost_ratio,
+        "unit": unit,
+        "reference_name": reference_name,
+        "floor": floor,
+    }
+    print(ROW_PREFIX + json.dumps(row), flush=True)
