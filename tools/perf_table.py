@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """The README's performance table: measured by the benchmarks, kept in docs/performance.json.
 
-    python tools/perf_table.py measure [--only KEY ...] [--python X.Y=PATH ...]
+    python tools/perf_table.py measure [--only KEY ...] [--versions X.Y ...] [--python X.Y=PATH ...]
     python tools/perf_table.py render          # README's table from docs/performance.json
     python tools/perf_table.py check           # exit 1 if README's table is not that rendering
 
-`measure` runs each benchmark a row names (compiled build, each row's Python versions, the
-interpreters given by `--python`), reads the `perf-row` lines the benchmarks print
-(`perfetto_testing.report_row`), stores each figure with the commit and date in
-docs/performance.json (rows not measured keep their last figures) and renders the table.
+`measure` runs each benchmark a row names (compiled build, each row's Python versions or those
+of them in `--versions`, the interpreters given by `--python`), reads the `perf-row` lines the
+benchmarks print (`perfetto_testing.report_row`), stores each figure with the commit and date
+in docs/performance.json (rows not measured keep their last figures) and renders the table.
 `nox -s perf_table` runs `measure` with the develop venvs of every version.
 """
 
@@ -125,7 +125,7 @@ ROWS: list[Row] = [
     Row(
         "trace_event", "`with trace_event(...)`, two int args: instructions per call", 0.4, "events"
     ),
-    Row("trace_decorator", "`@trace` call: instructions per call", 0.4, "events"),
+    Row("trace_decorator", "`@trace` call: instructions per call", 1.0, "events"),
     Row(
         "otel_span", "OpenTelemetry span through `PerfettoSpanProcessor`: CPU per span", 0.3, "otel"
     ),
@@ -161,9 +161,12 @@ def _commit() -> str:
     return run.stdout.strip() or "unknown"
 
 
-def measure(only: set[str], pythons: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """Runs the benchmarks of the rows in `only` (every row when empty) and returns the stored
-    figures updated with what they printed; a benchmark that fails stops the run."""
+def measure(
+    only: set[str], versions: set[str], pythons: dict[str, str]
+) -> dict[str, dict[str, Any]]:
+    """Runs the benchmarks of the rows in `only` (every row when empty) on their Python
+    `versions` and returns the stored figures updated with what they printed; a benchmark that
+    fails stops the run."""
     results = load()
     wanted = [row for row in ROWS if not only or row.key in only]
     keys = {row.key for row in ROWS}
@@ -172,7 +175,7 @@ def measure(only: set[str], pythons: dict[str, str]) -> dict[str, dict[str, Any]
         bench = BENCHES[name]
         if bench.upstream and not os.environ.get("PERFETTO_UPSTREAM_TRACED"):
             sys.exit(f"perf_table: {name} needs PERFETTO_UPSTREAM_TRACED and _PRODUCER set")
-        for version in bench.pythons:
+        for version in [v for v in bench.pythons if v in versions]:
             python = pythons.get(version)
             if python is None:
                 sys.exit(f"perf_table: no Python {version} (--python {version}=PATH)")
@@ -198,13 +201,16 @@ def measure(only: set[str], pythons: dict[str, str]) -> dict[str, dict[str, Any]
     return results
 
 
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def _cell(figure: dict[str, Any] | None) -> str:
     if figure is None:
         return "—"
-    unit = figure["unit"]
     return (
-        f"**{figure['cost_ratio']:.2f}x** ({figure['measured']:,.4g} vs "
-        f"{figure['reference']:,.4g} {unit})"
+        f"**{figure['cost_ratio']:.2f}x** ({_number(figure['measured'])} vs "
+        f"{_number(figure['reference'])} {figure['unit']})"
     )
 
 
@@ -248,6 +254,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["measure", "render", "check"])
     parser.add_argument("--only", nargs="*", default=[], metavar="KEY")
+    parser.add_argument("--versions", nargs="*", default=list(ALL), metavar="X.Y")
     parser.add_argument("--python", action="append", default=[], metavar="X.Y=PATH")
     args = parser.parse_args()
     unknown = set(args.only) - {row.key for row in ROWS}
@@ -262,7 +269,7 @@ def main() -> int:
     if args.command == "measure":
         pythons = {f"{sys.version_info.major}.{sys.version_info.minor}": sys.executable}
         pythons.update(dict(item.split("=", 1) for item in args.python))
-        results = measure(set(args.only), pythons)
+        results = measure(set(args.only), set(args.versions), pythons)
         RESULTS.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     README.write_text(_readme_with(render(results)), encoding="utf-8")
     return 0
