@@ -376,7 +376,8 @@ class Engine:
     def snapshot(self, path: str) -> int:
         """Writes what the ring holds now to `path` (the recording goes on).
 
-        The calling thread's buffered events are included; other threads hand theirs over
+        The calling thread's buffered events are included unless it is recording an event
+        (the pure hook, interrupted by a signal); other threads, and that one, hand theirs over
         at their next event, in time for the next snapshot.
         """
         me = threading.get_ident()
