@@ -2,7 +2,7 @@
 are ready, child processes that end, and traces read with upstream's schema; and the line a
 benchmark prints for the README's performance table."""
 
-from perfetto_testing._bench import report_row
+from perfetto_testing._bench import ROW_PREFIX, report_row
 from perfetto_testing._browser import CHROMIUM, OpenedPage, open_page, screenshot
 from perfetto_testing._processes import NotifyingDaemon, end_process
 from perfetto_testing._traces import read_upstream_trace
@@ -10,6 +10,7 @@ from perfetto_testing._wait import SLOW_TIMEOUT, TIMEOUT, wait_for
 
 __all__ = [
     "CHROMIUM",
+    "ROW_PREFIX",
     "SLOW_TIMEOUT",
     "TIMEOUT",
     "NotifyingDaemon",
