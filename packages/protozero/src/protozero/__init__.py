@@ -9,7 +9,7 @@ _native.select_build(__name__)
 from protozero._decoder import Field, PackedRepeated, ProtoDecoder, read_varint
 from protozero._errors import ProtozeroError
 from protozero._heap_buffered import HeapBuffered
-from protozero._message import COMPILED, Message, tag_word
+from protozero._message import COMPILED, MAX_ONE_BYTE_MESSAGE_LENGTH, Message, tag_word
 from protozero._proto_utils import (
     WIRE_TYPE_FIXED32,
     WIRE_TYPE_FIXED64,
@@ -27,6 +27,7 @@ _native.report(__name__)
 
 __all__ = [
     "COMPILED",
+    "MAX_ONE_BYTE_MESSAGE_LENGTH",
     "WIRE_TYPE_FIXED32",
     "WIRE_TYPE_FIXED64",
     "WIRE_TYPE_LENGTH_DELIMITED",

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from perfetto_wire._descriptors import ServiceDescriptor
     from perfetto_wire._errors import WireError
     from perfetto_wire._framing import (
-        MAX_ONE_BYTE_NESTED_SIZE,
         FrameDecoder,
         FrameTooLargeError,
         encode_frame,
@@ -53,7 +52,6 @@ _EXPORTS: dict[str, str] = {
     "Host": "perfetto_wire._host",
     "HostServer": "perfetto_wire._server",
     "ListenError": "perfetto_wire._sockets",
-    "MAX_ONE_BYTE_NESTED_SIZE": "perfetto_wire._framing",
     "MethodNotAvailableError": "perfetto_wire._client",
     "parse_address": "perfetto_wire._sockets",
     "remove_stale_socket": "perfetto_wire._sockets",
@@ -69,7 +67,6 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "DEFAULT_SEND_TIMEOUT",
-    "MAX_ONE_BYTE_NESTED_SIZE",
     "AsyncClient",
     "Client",
     "ClientInfo",

@@ -17,11 +17,15 @@ from collections.abc import Sequence
 
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
 from perfetto_protos.tags import fields
-from protozero import encode_varint, read_varint, write_redundant_varint
+from protozero import (
+    MAX_ONE_BYTE_MESSAGE_LENGTH,
+    encode_varint,
+    read_varint,
+    write_redundant_varint,
+)
 
 from perfetto_wire._framing import (
     HEADER_SIZE,
-    MAX_ONE_BYTE_NESTED_SIZE,
     MAX_PAYLOAD_SIZE,
     SERIALIZER_SLICE_SIZE,
     Buffer,
@@ -61,7 +65,7 @@ _SUCCESS_LAST = bytes((_SUCCESS, 1, _HAS_MORE, 0, _REPLY_PROTO))
 
 def _member_size(size: int) -> bytes:
     """The size field upstream gives the frame's member: 1 byte up to 127, else 4 bytes."""
-    if size <= MAX_ONE_BYTE_NESTED_SIZE:
+    if size <= MAX_ONE_BYTE_MESSAGE_LENGTH:
         return encode_varint(size)
     field = bytearray(4)
     write_redundant_varint(field, 0, size)

@@ -13,6 +13,7 @@ from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtobufMessage
 from perfetto_protos.ipc.wire_protocol_pb2 import IPCFrame
 from protozero import (
+    MAX_ONE_BYTE_MESSAGE_LENGTH,
     WIRE_TYPE_FIXED32,
     WIRE_TYPE_FIXED64,
     WIRE_TYPE_LENGTH_DELIMITED,
@@ -27,7 +28,6 @@ from perfetto_wire._errors import WireError
 __all__ = [
     "HEADER_SIZE",
     "IPC_BUFFER_SIZE",
-    "MAX_ONE_BYTE_NESTED_SIZE",
     "MAX_PAYLOAD_SIZE",
     "FrameDecoder",
     "FrameTooLargeError",
@@ -48,15 +48,12 @@ HEADER_SIZE = 4
 MAX_PAYLOAD_SIZE = IPC_BUFFER_SIZE - HEADER_SIZE
 """The largest serialized IPCFrame a peer may announce."""
 
-MAX_ONE_BYTE_NESTED_SIZE = 127
-"""The largest nested message upstream gives a 1-byte size; larger ones get 4 bytes."""
-
 SERIALIZER_SLICE_SIZE = 4096
 """Upstream's generated classes serialize into heap slices of this many bytes."""
 
-# A nested message above MAX_ONE_BYTE_NESTED_SIZE takes a tag, a 2-byte minimal size and
+# A nested message above MAX_ONE_BYTE_MESSAGE_LENGTH takes a tag, a 2-byte minimal size and
 # 128 bytes: shorter serializations have none, and end far before the first slice does.
-_SHORTEST_REENCODED = 1 + 2 + MAX_ONE_BYTE_NESTED_SIZE + 1
+_SHORTEST_REENCODED = 1 + 2 + MAX_ONE_BYTE_MESSAGE_LENGTH + 1
 
 Buffer = bytes | bytearray | memoryview
 
@@ -89,7 +86,7 @@ def serialize(message: ProtobufMessage) -> bytes:
     """`message` serialized byte for byte as upstream's generated classes serialize it.
 
     Fields come in protobuf's order with protobuf's encodings; the size of each nested message
-    is protozero's: one byte when the message has at most `MAX_ONE_BYTE_NESTED_SIZE` bytes and
+    is protozero's: one byte when the message has at most `MAX_ONE_BYTE_MESSAGE_LENGTH` bytes and
     lies within one `SERIALIZER_SLICE_SIZE` slice of the output, else a 4-byte redundant varint.
     """
     data = message.SerializeToString()

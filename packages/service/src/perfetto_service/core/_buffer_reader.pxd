@@ -19,3 +19,8 @@ cdef Py_ssize_t _append_copies(list packets, object data, list valid, bytes firs
     suffix_size=Py_ssize_t, i=Py_ssize_t, start=Py_ssize_t, end=Py_ssize_t,
 )
 cdef Py_ssize_t _append_slices(ReplyWriter writer, object data, list valid, bytes first, bytes rest) except -1
+@cython.locals(
+    total=Py_ssize_t, count=Py_ssize_t, invalid=Py_ssize_t, offsets=list, valid=list,
+    first=bytes, rest=bytes,
+)
+cdef tuple _drain(object buffer, object trusted_fields, Py_ssize_t threshold, object sink)

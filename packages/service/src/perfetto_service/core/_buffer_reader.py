@@ -122,34 +122,6 @@ def _append_copies(
     return total
 
 
-def read_producer_packets(
-    buffer: TraceBuffer, trusted_fields: TrustedFieldsWriter, threshold: int
-) -> DrainResult:
-    """Starts a read pass on `buffer` and reads packets until `threshold` bytes or the end.
-
-    Like upstream, the threshold is not a hard limit: reading stops after the packet that
-    reaches it, or a little later, at the end of that packet's run in its chunk (packets
-    already taken out of the buffer are never left behind).
-    """
-    buffer.begin_read()
-    read_spans = buffer.read_next_packet_spans
-    packets: list[PacketSlices] = []
-    total = 0
-    invalid = 0
-    while total < threshold:
-        spans = read_spans(threshold - total)
-        if spans is None:
-            return DrainResult(packets, total, invalid, False)
-        data, offsets = spans.data, spans.offsets
-        valid = valid_packet_spans(data, offsets)
-        invalid += (len(offsets) - len(valid)) >> 1
-        if not valid:
-            continue
-        first, rest = _packet_suffixes(trusted_fields, spans, valid)
-        total += _append_copies(packets, data, valid, first, rest)
-    return DrainResult(packets, total, invalid, True)
-
-
 def _append_slices(
     writer: ReplyWriter, data: memoryview | bytes, valid: list[int], first: bytes, rest: bytes
 ) -> int:
@@ -174,33 +146,6 @@ def _append_slices(
         suffix = rest_suffix
         suffix_size = len(rest)
     return total
-
-
-def read_producer_packets_as_replies(
-    buffer: TraceBuffer, trusted_fields: TrustedFieldsWriter, threshold: int, writer: ReplyWriter
-) -> ReplyDrainResult:
-    """`read_producer_packets` straight into ReadBuffers replies: each packet's bytes and
-    suffix go into `writer` as they are read."""
-    buffer.begin_read()
-    read_spans = buffer.read_next_packet_spans
-    total = 0
-    count = 0
-    invalid = 0
-    hit_threshold = True
-    while total < threshold:
-        spans = read_spans(threshold - total)
-        if spans is None:
-            hit_threshold = False
-            break
-        data, offsets = spans.data, spans.offsets
-        valid = valid_packet_spans(data, offsets)
-        invalid += (len(offsets) - len(valid)) >> 1
-        if not valid:
-            continue
-        first, rest = _packet_suffixes(trusted_fields, spans, valid)
-        count += len(valid) >> 1
-        total += _append_slices(writer, data, valid, first, rest)
-    return ReplyDrainResult(total, count, invalid, hit_threshold)
 
 
 def _append_framed(
@@ -254,22 +199,31 @@ def _append_framed(
     return total
 
 
-def read_producer_packets_as_trace(
-    buffer: TraceBuffer, trusted_fields: TrustedFieldsWriter, threshold: int
-) -> TraceDrainResult:
-    """`read_producer_packets` straight into trace-file bytes (for write_into_file)."""
+def _drain(
+    buffer: TraceBuffer,
+    trusted_fields: TrustedFieldsWriter,
+    threshold: int,
+    sink: list[PacketSlices] | ReplyWriter | bytearray,
+) -> tuple[int, int, int, bool]:
+    """Starts a read pass on `buffer` and appends valid packets to `sink` until `threshold`
+    bytes or the end: to a list as `PacketSlices`, to a `ReplyWriter`, or to a bytearray as
+    `Trace.packet` fields.
+
+    Returns (sum of the packets' sizes with their suffixes, packets, packets dropped by
+    validation, whether reading stopped at the threshold). Like upstream, the threshold is not
+    a hard limit: reading stops after the packet that reaches it, or a little later, at the end
+    of that packet's run in its chunk (packets already taken out of the buffer are never left
+    behind).
+    """
     buffer.begin_read()
     read_spans = buffer.read_next_packet_spans
-    out = bytearray()
     total = 0
     count = 0
     invalid = 0
-    hit_threshold = True
     while total < threshold:
         spans = read_spans(threshold - total)
         if spans is None:
-            hit_threshold = False
-            break
+            return total, count, invalid, False
         data, offsets = spans.data, spans.offsets
         valid = valid_packet_spans(data, offsets)
         invalid += (len(offsets) - len(valid)) >> 1
@@ -277,5 +231,37 @@ def read_producer_packets_as_trace(
             continue
         first, rest = _packet_suffixes(trusted_fields, spans, valid)
         count += len(valid) >> 1
-        total += _append_framed(out, data, valid, first, rest)
+        if isinstance(sink, list):
+            total += _append_copies(sink, data, valid, first, rest)
+        elif isinstance(sink, bytearray):
+            total += _append_framed(sink, data, valid, first, rest)
+        else:
+            total += _append_slices(sink, data, valid, first, rest)
+    return total, count, invalid, True
+
+
+def read_producer_packets(
+    buffer: TraceBuffer, trusted_fields: TrustedFieldsWriter, threshold: int
+) -> DrainResult:
+    """Starts a read pass on `buffer` and reads packets until `threshold` bytes or the end
+    (`_drain`'s threshold)."""
+    packets: list[PacketSlices] = []
+    total, _, invalid, hit_threshold = _drain(buffer, trusted_fields, threshold, packets)
+    return DrainResult(packets, total, invalid, hit_threshold)
+
+
+def read_producer_packets_as_replies(
+    buffer: TraceBuffer, trusted_fields: TrustedFieldsWriter, threshold: int, writer: ReplyWriter
+) -> ReplyDrainResult:
+    """`read_producer_packets` straight into ReadBuffers replies: each packet's bytes and
+    suffix go into `writer` as they are read."""
+    return ReplyDrainResult(*_drain(buffer, trusted_fields, threshold, writer))
+
+
+def read_producer_packets_as_trace(
+    buffer: TraceBuffer, trusted_fields: TrustedFieldsWriter, threshold: int
+) -> TraceDrainResult:
+    """`read_producer_packets` straight into trace-file bytes (for write_into_file)."""
+    out = bytearray()
+    total, count, invalid, hit_threshold = _drain(buffer, trusted_fields, threshold, out)
     return TraceDrainResult(bytes(out), total, count, invalid, hit_threshold)

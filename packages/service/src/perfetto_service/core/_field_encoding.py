@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from protozero import (
+    MAX_ONE_BYTE_MESSAGE_LENGTH,
     WIRE_TYPE_LENGTH_DELIMITED,
     WIRE_TYPE_VARINT,
     encode_tag,
@@ -21,10 +22,6 @@ def bytes_field(field_number: int, payload: bytes) -> bytes:
     return (
         encode_tag(field_number, WIRE_TYPE_LENGTH_DELIMITED) + encode_varint(len(payload)) + payload
     )
-
-
-MAX_ONE_BYTE_MESSAGE_LENGTH = 127
-"""Upstream's protozero gives nested messages up to this size a 1-byte length, others 4 bytes."""
 
 
 def nested_length(size: int) -> bytes:

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from perfetto_protos.config.data_source_config_pb2 import DataSourceConfig
 from perfetto_protos.ipc import producer_port_pb2 as pb
 from perfetto_protos.tags import fields
-from perfetto_wire import MAX_ONE_BYTE_NESTED_SIZE, serialize
-from protozero import encode_varint
+from perfetto_wire import serialize
+from protozero import MAX_ONE_BYTE_MESSAGE_LENGTH, encode_varint
 
 __all__ = [
     "clear_incremental_state_command",
@@ -53,7 +53,7 @@ def _command(tag: int, member: bytes) -> bytes | None:
     """The command `member` as the one field `tag` of a GetAsyncCommandResponse; None when
     its size does not fit one byte."""
     size = len(member)
-    if size > MAX_ONE_BYTE_NESTED_SIZE:
+    if size > MAX_ONE_BYTE_MESSAGE_LENGTH:
         return None
     return bytes((tag, size)) + member
 
@@ -75,7 +75,7 @@ def _data_source_command(
     tag: int, id_tag: int, config_tag: int, instance_id: int, config: DataSourceConfig
 ) -> bytes | None:
     config_bytes = config.SerializeToString()
-    if len(config_bytes) > MAX_ONE_BYTE_NESTED_SIZE:
+    if len(config_bytes) > MAX_ONE_BYTE_MESSAGE_LENGTH:
         return None
     member = (
         bytes((id_tag,))
