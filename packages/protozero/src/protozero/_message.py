@@ -26,9 +26,6 @@ from protozero._proto_utils import (
 from protozero._scattered_stream_writer import ScatteredStreamWriter
 
 if cython.compiled:
-    from cython.cimports.protozero._proto_utils import store_redundant_varint
-    from cython.cimports.protozero._varint import put_varint as store_varint_at
-if cython.compiled:
     from cython.cimports.cpython.bytes import PyBytes_AS_STRING
     from cython.cimports.cpython.long import (
         PyLong_AsLongLongAndOverflow,
@@ -38,6 +35,8 @@ if cython.compiled:
     from cython.cimports.cpython.unicode import PyUnicode_AsUTF8AndSize
     from cython.cimports.libc.math import isinf
     from cython.cimports.libc.string import memcpy
+    from cython.cimports.protozero._proto_utils import store_redundant_varint
+    from cython.cimports.protozero._varint import put_varint as store_varint_at
 
 M = TypeVar("M", bound="Message")
 
