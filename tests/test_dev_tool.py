@@ -134,3 +134,33 @@ def test_each_lane_says_when_it_ended_and_the_cpu_it_and_its_children_used() -> 
     sleep_cpu, burn_cpu = (float(line.split(", ")[1].split()[0]) for line in lines)
     assert burn_cpu >= 0.02, lines  # 1.5 s of the grandchild's CPU, in minutes (0.025)
     assert sleep_cpu < 0.01, lines
+
+
+def test_run_lanes_repeats_the_failure_lines_after_every_lane_ended() -> None:
+    """The lines naming a failed test or session come again at the end, where a log's tail
+    shows them, and the failing lane's status is the result."""
+    failing = (
+        "print('FAILED tests/test_x.py::test_y - assert 1 == 2');"
+        "print('nox > Session suite(build=\\'pure\\') failed: Returned code 1');"
+        "print('nox > Session lint was successful'); raise SystemExit(3)"
+    )
+    passing = "import time; time.sleep(0.5); print('ERRORS are fine here')"
+    script = (
+        "import sys; sys.path.insert(0, 'tools'); import dev\n"
+        f"sys.exit(dev.run_lanes({{'A': [sys.executable, '-c', {failing!r}],"
+        f" 'B': [sys.executable, '-c', {passing!r}]}}))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    tail = proc.stdout.splitlines()[-2:]
+    assert tail == [
+        "dev: failed: [A] FAILED tests/test_x.py::test_y - assert 1 == 2",
+        "dev: failed: [A] nox > Session suite(build='pure') failed: Returned code 1",
+    ], proc.stdout

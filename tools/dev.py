@@ -324,12 +324,19 @@ def run_side_by_side(lanes: dict[str, list[str]], rest: list[str]) -> int:
     )
 
 
+FAILURE_LINES = ("FAILED ", "ERROR ", "nox > Session ")
+"""Beginnings of the lines that name what failed: pytest's short summary, nox's session
+results (those that failed are repeated at the end of `test`)."""
+
+
 def run_lanes(commands: dict[str, list[str]]) -> int:
     """Runs the commands side by side, each line of their output prefixed with `[LANE]`; prints
     each lane's wall time and CPU time (its own and that of every process it waited for) as it
-    ends; the first failing lane's status, else 0."""
+    ends, then the lines that name a failure (`FAILURE_LINES`) again, together; the first
+    failing lane's status, else 0."""
     start = time.monotonic()
     running = {}
+    failures: list[str] = []
     for lane, command in commands.items():
         process = subprocess.Popen(
             command,
@@ -340,7 +347,7 @@ def run_lanes(commands: dict[str, list[str]]) -> int:
             text=True,
             errors="replace",
         )
-        relay = threading.Thread(target=_relay, args=(lane, process), daemon=True)
+        relay = threading.Thread(target=_relay, args=(lane, process, failures), daemon=True)
         relay.start()
         running[process.pid] = (lane, process, relay)
     statuses = []
@@ -359,13 +366,20 @@ def run_lanes(commands: dict[str, list[str]]) -> int:
         print(
             f"dev: lane {lane} ended after {wall / 60:.2f} min, {cpu / 60:.2f} CPU-min", flush=True
         )
+    for line in failures:
+        print(f"dev: failed: {line}", end="", flush=True)
     return next((status for status in statuses if status != 0), 0)
 
 
-def _relay(lane: str, process: subprocess.Popen[str]) -> None:
+def _relay(lane: str, process: subprocess.Popen[str], failures: list[str]) -> None:
+    """Prints the lane's output as it comes, keeping its failure lines in `failures`."""
     assert process.stdout is not None
     for line in process.stdout:
         print(f"[{lane}] {line}", end="", flush=True)
+        if line.startswith(FAILURE_LINES) and (
+            not line.startswith("nox > Session ") or " failed" in line
+        ):
+            failures.append(f"[{lane}] {line}")
 
 
 def _children_cpu() -> float:
