@@ -107,19 +107,14 @@ def test_every_session_dev_test_runs_exists() -> None:
     assert set(selected) <= known, sorted(set(selected) - known)
 
 
-def test_each_lane_says_when_it_ended_and_the_cpu_it_and_its_children_used() -> None:
-    # `dev.py test` prints these lines, and the README's CI times are read from them: the lane
-    # that burns a second of CPU in a grandchild says so, the one that sleeps says ~0, and
-    # each says its end when it ends, not when the other does
-    burn = "import time\nend = time.process_time() + 1.5\nwhile time.process_time() < end: pass\n"
-    child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}], check=True)"
-    sleep = "import time; time.sleep(0.3); print('slept')"
+def _run_lanes(programs: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`dev.run_lanes` run in a process of its own, each lane a Python program."""
+    commands = {lane: [sys.executable, "-c", program] for lane, program in programs.items()}
     script = (
         "import sys; sys.path.insert(0, 'tools'); import dev\n"
-        f"sys.exit(dev.run_lanes({{'burn': [sys.executable, '-c', {child!r}],"
-        f" 'sleep': [sys.executable, '-c', {sleep!r}, 'x']}}))\n"
+        f"sys.exit(dev.run_lanes({commands!r}))\n"
     )
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", script],
         cwd=ROOT,
         capture_output=True,
@@ -127,6 +122,16 @@ def test_each_lane_says_when_it_ended_and_the_cpu_it_and_its_children_used() -> 
         timeout=120,
         check=False,
     )
+
+
+def test_each_lane_says_when_it_ended_and_the_cpu_it_and_its_children_used() -> None:
+    # `dev.py test` prints these lines, and the README's CI times are read from them: the lane
+    # that burns a second of CPU in a grandchild says so, the one that sleeps says ~0, and
+    # each says its end when it ends, not when the other does
+    burn = "import time\nend = time.process_time() + 1.5\nwhile time.process_time() < end: pass\n"
+    child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}], check=True)"
+    sleep = "import time; time.sleep(0.3); print('slept')"
+    proc = _run_lanes({"burn": child, "sleep": sleep})
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.startswith("dev: lane")]
     assert [line.split()[2] for line in lines] == ["sleep", "burn"], proc.stdout
@@ -145,19 +150,7 @@ def test_run_lanes_repeats_the_failure_lines_after_every_lane_ended() -> None:
         "print('nox > Session lint was successful'); raise SystemExit(3)"
     )
     passing = "import time; time.sleep(0.5); print('ERRORS are fine here')"
-    script = (
-        "import sys; sys.path.insert(0, 'tools'); import dev\n"
-        f"sys.exit(dev.run_lanes({{'A': [sys.executable, '-c', {failing!r}],"
-        f" 'B': [sys.executable, '-c', {passing!r}]}}))\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = _run_lanes({"A": failing, "B": passing})
     assert proc.returncode == 3, proc.stdout + proc.stderr
     tail = proc.stdout.splitlines()[-2:]
     assert tail == [
