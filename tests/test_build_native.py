@@ -166,3 +166,22 @@ def test_the_cache_gives_back_what_was_compiled_from_the_same_inputs(tmp_path: P
     assert f"1 of 3 modules of project taken from {cache}" in _build(project, cache)
     assert _import(project / "src", use).stdout == "5 7\n"
     assert len(list(cache.iterdir())) == 5
+
+
+def test_an_optional_module_that_could_not_be_built_is_tried_again(tmp_path: Path) -> None:
+    # A library missing at the first build (its header absent) and installed later: the module
+    # counts as not built, so the next build_native run builds it, as a user expects.
+    package = _tiny(tmp_path)
+    tiny = Package("tiny", tmp_path, "tiny", "0", "tiny", {}, {}, ())
+    (package / "_opt.pyx").write_text(
+        '# build: optional\ncdef extern from "tiny_dep.h":\n    int tiny_dep()\n\n'
+        "def dep():\n    return tiny_dep()\n"
+    )
+    _build(tmp_path)  # warns on stderr, and succeeds
+    assert build_native.stale_reason(tiny) == "not built: tiny._opt"
+
+    (tmp_path / "src" / "tiny_dep.h").write_text("static int tiny_dep(void) { return 7; }\n")
+    _build(tmp_path)
+    assert build_native.stale_reason(tiny) is None
+    loaded = _import(tmp_path / "src", "import tiny._opt as m; print(m.dep())")
+    assert loaded.stdout == "7\n", loaded.stderr

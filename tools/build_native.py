@@ -11,8 +11,9 @@ perfetto_build writes beside them holds a hash of every file each was built from
 what it includes, the `.pxd` files it cimports, the package's headers, the backend), so a
 no-op when all are up to date. Run it with each Python version in use: the `.so` files carry
 the version in their name and coexist. The build must succeed: PERFETTO_PY_EXPECT_COMPILED=1
-is set for it. Given package directories (`packages/client`), it builds those only. See
-docs/native.md.
+is set for it. An optional module (`# build: optional`) that could not be built counts as not built:
+each run tries it again. Given package directories (`packages/client`), it builds those only.
+See docs/native.md.
 """
 
 from __future__ import annotations
@@ -72,11 +73,9 @@ def stale_reason(package: Package) -> str | None:
     wanted = {build.module_name(m, source) for m in modules}
     if set(record) != wanted:
         return f"its modules changed: {', '.join(sorted(set(record) ^ wanted))}"
-    missing = [
-        m
-        for m in modules
-        if not build.built_file(m).is_file() and not (m.suffix == ".pyx" and build.is_optional(m))
-    ]
+    # An optional module the last build could not compile (a library missing then) is tried
+    # again: the library may have been installed since.
+    missing = [m for m in modules if not build.built_file(m).is_file()]
     if missing:
         return f"not built: {', '.join(build.module_name(m, source) for m in missing)}"
     changed = [
