@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -324,15 +325,14 @@ def run_side_by_side(lanes: dict[str, list[str]], rest: list[str]) -> int:
     )
 
 
-FAILURE_LINES = ("FAILED ", "ERROR ", "nox > Session ")
-"""Beginnings of the lines that name what failed: pytest's short summary, nox's session
-results (those that failed are repeated at the end of `test`)."""
+FAILURE_LINE = re.compile(r"FAILED |ERROR |nox > Session .* failed")
+"""The lines that name what failed: pytest's short summary, nox's failed sessions."""
 
 
 def run_lanes(commands: dict[str, list[str]]) -> int:
     """Runs the commands side by side, each line of their output prefixed with `[LANE]`; prints
     each lane's wall time and CPU time (its own and that of every process it waited for) as it
-    ends, then the lines that name a failure (`FAILURE_LINES`) again, together; the first
+    ends, then the lines that name a failure (`FAILURE_LINE`) again, together; the first
     failing lane's status, else 0."""
     start = time.monotonic()
     running = {}
@@ -376,9 +376,7 @@ def _relay(lane: str, process: subprocess.Popen[str], failures: list[str]) -> No
     assert process.stdout is not None
     for line in process.stdout:
         print(f"[{lane}] {line}", end="", flush=True)
-        if line.startswith(FAILURE_LINES) and (
-            not line.startswith("nox > Session ") or " failed" in line
-        ):
+        if FAILURE_LINE.match(line):
             failures.append(f"[{lane}] {line}")
 
 
