@@ -86,6 +86,31 @@ def test_arguments_keep_their_types(record: Recorder) -> None:
     }
 
 
+def test_args_keep_their_names_across_clears_of_the_incremental_state(record: Recorder) -> None:
+    def body() -> None:
+        for round_ in range(3):
+            # first after a clear: the event's name is emitted again, its args' names are not
+            with pc.trace_event(CAT, "step", first=round_):
+                pass
+            for step in range(2):  # the second call of a round takes the chunk's fast path
+                with pc.trace_event(CAT, "step", rnd=round_, step=step):
+                    pass
+                with pc.trace_event(CAT, "step", step=step, rnd=round_):  # the names reordered
+                    pass
+            for writer in thread_state().writers.values():
+                assert writer is not None
+                writer.clear_incremental_state()
+
+    trace = record(body)
+    clears = [p for p in trace.trace.packet if p.sequence_flags & 1]
+    assert len(clears) >= 3
+    expected = []
+    for r in range(3):
+        expected.append({"first": r})
+        expected += [{"rnd": r, "step": s} for s in range(2) for _ in range(2)]
+    assert [s.args for s in trace.slices()] == expected
+
+
 def test_typed_proto_callback_writes_into_the_event(record: Recorder) -> None:
     def fill(event: TrackEvent) -> None:
         event.log_message.body_iid = 0

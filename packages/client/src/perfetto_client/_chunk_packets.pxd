@@ -18,7 +18,7 @@ cdef class ChunkPackets:
     @cython.locals(encoded="unsigned long long", body=Py_ssize_t, p="unsigned char *")
     cdef bint put_counter(self, long long delta, bytes head, bytes track_field, bytes tag, long long value) except -1
     @cython.locals(p="unsigned char *", prefix=bytes, i=Py_ssize_t, value=object)
-    cdef bint put_annotated(self, long long delta, bytes fields, Py_ssize_t size, tuple names, tuple values, dict prefixes) except -1
+    cdef bint put_annotated(self, long long delta, bytes fields, Py_ssize_t size, tuple prefixes, tuple values) except -1
     @cython.locals(size=Py_ssize_t, p="unsigned char *")
     cdef unsigned char *_open(self, long long delta, bytes interned, Py_ssize_t body, bint event) except? NULL
     cdef int _close(self, unsigned char *p, bint event) except -1

@@ -126,25 +126,23 @@ class ChunkPackets:
         self._close(p, True)
         return True
 
-    def put_annotated(  # noqa: PLR0917 - positional: the hot paths call it
+    def put_annotated(
         self,
         delta: int,
         fields: bytes,
         size: int,
-        names: tuple[str, ...],
+        prefixes: tuple[bytes, ...],
         values: tuple[object, ...],
-        prefixes: dict[str, Any],
     ) -> bool:
-        """Writes a TrackEvent of `fields` then one DebugAnnotation per arg, of name `names[i]`
-        and value `values[i]`: its name's encoded name_iid field (`prefixes[name][0]`) and the
-        value's fields; `size` is the annotations' encoded size (the sum of
-        `annotation_size`)."""
+        """Writes a TrackEvent of `fields` then one DebugAnnotation per arg: its name's encoded
+        name_iid field `prefixes[i]` and the fields of its value `values[i]`; `size` is the
+        annotations' encoded size (the sum of `annotation_size`)."""
         p = self._open(delta, b"", len(fields) + size, True)
         if p == cython.NULL:
             return False
         p = pc_put_bytes(p, fields)
-        for i in range(len(names)):
-            prefix = prefixes[names[i]][0]
+        for i in range(len(prefixes)):
+            prefix = prefixes[i]
             value = values[i]
             p[0] = TrackEvent_debug_annotations_TAG
             p = put_varint(p + 1, len(prefix) + _value_size(value))

@@ -7,8 +7,6 @@ picks one of them once.
 
 from __future__ import annotations
 
-from typing import Any
-
 __all__ = ["ChunkPackets", "annotation_size"]
 
 
@@ -50,17 +48,16 @@ class ChunkPackets:
         del delta, head, track_field, tag, value
         return False
 
-    def put_annotated(  # noqa: PLR0917 - positional: the hot paths call it
+    def put_annotated(
         self,
         delta: int,
         fields: bytes,
         size: int,
-        names: tuple[str, ...],
+        prefixes: tuple[bytes, ...],
         values: tuple[object, ...],
-        prefixes: dict[str, Any],
     ) -> bool:
         """False: nothing written."""
-        del delta, fields, size, names, values, prefixes
+        del delta, fields, size, prefixes, values
         return False
 
 

@@ -172,17 +172,38 @@ def put_annotated_event(  # noqa: PLR0917 - positional: Slice.__enter__ calls it
     fields = writer._heads.get(key << 3 | event_type)
     if fields is None:
         return False
-    emitted = writer._emitted_annotation_names
+    prefixes = writer._annotation_prefixes.get(names)
+    if prefixes is None:
+        prefixes = _emitted_prefixes(writer, names)
+        if prefixes is None:
+            return False
     size = 0
     for i in range(len(names)):
-        found = _name_fields.get(names[i])
-        if found is None or found[1] not in emitted:
-            return False
-        n = annotation_size(found[0], values[i])
+        n = annotation_size(prefixes[i], values[i])
         if n < 0:
             return False
         size += n
-    if chunk.put_annotated(ts - writer.last_ts, fields, size, names, values, _name_fields):
+    if chunk.put_annotated(ts - writer.last_ts, fields, size, prefixes, values):
         writer.last_ts = ts
         return True
     return False
+
+
+MAX_CACHED_NAME_TUPLES = 1024
+"""How many args' name tuples a sequence keeps the encoded names of."""
+
+
+def _emitted_prefixes(writer: TrackEventWriter, names: tuple[str, ...]) -> tuple[bytes, ...] | None:
+    """The encoded name_iid fields of `names`, remembered by `writer`; None unless each name
+    was emitted on its sequence."""
+    emitted = writer._emitted_annotation_names
+    prefixes = []
+    for name in names:
+        found = _name_fields.get(name)
+        if found is None or found[1] not in emitted:
+            return None
+        prefixes.append(found[0])
+    out = tuple(prefixes)
+    if len(writer._annotation_prefixes) < MAX_CACHED_NAME_TUPLES:
+        writer._annotation_prefixes[names] = out
+    return out

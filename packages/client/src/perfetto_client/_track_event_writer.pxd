@@ -31,6 +31,7 @@ cdef class TrackEventWriter:
     cdef set _emitted_names
     cdef set _emitted_categories
     cdef set _emitted_annotation_names
+    cdef dict _annotation_prefixes
     cdef set _emitted_locations
     cdef dict _log_bodies
     cdef long long _last_log_body_iid

@@ -382,6 +382,8 @@ class TrackEventWriter:
         self._emitted_names: set[int] = set()
         self._emitted_categories: set[int] = set()
         self._emitted_annotation_names: set[int] = set()
+        self._annotation_prefixes: dict[tuple[str, ...], tuple[bytes, ...]] = {}
+        """Args' names (all emitted on this sequence) -> their encoded name_iid fields."""
         self._emitted_locations: set[int] = set()
         self._log_bodies: dict[str, int] = {}
         self._last_log_body_iid = 0
@@ -408,6 +410,7 @@ class TrackEventWriter:
         self._emitted_names.clear()
         self._emitted_categories.clear()
         self._emitted_annotation_names.clear()
+        self._annotation_prefixes.clear()
         self._emitted_locations.clear()
         self._log_bodies.clear()
         self._last_log_body_iid = 0
