@@ -7,7 +7,8 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 import pytest
 from ipc_fakes import FakeService, HostThread, RecordingConsumer, RecordingProducer
@@ -21,9 +22,10 @@ from perfetto_protos.ipc import consumer_port_pb2, producer_port_pb2
 from perfetto_service import ConsumerIPCClient, ProducerIPCClient, ServiceError
 from perfetto_service.core._read_slicer import IPC_BUFFER_SIZE
 from perfetto_service.ipc.service._consumer_port import split_service_state
+from perfetto_service.ipc.service._producer_port import RemoteProducer
 from perfetto_smb import SharedMemory, SharedMemoryABI, SharedMemoryReader
 from perfetto_testing import wait_for
-from perfetto_wire import Client, Reply, RequestRejectedError, WireError
+from perfetto_wire import Client, ClientInfo, Reply, RequestRejectedError, WireError
 
 
 @pytest.fixture
@@ -577,3 +579,60 @@ def test_read_buffers_with_nothing_to_read(host: HostThread, sockets: tuple[str,
         assert consumer.packets == []
     finally:
         client.disconnect()
+
+
+class _RecordingCommands:
+    """A GetAsyncCommand call that records each write of streamed replies."""
+
+    done = False
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[list[str], int | None]] = []
+
+    def stream_serialized(self, replies: list[bytes], *, fd: int | None = None) -> None:
+        if replies:
+            kinds = []
+            for reply in replies:
+                command = producer_port_pb2.GetAsyncCommandResponse.FromString(reply)
+                kinds.append(command.WhichOneof("cmd") or "")
+            self.writes.append((kinds, fd))
+
+
+class _SmbEndpoint:
+    def __init__(self, shm: SharedMemory) -> None:
+        self.shm = shm
+
+    def shared_memory(self) -> SharedMemory:
+        return self.shm
+
+    def shared_buffer_page_size_kb(self) -> int:
+        return 4
+
+
+def test_the_commands_of_one_turn_leave_in_one_write_after_the_smb_fd() -> None:
+    # An SDK enables its categories on SetupDataSource and writes only once started: read
+    # apart, the two leave a window where its events are dropped.
+    turn: list[Callable[[], None]] = []
+    producer = RemoteProducer(ClientInfo(client_id=1, uid=0, pid=1), turn.append)
+    commands = _RecordingCommands()
+    shm = SharedMemory.create(16 * 1024)
+    try:
+        producer.endpoint = cast(Any, _SmbEndpoint(shm))
+        producer.bind_commands(cast(Any, commands))
+        config = DataSourceConfig(name="late")
+        producer.on_tracing_setup()
+        producer.setup_data_source(1, config)
+        producer.start_data_source(1, config)
+        assert commands.writes == []  # nothing leaves before the loop ran its ready tasks
+        assert len(turn) == 1
+        turn.pop()()
+        assert commands.writes == [
+            (["setup_tracing"], shm.fd),
+            (["setup_data_source", "start_data_source"], None),
+        ]
+        producer.stop_data_source(1)
+        producer.flush(7, [1], 0)
+        turn.pop()()
+        assert commands.writes[2:] == [(["stop_data_source", "flush"], None)]
+    finally:
+        shm.close()

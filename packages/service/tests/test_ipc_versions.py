@@ -66,7 +66,7 @@ def older_service() -> Iterator[tuple[FakeService, str, str]]:
 
         def start() -> None:
             for port, name in (
-                (OlderProducerPort(service, shmem_emulation=False), "producer"),
+                (OlderProducerPort(service, thread.loop.call_soon), "producer"),
                 (OlderConsumerPort(service), "consumer"),
             ):
                 host = Host(on_disconnect=port.on_client_disconnected)

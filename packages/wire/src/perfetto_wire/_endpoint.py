@@ -164,6 +164,15 @@ class FrameEndpoint(ABC):
         else:
             self._transport.send(header + payload, fd)
 
+    def _send_all(self, parts: Sequence[bytes], fd: int | None) -> None:
+        """Sends the concatenation of `parts` (framed already) as one write."""
+        if self._closed:
+            return
+        if self._send_parts is not None:
+            self._send_parts(parts, fd)
+        else:
+            self._transport.send(b"".join(parts), fd)
+
     @abstractmethod
     def _on_frame(self, frame: IPCFrame, fd: int | None) -> None:
         """Handles one decoded frame and the fd that came with it (now owned by the callee)."""

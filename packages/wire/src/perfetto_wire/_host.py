@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
@@ -114,6 +114,14 @@ class Deferred:
         if self._done:
             raise WireError(f"{self.method.name}: the call has already been answered")
         self._send(reply_proto, has_more, fd)
+
+    def stream_serialized(self, replies: Sequence[bytes], *, fd: int | None = None) -> None:
+        """Sends serialized `replies`, none of them the final one, in one write (`fd`, if
+        given, on its first byte): a peer reading then finds them all at once."""
+        if self._done:
+            raise WireError(f"{self.method.name}: the call has already been answered")
+        if self.wants_reply and replies:
+            self._connection.send_replies(self.request_id, replies, fd)
 
     def _send(self, reply: Message | bytes, has_more: bool, fd: int | None) -> None:
         if not has_more:
@@ -360,6 +368,14 @@ class HostConnection(FrameEndpoint):
         self._send_framed(
             invoke_reply_header(request_id, has_more, len(reply_proto)), reply_proto, fd
         )
+
+    def send_replies(self, request_id: int, replies: Sequence[bytes], fd: int | None) -> None:
+        """Sends InvokeMethodReplies of `request_id` with has_more set, in one write."""
+        parts: list[bytes] = []
+        for reply_proto in replies:
+            parts.append(invoke_reply_header(request_id, True, len(reply_proto)))
+            parts.append(reply_proto)
+        self._send_all(parts, fd)
 
     def send_rejection(self, request_id: int) -> None:
         """Sends the final InvokeMethodReply of a call that failed."""

@@ -65,7 +65,7 @@ class ServiceIPCHost:
         )
 
     def _producer_server(self, *, shmem_emulation: bool, relay: bool) -> HostServer:
-        port = ProducerPort(self._service, shmem_emulation=shmem_emulation)
+        port = ProducerPort(self._service, self._loop.call_soon, shmem_emulation=shmem_emulation)
         relay_port = RelayPort(self._service) if relay else None
 
         def on_disconnect(client: ClientInfo) -> None:

@@ -71,13 +71,21 @@ class PortEndpoint(ProducerEndpoint, Protocol):
 class RemoteProducer:
     """The service's view of one producer on the other end of a socket."""
 
-    def __init__(self, client: ClientInfo, *, shmem_emulation: bool = False) -> None:
+    def __init__(
+        self,
+        client: ClientInfo,
+        post: Callable[[Callable[[], None]], object],
+        *,
+        shmem_emulation: bool = False,
+    ) -> None:
         self.client = client
         self.shmem_emulation = shmem_emulation
         self.endpoint: PortEndpoint | None = None
         self.provided_shm: SharedMemory | None = None
+        self._post = post
         self._commands: Deferred | None = None
         self._queued: list[tuple[str, bytes | None]] = []
+        self._send_posted = False
         self.disconnected = False
         self.drop_connection: Callable[[], None] | None = None
         """Closes the producer's socket (set by the port)."""
@@ -124,27 +132,49 @@ class RemoteProducer:
         if self._commands is not None and not self._commands.done:
             self._commands.reject()
         self._commands = deferred
-        queued, self._queued = self._queued, []
-        for name, command in queued:
-            self._send(name, command)
+        self._send_queued()
 
     def _send(self, name: str, command: bytes | None) -> None:
-        """Sends the serialized command `name` (None: SetupTracing, made when it is sent)."""
+        """Queues the serialized command `name` (None: SetupTracing, made when it is sent).
+
+        The commands queued while the loop runs its ready tasks leave together, in one write,
+        once those tasks ran: a producer reads, say, SetupDataSource and StartDataSource at
+        once, as it does from upstream's service (an SDK enables its categories on the first
+        and writes only after the second).
+        """
+        if self.disconnected:
+            return
+        self._queued.append((name, command))
+        if self._commands is not None and not self._send_posted:
+            self._send_posted = True
+            self._post(self._send_queued)
+
+    def _send_queued(self) -> None:
+        """Sends the queued commands on the GetAsyncCommand call in one write; a SetupTracing
+        that passes the SMB's fd goes in a write of its own (a reader gives the fd received
+        with a write to the last frame of that write)."""
+        self._send_posted = False
         deferred = self._commands
-        if deferred is None or self.disconnected:
-            if not self.disconnected:
-                self._queued.append((name, command))
+        if deferred is None or self.disconnected or deferred.done or not self._queued:
             return
-        if deferred.done:
-            return
-        fd: int | None = None
-        if command is None:
-            command, fd = self._setup_tracing()
+        queued, self._queued = self._queued, []
+        replies: list[bytes] = []
         try:
-            deferred.resolve_serialized(command, has_more=True, fd=fd)
+            for _, command in queued:
+                if command is not None:
+                    replies.append(command)
+                    continue
+                setup_tracing, fd = self._setup_tracing()
+                if fd is None:
+                    replies.append(setup_tracing)
+                    continue
+                deferred.stream_serialized(replies)
+                deferred.stream_serialized([setup_tracing], fd=fd)
+                replies = []
+            deferred.stream_serialized(replies)
         except WireError as exc:
             # The command stream is dead (e.g. a config too big for one frame).
-            _log.warning("cannot send %s to the producer: %s", name, exc)
+            _log.warning("cannot send commands to the producer: %s", exc)
             if self.drop_connection is not None:
                 self.drop_connection()
 
@@ -182,8 +212,15 @@ class ProducerPort:
 
     descriptor = ServiceDescriptor.for_service("ProducerPort")
 
-    def __init__(self, service: ProducerConnector, *, shmem_emulation: bool = False) -> None:
+    def __init__(
+        self,
+        service: ProducerConnector,
+        post: Callable[[Callable[[], None]], object],
+        *,
+        shmem_emulation: bool = False,
+    ) -> None:
         self._service = service
+        self._post = post
         self.shmem_emulation = shmem_emulation
         self._producers: dict[int, RemoteProducer] = {}
         self._hosts: list[Host] = []
@@ -262,7 +299,7 @@ class ProducerPort:
                     shm = None
         elif received_fd is not None:
             os.close(received_fd)
-        producer = RemoteProducer(client, shmem_emulation=self.shmem_emulation)
+        producer = RemoteProducer(client, self._post, shmem_emulation=self.shmem_emulation)
         producer.drop_connection = lambda: self._drop(client.client_id)
         producer.provided_shm = shm
         identity = ClientIdentity(client.uid, client.pid, client.machine_id, client.machine_name)
