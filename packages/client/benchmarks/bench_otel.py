@@ -6,7 +6,8 @@ Run: `.venv/bin/python packages/client/benchmarks/bench_otel.py` (compiled build
 `PERFETTO_PY_PURE=1` (pure). Each figure is the median over 7 rounds of the CPU time (this
 thread) of N spans (`with tracer.start_as_current_span("step", attributes={"a": i, "b": 2})`)
 or N `logger.info("step %d", i)` records, per span or record, over the same loop with a
-TracerProvider without processors (a logger without handlers). Rounds interleave the cases;
+TracerProvider without processors (a logger without handlers); a processor that does nothing
+is the floor of any processor. Rounds interleave the cases;
 the Perfetto cases record into an in-process session with a 64 MiB ring buffer.
 """
 
@@ -18,7 +19,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from perfetto_client import Backend, Tracing
@@ -46,6 +47,16 @@ def span_loop(
         return elapsed
 
     return loop
+
+
+class NoopSpanProcessor(SpanProcessor):
+    """A processor that does nothing: what any processor costs the SDK (the floor)."""
+
+    def on_start(self, span: object, parent_context: object = None) -> None:
+        """Nothing."""
+
+    def on_end(self, span: object) -> None:
+        """Nothing."""
 
 
 def log_loop(name: str, handler: logging.Handler | None) -> Callable[[], int]:
@@ -88,11 +99,14 @@ def main() -> None:
     simple.add_span_processor(SimpleSpanProcessor(exporter))
     perfetto = TracerProvider()
     perfetto.add_span_processor(PerfettoSpanProcessor())
+    noop = TracerProvider()
+    noop.add_span_processor(NoopSpanProcessor())
     devnull = open(os.devnull, "w")  # noqa: SIM115 - open for the whole run
     cases = {
         "bare": span_loop(bare),
         "simple": span_loop(simple, exporter.clear),
         "perfetto": span_loop(perfetto),
+        "noop": span_loop(noop),
         "no handler": log_loop("bench.none", None),
         "stream": log_loop("bench.stream", logging.StreamHandler(devnull)),
         "perfetto log": log_loop("bench.perfetto", PerfettoLogHandler()),
@@ -107,6 +121,7 @@ def main() -> None:
     build = "compiled" if _compiled() else "pure"
     ours = med["perfetto"] - med["bare"]
     theirs = med["simple"] - med["bare"]
+    floor = med["noop"] - med["bare"]
     log_ours = med["perfetto log"] - med["no handler"]
     log_theirs = med["stream"] - med["no handler"]
     print(f"OpenTelemetry and logging bridges ({build} build), CPU ns, median of {ROUNDS}")
@@ -114,7 +129,8 @@ def main() -> None:
     print("|---|---|---|---|")
     print(
         f"| span, PerfettoSpanProcessor | +{ours:.0f} ns | SimpleSpanProcessor + "
-        f"InMemorySpanExporter +{theirs:.0f} ns (span without processors {med['bare']:.0f} ns) "
+        f"InMemorySpanExporter +{theirs:.0f} ns (span without processors {med['bare']:.0f} ns; "
+        f"a processor doing nothing +{floor:.0f} ns) "
         f"| {ours / max(theirs, 1):.2f}x |"
     )
     print(
@@ -129,7 +145,7 @@ def main() -> None:
         cost_ratio=ours / max(theirs, 1),
         unit="ns CPU per span",
         reference_name="`SimpleSpanProcessor` + `InMemorySpanExporter`",
-        floor=f"a span without processors {med['bare']:.0f} ns",
+        floor=f"a processor doing nothing +{floor:.0f} ns (no processor {med['bare']:.0f} ns)",
     )
 
 
