@@ -591,7 +591,7 @@ class _RecordingCommands:
 
     def stream_serialized(self, replies: list[bytes], *, fd: int | None = None) -> None:
         if replies:
-            kinds = []
+            kinds: list[str] = []
             for reply in replies:
                 command = producer_port_pb2.GetAsyncCommandResponse.FromString(reply)
                 kinds.append(command.WhichOneof("cmd") or "")
