@@ -34,14 +34,6 @@ cdef extern from *:
     static inline int ptr_call_event(ptr_event_fn f, PyObject* r, int what, PyObject** args) {
         return f(r, what, args);
     }
-    static PyMethodDef ptr_callbacks[8];
-    static PyObject* ptr_callback(int i, const char* name, void* f) {
-        ptr_callbacks[i].ml_name = name;
-        ptr_callbacks[i].ml_meth = (PyCFunction)(void (*)(void))f;
-        ptr_callbacks[i].ml_flags = METH_FASTCALL;
-        ptr_callbacks[i].ml_doc = NULL;
-        return PyCFunction_New(&ptr_callbacks[i], NULL);
-    }
     """
     uint64_t ptr_thread_id()
     uint64_t ptr_tls_epoch
@@ -51,9 +43,12 @@ cdef extern from *:
     PyObject* ptr_new_ref(PyObject* o)
     ctypedef int (*ptr_event_fn)(PyObject*, int, PyObject**) noexcept
     int ptr_call_event(ptr_event_fn f, PyObject* r, int what, PyObject** args) noexcept
-    object ptr_callback(int i, const char* name, void* f)
     PyFrameObject* PyEval_GetFrame()
     void Py_INCREF(PyObject*)
+
+from perfetto_client._vectorcall cimport pc_use_vectorcall
+
+ctypedef PyObject* (*ptr_vectorcall)(PyObject*, PyObject**, size_t, PyObject*) noexcept
 
 import sys
 
@@ -201,14 +196,18 @@ cdef inline PyObject* _taken() noexcept:
     return ptr_new_ref(<PyObject*>None)
 
 
-cdef PyObject* _on_start(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
+cdef PyObject* _on_start(
+    PyObject* m, PyObject** args, size_t nargsf, PyObject* kwnames
+) noexcept:
     cdef PyObject* p = _current()
     if p != NULL and (<MonitoringRecorder>p)._begin_fast(_cached_iid(args[0]), <uintptr_t>args[0]):
         return _taken()
     return _event(START, args)
 
 
-cdef PyObject* _on_throw(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
+cdef PyObject* _on_throw(
+    PyObject* m, PyObject** args, size_t nargsf, PyObject* kwnames
+) noexcept:
     return _event(THROW, args)
 
 
@@ -220,7 +219,9 @@ cdef inline bint _recorded_caller(MonitoringRecorder r, PyObject* code) noexcept
     ) or _cached_iid(code) != 0
 
 
-cdef PyObject* _on_return(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
+cdef PyObject* _on_return(
+    PyObject* m, PyObject** args, size_t nargsf, PyObject* kwnames
+) noexcept:
     # A return ends the innermost entry when a fast path opened it for this code: then it
     # needs no lookup (the general path ends the innermost entry of any recorded code).
     cdef PyObject* p = _current()
@@ -233,11 +234,15 @@ cdef PyObject* _on_return(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
     return _event(RETURN, args)
 
 
-cdef PyObject* _on_unwind(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
+cdef PyObject* _on_unwind(
+    PyObject* m, PyObject** args, size_t nargsf, PyObject* kwnames
+) noexcept:
     return _event(UNWIND, args)
 
 
-cdef PyObject* _on_call(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
+cdef PyObject* _on_call(
+    PyObject* m, PyObject** args, size_t nargsf, PyObject* kwnames
+) noexcept:
     # Most calls are of Python functions (PY_START follows): their call site answers DISABLE
     # here, at once, and then costs nothing.
     global _callbacks
@@ -255,7 +260,9 @@ cdef PyObject* _on_call(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
     return _event(C_CALL, args)
 
 
-cdef PyObject* _on_c_end(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
+cdef PyObject* _on_c_end(
+    PyObject* m, PyObject** args, size_t nargsf, PyObject* kwnames
+) noexcept:
     cdef PyObject* p
     if not ptr_is_cfunction(args[2]) and not ptr_is_method_descr(args[2]):
         return ptr_new_ref(<PyObject*>None)  # a class, or another callable that is not a builtin
@@ -265,7 +272,9 @@ cdef PyObject* _on_c_end(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
     return _event(C_END, args)
 
 
-cdef PyObject* _on_raise(PyObject* m, PyObject** args, Py_ssize_t n) noexcept:
+cdef PyObject* _on_raise(
+    PyObject* m, PyObject** args, size_t nargsf, PyObject* kwnames
+) noexcept:
     return _event(RAISED, args)
 
 
@@ -277,6 +286,25 @@ cdef inline void _c_key_of(PyObject* func, PyObject* arg0, void** method, void**
     else:
         method[0] = ptr_descr_method(func)
         owner[0] = NULL if arg0 == <PyObject*>_MISSING else ptr_type_of(arg0)
+
+
+cdef class _Callback:
+    """A `sys.monitoring` callback: CPython's calls go straight to its C function `call` (a
+    builtin function object would add a trampoline to every event)."""
+
+    cdef ptr_vectorcall call
+    cdef str name
+
+    def __repr__(self):
+        return f"<perfetto-trace {self.name} callback>"
+
+
+cdef _Callback _callback(str name, ptr_vectorcall call):
+    cdef _Callback callback = _Callback()
+    callback.name = name
+    callback.call = call
+    pc_use_vectorcall(_Callback, <char*>&callback.call - <char*><void*>callback)
+    return callback
 
 
 cdef int _start_monitoring(object options) except -1:
@@ -293,23 +321,23 @@ cdef int _start_monitoring(object options) except -1:
     monitoring.use_tool_id(tool, "perfetto-trace")
     _tool = tool
     E = monitoring.events
-    start = ptr_callback(0, "py_start", <void*>_on_start)
-    end = ptr_callback(1, "py_return", <void*>_on_return)
+    start = _callback("py_start", _on_start)
+    end = _callback("py_return", _on_return)
     callbacks = [
         (E.PY_START, start),
         (E.PY_RESUME, start),
-        (E.PY_THROW, ptr_callback(2, "py_throw", <void*>_on_throw)),
+        (E.PY_THROW, _callback("py_throw", _on_throw)),
         (E.PY_RETURN, end),
         (E.PY_YIELD, end),
-        (E.PY_UNWIND, ptr_callback(3, "py_unwind", <void*>_on_unwind)),
+        (E.PY_UNWIND, _callback("py_unwind", _on_unwind)),
     ]
     if options.c_calls:
-        c_end = ptr_callback(4, "c_return", <void*>_on_c_end)
-        callbacks.append((E.CALL, ptr_callback(5, "call", <void*>_on_call)))
+        c_end = _callback("c_return", _on_c_end)
+        callbacks.append((E.CALL, _callback("call", _on_call)))
         callbacks.append((E.C_RETURN, c_end))
         callbacks.append((E.C_RAISE, c_end))
     if options.exceptions:
-        callbacks.append((E.RAISE, ptr_callback(6, "raise", <void*>_on_raise)))
+        callbacks.append((E.RAISE, _callback("raise", _on_raise)))
     wanted = 0
     for event, callback in callbacks:
         monitoring.register_callback(tool, event, callback)
