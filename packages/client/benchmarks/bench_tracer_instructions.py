@@ -165,7 +165,7 @@ def main() -> None:
             cost_ratio=per_call["ours"] / per_call["viztracer"],
             unit="instructions",
             reference_name="viztracer",
-            floor=f"CPython's dispatch to the recorder: {floor:,.0f} instructions "
+            floor=f"CPython's dispatch {floor:,.0f} instructions "
             f"({floor / per_call['viztracer']:.2f}x)",
         )
 
