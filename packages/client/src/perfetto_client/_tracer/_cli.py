@@ -480,8 +480,7 @@ def _run(  # noqa: PLR0917 (the command's settings in order)
         if not recording.active:
             early.append(signum)
             return
-        path, size = recording.snapshot()
-        print(f"perfetto-trace: snapshot written to {path} ({size} bytes)", file=sys.stderr)
+        recording.write_snapshot(wait=False)
 
     handlers = {signal.SIGTERM: on_sigterm, signal.SIGUSR1: on_sigusr1}
     if duration:

@@ -376,9 +376,9 @@ class Engine:
     def snapshot(self, path: str) -> int:
         """Writes what the ring holds now to `path` (the recording goes on).
 
-        The calling thread's buffered events are included unless it is recording an event
-        (the pure hook, interrupted by a signal); other threads, and that one, hand theirs over
-        at their next event, in time for the next snapshot.
+        The calling thread's buffered events are included unless a signal handler interrupted
+        its recorder (an event being recorded, a batch being handed over); other threads, and
+        that one, hand theirs over at their next event, in time for the next snapshot.
         """
         me = threading.get_ident()
         for ident, (recorder, _) in list(self._recorders.items()):

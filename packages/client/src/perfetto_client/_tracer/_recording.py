@@ -49,6 +49,9 @@ class Recording:
         self._sched: SchedRecorder | None = None
         self._sched_summary = ""
         self._snapshots = 0
+        self._snapshot_lock = threading.Lock()  # one snapshot at a time
+        self._snapshotting: set[int] = set()  # threads writing one, or waiting to
+        self._asked: list[str] = []  # causes left to whichever thread writes snapshots
         self._owner = 0
 
     @property
@@ -154,6 +157,9 @@ class Recording:
             raise TracingError("this recording is not running")
         self._check_owner("stop")
         self.engine = None
+        if threading.get_ident() not in self._snapshotting:
+            with self._snapshot_lock:  # a snapshot another thread is writing ends first
+                pass
         sched, self._sched = self._sched, None
         if sched is not None:
             try:
@@ -214,19 +220,70 @@ class Recording:
             ):
                 thread.join()
 
-    def snapshot(self) -> tuple[str, int]:
-        """Writes what the flight recorder holds now to the next `NAME.snapshot-N.pftrace`.
+    def write_snapshot(self, cause: str = "", wait: bool = True) -> None:
+        """Writes what the flight recorder holds now to the next `NAME.snapshot-N.pftrace` and
+        says so on stderr, the line starting with `cause` (`"trigger 'dump': "`); the recording
+        goes on. A snapshot that cannot be written is one line too, and the recording goes on.
 
-        Returns the snapshot's path and size; the recording goes on. Only in the process that
-        started it: a forked child gets `TracingError` (its copy of the ring is not the trace).
+        One snapshot is written at a time, numbered in the order written. Without `wait` (a
+        signal handler, which must not block the thread it interrupted), or when a signal
+        handler asks inside this thread's own snapshot, the thread writing one writes this one
+        right after it; asked for again meanwhile with the same cause, it is one snapshot (as
+        a signal sent twice before it is taken is taken once). Once the recording has stopped,
+        nothing is written: the trace file holds it all. Only in the process that started the
+        recording: a forked child gets `TracingError` (its copy of the ring is not the trace).
         """
+        me = threading.get_ident()
+        pending = [cause]
+        if not wait or me in self._snapshotting:
+            if cause not in self._asked:
+                self._asked.append(cause)
+            if me in self._snapshotting:
+                return
+            pending = []
         if self.engine is None:
             raise TracingError("this recording is not running")
         self._check_owner("snapshot")
+        while True:
+            self._snapshotting.add(me)  # before the lock: a signal handler from here is inside
+            try:
+                if not self._snapshot_lock.acquire(blocking=wait):
+                    return  # the thread holding it takes `_asked` before it lets go
+                try:
+                    pending += self._take_asked()
+                    while pending:
+                        self._write_one_snapshot(pending.pop(0))
+                        pending += self._take_asked()
+                finally:
+                    self._snapshot_lock.release()
+            finally:
+                self._snapshotting.discard(me)
+            if not self._asked:  # else asked for between the last look and the release
+                return
+
+    def _take_asked(self) -> list[str]:
+        # Under the lock: only its holder takes; a signal handler may append meanwhile.
+        taken: list[str] = []
+        while self._asked:
+            taken.append(self._asked.pop(0))
+        return taken
+
+    def _write_one_snapshot(self, cause: str) -> None:
+        engine = self.engine
+        if engine is None:  # stopped by another thread meanwhile
+            return
         self._snapshots += 1
         root, ext = os.path.splitext(self.options.output)
         path = f"{root}.snapshot-{self._snapshots}{ext or '.pftrace'}"
-        return path, self.engine.snapshot(path)
+        try:
+            size = engine.snapshot(path)
+        except OSError as exc:
+            print(
+                f"perfetto-trace: {cause}cannot write snapshot {path}: {exc.strerror or exc}",
+                file=sys.stderr,
+            )
+            return
+        print(f"perfetto-trace: {cause}snapshot written to {path} ({size} bytes)", file=sys.stderr)
 
     def _check_owner(self, action: str) -> None:
         if not self.active:
@@ -238,11 +295,7 @@ class Recording:
     def _on_trigger(self, name: str) -> None:
         if not self.active:  # a forked child's trigger: the snapshots are its parent's
             return
-        path, size = self.snapshot()
-        print(
-            f"perfetto-trace: trigger {name!r}: snapshot written to {path} ({size} bytes)",
-            file=sys.stderr,
-        )
+        self.write_snapshot(f"trigger {name!r}: ")
 
 
 class record(contextlib.ContextDecorator):  # noqa: N801 (used like a function)

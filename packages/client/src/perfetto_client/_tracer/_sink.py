@@ -108,7 +108,9 @@ class FileSink:
         self._ring_bytes = ring_bytes
         self._ring: collections.deque[tuple[bytes, int]] = collections.deque()
         self._ring_size = 0
-        self._lock = threading.Lock()
+        # Reentrant: a signal handler in the main thread may ask for a snapshot (a dump) while
+        # that thread is inside `write`.
+        self._lock = threading.RLock()
         self._file = None if ring_bytes else open(path, "wb")  # noqa: SIM115
         self._unwritten_header = self._file is not None  # written with the first batch
         self._failed = False
@@ -184,14 +186,20 @@ class FileSink:
         return interrupted
 
     def dump(self, path: str) -> int:
-        """Writes the header and the batches the ring holds to `path`; returns its size."""
+        """Writes the header and the batches the ring holds to `path`, whole or not at all (an
+        OSError leaves no file); returns its size."""
         with self._lock:
             parts = [self._header, *(data for data, _ in self._ring)]
         tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "wb") as f:
-            for part in parts:
-                f.write(part)
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                for part in parts:
+                    f.write(part)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         return sum(len(p) for p in parts)
 
     def close(self) -> SinkStats:
