@@ -4,6 +4,7 @@ read cut short. Prints `reading` once the first part of the trace arrives, then 
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -24,8 +25,10 @@ def main() -> None:
         {"buffers": [{"size_kb": 32 * 1024}], "data_sources": [{"config": {"name": "track_event"}}]}
     )
     session.start()
-    deadline = time.monotonic() + 10
-    while not pc.is_enabled(CAT) and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60
+    while not pc.is_enabled(CAT):
+        if time.monotonic() > deadline:
+            sys.exit("read_cut_main: the session never started")
         time.sleep(0.01)
     for number in range(EVENTS):
         pc.instant(CAT, "big", number=number, payload=PAYLOAD)

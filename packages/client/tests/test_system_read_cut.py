@@ -11,9 +11,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
 from perfetto_testing import TIMEOUT, NotifyingDaemon
 
 APP = str(Path(__file__).with_name("read_cut_main.py"))
@@ -21,13 +21,13 @@ TRACED = str(Path(sys.executable).with_name("traced"))
 CONSUMER_TIMEOUT_S = 1.0
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[dict[str, str]]:
+@contextmanager
+def traced_env(tmp_path: Path, consumer_timeout_s: float) -> Iterator[dict[str, str]]:
     """The environment of an application talking to a traced on sockets under tmp_path."""
     env = dict(os.environ)
     env["PERFETTO_PRODUCER_SOCK_NAME"] = str(tmp_path / "producer")
     env["PERFETTO_CONSUMER_SOCK_NAME"] = str(tmp_path / "consumer")
-    command = [TRACED, "--consumer-timeout", str(CONSUMER_TIMEOUT_S)]
+    command = [TRACED, "--consumer-timeout", str(consumer_timeout_s)]
     with NotifyingDaemon("traced", command, env, "TRACED_NOTIFY_FD"):
         yield env
 
@@ -65,12 +65,15 @@ def _run(env: dict[str, str], stop_s: float) -> str:
     return result
 
 
-def test_a_read_cut_short_raises(env: dict[str, str]) -> None:
-    result = _run(env, stop_s=CONSUMER_TIMEOUT_S + 2)
+def test_a_read_cut_short_raises(tmp_path: Path) -> None:
+    with traced_env(tmp_path, CONSUMER_TIMEOUT_S) as env:
+        result = _run(env, stop_s=CONSUMER_TIMEOUT_S + 2)
     assert result == "error: the tracing service went away before the whole trace was read"
 
 
-def test_the_same_read_not_stopped_gets_the_trace(env: dict[str, str]) -> None:
-    result = _run(env, stop_s=0)
+def test_the_same_read_not_stopped_gets_the_trace(tmp_path: Path) -> None:
+    # Its traced waits 30 s for a reader: a loaded machine's pause is not a cut.
+    with traced_env(tmp_path, 30.0) as env:
+        result = _run(env, stop_s=0)
     assert result.startswith("read ")
     assert int(result.split()[1]) > 20_000 * 1000

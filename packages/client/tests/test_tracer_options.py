@@ -256,9 +256,13 @@ def test_a_burst_of_sigusr1_writes_snapshots_numbered_in_order_and_the_program_g
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline() == "ready\n"
-        for _ in range(100):
-            proc.send_signal(signal.SIGUSR1)
-            time.sleep(0.0005)
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "ring.snapshot-2.pftrace").exists():  # bursts, till 2 are taken
+            assert time.monotonic() < deadline, "fewer than two snapshots"
+            for _ in range(100):
+                proc.send_signal(signal.SIGUSR1)
+                time.sleep(0.0005)
+            time.sleep(0.1)
         time.sleep(0.5)
         (tmp_path / "stop").touch()
         _, stderr = proc.communicate(timeout=60)

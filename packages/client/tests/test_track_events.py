@@ -435,7 +435,7 @@ def test_incremental_state_is_cleared_and_re_emitted(record: Recorder) -> None:
     import time
 
     def body() -> None:
-        deadline = time.monotonic() + 0.5
+        deadline = time.monotonic() + 2  # 20 periods: 2 clears even if the service is starved
         while time.monotonic() < deadline:
             fib(3)
             time.sleep(0.005)

@@ -183,6 +183,7 @@ def test_field_repr_names_id_and_value() -> None:
     assert repr(fields[1]) == "Field(id=2, type=2, size=1)"
 
 
+@settings(deadline=None)
 @given(st.integers(min_value=0, max_value=2**64 - 1), st.binary(max_size=4))
 def test_read_varint_reads_what_encode_varint_wrote(value: int, tail: bytes) -> None:
     data = encode_varint(value) + tail

@@ -21,9 +21,9 @@ from traced_testlib import (
     start_producers,
 )
 
-CONSUMER_TIMEOUT_S = 1.5
-PACKETS = 2500
-SIZE = 2000  # ~5 MB: at 50 ms per ReadBuffers reply (<= 128 KiB) ~2 s, more than the timeout
+CONSUMER_TIMEOUT_S = 3.0  # a loaded machine's pause in the consumer's thread is shorter
+PACKETS = 5000
+SIZE = 2000  # ~10 MB: at 50 ms per ReadBuffers reply (<= 128 KiB) ~4 s, more than the timeout
 
 
 class SlowConsumer(RecordingConsumer):

@@ -376,7 +376,8 @@ def test_twenty_producers(env: ServiceEnv) -> None:
 
 def test_periodic_snapshots_flag_sync_markers_and_stats(env: ServiceEnv) -> None:
     config = simple_config()
-    config.builtin_data_sources.snapshot_interval_ms = 1000
+    # 3 s: the second and third reads below come well within one period on a loaded machine.
+    config.builtin_data_sources.snapshot_interval_ms = 3000
     producer = FakeProducer(env).connect()
     producer.register("test.ds")
     consumer = FakeConsumer(env).connect()

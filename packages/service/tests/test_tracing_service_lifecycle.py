@@ -53,7 +53,8 @@ def _stats(trace: Any) -> TraceStats:
 
 
 def test_duration_ends_the_session_after_a_final_flush(env: ServiceEnv) -> None:
-    producer, consumer = _session(env, simple_config(duration_ms=300))
+    # 2 s: time for the write below to land before the final flush on a loaded machine.
+    producer, consumer = _session(env, simple_config(duration_ms=2000))
     producer.write(producer.instance(), make_packet("before the end"))
     assert consumer.wait_disabled() == ""  # nobody stopped it: the duration did
     assert any(c.startswith("flush:") for c in producer.commands)
@@ -97,9 +98,10 @@ def test_final_flush_timeout_lists_the_slow_data_sources(env: ServiceEnv) -> Non
 
 
 def test_stop_waits_for_acks_up_to_the_stop_timeout(env: ServiceEnv) -> None:
-    config = simple_config(data_source_stop_timeout_ms=300)
+    # 3 s: the checks below run before it ends the session, even on a loaded machine.
+    config = simple_config(data_source_stop_timeout_ms=3000)
     producer, consumer = _session(env, config, ack_stops=False)
-    assert producer.instance().config.stop_timeout_ms == 300
+    assert producer.instance().config.stop_timeout_ms == 3000
     env.call(consumer.endpoint.disable_tracing)
     env.settle()
     assert producer.instance().stopped
@@ -160,7 +162,8 @@ def _trigger_config(mode: int, stop_delay_ms: int = 0, timeout_ms: int = 10_000)
 
 
 def test_start_trigger(env: ServiceEnv) -> None:
-    config = _trigger_config(TraceConfig.TriggerConfig.START_TRACING, stop_delay_ms=200)
+    # 2 s: the start and the write below come well before the delay ends the session.
+    config = _trigger_config(TraceConfig.TriggerConfig.START_TRACING, stop_delay_ms=2000)
     producer, consumer = _session(env, config)
     assert producer.commands[-1] == "setup:1"
     env.call(lambda: producer.endpoint.activate_triggers(["unrelated", "go"]))
@@ -172,7 +175,7 @@ def test_start_trigger(env: ServiceEnv) -> None:
     assert strings_of(trace) == ["triggered"]
     triggers = [p.trigger for p in trace.packet if p.HasField("trigger")]
     assert [(t.trigger_name, t.producer_name, t.stop_delay_ms) for t in triggers] == [
-        ("go", "test.producer", 200)
+        ("go", "test.producer", 2000)
     ]
     assert triggers[0].trusted_producer_uid == 1000
 

@@ -32,15 +32,20 @@ class _Lost(FrameEndpoint):
         self.lost = True
 
 
-def _run(reader_pause_s: float, read_size: int) -> tuple[bool, int, float, list[float]]:
-    """Queues PAYLOAD bytes to a peer that reads `read_size` bytes every `reader_pause_s`;
+def _run(
+    reader_pause_s: float,
+    read_size: int,
+    send_timeout: float = SEND_TIMEOUT_S,
+    payload: int = PAYLOAD,
+) -> tuple[bool, int, float, list[float]]:
+    """Queues `payload` bytes to a peer that reads `read_size` bytes every `reader_pause_s`;
     (lost, bytes received, seconds taken, when `when_drained` callbacks ran)."""
     loop = asyncio.new_event_loop()
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     ours.setblocking(False)
     ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    transport = SocketTransport(loop, ours, send_timeout=SEND_TIMEOUT_S)
+    transport = SocketTransport(loop, ours, send_timeout=send_timeout)
     endpoint = _Lost(transport)
     transport.start(endpoint)
     received = 0
@@ -62,7 +67,7 @@ def _run(reader_pause_s: float, read_size: int) -> tuple[bool, int, float, list[
 
     reader = threading.Thread(target=read)
     try:
-        transport.send(b"x" * PAYLOAD)
+        transport.send(b"x" * payload)
         transport.when_drained(lambda: drained.append(time.monotonic() - started))
         reader.start()
         deadline = time.monotonic() + 30
@@ -81,11 +86,12 @@ def _run(reader_pause_s: float, read_size: int) -> tuple[bool, int, float, list[
 
 
 def test_a_peer_that_keeps_reading_is_never_cut_off() -> None:
-    # A few KiB (what the small socket buffers hold) every 50 ms: 256 KiB take seconds, far
-    # longer than the timeout, but the peer never goes 0.5 s without reading.
-    lost, _received, taken, drained = _run(0.05, 64 * 1024)
+    # A few KiB (what the small socket buffers hold) every 50 ms: 768 KiB take about 5 s, more
+    # than twice the timeout, but the peer never goes 2 s without reading (a timeout that
+    # leaves a loaded machine's scheduler room).
+    lost, _received, taken, drained = _run(0.05, 64 * 1024, send_timeout=2.0, payload=768 * 1024)
     assert not lost
-    assert taken > SEND_TIMEOUT_S
+    assert taken > 2.0
     assert len(drained) == 1
 
 
