@@ -162,9 +162,13 @@ def test_a_click_zooms_into_the_frame(page: OpenedPage) -> None:
     page.page.locator("#flame .frame", has_text=re.compile("^helper$")).first.click()
     after = _frames(page)
     assert "hot" not in {f["name"] for f in after}
+    [helper] = [f for f in after if f["name"] == "helper"]
     [cold] = [f for f in after if f["name"] == "cold"]
     width = page.page.evaluate("document.getElementById('flame').clientWidth")
-    assert float(cold["width"]) == pytest.approx(width, rel=0.01)  # type: ignore[arg-type]
+    assert float(helper["width"]) == pytest.approx(width, rel=0.01)  # type: ignore[arg-type]
+    # cold is helper's only callee: nearly all of it (helper's own time is the rest, a few
+    # percent where the recorder is pure or the machine loaded).
+    assert 0.9 * width < float(cold["width"]) <= float(helper["width"])  # type: ignore[arg-type]
     page.page.click("#reset")
     assert {f["name"] for f in _frames(page)} == before
 
