@@ -6,6 +6,7 @@ import os
 import pty
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -206,6 +207,31 @@ def test_sigint_works_like_sigterm(
     command.send_signal(signal.SIGINT)
     command.communicate(timeout=60)
     assert command.returncode == 0
+    assert test_values(read_upstream_trace(out)) == [0, 1, 2]
+
+
+def test_sigint_after_sigint_as_the_command_ends_changes_nothing(
+    traced: Traced, producer: Callable[..., Producer], tmp_path: Path
+) -> None:
+    """An impatient user: Ctrl-C held down from mid-trace until the command has exited."""
+    test_producer = producer(count=3)
+    out = tmp_path / "t"
+    (tmp_path / "c").write_bytes(_binary_config(duration_ms=600_000))
+    command = start_perfetto(traced, "-c", str(tmp_path / "c"), "-o", str(out))
+    test_producer.wait_for("WROTE")
+    signals = 0
+    deadline = time.monotonic() + 60
+    while command.poll() is None and time.monotonic() < deadline:
+        command.send_signal(signal.SIGINT)
+        signals += 1
+        time.sleep(0.001)
+    _, stderr = command.communicate(timeout=60)
+    text = stderr.decode()
+    assert command.returncode == 0, text
+    assert signals > 1
+    assert "Traceback" not in text
+    assert text.count("SIGINT/SIGTERM received: disabling tracing.") == 1, text
+    assert f"Wrote {out.stat().st_size} bytes into {out}" in text
     assert test_values(read_upstream_trace(out)) == [0, 1, 2]
 
 

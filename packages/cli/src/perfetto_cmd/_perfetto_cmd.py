@@ -5,12 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import signal
 import sys
 import threading
 import time
 from collections.abc import Sequence
-from types import FrameType
 
 from perfetto_protos.common.observable_events_pb2 import ObservableEvents
 from perfetto_protos.common.trace_stats_pb2 import TraceStats
@@ -29,6 +27,7 @@ from perfetto_cmd._losses import loss_line
 from perfetto_cmd._output import TraceOutput
 from perfetto_cmd._progress import ProgressLine
 from perfetto_cmd._query import format_service_state
+from perfetto_cmd._stop_signals import STOP_REQUESTED, handle_stop_signals, ignore_stop_signals
 
 __all__ = ["EXIT_NOT_DETACHED", "SessionRunner", "daemonize"]
 
@@ -110,7 +109,8 @@ def _notify(fd: int, status: int) -> int:
 class SessionRunner:
     """A consumer that runs one session, or answers --query / --attach / --is_detached.
 
-    Callbacks run on the IPC thread; the main thread waits for the end and handles signals.
+    Callbacks run on the IPC thread; the main thread waits for the end in `run`. With
+    `stop_on_signals`, SIGINT and SIGTERM stop the session, and are ignored once it is over.
     """
 
     def __init__(
@@ -129,6 +129,7 @@ class SessionRunner:
         progress: bool = False,
         clone_tsid: int | None = None,
         clone_name: str | None = None,
+        stop_on_signals: bool = True,
     ) -> None:
         self.config = config
         self.output = output
@@ -145,7 +146,8 @@ class SessionRunner:
         self._connected = False
         self._done = threading.Event()
         self._exit_code = 1
-        self._stop_requested = threading.Event()
+        self._stop_on_signals = stop_on_signals
+        self._stop_requested = STOP_REQUESTED if stop_on_signals else threading.Event()
         self._stopping = False
         self._last_data = 0.0
         self._reading = False
@@ -171,24 +173,17 @@ class SessionRunner:
         delay = max((t.stop_delay_ms for t in triggers.triggers), default=0)
         return triggers.trigger_timeout_ms + delay if triggers.trigger_timeout_ms else 0
 
-    def run(self, *, handle_signals: bool = True) -> int:
-        """Connects, runs until the session is over (or a signal stops it); the exit status.
-
-        Only the main thread handles signals (snapshot runners pass False).
-        """
-        previous = {}
-        if handle_signals:
-            previous = {
-                signum: signal.signal(signum, self._on_signal)
-                for signum in (signal.SIGINT, signal.SIGTERM)
-            }
+    def run(self) -> int:
+        """Connects, runs until the session is over (or a signal stops it); the exit status."""
+        if self._stop_on_signals:
+            handle_stop_signals()
         try:
             self.client.connect()
             while not self._done.wait(0.1):
                 self._tick()
         finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            if self._stop_on_signals:
+                ignore_stop_signals()
             self.client.close()
             if self._progress is not None:
                 self._progress.clear()
@@ -201,9 +196,6 @@ class SessionRunner:
     def _finish(self, code: int) -> None:
         self._exit_code = code
         self._done.set()
-
-    def _on_signal(self, _signum: int, _frame: FrameType | None) -> None:
-        self._stop_requested.set()
 
     def _tick(self) -> None:
         """Runs on the main thread every 100 ms: signals, the read-back timeout, progress."""
@@ -312,7 +304,7 @@ class SessionRunner:
                 log(str(exc))
                 return
             try:
-                SessionRunner(None, output, clone_tsid=session_id).run(handle_signals=False)
+                SessionRunner(None, output, clone_tsid=session_id, stop_on_signals=False).run()
             finally:
                 output.close()
 
