@@ -100,6 +100,35 @@ def loop_instant() -> int:
     return clock() - start
 
 
+def loop_instant_off() -> int:
+    """`loop_instant` with its category disabled: the call and the check, nothing written."""
+    instant = pc.instant
+    start = clock()
+    for _ in range(N):
+        instant(OFF, "step")
+    return clock() - start
+
+
+def loop_counter_off() -> int:
+    """`loop_counter` with its category disabled."""
+    counter = pc.counter
+    track = pc.CounterTrack("bench counter")
+    start = clock()
+    for i in range(N):
+        counter(OFF, track, i)
+    return clock() - start
+
+
+def loop_trace_event_off() -> int:
+    """`loop_trace_event` with its category disabled."""
+    trace_event = pc.trace_event
+    start = clock()
+    for i in range(N):
+        with trace_event(OFF, "step", a=i, b=2):
+            pass
+    return clock() - start
+
+
 def _viztracer_api(method: str, *args: object) -> int:
     """CPU ns of N calls of viztracer's own `method(*args)` while it records (C calls not
     logged: the call itself is the only event)."""

@@ -8,7 +8,8 @@ collects inside `starmap_next` alone), so imports and the session's start are no
     per call = (case - its baseline) / N
 
 the baseline being a plain call for @trace and an empty loop for the others. Load-independent,
-unlike bench_client.py's CPU times.
+unlike bench_client.py's CPU times. Each row's floor is the same call with its category
+disabled: what the call and the check cost, before anything is written.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ CASES = {
     "with trace_event(...), two int args": ("trace_event", "empty"),
     'instant(cat, "n")': ("instant", "empty"),
     "counter(cat, track, i)": ("counter", "empty"),
+    "@trace call, category disabled": ("traced_off", "plain"),
+    "with trace_event(...), category disabled": ("trace_event_off", "empty"),
+    'instant(cat, "n"), category disabled': ("instant_off", "empty"),
+    "counter(cat, track, i), category disabled": ("counter_off", "empty"),
     "viztracer add_instant": ("viztracer_instant", "empty"),
     "viztracer add_counter": ("viztracer_counter", "empty"),
     'viztracer with log_event("step")': ("viztracer_log_event", "empty"),
@@ -36,6 +41,10 @@ CASES = {
 LOOPS = {
     "plain": bench_client.loop_plain,
     "traced_on": bench_client.loop_traced_on,
+    "traced_off": bench_client.loop_traced_off,
+    "trace_event_off": bench_client.loop_trace_event_off,
+    "instant_off": bench_client.loop_instant_off,
+    "counter_off": bench_client.loop_counter_off,
     "empty": bench_client.loop_empty_with,
     "trace_event": bench_client.loop_trace_event,
     "instant": bench_client.loop_instant,
@@ -45,19 +54,31 @@ LOOPS = {
     "viztracer_log_event": bench_client.loop_viztracer_log_event,
     "viztracer": bench_client.loop_viztracer,
 }
-# The README performance table's rows: key -> (our case, viztracer's case, its name).
+# The README performance table's rows: key -> (our case, viztracer's case, its name, the floor).
 ROWS = {
-    "instant": ('instant(cat, "n")', "viztracer add_instant", "viztracer `add_instant`"),
-    "counter": ("counter(cat, track, i)", "viztracer add_counter", "viztracer `add_counter`"),
+    "instant": (
+        'instant(cat, "n")',
+        "viztracer add_instant",
+        "viztracer `add_instant`",
+        'instant(cat, "n"), category disabled',
+    ),
+    "counter": (
+        "counter(cat, track, i)",
+        "viztracer add_counter",
+        "viztracer `add_counter`",
+        "counter(cat, track, i), category disabled",
+    ),
     "trace_event": (
         "with trace_event(...), two int args",
         'viztracer with log_event("step")',
         "viztracer `with log_event(...)`",
+        "with trace_event(...), category disabled",
     ),
     "trace_decorator": (
         "@trace call, category enabled",
         "viztracer, the plain call recorded",
         "viztracer recording the call",
+        "@trace call, category disabled",
     ),
 }
 
@@ -106,7 +127,7 @@ def main() -> None:
     }
     for label, value in per_call.items():
         print(f"| {label} | {value:,.0f} |")
-    for key, (ours, theirs, name) in ROWS.items():
+    for key, (ours, theirs, name, floor) in ROWS.items():
         report_row(
             key,
             measured=per_call[ours],
@@ -114,6 +135,7 @@ def main() -> None:
             cost_ratio=per_call[ours] / per_call[theirs],
             unit="instructions",
             reference_name=name,
+            floor=f"category disabled {per_call[floor]:,.0f} instructions",
         )
 
 

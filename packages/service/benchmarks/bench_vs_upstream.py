@@ -345,7 +345,7 @@ def _row(label: str, sessions: Sequence[Session]) -> dict[str, float]:
     return {"arrived": arrived, "sent": sent, "cpu": cpu, "mb": mb}
 
 
-def _report(row: str, ours: dict[str, float], upstream: dict[str, float]) -> None:
+def _report(row: str, ours: dict[str, float], upstream: dict[str, float], floor: str) -> None:
     """The README table's figure of `row`: traced's CPU per arrived event (per session for
     `traced_session`), ours against upstream's."""
     if row == "traced_session":
@@ -361,7 +361,21 @@ def _report(row: str, ours: dict[str, float], upstream: dict[str, float]) -> Non
         cost_ratio=measured / reference,
         unit=unit,
         reference_name="upstream's traced v58.2",
+        floor=floor,
     )
+
+
+def _floor(services: dict[str, list[str]], args: argparse.Namespace, directory: str) -> str:
+    """traced's CPU for a session without producers (its control plane alone), on each
+    service: the medians of `args.runs` sessions."""
+    alone = argparse.Namespace(**{**vars(args), "producers": 0})
+    results = _sessions(services, [], 0, alone, directory)
+    cpu = {name: _median(sessions, "ingest_cpu") * 1e3 for name, sessions in results.items()}
+    floor = "a session without producers: " + ", ".join(
+        f"{name} {ms:.2f} ms CPU" for name, ms in cpu.items()
+    )
+    print(f"  {floor}")
+    return floor
 
 
 def _sessions(
@@ -454,7 +468,7 @@ def main() -> None:
                 rate = {name: row["arrived"] / max(row["cpu"], 1e-9) for name, row in rows.items()}
                 speed = rate["ours"] / max(rate["upstream"], 1e-9)
                 if args.row and kind == "upstream SDK":
-                    _report(args.row, o, u)
+                    _report(args.row, o, u, _floor(services, args, directory))
                 print(
                     f"  ours vs upstream: {speed:.2f}x upstream's events per CPU-second"
                     f" (goal >= 1.2), {o['cpu'] / u['cpu'] if u['cpu'] else 0:.2f}x its CPU;"
