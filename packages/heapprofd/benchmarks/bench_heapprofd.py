@@ -49,6 +49,10 @@ HERE = Path(__file__).resolve().parent
 WORKLOAD = str(HERE / "alloc_workload.py")
 NATIVE_WORKLOAD = str(HERE / "native_workload.py")
 TIMEOUT = 120.0
+SAMPLING_INTERVAL = 4096
+"""heap_profile's sampling interval (bytes), upstream's default."""
+NATIVE_THREADS_MEAN_SIZE = 136
+"""native_threads.c's mean allocation (its sizes run evenly from 16 to 256 bytes)."""
 
 
 def _build() -> None:
@@ -339,22 +343,40 @@ def _native_commands(directory: str, rounds: int, repeat: int, seconds: float) -
         floor=f"unprofiled {base:.2f} s",
     )
     ops: dict[str, list[int]] = {}
+    per_sample: list[float] = []
+    """The profiler's CPU per sample (the command's CPU over the loop process's own, per
+    sample in the trace), in µs."""
     for _ in range(repeat):
         for name, argv in (
             ("unprofiled", [threads, "8", str(seconds)]),
             ("heap_profile --native", [*_heap_profile_argv(out), threads, "8", str(seconds)]),
         ):
-            text = _command_cpu(argv, env)[1]
-            ops.setdefault(name, []).append(
-                int(next(ln for ln in text.splitlines() if ln.startswith("OPS")).split()[1])
-            )
+            command_cpu, text = _command_cpu(argv, env)
+            figures = {
+                key: value
+                for key, _, value in (line.partition(" ") for line in text.splitlines())
+                if key in ("OPS", "CPU")
+            }
+            ops.setdefault(name, []).append(int(figures["OPS"]))
+            if name != "unprofiled":
+                with open(out, "rb") as trace:
+                    samples, _ = _native_samples(trace.read())
+                per_sample.append((command_cpu - float(figures["CPU"])) / max(samples, 1) * 1e6)
     plain, profiled = (
         statistics.median(ops["unprofiled"]),
         statistics.median(ops["heap_profile --native"]),
     )
+    cost = statistics.median(per_sample)
+    # 2x slower: half the operations, one sample per `interval / mean size` of them
+    needed = plain / 2 / seconds / (SAMPLING_INTERVAL / NATIVE_THREADS_MEAN_SIZE)
+    floor = (
+        f"the profiler's CPU per sample {cost:.1f} µs: 2x would take"
+        f" {needed * cost / 1e6:.0f} cores of unwinding ({needed:,.0f} samples/s)"
+    )
     print(f"8 threads malloc/free in C for {seconds} s, operations, medians of {repeat}:")
     print(f"  unprofiled                 {plain:14,d}")
     print(f"  heap_profile --native      {profiled:14,d}   {plain / max(profiled, 1):.1f}x slower")
+    print(f"  {floor}")
     report_row(
         "heap_native_threads",
         measured=profiled,
@@ -362,7 +384,7 @@ def _native_commands(directory: str, rounds: int, repeat: int, seconds: float) -
         cost_ratio=plain / max(profiled, 1),
         unit="operations",
         reference_name="unprofiled",
-        floor="unprofiled: 1x",
+        floor=floor,
     )
 
 
