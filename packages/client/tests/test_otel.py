@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from types import SimpleNamespace
 
 from in_process_recording import Recorder
 from opentelemetry.sdk.trace import TracerProvider
@@ -143,3 +144,38 @@ def test_spans_are_not_written_without_a_session_recording_otel(record: Recorder
     )
     assert trace.slices() == []
     assert len(exporter.get_finished_spans()) == 2
+
+
+class _PublicSpan:
+    """A span of another SDK: only the API's public properties, none of the SDK's fields."""
+
+    def __init__(self, name: str, span_id: int, status: Status, **attributes: object) -> None:
+        self.name = name
+        self.context = SimpleNamespace(span_id=span_id)
+        self.status = status
+        self.attributes = attributes
+        self.events: tuple[object, ...] = ()
+        self.links: tuple[object, ...] = ()
+
+
+def test_a_span_read_through_the_public_api_alone_is_written_the_same(record: Recorder) -> None:
+    processor = PerfettoSpanProcessor()
+
+    def body() -> None:
+        outer = _PublicSpan("outer", 7, Status(StatusCode.UNSET), route="/b")
+        inner = _PublicSpan("inner", 8, Status(StatusCode.ERROR, "broke"), rows=3)
+        processor.on_start(outer)  # type: ignore[arg-type]
+        processor.on_start(inner)  # type: ignore[arg-type]
+        processor.on_end(inner)  # type: ignore[arg-type]
+        processor.on_end(outer)  # type: ignore[arg-type]
+
+    trace = record(body)
+    slices = {s.name: s for s in trace.slices()}
+    outer, inner = slices["outer"], slices["inner"]
+    assert (outer.depth, inner.depth) == (0, 1)
+    assert outer.args == {"route": "/b"}
+    assert inner.args == {
+        "rows": 3,
+        "otel.status_code": "ERROR",
+        "otel.status_description": "broke",
+    }

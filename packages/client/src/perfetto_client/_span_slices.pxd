@@ -13,8 +13,12 @@ cdef dict _open
 cdef bint _told
 
 @cython.locals(task=object, thread=Track, found=tuple, track=Track)
-cdef tuple _spans_track(int event_type)
-@cython.locals(category=Category, writers=tuple, ts="long long", track=Track, extra=bytes)
+cdef tuple _spans_track()
+cdef object _span_id(object span)
+cdef str _name(object span)
+cdef bint _has(object span, str field) except -1
+cdef tuple _status(object span)
+@cython.locals(category=Category, writers=tuple, ts="long long", track=Track, extra=bytes, end_fields=bytes)
 cpdef begin_span(object span)
 @cython.locals(state=tuple, track=Track, category=Category, writers=tuple, ts="long long", begin_ts="long long", args=dict, extra=bytes, iids=list, encoded=bytes)
 cpdef end_span(object span, object error)
