@@ -140,10 +140,12 @@ def encode_annotations(args: dict[str, object]) -> tuple[bytes, list[int]]:
             pieces.append(small_int_head)
             pieces.append(short[value])
             continue
-        body = prefix + _value(value, 0)
-        size = len(body)
-        pieces.append(_ANNOTATION + (short[size] if size < 16384 else varint(size)))
-        pieces.append(body)
+        encoded = _value(value, 0)
+        size = len(prefix) + len(encoded)
+        pieces.append(_ANNOTATION)
+        pieces.append(short[size] if size < 16384 else varint(size))
+        pieces.append(prefix)
+        pieces.append(encoded)
     return b"".join(pieces), iids
 
 
