@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_client
-from perfetto_testing import report_row
+from perfetto_testing import loop_instructions, report_row
 
 CASES = {
     "@trace call, category enabled": ("traced_on", "plain"),
@@ -91,25 +89,7 @@ def child(loop: str) -> None:
 
 
 def instructions(loop: str) -> int:
-    proc = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--toggle-collect=starmap_next",
-            "--callgrind-out-file=/dev/null",
-            sys.executable,
-            __file__,
-            "--child",
-            loop,
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    match = re.search(r"Collected : (\d+)", proc.stderr)
-    if match is None:
-        raise SystemExit(f"no instruction count from callgrind:\n{proc.stderr}")
-    return int(match.group(1))
+    return loop_instructions([sys.executable, __file__, "--child", loop])
 
 
 def main() -> None:

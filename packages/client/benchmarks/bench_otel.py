@@ -9,23 +9,29 @@ or N `logger.info("step %d", i)` records, per span or record, over the same loop
 TracerProvider without processors (a logger without handlers); a processor that does nothing
 is the floor of any processor. Rounds interleave the cases;
 the Perfetto cases record into an in-process session with a 64 MiB ring buffer.
+
+`--callgrind` counts instead the instructions per span of each processor over the loop
+without processors (valgrind installed; each case in its own process, callgrind counting
+inside the loop only), load-independent.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from perfetto_client import Backend, Tracing
+from perfetto_client import Backend, Tracing, TracingSession
 from perfetto_client.logging import PerfettoLogHandler
 from perfetto_client.otel import PerfettoSpanProcessor
-from perfetto_testing import report_row
+from perfetto_testing import loop_instructions, report_row
 
 N = 20_000
 ROUNDS = 7
@@ -76,7 +82,54 @@ def log_loop(name: str, handler: logging.Handler | None) -> Callable[[], int]:
     return loop
 
 
-def main() -> None:
+CALLGRIND_SPANS = 5_000
+PROCESSORS: dict[str, Callable[[], SpanProcessor | None]] = {
+    "none": lambda: None,
+    "doing nothing": NoopSpanProcessor,
+    "SimpleSpanProcessor + InMemorySpanExporter": lambda: SimpleSpanProcessor(
+        InMemorySpanExporter()
+    ),
+    "PerfettoSpanProcessor": PerfettoSpanProcessor,
+}
+
+
+def callgrind_child(name: str) -> None:
+    """CALLGRIND_SPANS spans through the processor `name` (what callgrind counts, inside
+    `itertools.starmap`), after a few uncounted ones."""
+    session = start_session()
+    provider = TracerProvider()
+    processor = PROCESSORS[name]()
+    if processor is not None:
+        provider.add_span_processor(processor)
+    span = provider.get_tracer("bench").start_as_current_span
+
+    def spans(count: int) -> None:
+        for i in range(count):
+            with span("step", attributes={"a": i, "b": 2}):
+                pass
+
+    spans(100)
+    list(itertools.starmap(spans, [(CALLGRIND_SPANS,)]))
+    session.stop()
+
+
+def callgrind() -> None:
+    """Instructions per span of each processor over none, each counted in its own process."""
+    argv = [sys.executable, __file__, "--callgrind-child"]
+    counts = {name: loop_instructions([*argv, name]) for name in PROCESSORS}
+    build = "compiled" if _compiled() else "pure"
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    print(f"instructions per span over no processor ({build} build, Python {version}, callgrind)")
+    reference = (
+        counts["SimpleSpanProcessor + InMemorySpanExporter"] - counts["none"]
+    ) / CALLGRIND_SPANS
+    for name in list(PROCESSORS)[1:]:
+        per_span = (counts[name] - counts["none"]) / CALLGRIND_SPANS
+        print(f"  {name:44} {per_span:8,.0f}   {per_span / reference:.2f}x")
+
+
+def start_session() -> TracingSession:
+    """An in-process session recording categories `otel` and `log` into a 64 MiB ring."""
     Tracing.initialize(Backend.IN_PROCESS)
     session = Tracing.new_trace()
     session.setup(
@@ -93,6 +146,11 @@ def main() -> None:
         }
     )
     session.start()
+    return session
+
+
+def main() -> None:
+    session = start_session()
     bare = TracerProvider()
     simple = TracerProvider()
     exporter = InMemorySpanExporter()
@@ -156,4 +214,9 @@ def _compiled() -> bool:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--callgrind-child"]:
+        callgrind_child(sys.argv[2])
+    elif sys.argv[1:2] == ["--callgrind"]:
+        callgrind()
+    else:
+        main()

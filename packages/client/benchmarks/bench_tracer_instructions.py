@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_tracer import fib, mix
-from perfetto_testing import report_row
+from perfetto_testing import loop_instructions, report_row
 
 WORKLOADS: dict[str, Callable[[], object]] = {"fib(20)": lambda: fib(20), "mix": mix}
 # Each workload's row in the README's performance table.
@@ -71,27 +71,7 @@ def child(case: str, workload: str, out: str, save: bool) -> None:
 
 def instructions(case: str, workload: str, out: str, profile: str = "/dev/null") -> int:
     """The instructions of the workload's run in `case`; callgrind's profile goes to `profile`."""
-    proc = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--toggle-collect=starmap_next",
-            f"--callgrind-out-file={profile}",
-            sys.executable,
-            __file__,
-            "--child",
-            case,
-            workload,
-            out,
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    match = re.search(r"Collected : (\d+)", proc.stderr)
-    if match is None:
-        raise SystemExit(f"no instruction count from callgrind:\n{proc.stderr}")
-    return int(match.group(1))
+    return loop_instructions([sys.executable, __file__, "--child", case, workload, out], profile)
 
 
 def own_instructions(profile: str) -> int:

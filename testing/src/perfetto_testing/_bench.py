@@ -1,9 +1,12 @@
-"""A benchmark's figure for the README's performance table, as one line on stdout."""
+"""A benchmark's figure for the README's performance table, as one line on stdout; the
+instructions a benchmark's loop runs, counted by callgrind."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import sys
 
 ROW_PREFIX = "perf-row "
@@ -39,3 +42,25 @@ def report_row(
         "floor": floor,
     }
     print(ROW_PREFIX + json.dumps(row), flush=True)
+
+
+def loop_instructions(argv: list[str], profile: str = "/dev/null") -> int:
+    """The instructions the command `argv` runs inside `itertools.starmap` (where a
+    benchmark's child process runs its loop), counted by callgrind (valgrind installed); its
+    profile goes to `profile`."""
+    proc = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--toggle-collect=starmap_next",
+            f"--callgrind-out-file={profile}",
+            *argv,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    match = re.search(r"Collected : (\d+)", proc.stderr)
+    if match is None:
+        raise SystemExit(f"no instruction count from callgrind:\n{proc.stderr}")
+    return int(match.group(1))
